@@ -1,0 +1,102 @@
+"""Hardware inputs: a GPU type and the node/cluster it sits in.
+
+The catalogue itself is data (``search_spaces/hardware/*.toml``); loading and user overrides live in
+:mod:`planner.specs.catalogue`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    """Datasheet figures of one accelerator. Every figure has a source id in ``sources``."""
+
+    name: str
+    """Catalogue key, e.g. ``a100-80gb``."""
+    display_name: str
+    """Human name, e.g. ``NVIDIA A100 SXM4 80GB``."""
+    peak_tflops: dict
+    """Dense peak TFLOP/s by dtype: keys among bf16, fp16, fp8, tf32, fp32."""
+    hbm_gb: float
+    """HBM capacity in GB (10^9 bytes) as the vendor states it."""
+    hbm_bw_gbs: float
+    """HBM bandwidth in GB/s."""
+    nvlink_bw_gbs: float
+    """GPU-to-GPU link bandwidth per GPU per direction in GB/s (0 = none)."""
+    default_cluster: str
+    """Node type used when the user gives only --gpu."""
+    tdp_w: float = 0.0
+    """Board power in W (0 = not stated)."""
+    price_usd_per_gpu_hour: float | None = None
+    """Reference price per GPU-hour in USD (None = no public price found)."""
+    price_date: str = ""
+    """When the price was quoted."""
+    price_source: str = ""
+    """Source id of the price."""
+    measured_data: bool = False
+    """True when shared/data has operator measurements for this GPU."""
+    sources: dict = field(default_factory=dict, compare=False, hash=False)
+    """Figure name -> source id (defined in the catalogue's source registry)."""
+    notes: str = ""
+    """Caveats carried from the catalogue (UNCERTAIN flags etc.)."""
+
+    @property
+    def hbm_bytes(self) -> float:
+        return self.hbm_gb * 1e9
+
+    def peak_flops(self, dtype: str) -> float:
+        """Dense peak FLOP/s for a GEMM dtype (fp16 falls back to bf16 and back)."""
+        table = self.peak_tflops
+        if dtype in table:
+            return table[dtype] * 1e12
+        for alt in ("bf16", "fp16"):
+            if alt in table:
+                return table[alt] * 1e12
+        raise KeyError(dtype)
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """A node type / cluster: how GPUs are packed and wired."""
+
+    name: str
+    """Catalogue key, e.g. ``dgx-a100``."""
+    display_name: str
+    gpu: str
+    """Default GPU key in this node type."""
+    gpus_per_node: int
+    intra_node_bw_gbs: float
+    """Per-GPU, per-direction bandwidth inside a node in GB/s (NVLink/NVSwitch)."""
+    intra_node_latency_us: float
+    """Small-message collective latency inside a node in microseconds."""
+    inter_node_bw_gbs: float
+    """Per-GPU, per-direction network bandwidth between nodes in GB/s (NIC rate / 8)."""
+    inter_node_latency_us: float
+    """Small-message latency across nodes in microseconds."""
+    network: str = ""
+    """Fabric description (e.g. 'Slingshot-11', 'NDR InfiniBand')."""
+    price_usd_per_gpu_hour: float | None = None
+    price_date: str = ""
+    price_source: str = ""
+    sources: dict = field(default_factory=dict, compare=False, hash=False)
+    notes: str = ""
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """The hardware input of the cost model: one GPU type in one node type."""
+
+    gpu: GPUSpec
+    cluster: ClusterSpec
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.cluster.gpus_per_node
+
+    @property
+    def price_usd_per_gpu_hour(self) -> float | None:
+        if self.cluster.price_usd_per_gpu_hour is not None:
+            return self.cluster.price_usd_per_gpu_hour
+        return self.gpu.price_usd_per_gpu_hour
