@@ -56,9 +56,14 @@ class Op:
     count: float = 1.0
     """How many times it runs where it appears (e.g. per layer)."""
 
+    @property
+    def backward(self) -> bool:
+        """True for backward-pass operators (their kernels differ from the forward ones)."""
+        return self.phase == "bwd"
+
     def key(self) -> tuple:
-        """Identity of the operator for cost caching (independent of name, phase and count)."""
-        return (self.kind, self.dtype, self.features)
+        """Identity of the operator for cost caching (independent of name and count)."""
+        return (self.kind, self.dtype, self.features, self.phase == "bwd")
 
     def feature_dict(self) -> dict:
         return dict(zip(FEATURES[self.kind], self.features))

@@ -24,6 +24,7 @@ app = typer.Typer(
 COMMAND_MODULES = (
     "planner.cli_predict",
     "planner.cli_catalogue",
+    "planner.cli_models",
     "planner.cli_validate",
 )
 

@@ -1,0 +1,309 @@
+"""Operator graph: (model, plan) -> per-pipeline-stage operator lists with sharded shapes.
+
+Shapes follow Megatron-LM (Shoeybi et al. 2019 §3: column-parallel QKV / MLP-up, row-parallel
+attention-out / MLP-down; Korthikanti et al. 2022 §4.2.2 for sequence parallelism) and FlashAttention
+(attention as one fused kernel per direction). Backward GEMMs are GEMMs: for a forward y = x W^T with
+x:[m,k], W:[n,k], dgrad dx = dy W is (m, k, n) and wgrad dW = dy^T x is (n, k, m) in (M, N, K) order.
+
+Rank order is Megatron's default tp-cp-dp-pp (tensor-parallel ranks adjacent), which decides which
+collective groups cross node boundaries.
+
+Every per-layer and per-stage operator here is per micro-batch and per GPU; DP/optimizer operators
+are per iteration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from costmodel.ops import Op
+from planner.specs.model import ModelSpec
+from planner.specs.plan import ParallelPlan
+
+ACT_BYTES = 2  # bf16/fp16 activations and weights (bytes per element), a definition of the dtype
+GRAD_REDUCE_BYTES = 4
+"""Bytes per gradient element in the DP reduction: fp32 main gradients, as Megatron-LM's
+--accumulate-allreduce-grads-in-fp32 (used by its GPT-3 example, examples/gpt3/train_gpt3_175b_distributed.sh)."""
+PARAM_GATHER_BYTES = 2
+"""Bytes per parameter in ZeRO/distributed-optimizer parameter all-gathers (bf16 model weights)."""
+ADAM_BYTES_PER_PARAM = 30
+"""HBM traffic of one mixed-precision Adam step per parameter: reads fp32 param, grad, m, v (16 B),
+writes fp32 param, m, v (12 B) and the bf16 model copy (2 B). Counted from the update rule
+(Kingma & Ba 2015, Alg. 1) and Megatron's fp32-master-weights layout."""
+ADAM_FLOPS_PER_PARAM = 12
+"""Arithmetic of one Adam update per parameter (Alg. 1 of Kingma & Ba 2015, counted by hand)."""
+CE_ALLREDUCES = 3
+"""Megatron vocab-parallel cross-entropy all-reduces per step: max logit, sum of exp, target logit
+(megatron/core/tensor_parallel/cross_entropy.py), each of tokens x 4 bytes."""
+
+
+def group_topology(size: int, stride: int, gpus_per_node: int) -> tuple[int, int]:
+    """(nodes spanned, ranks per node) of a process group of ``size`` ranks spaced ``stride`` apart."""
+    if size <= 1:
+        return 1, 1
+    if stride >= gpus_per_node:
+        return size, 1
+    per_node = max(1, min(size, gpus_per_node // stride))
+    return -(-size // per_node), per_node
+
+
+@dataclass
+class StageGraph:
+    """Operators of one pipeline stage (one GPU of it)."""
+
+    index: int
+    layers: int
+    """Transformer layers on this stage (all virtual chunks together)."""
+    layer_ops: list[Op]
+    """One layer, one micro-batch: fwd, bwd and recompute operators incl. TP collectives."""
+    stage_ops: list[Op]
+    """Once per micro-batch on this stage: embedding (first) or final norm + LM head + loss (last)."""
+    iteration_ops: list[Op]
+    """Once per iteration: DP gradient reduction, parameter all-gather, optimizer step."""
+    layer_overlap_ops: list[Op] = field(default_factory=list)
+    """Per layer per micro-batch communication that overlaps the layer's compute (CP KV exchange,
+    ZeRO-3 parameter gathers): only the part longer than the compute is exposed."""
+    params: int = 0
+    """Parameters held by this stage before TP sharding."""
+
+
+@dataclass
+class OperatorGraph:
+    stages: list[StageGraph]
+    p2p: Op | None
+    """Activation send between adjacent stages for one micro-batch (None when PP = 1)."""
+    num_microbatches: int
+    vpp: int
+
+
+def _gemm(name: str, phase: str, m: int, n: int, k: int, dtype: str) -> Op:
+    return Op("gemm", name, phase, (m, n, k), flops=2.0 * m * n * k,
+              bytes=float(ACT_BYTES * (m * k + n * k + m * n)), dtype=dtype)
+
+
+def _gemm_fwd_bwd(name: str, m: int, n: int, k: int, dtype: str) -> list[Op]:
+    """Forward GEMM plus its dgrad (m, k, n) and wgrad (n, k, m) backward GEMMs."""
+    return [_gemm(name, "fwd", m, n, k, dtype),
+            _gemm(name + ".dgrad", "bwd", m, k, n, dtype),
+            _gemm(name + ".wgrad", "bwd", n, k, m, dtype)]
+
+
+def _coll(kind: str, name: str, phase: str, nbytes: float, size: int, topo: tuple[int, int]) -> Op:
+    return Op(kind, name, phase, (float(nbytes), size, topo[0], topo[1]), bytes=float(nbytes))
+
+
+def _p2p(name: str, phase: str, nbytes: float, cross_node: bool, count: float = 1.0) -> Op:
+    """A point-to-point send between two ranks, inside one node or across two."""
+    topo = (2, 1) if cross_node else (1, 2)
+    return Op("send_recv", name, phase, (float(nbytes), 2, *topo), bytes=float(nbytes), count=count)
+
+
+def _mem(kind: str, name: str, phase: str, features: tuple, nbytes: float, flops: float = 0.0) -> Op:
+    return Op(kind, name, phase, features, flops=flops, bytes=float(nbytes))
+
+
+def layer_operators(model: ModelSpec, plan: ParallelPlan) -> tuple[list[Op], list[Op]]:
+    """(operators, overlapped communication) for one transformer layer and one micro-batch."""
+    t, cp = plan.tp, plan.cp
+    b, s_full = plan.micro_batch_size, plan.seq_len
+    s = s_full // cp                      # local sequence with context parallelism
+    tokens = b * s
+    sp_tokens = tokens // t if plan.sp else tokens   # tokens held outside the TP region
+    h, d = model.hidden_size, model.head_dim
+    heads = model.num_heads // t
+    kv_heads = max(1, model.num_kv_heads // t)       # KV heads are replicated when TP > kv heads
+    f = model.ffn_hidden_size // t
+    dtype = plan.dtype
+    gpn = plan.gpus_per_node
+    tp_topo = group_topology(t, 1, gpn)
+    act = tokens * h * ACT_BYTES                      # full [s, b, h] activation inside the TP region
+
+    ops: list[Op] = []
+    overlap: list[Op] = []
+
+    def tp_enter(name: str) -> None:
+        # entering a column-parallel block: SP all-gathers the sequence shards (fwd), reduce-scatters (bwd);
+        # without SP the forward is an identity and the backward all-reduces the input gradient.
+        if t == 1:
+            return
+        if plan.sp:
+            ops.append(_coll("all_gather", f"tp.{name}.allgather", "fwd", act, t, tp_topo))
+            ops.append(_coll("reduce_scatter", f"tp.{name}.reducescatter", "bwd", act, t, tp_topo))
+        else:
+            ops.append(_coll("all_reduce", f"tp.{name}.allreduce", "bwd", act, t, tp_topo))
+
+    def tp_exit(name: str) -> None:
+        # leaving a row-parallel block: all-reduce (or SP reduce-scatter) of the partial sums (fwd);
+        # the backward is an identity (or SP all-gather).
+        if t == 1:
+            return
+        if plan.sp:
+            ops.append(_coll("reduce_scatter", f"tp.{name}.reducescatter", "fwd", act, t, tp_topo))
+            ops.append(_coll("all_gather", f"tp.{name}.allgather", "bwd", act, t, tp_topo))
+        else:
+            ops.append(_coll("all_reduce", f"tp.{name}.allreduce", "fwd", act, t, tp_topo))
+
+    norm_bytes = sp_tokens * h * ACT_BYTES
+    # --- attention block
+    ops.append(_mem("norm", "attn_norm", "fwd", (sp_tokens, h), 2 * norm_bytes, 8.0 * sp_tokens * h))
+    ops.append(_mem("norm", "attn_norm", "bwd", (sp_tokens, h), 4 * norm_bytes, 16.0 * sp_tokens * h))
+    tp_enter("qkv")
+    qkv_n = (heads + 2 * kv_heads) * d
+    ops += _gemm_fwd_bwd("qkv", tokens, qkv_n, h, dtype)
+    if model.position_embedding == "rope":
+        rope_elems = tokens * (heads + kv_heads) * d
+        ops.append(_mem("rope", "rope", "fwd", (tokens, heads + kv_heads, d), 2 * rope_elems * ACT_BYTES,
+                        3.0 * rope_elems))
+        ops.append(_mem("rope", "rope", "bwd", (tokens, heads + kv_heads, d), 2 * rope_elems * ACT_BYTES,
+                        3.0 * rope_elems))
+    attn_feat = (b, s, s_full, heads, kv_heads, d, 1)
+    # FLOPs of causal flash attention on this rank: QK^T and PV over the visible half of the s x S matrix.
+    attn_flops = 4.0 * b * s * s_full * heads * d * 0.5
+    qkvo_bytes = ACT_BYTES * tokens * (2 * heads + 2 * kv_heads) * d
+    ops.append(_mem("attention_fwd", "attention", "fwd", attn_feat, qkvo_bytes, attn_flops))
+    # Backward: dQ, dK, dV plus the recomputed scores: 2.5x the forward matmul FLOPs (FlashAttention-2 paper,
+    # Dao 2023 §3.1 counts 5 matmuls backward vs 2 forward).
+    ops.append(_mem("attention_bwd", "attention", "bwd", attn_feat, 2 * qkvo_bytes, 2.5 * attn_flops))
+    if cp > 1:
+        # ring attention (Megatron CP): cp-1 KV-chunk exchanges forward, and K/V plus dK/dV backward,
+        # each overlapped with the attention compute of the previous chunk.
+        kv_chunk = ACT_BYTES * tokens * 2 * kv_heads * d
+        cross = group_topology(cp, t, gpn)[0] > 1
+        overlap.append(_p2p("cp.kv_exchange", "fwd", kv_chunk, cross, count=cp - 1))
+        overlap.append(_p2p("cp.kv_exchange", "bwd", 2 * kv_chunk, cross, count=cp - 1))
+    ops += _gemm_fwd_bwd("attn_out", tokens, h, heads * d, dtype)
+    tp_exit("attn_out")
+    ops.append(_mem("residual_add", "residual_add", "fwd", (sp_tokens * h,), 3 * norm_bytes, sp_tokens * h))
+    # --- MLP block
+    ops.append(_mem("norm", "mlp_norm", "fwd", (sp_tokens, h), 2 * norm_bytes, 8.0 * sp_tokens * h))
+    ops.append(_mem("norm", "mlp_norm", "bwd", (sp_tokens, h), 4 * norm_bytes, 16.0 * sp_tokens * h))
+    tp_enter("mlp_up")
+    up_n = f * (2 if model.gated else 1)
+    ops += _gemm_fwd_bwd("mlp_up", tokens, up_n, h, dtype)
+    act_in = tokens * up_n
+    act_out = tokens * f
+    ops.append(_mem("activation", f"act.{model.activation}", "fwd", (tokens, up_n),
+                    ACT_BYTES * (act_in + act_out), 8.0 * act_in))
+    ops.append(_mem("activation", f"act.{model.activation}", "bwd", (tokens, up_n),
+                    ACT_BYTES * (2 * act_in + act_out), 16.0 * act_in))
+    ops += _gemm_fwd_bwd("mlp_down", tokens, h, f, dtype)
+    tp_exit("mlp_down")
+    ops.append(_mem("residual_add", "residual_add", "fwd", (sp_tokens * h,), 3 * norm_bytes, sp_tokens * h))
+
+    # --- recomputation (backward pass re-runs forward operators)
+    if plan.recompute == "full":
+        recompute = [Op(o.kind, o.name, "recompute", o.features, o.flops, o.bytes, o.dtype, o.count)
+                     for o in ops if o.phase == "fwd"]
+        ops += recompute
+    # selective recompute of the attention core costs nothing extra here: FlashAttention's backward
+    # kernel recomputes the scores itself (its cost is inside attention_bwd).
+
+    if plan.zero == 3 and plan.dp * cp > 1:
+        # FSDP: all-gather this layer's parameter shard before forward and again before backward,
+        # reduce-scatter its gradients after backward; prefetched, so overlapped with layer compute.
+        group = plan.dp * cp
+        topo = group_topology(group, t, gpn)
+        pbytes = model.params_per_layer() / t * PARAM_GATHER_BYTES
+        overlap.append(_coll("all_gather", "zero3.param_allgather", "fwd", pbytes, group, topo))
+        overlap.append(_coll("all_gather", "zero3.param_allgather", "bwd", pbytes, group, topo))
+        gbytes = model.params_per_layer() / t * GRAD_REDUCE_BYTES
+        overlap.append(_coll("reduce_scatter", "zero3.grad_reducescatter", "bwd", gbytes, group, topo))
+    return ops, overlap
+
+
+def _embedding_ops(model: ModelSpec, plan: ParallelPlan) -> list[Op]:
+    t = plan.tp
+    tokens = plan.micro_batch_size * plan.seq_len // plan.cp
+    h = model.hidden_size
+    v = -(-model.vocab_size // t)
+    out = tokens * h * ACT_BYTES
+    ops = [_mem("embedding", "embedding", "fwd", (tokens, h, v), 2 * out),
+           _mem("embedding", "embedding", "bwd", (tokens, h, v), 3 * out)]
+    if t > 1:
+        topo = group_topology(t, 1, plan.gpus_per_node)
+        kind = "reduce_scatter" if plan.sp else "all_reduce"
+        ops.append(_coll(kind, f"tp.embedding.{kind.replace('_', '')}", "fwd", out, t, topo))
+    return ops
+
+
+def _head_ops(model: ModelSpec, plan: ParallelPlan) -> list[Op]:
+    t = plan.tp
+    tokens = plan.micro_batch_size * plan.seq_len // plan.cp
+    h = model.hidden_size
+    v = -(-model.vocab_size // t)
+    sp_tokens = tokens // t if plan.sp else tokens
+    norm_bytes = sp_tokens * h * ACT_BYTES
+    ops = [_mem("norm", "final_norm", "fwd", (sp_tokens, h), 2 * norm_bytes, 8.0 * sp_tokens * h),
+           _mem("norm", "final_norm", "bwd", (sp_tokens, h), 4 * norm_bytes, 16.0 * sp_tokens * h)]
+    topo = group_topology(t, 1, plan.gpus_per_node)
+    act = tokens * h * ACT_BYTES
+    if t > 1:
+        if plan.sp:
+            ops.append(_coll("all_gather", "tp.lm_head.allgather", "fwd", act, t, topo))
+            ops.append(_coll("reduce_scatter", "tp.lm_head.reducescatter", "bwd", act, t, topo))
+        else:
+            ops.append(_coll("all_reduce", "tp.lm_head.allreduce", "bwd", act, t, topo))
+    ops += _gemm_fwd_bwd("lm_head", tokens, v, h, plan.dtype)
+    # cross-entropy on fp32 logits: read logits, write softmax/grad (4 bytes each)
+    ops.append(_mem("cross_entropy", "cross_entropy", "fwd", (tokens, v), 4.0 * 2 * tokens * v, 5.0 * tokens * v))
+    ops.append(_mem("cross_entropy", "cross_entropy", "bwd", (tokens, v), 4.0 * 2 * tokens * v, 2.0 * tokens * v))
+    if t > 1:
+        ops.append(Op("all_reduce", "tp.cross_entropy.allreduce", "fwd", (float(tokens * 4), t, *topo),
+                      bytes=float(tokens * 4), count=CE_ALLREDUCES))
+    return ops
+
+
+def _iteration_ops(model: ModelSpec, plan: ParallelPlan, stage_params: int, first: bool, last: bool) -> list[Op]:
+    """DP gradient reduction, distributed-optimizer parameter all-gather, optimizer step (per iteration)."""
+    t, cp = plan.tp, plan.cp
+    group = plan.dp * cp          # gradients are reduced over DP x CP (Megatron's data-parallel-with-CP group)
+    params_gpu = stage_params / t
+    ops: list[Op] = []
+    if group > 1:
+        topo = group_topology(group, t, plan.gpus_per_node)
+        gbytes = params_gpu * GRAD_REDUCE_BYTES
+        if plan.zero == 0:
+            ops.append(_coll("all_reduce", "dp.grad_allreduce", "dp_comm", gbytes, group, topo))
+        elif plan.zero in (1, 2):
+            ops.append(_coll("reduce_scatter", "dp.grad_reducescatter", "dp_comm", gbytes, group, topo))
+            ops.append(_coll("all_gather", "dp.param_allgather", "zero_comm", params_gpu * PARAM_GATHER_BYTES,
+                             group, topo))
+        # zero == 3: gradients are reduce-scattered per layer (layer_overlap_ops)
+    if model.tied_embeddings and plan.pp > 1 and (first or last):
+        # Megatron keeps the tied embedding on the first and last stage and all-reduces its gradient.
+        nbytes = model.vocab_size * model.hidden_size / t * GRAD_REDUCE_BYTES
+        topo = group_topology(2, plan.tp * plan.cp * plan.dp * (plan.pp - 1), plan.gpus_per_node)
+        ops.append(_coll("all_reduce", "pp.embedding_grad_allreduce", "dp_comm", nbytes, 2, topo))
+    shard = params_gpu / group if plan.zero >= 1 else params_gpu
+    ops.append(Op("optimizer", "optimizer.adam", "optimizer", (round(shard),),
+                  flops=ADAM_FLOPS_PER_PARAM * shard, bytes=ADAM_BYTES_PER_PARAM * shard))
+    return ops
+
+
+def build_graph(model: ModelSpec, plan: ParallelPlan) -> OperatorGraph:
+    """Per-stage operator lists for ``plan`` (validated by the caller)."""
+    layer_ops, overlap = layer_operators(model, plan)
+    splits = plan.stage_layers(model.num_layers)
+    emb, head = _embedding_ops(model, plan), _head_ops(model, plan)
+    stages: list[StageGraph] = []
+    for i, n_layers in enumerate(splits):
+        first, last = i == 0, i == plan.pp - 1
+        stage_ops: list[Op] = []
+        params = n_layers * model.params_per_layer()
+        if first:
+            stage_ops += emb
+            params += model.embedding_params()
+        if last:
+            stage_ops += head
+            params += model.head_params()
+            if model.tied_embeddings and plan.pp > 1:
+                params += model.vocab_size * model.hidden_size
+        stages.append(StageGraph(i, n_layers, layer_ops, stage_ops,
+                                 _iteration_ops(model, plan, params, first, last), overlap, params))
+    p2p = None
+    if plan.pp > 1:
+        tokens = plan.micro_batch_size * plan.seq_len // plan.cp
+        nbytes = tokens * model.hidden_size * ACT_BYTES / (plan.tp if plan.sp else 1)
+        stride = plan.tp * plan.cp * plan.dp
+        p2p = _p2p("pp.p2p", "pp_comm", nbytes, stride >= plan.gpus_per_node)
+    return OperatorGraph(stages, p2p, plan.num_microbatches, plan.vpp)

@@ -1,0 +1,152 @@
+"""`planner predict`: one plan from flags, or a JSONL batch."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Optional
+
+import typer
+
+from planner.errors import PlannerError
+
+FORMATS = ("table", "json", "jsonl")
+
+
+def _err(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code=2)
+
+
+def predict_one(raw: dict, hardware_files: tuple = ()) -> dict:
+    """Predict one request dict; returns the JSON-ready record (raises PlannerError on bad input)."""
+    from planner.predict import predict
+    from planner.requests import build_request
+
+    req = build_request(raw, hardware_files)
+    pred = predict(req.model, req.plan, req.hardware)
+    out = {"id": raw.get("id")} if isinstance(raw, dict) and "id" in raw else {}
+    out.update(pred.to_dict())
+    out["plan"] = {"model": req.model.name, "gpu": req.hardware.gpu.name, "cluster": req.hardware.cluster.name,
+                   "gpus": req.plan.world_size, "gpus_per_node": req.plan.gpus_per_node, "tp": req.plan.tp,
+                   "pp": req.plan.pp, "dp": req.plan.dp, "cp": req.plan.cp, "vpp": req.plan.vpp,
+                   "mbs": req.plan.micro_batch_size, "gbs": req.plan.global_batch_size,
+                   "seq_len": req.plan.seq_len, "num_microbatches": req.plan.num_microbatches,
+                   "recompute": req.plan.recompute, "sequence_parallel": req.plan.sp, "zero": req.plan.zero,
+                   "dtype": req.plan.dtype}
+    return out
+
+
+def run_batch(lines, hardware_files: tuple = ()):
+    """Yield one output record per non-empty input line; a bad line yields {id, error}."""
+    for lineno, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line:
+            continue
+        rid = None
+        try:
+            raw = json.loads(line)
+            if isinstance(raw, dict):
+                rid = raw.get("id")
+            yield predict_one(raw, hardware_files)
+        except json.JSONDecodeError as exc:
+            yield {"id": rid, "line": lineno, "error": f"line {lineno} is not valid JSON ({exc.msg} at column {exc.colno})"}
+        except (PlannerError, ValueError, TypeError, KeyError) as exc:
+            yield {"id": rid, "line": lineno, "error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__}
+
+
+def _render_table(rec: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    p = rec["plan"]
+    con.print(f"[bold]{p['model']}[/] on {p['gpus']} x {p['gpu']} ({p['cluster']}, {p['gpus_per_node']}/node)  "
+              f"TP={p['tp']} PP={p['pp']} DP={p['dp']} CP={p['cp']} VPP={p['vpp']} MBS={p['mbs']} GBS={p['gbs']} "
+              f"seq={p['seq_len']} micro-batches={p['num_microbatches']} recompute={p['recompute']} "
+              f"SP={p['sequence_parallel']} ZeRO={p['zero']} dtype={p['dtype']}  [dim](cost model: {rec['cost_model']})[/]")
+    t = Table(title="Prediction", show_header=True)
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    t.add_row("iteration time [s]", f"{rec['iteration_time_s']:.4g}")
+    t.add_row("throughput [tokens/s]", f"{rec['tokens_per_s']:,.0f}")
+    t.add_row("throughput [tokens/s/GPU]", f"{rec['tokens_per_s_per_gpu']:,.1f}")
+    t.add_row("model FLOPs [TFLOP/s/GPU]", f"{rec['model_tflops_per_gpu']:.1f}")
+    t.add_row("hardware FLOPs [TFLOP/s/GPU]", f"{rec['hardware_tflops_per_gpu']:.1f}")
+    t.add_row("MFU [%]", f"{100 * rec['mfu']:.1f}")
+    t.add_row("pipeline bubble [%]", f"{100 * rec['bubble_fraction']:.1f}")
+    t.add_row("bottleneck", rec["bottleneck"])
+    mem = rec["memory"]
+    fits = "fits" if rec["fits_in_memory"] else "[red]DOES NOT FIT[/]"
+    t.add_row("memory per GPU [GiB]", f"{rec['memory_gib_per_gpu']:.1f} ({fits}; peak on stage {mem['stage']})")
+    for part in ("weights", "gradients", "optimizer", "activations", "workspace"):
+        t.add_row(f"  {part} [GiB]", f"{mem[part]:.2f}")
+    for k, v in rec["exposed_comm_s"].items():
+        if v > 0:
+            t.add_row(f"exposed {k.upper()} comm [s]", f"{v:.4g}")
+    con.print(t)
+    b = Table(title="Top operators (critical stage, whole iteration)")
+    for col, just in (("operator", "left"), ("phase", "left"), ("time [s]", "right"), ("share [%]", "right")):
+        b.add_column(col, justify=just)
+    for row in rec["breakdown"][:12]:
+        b.add_row(row["operator"], row["phase"], f"{row['time_s']:.4g}", f"{100 * row['share']:.1f}")
+    con.print(b)
+    for w in rec["warnings"]:
+        con.print(f"[yellow]warning:[/] {w}")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def predict(
+        model: Optional[str] = typer.Option(None, "--model", "-m", help="Preset name (see `planner models`) or path to a config.json."),
+        gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU key (see `planner gpus`)."),
+        gpus: Optional[int] = typer.Option(None, "--gpus", help="Total number of GPUs."),
+        gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", help="GPUs per node (default: node type's)."),
+        cluster: Optional[str] = typer.Option(None, "--cluster", help="Node type / cluster (see `planner gpus`)."),
+        tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree."),
+        pp: int = typer.Option(1, "--pp", help="Pipeline-parallel degree."),
+        cp: int = typer.Option(1, "--cp", help="Context-parallel degree."),
+        vpp: int = typer.Option(1, "--vpp", help="Virtual pipeline chunks per stage."),
+        mbs: int = typer.Option(1, "--mbs", help="Micro-batch size (sequences)."),
+        gbs: Optional[int] = typer.Option(None, "--gbs", help="Global batch size (sequences); default ~4M tokens."),
+        seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Sequence length (default: model's max)."),
+        recompute: str = typer.Option("selective", "--recompute", help="none | selective | full."),
+        sequence_parallel: bool = typer.Option(True, "--sequence-parallel/--no-sequence-parallel"),
+        zero: int = typer.Option(1, "--zero", help="ZeRO stage 0-3 (1 = distributed optimizer, 3 = FSDP)."),
+        dtype: str = typer.Option("bf16", "--dtype", help="bf16 | fp16 | fp8."),
+        batch: Optional[str] = typer.Option(None, "--batch", help="JSONL file of requests ('-' = stdin)."),
+        fmt: str = typer.Option("table", "--format", help="table | json (single plan); jsonl (batch)."),
+        hardware_file: list[str] = typer.Option([], "--hardware-file", help="TOML/YAML file adding GPUs/clusters."),
+    ) -> None:
+        """Predict iteration time, throughput, MFU, memory and operator breakdown of one plan (or a batch)."""
+        if fmt not in FORMATS:
+            raise _err(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
+        hw_files = tuple(hardware_file)
+        if batch is not None:
+            if fmt == "table":
+                fmt = "jsonl"
+            try:
+                fh = sys.stdin if batch == "-" else open(batch, encoding="utf-8")
+            except OSError as exc:
+                raise _err(f"cannot read batch file {batch}: {exc.strerror}; pass an existing JSONL file or '-'")
+            with fh:
+                try:
+                    for rec in run_batch(fh, hw_files):
+                        sys.stdout.write(json.dumps(rec) + "\n")
+                except UnicodeDecodeError:
+                    raise _err(f"batch file {batch} is not UTF-8 text; pass a JSONL file")
+            return
+        missing = [n for n, v in (("--model", model), ("--gpu", gpu), ("--gpus", gpus)) if v is None]
+        if missing:
+            raise _err(f"missing {', '.join(missing)}; e.g. planner predict --model llama-13b --gpu a100-80gb --gpus 128 --tp 2 --pp 2")
+        raw = {"model": model, "gpu": gpu, "gpus": gpus, "gpus_per_node": gpus_per_node, "cluster": cluster,
+               "tp": tp, "pp": pp, "cp": cp, "vpp": vpp, "mbs": mbs, "gbs": gbs, "seq_len": seq_len,
+               "recompute": recompute, "sequence_parallel": sequence_parallel, "zero": zero, "dtype": dtype}
+        try:
+            rec = predict_one(raw, hw_files)
+        except PlannerError as exc:
+            raise _err(str(exc))
+        if fmt in ("json", "jsonl"):
+            typer.echo(json.dumps(rec, indent=2 if fmt == "json" else None))
+        else:
+            _render_table(rec)

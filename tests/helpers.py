@@ -1,0 +1,25 @@
+"""Spec builders shared by tests (no presets: tests state the architecture they use)."""
+
+from planner.specs.model import ModelSpec
+from planner.specs.plan import ParallelPlan
+
+
+def gpt(layers=96, hidden=12288, heads=96, vocab=51200, seq=2048, **kw) -> ModelSpec:
+    """GPT-3-style model (GELU, LayerNorm, learned positions, ffn 4h, biases, dropout)."""
+    args = dict(name="gpt-test", num_layers=layers, hidden_size=hidden, num_heads=heads, num_kv_heads=heads,
+                ffn_hidden_size=4 * hidden, vocab_size=vocab, activation="gelu", norm="layernorm",
+                position_embedding="learned", max_seq_len=seq, linear_bias=True, dropout=True)
+    args.update(kw)
+    return ModelSpec(**args)
+
+
+def llama(layers=32, hidden=4096, heads=32, kv=32, ffn=11008, vocab=32000, seq=4096, **kw) -> ModelSpec:
+    args = dict(name="llama-test", num_layers=layers, hidden_size=hidden, num_heads=heads, num_kv_heads=kv,
+                ffn_hidden_size=ffn, vocab_size=vocab, activation="swiglu", norm="rmsnorm",
+                position_embedding="rope", max_seq_len=seq)
+    args.update(kw)
+    return ModelSpec(**args)
+
+
+def plan(gpus=8, gpn=8, gbs=64, seq=2048, **kw) -> ParallelPlan:
+    return ParallelPlan(world_size=gpus, gpus_per_node=gpn, global_batch_size=gbs, seq_len=seq, **kw)
