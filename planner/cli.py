@@ -20,6 +20,13 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+
+
+@app.callback()
+def _root() -> None:
+    """Predict LLM training iteration time, memory and cost per token; search parallel layouts."""
+
+
 # Modules that add commands. A module listed here must define register(app).
 COMMAND_MODULES = (
     "planner.cli_predict",

@@ -57,6 +57,7 @@ def run_batch(lines, hardware_files: tuple = ()):
 
 def _render_table(rec: dict) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     con = Console()
@@ -68,26 +69,26 @@ def _render_table(rec: dict) -> None:
     t = Table(title="Prediction", show_header=True)
     t.add_column("metric")
     t.add_column("value", justify="right")
-    t.add_row("iteration time [s]", f"{rec['iteration_time_s']:.4g}")
-    t.add_row("throughput [tokens/s]", f"{rec['tokens_per_s']:,.0f}")
-    t.add_row("throughput [tokens/s/GPU]", f"{rec['tokens_per_s_per_gpu']:,.1f}")
-    t.add_row("model FLOPs [TFLOP/s/GPU]", f"{rec['model_tflops_per_gpu']:.1f}")
-    t.add_row("hardware FLOPs [TFLOP/s/GPU]", f"{rec['hardware_tflops_per_gpu']:.1f}")
-    t.add_row("MFU [%]", f"{100 * rec['mfu']:.1f}")
-    t.add_row("pipeline bubble [%]", f"{100 * rec['bubble_fraction']:.1f}")
-    t.add_row("bottleneck", rec["bottleneck"])
+    t.add_row(escape("iteration time [s]"), f"{rec['iteration_time_s']:.4g}")
+    t.add_row(escape("throughput [tokens/s]"), f"{rec['tokens_per_s']:,.0f}")
+    t.add_row(escape("throughput [tokens/s/GPU]"), f"{rec['tokens_per_s_per_gpu']:,.1f}")
+    t.add_row(escape("model FLOPs [TFLOP/s/GPU]"), f"{rec['model_tflops_per_gpu']:.1f}")
+    t.add_row(escape("hardware FLOPs [TFLOP/s/GPU]"), f"{rec['hardware_tflops_per_gpu']:.1f}")
+    t.add_row(escape("MFU [%]"), f"{100 * rec['mfu']:.1f}")
+    t.add_row(escape("pipeline bubble [%]"), f"{100 * rec['bubble_fraction']:.1f}")
+    t.add_row(escape("bottleneck"), rec["bottleneck"])
     mem = rec["memory"]
     fits = "fits" if rec["fits_in_memory"] else "[red]DOES NOT FIT[/]"
-    t.add_row("memory per GPU [GiB]", f"{rec['memory_gib_per_gpu']:.1f} ({fits}; peak on stage {mem['stage']})")
+    t.add_row(escape("memory per GPU [GiB]"), f"{rec['memory_gib_per_gpu']:.1f} ({fits}; peak on stage {mem['stage']})")
     for part in ("weights", "gradients", "optimizer", "activations", "workspace"):
-        t.add_row(f"  {part} [GiB]", f"{mem[part]:.2f}")
+        t.add_row(escape(f"  {part} [GiB]"), f"{mem[part]:.2f}")
     for k, v in rec["exposed_comm_s"].items():
         if v > 0:
-            t.add_row(f"exposed {k.upper()} comm [s]", f"{v:.4g}")
+            t.add_row(escape(f"exposed {k.upper()} comm [s]"), f"{v:.4g}")
     con.print(t)
     b = Table(title="Top operators (critical stage, whole iteration)")
     for col, just in (("operator", "left"), ("phase", "left"), ("time [s]", "right"), ("share [%]", "right")):
-        b.add_column(col, justify=just)
+        b.add_column(escape(col), justify=just)
     for row in rec["breakdown"][:12]:
         b.add_row(row["operator"], row["phase"], f"{row['time_s']:.4g}", f"{100 * row['share']:.1f}")
     con.print(b)

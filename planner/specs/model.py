@@ -114,11 +114,14 @@ class ModelSpec:
         """Weights of one transformer block (attention + MLP + 2 norms)."""
         h, f = self.hidden_size, self.ffn_hidden_size
         attn = h * (self.q_dim + 2 * self.kv_dim) + self.q_dim * h
-        mlp = h * f * (3 if self.gated else 2)
+        experts = max(self.num_experts, 1)
+        # MoE: every expert holds a full MLP, plus an h x E router
+        # (Mixtral, Jiang et al. 2024, arXiv 2401.04088 Sec. 2.1).
+        mlp = h * f * (3 if self.gated else 2) * experts + (h * experts if experts > 1 else 0)
         norms = 2 * h * (2 if self.norm == "layernorm" else 1)
         bias = 0
         if self.linear_bias:
-            bias = (self.q_dim + 2 * self.kv_dim) + h + (2 * f if self.gated else f) + h
+            bias = (self.q_dim + 2 * self.kv_dim) + h + ((2 * f if self.gated else f) + h) * experts
         return attn + mlp + norms + bias
 
     def embedding_params(self) -> int:

@@ -1,0 +1,418 @@
+"""Per-GPU memory model: weights, gradients, optimizer state, activations and workspace.
+
+Everything here is closed-form arithmetic on :class:`ModelSpec` and :class:`ParallelPlan` (no
+allocation, no torch), cheap enough to be called for every candidate of a layout search.
+
+Sources
+-------
+* [MEGATRON-DO] Megatron-Core developer guide, "Distributed Optimizer"
+  (docs.nvidia.com/megatron-core/developer-guide/latest/distrib_optimizer.html): bytes per parameter
+  for bf16/fp16 params with fp32 main grads are 18 without and ``6 + 12/d`` with the distributed
+  optimizer (d = data-parallel size).
+* [MEGATRON-TM] Megatron-LM ``megatron/training/theoretical_memory_usage.py`` (NVIDIA/Megatron-LM):
+  the same 18 / 6+12/d rule, the most loaded shard (embedding on stage 0), the token-id and
+  embedding-dropout activations on the first stage and the output-layer/loss activations.
+* [KORTHIKANTI] Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models",
+  arXiv 2205.05198 (2022): Sec. 4.1 per-layer activation terms, Table 2 (per-layer activations for
+  each parallel/recompute mode), Sec. 4.2.3 (in-flight micro-batches with 1F1B and interleaving),
+  Sec. 4.3 (embedding / output layer / loss activations), Figure 1 (activation and
+  parameter+optimizer memory of the 22B/175B/530B/1T models).
+* [NARAYANAN] Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters
+  Using Megatron-LM", SC'21, arXiv 2104.04473, Sec. 2.2: 1F1B limits in-flight micro-batches to
+  the pipeline depth.
+* [MEGATRON-SCHED] Megatron-LM ``megatron/core/pipeline_parallel/schedules.py``: warm-up
+  micro-batches of the interleaved schedule, ``2 (p - i - 1) + (v - 1) * p`` (with the default
+  ``microbatch_group_size_per_vp_stage = p``), capped at ``m * v``.
+* [FLASH2] Dao, "FlashAttention-2", arXiv 2307.08691, Algorithm 1/2: the forward pass saves only
+  Q, K, V, O and the fp32 row log-sum-exp; the dropout mask is regenerated from the RNG state.
+* [FSDP-NOTES] PyTorch docs, "FSDP Notes / FSDP Prefetch Nuances"
+  (docs.pytorch.org/docs/stable/notes/fsdp.html): with prefetching the next unit's all-gather
+  output is allocated while the current unit is in use (two gathered units at once).
+
+Conventions
+-----------
+* Activations are 2-byte (bf16/fp16) tensors, dropout masks 1 byte, as in [KORTHIKANTI]; with
+  ``dtype='fp8'`` Transformer Engine may keep some GEMM inputs in fp8 (1 byte) - not modelled,
+  so fp8 activations are over- rather than under-estimated.
+* Parameters are kept in bf16/fp16 (2 bytes) with fp32 main gradients (4 bytes) and fp32 Adam
+  master weights + two moments (12 bytes), Megatron's default for bf16 training ([MEGATRON-DO],
+  "float16 param, fp32 grads" row). The same rule is used for every ``plan.dtype`` and for every
+  ZeRO stage (FSDP may keep bf16 gradients under a bf16 reduce policy; we model the Megatron-like
+  fp32 main-gradient policy consistently). fp8 training keeps bf16 parameters; Transformer Engine's
+  cached fp8 weight copies are not modelled.
+* Sharding group of ZeRO: data-parallel x context-parallel ranks. Parameters are replicated across
+  CP and gradients are reduced over DP x CP, so Megatron's distributed optimizer shards over the
+  "data-parallel group with context parallelism" (``get_data_parallel_group(with_context_parallel=
+  True)``, megatron/core/parallel_state.py).
+* Sizes are bytes; GB = 1e9 bytes (``GPUSpec.hbm_bytes``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.specs.hardware import GPUSpec
+from planner.specs.model import ModelSpec
+from planner.specs.plan import ParallelPlan
+
+# ----------------------------------------------------------------------------- constants
+BYTES_PARAM = 2.0
+"""bf16/fp16 model parameter [MEGATRON-DO]."""
+BYTES_GRAD = 4.0
+"""fp32 main gradient (Megatron ``accumulate_allreduce_grads_in_fp32``, on for bf16) [MEGATRON-DO]."""
+BYTES_OPTIMIZER = 12.0
+"""fp32 master weight + Adam first and second moments, 4 bytes each [MEGATRON-DO]."""
+BYTES_ACT = 2.0
+"""bf16/fp16 activation element [KORTHIKANTI] Sec. 4.1."""
+BYTES_MASK = 1.0
+"""Dropout mask element [KORTHIKANTI] Sec. 4.1."""
+BYTES_LOGIT = 4.0
+"""Logits are cast to fp32 for Megatron's vocab-parallel cross entropy
+(megatron/core/tensor_parallel/cross_entropy.py, called on ``logits.float()``) [KORTHIKANTI] Sec. 4.3."""
+BYTES_TOKEN_ID = 8.0
+"""int64 token ids held by the embedding [MEGATRON-TM] ("Input to embedding", 8 * s * b)."""
+BYTES_LSE = 4.0
+"""fp32 log-sum-exp per (head, token) saved by flash attention [FLASH2]."""
+
+VOCAB_PAD_MULTIPLE = 128
+"""Megatron pads the vocabulary to a multiple of ``make_vocab_size_divisible_by * TP``; the
+argument's default is 128 (megatron/training/arguments.py, ``--make-vocab-size-divisible-by``)."""
+
+MIB = 2 ** 20
+
+CUDA_CONTEXT_BYTES = 0.7e9
+"""CUDA context + loaded kernels. Observations: 200-700 MB across machines (pytorch/pytorch#28113),
+~300 MB with CUDA >= 11.7 lazy module loading and > 1000 MB before it (pytorch/pytorch#107667,
+ptrblck). We take the upper end of the lazy-loading era figure, 700 MB (an assumption, not a
+measurement of any specific framework)."""
+
+CUBLAS_WORKSPACE_HOPPER_BYTES = 32 * MIB
+"""cuBLAS(Lt) workspace per handle/stream recommended for Hopper and newer: 32 MiB
+(cuBLAS docs, cublasSetWorkspace; adopted by PyTorch in pytorch/pytorch#120925)."""
+CUBLAS_WORKSPACE_OLDER_BYTES = 4 * MIB
+"""cuBLAS workspace recommended for pre-Hopper GPUs: 4 MiB (same sources)."""
+CUBLAS_STREAMS = 4
+"""ASSUMPTION: number of streams with their own cuBLAS workspace (compute plus overlapped TP/DP/PP
+communication streams; Transformer Engine keeps several GEMM streams)."""
+
+NCCL_BUFFSIZE_BYTES = 4 * MIB
+"""NCCL_BUFFSIZE default, 4 MiB per connection buffer (NCCL user guide, Environment Variables)."""
+NCCL_CHANNELS = 16
+"""ASSUMPTION: channels per communicator (NCCL picks 2-32 by topology)."""
+NCCL_ACTIVE_COMMUNICATORS = 4
+"""ASSUMPTION: communicators with live buffers on one GPU (TP, DP, PP, CP/embedding groups)."""
+NCCL_PEERS_PER_CHANNEL = 2
+"""A ring channel connects each rank to its previous and next peer."""
+NCCL_BUFFER_BYTES = NCCL_ACTIVE_COMMUNICATORS * NCCL_CHANNELS * NCCL_PEERS_PER_CHANNEL * NCCL_BUFFSIZE_BYTES
+"""NCCL staging buffers: communicators x channels x peers x NCCL_BUFFSIZE = 512 MiB (assumption,
+see the three factors above)."""
+
+
+def default_workspace_bytes(gpu: GPUSpec | None = None) -> float:
+    """Fixed allowance for CUDA context, cuBLAS workspaces and NCCL buffers (see module constants).
+
+    The cuBLAS part uses the Hopper figure unless ``gpu`` is known to predate Hopper; GPUs without
+    an fp8 peak in ``peak_tflops`` are treated as pre-Hopper (fp8 tensor cores arrived with Hopper).
+    Without a ``gpu`` the larger Hopper figure is used (the conservative choice).
+    """
+    cublas = CUBLAS_WORKSPACE_HOPPER_BYTES
+    if gpu is not None and "fp8" not in gpu.peak_tflops:
+        cublas = CUBLAS_WORKSPACE_OLDER_BYTES
+    return CUDA_CONTEXT_BYTES + CUBLAS_STREAMS * cublas + NCCL_BUFFER_BYTES
+
+
+DEFAULT_WORKSPACE_BYTES = default_workspace_bytes()
+"""Workspace with the Hopper cuBLAS figure: 0.7 GB + 128 MiB + 512 MiB ~= 1.37 GB."""
+
+DEFAULT_HEADROOM = 0.05
+"""Fraction of HBM kept free in :func:`fits_in_memory` for caching-allocator fragmentation and
+transient buffers. 5 % is what Megatron-LM adds for "optimizer and miscellaneous temporaries"
+([MEGATRON-TM], ``overhead_factor = 1.05``) and what vllm-project/compressed-tensors#587 reserves
+after observing 1.83 GiB reserved-but-unallocated of 78.09 GiB in use (2.3 %)."""
+
+
+# ----------------------------------------------------------------------------- result
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Memory of one GPU, in bytes, for one pipeline stage (the peak stage from memory_per_gpu)."""
+
+    weights: float
+    """bf16 parameters held (sharded under ZeRO-3, plus the gathered working set)."""
+    gradients: float
+    """fp32 main gradients held (sharded under ZeRO-2/3, plus one unsharded unit)."""
+    optimizer: float
+    """fp32 master weights and Adam moments (sharded under ZeRO >= 1)."""
+    activations: float
+    """Activations stored for backward at the peak of the 1F1B schedule."""
+    workspace: float
+    """Fixed allowance: CUDA context, cuBLAS workspaces, NCCL buffers."""
+    stage: int
+    """Pipeline stage (0-based) this breakdown describes."""
+    inflight_microbatches: float
+    """Micro-batches whose activations the stage holds at its peak (stage-equivalents; fractional
+    with the interleaved schedule)."""
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.gradients + self.optimizer + self.activations + self.workspace
+
+
+# ----------------------------------------------------------------------------- helpers
+def padded_vocab(model: ModelSpec, tp: int) -> int:
+    """Vocabulary padded to a multiple of 128 * TP as Megatron does (``_vocab_size_with_padding``)."""
+    mult = VOCAB_PAD_MULTIPLE * tp
+    return -(-model.vocab_size // mult) * mult
+
+
+def _kv_heads_per_rank(model: ModelSpec, tp: int) -> float:
+    """KV heads on one TP rank: a_kv / t, or 1 when TP exceeds a_kv (heads replicated, Megatron GQA)."""
+    return model.num_kv_heads / tp if model.num_kv_heads >= tp else 1.0
+
+
+def layer_params_per_gpu(model: ModelSpec, tp: int) -> float:
+    """Parameters of one transformer block on one TP rank (Megatron column/row-parallel layout).
+
+    Q/K/V and fc1 are column-parallel (weights and biases split over TP), the output projection and
+    fc2 are row-parallel (weights split, bias replicated); norms are replicated. Mirrors
+    ``ModelSpec.params_per_layer`` (equal at tp=1), including its MoE expert count.
+    """
+    h = model.hidden_size
+    q = model.q_dim / tp
+    kv = _kv_heads_per_rank(model, tp) * model.head_dim
+    f = model.ffn_hidden_size / tp
+    experts = max(model.num_experts, 1)
+    attn = h * (q + 2 * kv) + q * h
+    mlp = h * f * (3 if model.gated else 2) * experts + (h * experts if experts > 1 else 0)
+    norms = 2 * h * (2 if model.norm == "layernorm" else 1)
+    bias = 0.0
+    if model.linear_bias:
+        bias = (q + 2 * kv) + h + ((2 * f if model.gated else f) + h) * experts
+    return attn + mlp + norms + bias
+
+
+def _embedding_params_per_gpu(model: ModelSpec, tp: int) -> float:
+    """Vocab-parallel word embedding (V_pad * h / t) plus a replicated learned position table."""
+    pos = model.max_seq_len * model.hidden_size if model.position_embedding == "learned" else 0
+    return padded_vocab(model, tp) * model.hidden_size / tp + pos
+
+
+def _head_params_per_gpu(model: ModelSpec, tp: int, pp: int) -> float:
+    """Final norm (replicated) plus the vocab-parallel LM head on the last stage.
+
+    With tied embeddings and PP > 1 Megatron keeps a copy of the word embedding on the last stage
+    (``shared_embedding``, kept in sync by an all-reduce over the embedding group), so the copy
+    counts here with its gradient and optimizer state; with PP = 1 the one table serves both.
+    """
+    final_norm = model.hidden_size * (2 if model.norm == "layernorm" else 1)
+    head = padded_vocab(model, tp) * model.hidden_size / tp
+    if model.tied_embeddings and pp == 1:
+        head = 0.0
+    return final_norm + head
+
+
+def stage_params(model: ModelSpec, plan: ParallelPlan) -> list[float]:
+    """Parameters held by one GPU of each pipeline stage (before any ZeRO sharding)."""
+    per_layer = layer_params_per_gpu(model, plan.tp)
+    layers = plan.stage_layers(model.num_layers)
+    out = [n * per_layer for n in layers]
+    out[0] += _embedding_params_per_gpu(model, plan.tp)
+    out[-1] += _head_params_per_gpu(model, plan.tp, plan.pp)
+    return out
+
+
+def inflight_microbatches(pp: int, stage: int, num_microbatches: int, vpp: int = 1) -> float:
+    """Micro-batches whose activations stage ``stage`` holds at its peak, in whole-stage units.
+
+    Plain 1F1B: ``min(p - i, m)`` ([NARAYANAN] Sec. 2.2; [KORTHIKANTI] Sec. 4.2.3).
+    Interleaved (v chunks per stage): the stage runs ``2 (p - i - 1) + (v - 1) p`` warm-up chunk
+    forwards and one more before its first backward ([MEGATRON-SCHED]), capped at all ``m v`` chunk
+    micro-batches; each chunk holds 1/v of the stage's layers, so the count is divided by v. For
+    stage 0 this is ``p (1 + (p - 1) / (p v))``, Korthikanti's interleaving factor (Sec. 4.2.3);
+    for p = 1 it is 1.
+    """
+    m = max(num_microbatches, 1)
+    if vpp <= 1:
+        return float(min(pp - stage, m))
+    chunks = min(2 * (pp - stage - 1) + (vpp - 1) * pp + 1, m * vpp)
+    return chunks / vpp
+
+
+# ----------------------------------------------------------------------------- activations
+def activation_bytes_per_layer(model: ModelSpec, plan: ParallelPlan, flash_attention: bool = True) -> float:
+    """Activation bytes one transformer layer stores for one micro-batch on one GPU.
+
+    Term by term from [KORTHIKANTI] Sec. 4.1 (s = seq_len / CP, b = micro-batch, h = hidden,
+    q = a * d_head, k = a_kv * d_head, F = ffn width, t = TP; 2 bytes per element, 1 per mask):
+
+    Sequence-parallel region (replicated over TP, divided by t with SP; Sec. 4.2.2):
+      LayerNorm-1 input 2sbh, QKV-GEMM input 2sbh, LayerNorm-2 input 2sbh, fc1 input 2sbh,
+      attention-output and MLP-output dropout masks sbh each  -> 8sbh (+2sbh with dropout).
+    Tensor-parallel region (divided by t):
+      Q 2sbq and K 2sbk (inputs of QK^T), V 2sbk (input of softmax.V), attention output 2sbq
+      (input of the output projection); activation-function input 2sbF (2 * 2sbF for a gated MLP:
+      gate and up outputs, Megatron's fused ``bias_swiglu`` saves only its input) and output 2sbF
+      (fc2 input).
+    Attention core, recompute='none' only:
+      without flash attention: softmax output 2as^2b, dropout mask as^2b, dropout output 2as^2b
+      (5as^2b; 2as^2b without dropout); with flash attention only the fp32 log-sum-exp 4asb [FLASH2].
+    For GPT (q = k = h, F = 4h, dropout) these add up to Korthikanti's 34 = 11 (attention) + 19 (MLP)
+    + 4 (norms) and reproduce Table 2: sbh(34 + 5as/h), sbh(10 + 24/t + 5as/(ht)),
+    sbh(34/t + 5as/(ht)), sbh(10 + 24/t), 34sbh/t. Selective recompute drops the attention core
+    (Table 2); flash attention makes recompute='none' equal to selective plus the log-sum-exp.
+    recompute='full' keeps only the layer input, 2sbh (Table 2), which Megatron stores sharded by
+    SP (2sbh/t).
+    With GQA and TP > a_kv each rank holds one replicated KV head. With CP the s^2 terms use
+    (s/CP)^2 (a lower bound: non-flash attention is not used with CP in Megatron).
+    """
+    return _layer_activation_bytes(model, plan, plan.recompute, flash_attention)
+
+
+def _layer_activation_bytes(model: ModelSpec, plan: ParallelPlan, recompute: str, flash_attention: bool) -> float:
+    """activation_bytes_per_layer with the recompute mode given explicitly."""
+    t = plan.tp
+    sp_div = t if plan.sp else 1
+    tokens = plan.seq_len / plan.cp * plan.micro_batch_size
+    h = model.hidden_size
+    if recompute == "full":
+        return BYTES_ACT * tokens * h / sp_div
+
+    dropout = model.dropout
+    seq_region = tokens * h * (4 * BYTES_ACT + (2 * BYTES_MASK if dropout else 0.0))
+    q = model.q_dim / t
+    kv = _kv_heads_per_rank(model, t) * model.head_dim
+    f = model.ffn_hidden_size / t
+    attn = tokens * BYTES_ACT * (q + 2 * kv + q)
+    mlp = tokens * BYTES_ACT * (f * (2 if model.gated else 1) + f)
+    core = 0.0
+    if recompute == "none":
+        heads = model.num_heads / t
+        if flash_attention:
+            core = BYTES_LSE * heads * tokens
+        else:
+            s = plan.seq_len / plan.cp
+            per_score = BYTES_ACT + ((BYTES_MASK + BYTES_ACT) if dropout else 0.0)
+            core = per_score * heads * plan.micro_batch_size * s * s
+    return seq_region / sp_div + attn + mlp + core
+
+
+def first_stage_extra_bytes(model: ModelSpec, plan: ParallelPlan) -> float:
+    """Per-micro-batch activations of the embedding on stage 0: int64 token ids 8sb ([MEGATRON-TM])
+    and, with dropout, the embedding-dropout mask sbh (sbh/t with SP) ([KORTHIKANTI] Sec. 4.3).
+    The embedding output itself is the first layer's input, already counted in the layer."""
+    tokens = plan.seq_len / plan.cp * plan.micro_batch_size
+    sp_div = plan.tp if plan.sp else 1
+    mask = BYTES_MASK * tokens * model.hidden_size / sp_div if model.dropout else 0.0
+    return BYTES_TOKEN_ID * tokens + mask
+
+
+def last_stage_extra_bytes(model: ModelSpec, plan: ParallelPlan) -> float:
+    """Per-micro-batch activations of the head on the last stage ([KORTHIKANTI] Sec. 4.3):
+    final-norm input 2sbh and output-layer input 2sbh (each /t with SP) and fp32 logits for the
+    vocab-parallel cross entropy 4sbV/t, i.e. 4sbh/t (1 + V/h) with SP."""
+    tokens = plan.seq_len / plan.cp * plan.micro_batch_size
+    sp_div = plan.tp if plan.sp else 1
+    hidden = 2 * BYTES_ACT * tokens * model.hidden_size / sp_div
+    logits = BYTES_LOGIT * tokens * padded_vocab(model, plan.tp) / plan.tp
+    return hidden + logits
+
+
+# ----------------------------------------------------------------------------- per stage
+def _stage_terms(model: ModelSpec, plan: ParallelPlan, flash_attention: bool) -> list[tuple]:
+    """(weights, gradients, optimizer, activations, inflight) for every stage; plain floats."""
+    pp, vpp = plan.pp, plan.vpp
+    m1 = max(plan.num_microbatches, 1)
+    shard = max(plan.dp * plan.cp, 1)
+    zero = plan.zero if shard > 1 else 0  # nothing to shard over one rank (FSDP falls back to NO_SHARD)
+    per_layer_params = layer_params_per_gpu(model, plan.tp)
+    emb = _embedding_params_per_gpu(model, plan.tp)
+    head = _head_params_per_gpu(model, plan.tp, pp)
+    act_layer = activation_bytes_per_layer(model, plan, flash_attention)
+    # Full recompute re-materialises one layer at a time in backward; that layer's activations
+    # (stored as with recompute='none') exist on top of the checkpoints.
+    recompute_working = 0.0
+    if plan.recompute == "full":
+        recompute_working = _layer_activation_bytes(model, plan, "none", flash_attention)
+    first_extra = first_stage_extra_bytes(model, plan)
+    last_extra = last_stage_extra_bytes(model, plan)
+
+    out = []
+    layers = plan.stage_layers(model.num_layers)
+    for i, n in enumerate(layers):
+        params = n * per_layer_params
+        unit = per_layer_params if n else 0.0  # largest ZeRO-3 gather / ZeRO-2 reduce unit
+        if i == 0:
+            params += emb
+            unit = max(unit, emb)
+        if i == pp - 1:
+            params += head
+            unit = max(unit, head)
+        # Weights: ZeRO-3 shards them; with prefetch two gathered units are live ([FSDP-NOTES]).
+        weights = BYTES_PARAM * (params / shard + 2 * unit) if zero >= 3 else BYTES_PARAM * params
+        # Gradients: ZeRO-2/3 shard them; one unit's unsharded gradients exist before its reduce-scatter.
+        grads = BYTES_GRAD * (params / shard + unit) if zero >= 2 else BYTES_GRAD * params
+        # Optimizer: ZeRO >= 1 = Megatron distributed optimizer, 12/d bytes per parameter [MEGATRON-DO].
+        opt = BYTES_OPTIMIZER * params / (shard if zero >= 1 else 1)
+
+        # inflight_microbatches(pp, i, m, vpp), inlined: this loop runs inside layout searches.
+        if vpp <= 1:
+            inflight = float(min(pp - i, m1))
+        else:
+            inflight = min(2 * (pp - i - 1) + (vpp - 1) * pp + 1, m1 * vpp) / vpp
+        act = n * act_layer * inflight
+        if n and recompute_working:
+            act += recompute_working
+        if i == 0:
+            act += first_extra * inflight
+        if i == pp - 1:
+            # The loss is computed and its backward starts right after the last chunk's forward:
+            # one micro-batch of head activations ([KORTHIKANTI] Sec. 4.3 counts them once).
+            act += last_extra
+        out.append((weights, grads, opt, act, inflight))
+    return out
+
+
+
+def _resolve_workspace(gpu: GPUSpec | None, workspace_bytes: float | None) -> float:
+    if workspace_bytes is not None:
+        return float(workspace_bytes)
+    return DEFAULT_WORKSPACE_BYTES if gpu is None else default_workspace_bytes(gpu)
+
+
+def stage_memory(model: ModelSpec, plan: ParallelPlan, gpu: GPUSpec | None = None, *,
+                 flash_attention: bool = True, workspace_bytes: float | None = None) -> list[MemoryBreakdown]:
+    """Memory of one GPU of every pipeline stage (index = stage).
+
+    Stage i holds ``layers_i * activation_bytes_per_layer * inflight_i`` activations
+    (:func:`inflight_microbatches`), plus the embedding terms times ``inflight_0`` on stage 0
+    (as Megatron's theoretical_memory_usage multiplies them by p), plus one micro-batch of head
+    terms on the last stage, plus - with recompute='full' - one layer re-materialised in backward
+    (stored as with recompute='none'). Weights/gradients/optimizer follow the 2 + 4 + 12 bytes rule
+    with ZeRO sharding over DP x CP; ZeRO-2/3 add one unit (the largest of a layer, the embedding
+    or the head) of unsharded gradients, ZeRO-3 two gathered units of parameters (prefetch).
+    The plan is assumed valid (``plan.validate(model)``); nothing is checked here so the function
+    stays cheap in searches."""
+    ws = _resolve_workspace(gpu, workspace_bytes)
+    return [MemoryBreakdown(w, g, o, a, ws, i, f)
+            for i, (w, g, o, a, f) in enumerate(_stage_terms(model, plan, flash_attention))]
+
+
+def memory_per_gpu(model: ModelSpec, plan: ParallelPlan, gpu: GPUSpec | None = None, *,
+                   flash_attention: bool = True, workspace_bytes: float | None = None) -> MemoryBreakdown:
+    """Memory of the most loaded GPU: the pipeline stage with the highest total.
+
+    ``gpu`` only selects the cuBLAS workspace figure (see :func:`default_workspace_bytes`);
+    ``workspace_bytes`` overrides the whole fixed allowance. ``flash_attention=False`` stores the
+    s^2 attention tensors with recompute='none' (Korthikanti Table 2 semantics).
+    """
+    ws = _resolve_workspace(gpu, workspace_bytes)
+    terms = _stage_terms(model, plan, flash_attention)
+    best = max(range(len(terms)), key=lambda i: terms[i][0] + terms[i][1] + terms[i][2] + terms[i][3])
+    w, g, o, a, f = terms[best]
+    return MemoryBreakdown(w, g, o, a, ws, best, f)
+
+
+def fits_in_memory(breakdown: MemoryBreakdown, gpu: GPUSpec, headroom: float = DEFAULT_HEADROOM) -> bool:
+    """True when the breakdown's total fits in the GPU's HBM (GB = 1e9 bytes, as the vendor states
+    it) less a ``headroom`` fraction kept for allocator fragmentation (default 5 %, see
+    DEFAULT_HEADROOM)."""
+    return breakdown.total <= gpu.hbm_bytes * (1.0 - headroom)

@@ -1,0 +1,404 @@
+"""Build a :class:`ModelSpec` from a Hugging Face ``config.json``.
+
+Each supported ``model_type`` has a small parser below that maps that family's key names onto the
+ModelSpec fields. Defaults used when a key is absent are the defaults of the matching
+``transformers`` configuration class (``LlamaConfig``, ``GPT2Config``, ``MptConfig`` ...) unless a
+comment names another source. Keys that are parsed but have no ModelSpec field (rotary fraction,
+sliding window, rope scaling, ...) are kept in ``ModelSpec.extra``; unknown keys are ignored.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+from planner.errors import PlannerError
+from planner.specs.model import ModelSpec
+
+_MISSING = object()
+
+
+class _Reader:
+    """Typed access to one config dict; every error names the file (``where``) and the field."""
+
+    def __init__(self, data: dict, where: str, prefix: str = "") -> None:
+        self.data = data
+        self.where = where
+        self.prefix = prefix
+
+    def _find(self, keys: tuple[str, ...]) -> tuple[str, Any]:
+        for key in keys:
+            value = self.data.get(key)
+            if value is not None:
+                return key, value
+        return keys[0], _MISSING
+
+    def _missing(self, keys: tuple[str, ...]) -> PlannerError:
+        alts = " or ".join(repr(self.prefix + k) for k in keys)
+        return PlannerError(f"{self.where} lacks the required field {alts}; add it with the value from "
+                            "the model's published config.json.")
+
+    def _bad(self, key: str, value: Any, expected: str) -> PlannerError:
+        return PlannerError(f"{self.where} field {self.prefix + key!r} is {value!r} but must be {expected}; "
+                            "fix that value in the config.")
+
+    def has(self, *keys: str) -> bool:
+        return self._find(keys)[1] is not _MISSING
+
+    def int_(self, *keys: str, default: Any = _MISSING) -> int:
+        """A positive integer (bools, strings, floats and values <= 0 are refused)."""
+        key, value = self._find(keys)
+        if value is _MISSING:
+            if default is _MISSING:
+                raise self._missing(keys)
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise self._bad(key, value, "a positive integer")
+        return value
+
+    def float_(self, *keys: str, default: Any = _MISSING, positive: bool = False) -> float:
+        """A number (int or float, not bool); non-negative, or > 0 when ``positive``."""
+        key, value = self._find(keys)
+        if value is _MISSING:
+            if default is _MISSING:
+                raise self._missing(keys)
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or (positive and value == 0):
+            raise self._bad(key, value, "a positive number" if positive else "a non-negative number")
+        return float(value)
+
+    def bool_(self, *keys: str, default: bool) -> bool:
+        key, value = self._find(keys)
+        if value is _MISSING:
+            return default
+        if not isinstance(value, bool):
+            raise self._bad(key, value, "true or false")
+        return value
+
+    def str_(self, *keys: str, default: Any = _MISSING) -> str:
+        key, value = self._find(keys)
+        if value is _MISSING:
+            if default is _MISSING:
+                raise self._missing(keys)
+            return default
+        if not isinstance(value, str):
+            raise self._bad(key, value, "a string")
+        return value
+
+    def sub(self, key: str) -> "_Reader":
+        """A nested object such as MPT's ``attn_config`` (absent -> empty)."""
+        value = self.data.get(key)
+        if value is None:
+            value = {}
+        if not isinstance(value, dict):
+            raise self._bad(key, value, "a JSON object")
+        return _Reader(value, self.where, prefix=f"{self.prefix}{key}.")
+
+    def dropout(self, *keys: str, default: float = 0.0) -> bool:
+        """True when any of the dropout probabilities is > 0."""
+        return any(self.float_(k, default=default) > 0 for k in keys)
+
+
+# ----------------------------------------------------------------- shared mappings
+_GELU_NAMES = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_accurate", "quick_gelu",
+               "gelu_python")
+_SQUARED_RELU_NAMES = ("relu2", "squared_relu", "relu_squared")
+
+
+def _activation(r: _Reader, name: str, key: str, gated: bool, extra: dict) -> str:
+    """Map an HF activation name to a ModelSpec activation.
+
+    Gated MLPs (Llama family, gate_proj * act(up_proj)) all become ``swiglu``: with SiLU that is
+    exactly SwiGLU; with another gate function the weight and GEMM shapes are the same, so it is the
+    closest ModelSpec choice and the real name is kept in ``extra['gated_activation']``.
+    """
+    extra["hidden_act"] = name
+    low = name.lower()
+    if gated:
+        if low not in ("silu", "swish"):
+            extra["gated_activation"] = name
+        return "swiglu"
+    if low in _SQUARED_RELU_NAMES:
+        return "squared_relu"
+    if low in _GELU_NAMES:
+        return "gelu"
+    if low == "relu":
+        return "relu"
+    raise PlannerError(f"{r.where} field {key!r} is {name!r}, an activation planner cannot model; use one of "
+                       f"silu (gated), {', '.join(_GELU_NAMES[:3])}, relu, relu2.")
+
+
+def _rope_theta(r: _Reader, extra: dict) -> float | None:
+    """RoPE base from ``rope_theta`` (transformers < 5), ``rope_parameters.rope_theta`` (transformers 5),
+    ``rope_scaling.rope_theta`` (configs saved during the rename) or GPT-NeoX's ``rotary_emb_base``."""
+    theta = None
+    if r.has("rope_theta"):
+        theta = r.float_("rope_theta", positive=True)
+    for container in ("rope_parameters", "rope_scaling"):
+        sub = r.sub(container)
+        if sub.data:
+            rest = {k: v for k, v in sub.data.items() if k != "rope_theta"}
+            if rest and not (set(rest) == {"rope_type"} and rest["rope_type"] == "default"):
+                extra[container] = rest
+            if theta is None and sub.has("rope_theta"):
+                theta = sub.float_("rope_theta", positive=True)
+    if theta is None and r.has("rotary_emb_base"):
+        theta = r.float_("rotary_emb_base", positive=True)
+    return theta
+
+
+# ------------------------------------------------------------------ family parsers
+# Each returns (ModelSpec keyword arguments, extra).
+
+def _llama_like(r: _Reader, model_type: str) -> tuple[dict, dict]:
+    """llama, mistral, qwen2, mixtral: gated SiLU MLP, RMSNorm, RoPE, GQA."""
+    extra: dict = {}
+    heads = r.int_("num_attention_heads")
+    fields = dict(
+        num_layers=r.int_("num_hidden_layers"),
+        hidden_size=r.int_("hidden_size"),
+        num_heads=heads,
+        num_kv_heads=r.int_("num_key_value_heads", default=heads),
+        head_dim=r.int_("head_dim", default=0),
+        ffn_hidden_size=r.int_("intermediate_size"),
+        vocab_size=r.int_("vocab_size"),
+        norm="rmsnorm",
+        position_embedding="rope",
+        max_seq_len=r.int_("max_position_embeddings"),
+        tied_embeddings=r.bool_("tie_word_embeddings", default=False),
+        dropout=r.dropout("attention_dropout"),
+    )
+    fields["activation"] = _activation(r, r.str_("hidden_act", default="silu"), "hidden_act", True, extra)
+    if model_type == "qwen2":
+        # Qwen2 has a bias on the Q/K/V projections only (Qwen2Attention, bias=True); the output and
+        # MLP projections have none. The closest ModelSpec choice is no bias (the QKV bias is
+        # (a + 2 a_kv) d_head values per layer, < 0.01 % of the weights).
+        fields["linear_bias"] = False
+        extra["qkv_bias"] = True
+    else:
+        attn_bias = r.bool_("attention_bias", default=False)
+        mlp_bias = r.bool_("mlp_bias", default=False)
+        fields["linear_bias"] = attn_bias or mlp_bias
+        if attn_bias != mlp_bias:
+            extra.update(attention_bias=attn_bias, mlp_bias=mlp_bias)
+    if model_type == "mixtral":
+        fields["num_experts"] = r.int_("num_local_experts")
+        fields["experts_per_token"] = r.int_("num_experts_per_tok")
+        if r.has("router_aux_loss_coef"):
+            extra["router_aux_loss_coef"] = r.float_("router_aux_loss_coef")
+    for key in ("sliding_window", "rms_norm_eps"):
+        if r.data.get(key) is not None:
+            extra[key] = r.data[key]
+    return fields, extra
+
+
+def _nemotron(r: _Reader, model_type: str) -> tuple[dict, dict]:
+    """Nemotron / Minitron: squared-ReLU MLP (no gate), LayerNorm1P, partial RoPE, GQA."""
+    extra: dict = {}
+    heads = r.int_("num_attention_heads")
+    fields = dict(
+        num_layers=r.int_("num_hidden_layers"),
+        hidden_size=r.int_("hidden_size"),
+        num_heads=heads,
+        num_kv_heads=r.int_("num_key_value_heads", default=heads),
+        # Older Minitron uploads call the per-head width kv_channels (Megatron's name).
+        head_dim=r.int_("head_dim", "kv_channels", default=0),
+        ffn_hidden_size=r.int_("intermediate_size"),
+        vocab_size=r.int_("vocab_size"),
+        # NemotronLayerNorm1P is a LayerNorm with weight and bias (weight stored as w - 1).
+        norm="layernorm",
+        position_embedding="rope",
+        max_seq_len=r.int_("max_position_embeddings"),
+        tied_embeddings=r.bool_("tie_word_embeddings", default=False),
+        linear_bias=r.bool_("attention_bias", default=False) or r.bool_("mlp_bias", default=False),
+        dropout=r.dropout("attention_dropout"),
+    )
+    fields["activation"] = _activation(r, r.str_("hidden_act", default="relu2"), "hidden_act", False, extra)
+    extra["partial_rotary_factor"] = r.float_("partial_rotary_factor", "rope_percent", default=0.5)
+    return fields, extra
+
+
+def _gpt_neox(r: _Reader, model_type: str) -> tuple[dict, dict]:
+    """GPT-NeoX / Pythia: GELU MLP with bias, LayerNorm, partial RoPE, parallel residual."""
+    extra: dict = {}
+    fields = dict(
+        num_layers=r.int_("num_hidden_layers"),
+        hidden_size=r.int_("hidden_size"),
+        num_heads=r.int_("num_attention_heads"),
+        ffn_hidden_size=r.int_("intermediate_size"),
+        vocab_size=r.int_("vocab_size"),
+        norm="layernorm",
+        position_embedding="rope",
+        max_seq_len=r.int_("max_position_embeddings"),
+        tied_embeddings=r.bool_("tie_word_embeddings", default=False),
+        # The MLP linears always carry a bias; attention_bias (default True) covers QKV/dense.
+        linear_bias=True,
+        dropout=r.dropout("attention_dropout", "hidden_dropout", "attention_probs_dropout_prob",
+                          "hidden_dropout_prob"),
+    )
+    fields["num_kv_heads"] = fields["num_heads"]
+    fields["activation"] = _activation(r, r.str_("hidden_act", default="gelu"), "hidden_act", False, extra)
+    extra["rotary_pct"] = r.float_("rotary_pct", "partial_rotary_factor", default=0.25)
+    extra["use_parallel_residual"] = r.bool_("use_parallel_residual", default=True)
+    return fields, extra
+
+
+def _gpt2(r: _Reader, model_type: str) -> tuple[dict, dict]:
+    """GPT-2: GELU MLP with bias, LayerNorm, learned positions, tied LM head."""
+    extra: dict = {}
+    hidden = r.int_("n_embd", "hidden_size")
+    fields = dict(
+        num_layers=r.int_("n_layer", "num_hidden_layers"),
+        hidden_size=hidden,
+        num_heads=r.int_("n_head", "num_attention_heads"),
+        ffn_hidden_size=r.int_("n_inner", default=4 * hidden),  # GPT2MLP: n_inner or 4 * n_embd
+        vocab_size=r.int_("vocab_size"),
+        norm="layernorm",
+        position_embedding="learned",
+        max_seq_len=r.int_("n_positions", "n_ctx", default=1024),  # GPT2Config default n_positions
+        tied_embeddings=r.bool_("tie_word_embeddings", default=True),
+        linear_bias=True,
+        # GPT2Config defaults resid/embd/attn_pdrop to 0.1.
+        dropout=r.dropout("resid_pdrop", "embd_pdrop", "attn_pdrop", default=0.1),
+    )
+    fields["num_kv_heads"] = fields["num_heads"]
+    fields["activation"] = _activation(r, r.str_("activation_function", default="gelu_new"),
+                                       "activation_function", False, extra)
+    return fields, extra
+
+
+def _bloom(r: _Reader, model_type: str) -> tuple[dict, dict]:
+    """BLOOM: GELU MLP (4h, fixed in BloomMLP) with bias, LayerNorm, ALiBi, tied LM head."""
+    extra: dict = {"embedding_layernorm": True}
+    hidden = r.int_("hidden_size", "n_embed")
+    fields = dict(
+        num_layers=r.int_("n_layer", "num_hidden_layers"),
+        hidden_size=hidden,
+        num_heads=r.int_("n_head", "num_attention_heads"),
+        ffn_hidden_size=4 * hidden,  # BloomMLP: dense_h_to_4h, no config key
+        vocab_size=r.int_("vocab_size"),
+        activation="gelu",  # bloom_gelu_forward (tanh GELU), not configurable
+        norm="layernorm",
+        position_embedding="alibi",
+        # BLOOM configs carry no context length; 2048 is the training sequence length of
+        # Le Scao et al. 2022 (BLOOM, arXiv 2211.05100).
+        max_seq_len=r.int_("seq_length", default=2048),
+        tied_embeddings=r.bool_("tie_word_embeddings", default=True),
+        linear_bias=True,
+        dropout=r.dropout("attention_dropout", "hidden_dropout"),
+    )
+    fields["num_kv_heads"] = fields["num_heads"]
+    return fields, extra
+
+
+def _mpt(r: _Reader, model_type: str) -> tuple[dict, dict]:
+    """MPT: GELU MLP (expansion_ratio * d_model), LayerNorm, ALiBi or learned positions, no bias."""
+    extra: dict = {}
+    attn = r.sub("attn_config")
+    ffn_cfg = r.sub("ffn_config")
+    d_model = r.int_("d_model")
+    heads = r.int_("n_heads")
+    ratio = r.float_("expansion_ratio", default=4.0, positive=True)  # MptConfig default 4
+    ffn = ratio * d_model
+    if not ffn.is_integer():
+        raise PlannerError(f"{r.where} gives expansion_ratio={ratio} for d_model={d_model}, which is not a "
+                           "whole MLP width; fix expansion_ratio or set ffn_config.ffn_hidden_size.")
+    attn_type = attn.str_("attn_type", default="multihead_attention")
+    if attn_type == "multiquery_attention":
+        kv_heads = 1
+    elif attn_type == "grouped_query_attention":
+        kv_heads = attn.int_("kv_n_heads")
+    else:
+        kv_heads = heads
+    if attn.bool_("alibi", default=False):
+        position = "alibi"
+    elif r.bool_("learned_pos_emb", default=True):
+        position = "learned"
+    else:
+        position = "none"
+    gated = ffn_cfg.str_("ffn_type", default="mptmlp") == "mptglu"
+    act_name = ffn_cfg.sub("ffn_act_fn").str_("name", default="gelu")
+    norm_type = r.str_("norm_type", default="low_precision_layernorm")
+    fields = dict(
+        num_layers=r.int_("n_layers"),
+        hidden_size=d_model,
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        ffn_hidden_size=ffn_cfg.int_("ffn_hidden_size", default=int(ffn)),
+        vocab_size=r.int_("vocab_size"),
+        norm="rmsnorm" if "rmsnorm" in norm_type else "layernorm",
+        position_embedding=position,
+        max_seq_len=r.int_("max_seq_len", default=2048),  # MptConfig default max_seq_len
+        # MPT always uses the token embedding as LM head (MptForCausalLM ties them).
+        tied_embeddings=r.bool_("tie_word_embeddings", default=True),
+        linear_bias=not r.bool_("no_bias", default=True),  # MptConfig default no_bias=True
+        dropout=r.dropout("resid_pdrop", "emb_pdrop") or attn.dropout("attn_pdrop"),
+    )
+    fields["activation"] = _activation(r, act_name, "ffn_config.ffn_act_fn.name", gated, extra)
+    extra["norm_type"] = norm_type
+    if attn.data.get("clip_qkv") is not None:
+        extra["clip_qkv"] = attn.data["clip_qkv"]
+    return fields, extra
+
+
+_PARSERS: dict[str, Callable[[_Reader, str], tuple[dict, dict]]] = {
+    "llama": _llama_like,
+    "mistral": _llama_like,
+    "qwen2": _llama_like,
+    "mixtral": _llama_like,
+    "nemotron": _nemotron,
+    "gpt_neox": _gpt_neox,
+    "gpt2": _gpt2,
+    "bloom": _bloom,
+    "mpt": _mpt,
+}
+SUPPORTED_MODEL_TYPES = tuple(_PARSERS)
+
+
+# -------------------------------------------------------------------- entry point
+def load_json(path: Path) -> dict:
+    """Read a config.json (a folder means its config.json); errors name the path and JSON position."""
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        raise PlannerError(f"model config file {path} does not exist; give a preset name (see `planner models`) "
+                           "or the path of a Hugging Face config.json.")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PlannerError(f"cannot read model config {path} ({exc}); check the file.") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise PlannerError(f"{path} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
+                           "fix the file or download the config.json again.") from None
+    if not isinstance(data, dict):
+        raise PlannerError(f"{path} holds a JSON {type(data).__name__}, not an object; "
+                           "give a Hugging Face config.json.")
+    return data
+
+
+def from_hf_config(cfg: dict | str | Path, name: str | None = None) -> ModelSpec:
+    """Parse a Hugging Face ``config.json`` (path, folder holding one, or the parsed dict)."""
+    if isinstance(cfg, dict):
+        data, where = cfg, "inline config.json dict"
+        default_name = str(cfg.get("_name_or_path") or "").rstrip("/").split("/")[-1]
+    elif isinstance(cfg, (str, Path)):
+        path = Path(cfg).expanduser()
+        data, where = load_json(path), str(path)
+        default_name = path.name if path.is_dir() else (path.parent.name if path.name == "config.json" else path.stem)
+    else:
+        raise PlannerError(f"model config must be a dict, a path or a preset name, not {type(cfg).__name__}; "
+                           "pass the path of a config.json.")
+    r = _Reader(data, where)
+    model_type = r.str_("model_type")
+    parser = _PARSERS.get(model_type)
+    if parser is None:
+        raise PlannerError(f"{where} has model_type {model_type!r}, which planner cannot read; supported types "
+                           f"are {', '.join(SUPPORTED_MODEL_TYPES)}.")
+    fields, extra = parser(r, model_type)
+    extra["model_type"] = model_type
+    rope_theta = _rope_theta(r, extra) if fields["position_embedding"] == "rope" else None
+    return ModelSpec(name=name or default_name or model_type, rope_theta=rope_theta, source=where,
+                     extra=extra, **fields)

@@ -1,0 +1,593 @@
+"""Whole-iteration predictions against measured, published training runs.
+
+The run file is ``shared/validation/published_runs.csv`` (its README defines every column and metric).
+Pipeline: :func:`load_runs` parses rows (unusable rows are kept with a ``skip_reason``),
+:func:`row_to_inputs` turns a row into planner inputs and records every assumption it had to make,
+:func:`compare` puts a prediction into the row's measured metric, and :func:`validate` builds a
+:class:`ValidationReport` with per-row errors and grouped summaries (MAPE, median, p90, bias).
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from planner.errors import PlannerError
+from planner.specs.model import ModelSpec
+from planner.specs.plan import ParallelPlan
+
+INT_COLUMNS = ("n_layers", "hidden", "n_heads", "n_kv_heads", "ffn_hidden", "vocab", "seq_len", "n_gpus",
+               "gpus_per_node", "tp", "pp", "dp", "cp", "ep", "vp", "mbs", "gbs")
+TEXT_COLUMNS = ("id", "source", "model_name", "arch_notes", "gpu", "recompute", "seq_parallel",
+                "dist_optimizer_or_zero", "precision", "framework", "measured_metric", "notes")
+REQUIRED_COLUMNS = TEXT_COLUMNS + INT_COLUMNS + ("measured_value",)
+OPTIONAL_TEXT_COLUMNS = ("interconnect",)
+
+# Metric -> unit shown in reports (definitions: shared/validation/README.md "Metric meanings").
+METRIC_UNITS = {
+    "iteration_time_s": "s",
+    "tokens_per_s_per_gpu": "tokens/s/GPU",
+    "tflops_per_gpu": "TFLOP/s/GPU",
+    "mfu": "% of dense bf16 peak",
+}
+# Sources whose tflops_per_gpu counts the recompute forward pass (HFU-like): shared/validation/README.md,
+# "Metric meanings" (Narayanan / Megatron-2020/2021 and BLOOM logs). All other sources report model FLOPs.
+HFU_SOURCE_PREFIXES = ("NARAY21", "KORTHI22", "MLM-", "BLOOM")
+# Megatron-LM 2020-2022 runs (Narayanan 2021, Korthikanti 2022, Megatron-LM README tables) trained GPT with
+# hidden/attention dropout 0.1 (Megatron-LM examples/pretrain_gpt*.sh of that time); Korthikanti et al. eq. 1
+# counts the dropout masks in activation memory.
+DROPOUT_SOURCE_PREFIXES = ("NARAY21", "KORTHI22", "MLM-")
+# 8-GPU node types of the hardware catalogue (planner.specs.catalogue) used for 8-GPU-per-node runs: the
+# published clusters are DGX/HGX-class nodes (Selene DGX A100, DGX H100, Grand Teton, HGX H200).
+NODE_TYPES_8GPU = {"a100-40gb": "dgx-a100", "a100-80gb": "dgx-a100", "h100-sxm": "dgx-h100", "h200": "hgx-h200",
+                   "b200": "dgx-b200", "mi300x": "mi300x-8gpu"}
+# GPT-2 BPE vocabulary size (Radford et al. 2019, GPT-2 tokenizer; Megatron-LM README "GPT-2 BPE vocab").
+GPT2_BPE_VOCAB = 50257
+
+
+@dataclass
+class RunRow:
+    """One measured run from the CSV, numbers parsed; never dropped, only marked skipped."""
+
+    id: str
+    """Row id, e.g. ``KORTHI22-004``."""
+    source: str
+    """Paper table / repo path the numbers come from."""
+    model_name: str
+    """Model name as the source gives it."""
+    values: dict
+    """Integer columns (n_layers, hidden, tp, ...) -> int, or None when the field is empty."""
+    text: dict
+    """Text columns (arch_notes, gpu, recompute, precision, notes, ...) -> str."""
+    measured_metric: str
+    """One of the METRIC_UNITS keys."""
+    measured_value: float | None
+    """The published number in the unit of ``measured_metric``."""
+    tier: str = ""
+    """A, B or C from the ``TIER=`` tag of the notes ('' when absent)."""
+    skip_reason: str = ""
+    """Why the row cannot be predicted ('' = usable)."""
+    assumptions: list = field(default_factory=list)
+    """Every assumption made to turn the row into planner inputs (filled by row_to_inputs)."""
+    cluster: str = ""
+    """Catalogue node type for the prediction ('' = the GPU's default node type; set by row_to_inputs)."""
+
+    @property
+    def prefix(self) -> str:
+        """Source prefix of the id (``NARAY21T2-003`` -> ``NARAY21T2``)."""
+        return self.id.rsplit("-", 1)[0]
+
+    def get(self, name: str) -> int | None:
+        return self.values.get(name)
+
+
+# ------------------------------------------------------------------------------------------ loading
+def _parse_int(text: str, path: Path, row_id: str, column: str) -> int | None:
+    text = text.strip().replace(",", "")
+    if not text:
+        return None
+    try:
+        number = float(text)
+    except ValueError:
+        raise PlannerError(f"{path}: row {row_id} column {column!r} has non-numeric value {text!r}; "
+                           "fix the value or leave the field empty.") from None
+    if number != int(number):
+        raise PlannerError(f"{path}: row {row_id} column {column!r} must be a whole number, got {text!r}; "
+                           "fix the value.")
+    return int(number)
+
+
+def load_runs(path: str | Path) -> list[RunRow]:
+    """Read a run CSV; rows that cannot be predicted carry a ``skip_reason`` instead of being dropped."""
+    path = Path(path)
+    if not path.is_file():
+        raise PlannerError(f"run file {path} not found: pass an existing CSV with --runs FILE.")
+    with path.open(newline="", encoding="utf-8") as fh:
+        reader = csv.DictReader(fh)
+        header = reader.fieldnames or []
+        missing = [c for c in REQUIRED_COLUMNS if c not in header]
+        if missing:
+            raise PlannerError(f"run file {path} lacks column {missing[0]!r}"
+                               + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
+                               + "; use the header of shared/validation/published_runs.csv.")
+        rows = []
+        for n, raw in enumerate(reader, start=2):
+            row_id = (raw.get("id") or "").strip() or f"line-{n}"
+            values = {c: _parse_int(raw.get(c) or "", path, row_id, c) for c in INT_COLUMNS}
+            mv_text = (raw.get("measured_value") or "").strip()
+            try:
+                measured = float(mv_text) if mv_text else None
+            except ValueError:
+                raise PlannerError(f"{path}: row {row_id} column 'measured_value' has non-numeric value "
+                                   f"{mv_text!r}; fix the value.") from None
+            text = {c: (raw.get(c) or "").strip() for c in TEXT_COLUMNS + OPTIONAL_TEXT_COLUMNS}
+            tier = re.search(r"TIER=([ABC])", text["notes"])
+            row = RunRow(id=row_id, source=text["source"], model_name=text["model_name"], values=values,
+                         text=text, measured_metric=text["measured_metric"], measured_value=measured,
+                         tier=tier.group(1) if tier else "")
+            row.skip_reason = _skip_reason(row)
+            rows.append(row)
+    return rows
+
+
+def _skip_reason(row: RunRow) -> str:
+    """First reason the row cannot be predicted, or '' (also tries row_to_inputs)."""
+    if row.measured_metric not in METRIC_UNITS:
+        return f"unknown measured_metric {row.measured_metric!r}"
+    if row.measured_value is None or row.measured_value <= 0:
+        return "no positive measured value"
+    if row.get("ep") or "CHECK:" in row.text["notes"]:
+        if row.get("ep"):
+            return f"mixture-of-experts run (EP={row.get('ep')}); planner models dense transformers only"
+        return "CHECK tag: stated TP*PP*DP*CP does not equal the GPU count"
+    if "lora" in (row.model_name + " " + row.text["arch_notes"]).lower():
+        return "LoRA fine-tuning (frozen base weights, no base weight gradients) is not modelled"
+    try:
+        row_to_inputs(row)
+    except PlannerError as exc:
+        return str(exc)
+    return ""
+
+
+# ------------------------------------------------------------------------------------------ mapping
+def map_gpu(gpu: str) -> tuple[str, str]:
+    """GPU string of the CSV -> (catalogue key, note or ''); PlannerError when unknown."""
+    t = gpu.lower()
+    if "mi300x" in t:
+        return "mi300x", ""
+    if "gh200" in t:
+        return ("gh200-144gb" if "144" in t else "gh200"), ""
+    if "gb200" in t:
+        return "gb200", ""
+    if "b200" in t:
+        return "b200", ""
+    if "h200" in t:
+        return "h200", ""
+    if "h100" in t:
+        if "pcie" in t:
+            return "h100-pcie", ""
+        if "96gb" in t or "hbm2e" in t or "500w" in t:
+            return "h100-sxm", (f"caveat: GPU is {gpu!r}, not a standard H100 SXM 80GB/700 W; "
+                                "predicted with h100-sxm figures")
+        if "sxm" in t or "dgx" in t:
+            return "h100-sxm", ""
+        return "h100-sxm", f"H100 form factor not stated ({gpu!r}), assumed h100-sxm"
+    if "a100" in t:
+        if "80gb" in t:
+            return "a100-80gb", ""
+        if "40gb" in t:
+            note = "" if "not stated" not in t and "implied" not in t else \
+                f"A100 memory not stated ({gpu!r}), used a100-40gb as the row implies"
+            return "a100-40gb", note
+        return "a100-80gb", f"A100 memory not stated ({gpu!r}), assumed a100-80gb"
+    raise PlannerError(f"unknown GPU {gpu!r}: add a mapping in planner.validate.map_gpu")
+
+
+def _arch(row: RunRow, notes: list[str]) -> dict:
+    """Activation, norm, position embedding, bias, tying and dropout from arch_notes / name."""
+    text = (row.text["arch_notes"] + " " + row.model_name).lower()
+    llama, nemotron = "llama" in text, "nemotron" in text
+    gpt = "gpt" in text and not (llama or nemotron)
+    if re.search(r"squared[-_ ]relu", text):
+        act = "squared_relu"
+    elif "swiglu" in text or "silu" in text:
+        act = "swiglu"
+    elif "gelu" in text:
+        act = "gelu"
+    elif llama:
+        act = "swiglu"
+        notes.append("activation not stated, assumed SwiGLU (Llama family)")
+    elif gpt:
+        act = "gelu"
+        notes.append("activation not stated, assumed GELU (GPT family)")
+    else:
+        raise PlannerError(f"activation of {row.model_name!r} cannot be read from arch_notes")
+    if "rmsnorm" in text:
+        norm = "rmsnorm"
+    elif "layernorm" in text:
+        norm = "layernorm"
+    else:
+        norm = "rmsnorm" if llama else "layernorm"
+        notes.append(f"norm not stated, assumed {norm}")
+    if "rope" in text:
+        pos = "rope"
+    elif "learned" in text or "abs pos" in text:
+        pos = "learned"
+    else:
+        pos = "learned" if gpt else "rope"
+        notes.append(f"position embedding not stated, assumed {pos}")
+    if gpt:
+        notes.append("GPT family: biased linears and tied input/output embeddings assumed (Megatron GPT defaults)")
+    dropout = row.prefix.startswith(DROPOUT_SOURCE_PREFIXES)
+    if dropout:
+        notes.append("dropout assumed active (Megatron-LM GPT scripts of 2020-2022)")
+    return dict(activation=act, norm=norm, position_embedding=pos, linear_bias=gpt, tied_embeddings=gpt,
+                dropout=dropout)
+
+
+def _model(row: RunRow, seq_len: int, notes: list[str]) -> ModelSpec:
+    L, h, a = row.get("n_layers"), row.get("hidden"), row.get("n_heads")
+    if not L or not h or not a:
+        raise PlannerError("n_layers, hidden or n_heads not stated")
+    arch = _arch(row, notes)
+    kv = row.get("n_kv_heads")
+    if not kv:
+        kv = a
+        notes.append("n_kv_heads not stated, assumed = heads (MHA)")
+    ffn = row.get("ffn_hidden")
+    if not ffn:
+        if arch["activation"] == "swiglu":
+            raise PlannerError("ffn_hidden not stated for a gated (SwiGLU) model")
+        ffn = 4 * h
+        notes.append(f"ffn_hidden not stated, assumed 4h = {ffn} (standard GPT)")
+    vocab = row.get("vocab")
+    if not vocab:
+        if "gpt" not in (row.text["arch_notes"] + row.model_name).lower():
+            raise PlannerError("vocab not stated")
+        vocab = GPT2_BPE_VOCAB
+        notes.append(f"vocab not stated, assumed GPT-2 BPE size {GPT2_BPE_VOCAB} (no padding)")
+    return ModelSpec(name=row.model_name, num_layers=L, hidden_size=h, num_heads=a, num_kv_heads=kv,
+                     ffn_hidden_size=ffn, vocab_size=vocab, max_seq_len=seq_len, source=row.source,
+                     extra={"run_id": row.id}, **arch)
+
+
+def _recompute(text: str, notes: list[str]) -> str:
+    t = text.lower()
+    for mode in ("full", "selective", "none"):
+        if t.startswith(mode):
+            if "implied" in t or "likely" in t or "not stated" in t:
+                notes.append(f"recompute '{text}' read as {mode}")
+            elif "per-op" in t:
+                notes.append("per-op selective activation checkpointing (torchtitan SAC) mapped to selective")
+            return mode
+    notes.append(f"recompute not stated ({text!r}), assumed selective")
+    return "selective"
+
+
+def _zero(text: str, notes: list[str]) -> int:
+    t = text.lower()
+    if not t:
+        notes.append("distributed optimizer not stated, assumed ZeRO-1 (Megatron distributed optimizer)")
+        return 1
+    if t == "none":
+        return 0
+    if "not resharded" in t:
+        notes.append(f"'{text}' mapped to ZeRO-2 (parameters kept gathered from forward to backward)")
+        return 2
+    if "zero-3" in t or "fsdp" in t:
+        return 3
+    if "zero-2" in t:
+        return 2
+    if "distributed optimizer" in t or "zero-1" in t:
+        return 1
+    raise PlannerError(f"optimizer sharding {text!r} not understood")
+
+
+def _dtype(text: str, notes: list[str]) -> str:
+    t = text.lower()
+    if "fp8" in t:
+        return "fp8"
+    if "bf16" in t:
+        return "bf16"
+    if "fp16" in t:
+        return "fp16"
+    if "16-bit" in t:
+        notes.append(f"precision '{text}' read as fp16")
+        return "fp16"
+    raise PlannerError(f"precision {text!r} not understood")
+
+
+def _layer_split(L: int, pp: int, vpp: int, notes: list[str]) -> tuple[int, ...] | None:
+    """None when even; else the first stages get one more chunk of layers (whole VPP chunks)."""
+    if L % (pp * vpp) == 0:
+        return None
+    if L % vpp:
+        raise PlannerError(f"layers={L} not divisible by VPP={vpp}")
+    base, rem = divmod(L // vpp, pp)
+    if base == 0:
+        raise PlannerError(f"layers={L} too few for PP={pp}*VPP={vpp}")
+    split = tuple((base + (1 if i < rem else 0)) * vpp for i in range(pp))
+    notes.append(f"layers={L} not divisible by PP*VPP={pp * vpp}: uneven split, first {rem} stages hold "
+                 f"{split[0]} layers, the rest {split[-1]}")
+    return split
+
+
+def row_to_inputs(row: RunRow) -> tuple[ModelSpec, ParallelPlan, str, int]:
+    """(ModelSpec, ParallelPlan, gpu_key, gpus_per_node) for a row; fills ``row.assumptions``.
+
+    Raises PlannerError naming the reason when the row cannot be mapped.
+    """
+    notes: list[str] = []
+    row.assumptions = notes
+    gpu_key, gpu_note = map_gpu(row.text["gpu"])
+    if gpu_note:
+        notes.append(gpu_note)
+    n, seq_len, gbs = row.get("n_gpus"), row.get("seq_len"), row.get("gbs")
+    if not n or not seq_len:
+        raise PlannerError("n_gpus or seq_len not stated")
+    if not gbs:
+        raise PlannerError("GBS not stated")
+    gpn = row.get("gpus_per_node") or 8
+    if not row.get("gpus_per_node"):
+        notes.append("gpus_per_node not stated, assumed 8")
+    row.cluster = NODE_TYPES_8GPU.get(gpu_key, "") if gpn == 8 else ""
+    if row.cluster and not row.text.get("interconnect"):
+        notes.append(f"interconnect not stated, used catalogue node type {row.cluster}")
+    cp = row.get("cp") or 1
+    tp, pp, dp = row.get("tp"), row.get("pp"), row.get("dp")
+    if tp is None and pp is None:
+        if not dp:
+            raise PlannerError("TP, PP and DP not stated")
+        mp = n // (dp * cp)
+        tp = min(8, mp)
+        pp = mp // tp
+        notes.append(f"TP/PP split not stated: model-parallel size {mp} split as TP={tp} x PP={pp} "
+                     "(TP = min(8, MP), as the row's notes say the later paper did)")
+    tp, pp = tp or 1, pp or 1
+    if dp is None:
+        dp = n // (tp * pp * cp)
+    if tp * pp * dp * cp != n:
+        raise PlannerError(f"TP*PP*DP*CP = {tp}*{pp}*{dp}*{cp} = {tp * pp * dp * cp} != GPUs={n}")
+    vpp = row.get("vp") or 1
+    mbs = row.get("mbs")
+    if not mbs:
+        mbs = 1
+        notes.append("MBS not stated, assumed 1")
+    if gbs % (mbs * dp):
+        raise PlannerError(f"GBS={gbs} is not divisible by MBS*DP = {mbs}*{dp}")
+    model = _model(row, seq_len, notes)
+    sp_text = row.text["seq_parallel"].lower()
+    if sp_text in ("y", "n"):
+        sp = sp_text == "y"
+    else:
+        sp = tp > 1
+        if tp > 1:
+            notes.append("sequence parallelism not stated, assumed on (TP > 1)")
+    plan = ParallelPlan(
+        world_size=n, gpus_per_node=gpn, global_batch_size=gbs, seq_len=seq_len, tp=tp, pp=pp, cp=cp,
+        vpp=vpp, micro_batch_size=mbs, recompute=_recompute(row.text["recompute"], notes),
+        sequence_parallel=sp, zero=_zero(row.text["dist_optimizer_or_zero"], notes),
+        dtype=_dtype(row.text["precision"], notes),
+        layer_split=_layer_split(model.num_layers, pp, vpp, notes), extra={"run_id": row.id})
+    plan.validate(model)
+    return model, plan, gpu_key, gpn
+
+
+def parallelism_kind(plan: ParallelPlan) -> str:
+    """Short label of the layout: e.g. 'DP', 'TP+DP', 'TP+PP+DP', 'FSDP', 'TP+FSDP+CP'."""
+    parts = [name for name, deg in (("TP", plan.tp), ("PP", plan.pp)) if deg > 1]
+    if plan.dp > 1:
+        parts.append("FSDP" if plan.zero == 3 else "DP")
+    if plan.cp > 1:
+        parts.append("CP")
+    return "+".join(parts) or "single"
+
+
+# ------------------------------------------------------------------------------------------ compare
+def uses_fp8_peak(row: RunRow) -> bool:
+    """MFU divided by the FP8 peak (DGXC recipes, shared/validation/README.md) rather than bf16."""
+    t = row.text["notes"].lower()
+    return "fp8 peak" in t or "fp8-peak" in t or "dgxc" in t
+
+
+def compare(row: RunRow, prediction, hardware=None) -> tuple[float, float]:
+    """(predicted value in the row's measured_metric, signed relative error (pred - meas) / meas).
+
+    ``hardware`` is needed only for MFU rows with FP8-peak denominators.
+    """
+    metric = row.measured_metric
+    if metric == "iteration_time_s":
+        pred = prediction.iteration_time_s
+    elif metric == "tokens_per_s_per_gpu":
+        pred = prediction.tokens_per_s_per_gpu
+    elif metric == "tflops_per_gpu":
+        hfu = row.prefix.startswith(HFU_SOURCE_PREFIXES)
+        pred = prediction.hardware_tflops_per_gpu if hfu else prediction.model_tflops_per_gpu
+    elif metric == "mfu":
+        pred = 100.0 * prediction.mfu
+        if uses_fp8_peak(row):
+            if hardware is None:
+                raise PlannerError(f"row {row.id}: FP8-peak MFU needs the hardware peaks to convert")
+            peaks = hardware.gpu.peak_tflops
+            if "bf16" not in peaks or "fp8" not in peaks:
+                raise PlannerError(f"row {row.id}: FP8-peak MFU needs bf16 and fp8 peaks of {hardware.gpu.name}")
+            pred *= peaks["bf16"] / peaks["fp8"]
+    else:
+        raise PlannerError(f"row {row.id}: unknown measured_metric {metric!r}")
+    pred = float(pred)
+    return pred, (pred - row.measured_value) / row.measured_value
+
+
+# ------------------------------------------------------------------------------------------ report
+@dataclass
+class RowResult:
+    """One row of the validation report."""
+
+    id: str
+    """Run id."""
+    source: str
+    """Source prefix of the id."""
+    model: str
+    """Model name."""
+    gpu: str
+    """Catalogue GPU key ('' when unmapped)."""
+    cluster: str
+    """Catalogue node type used ('' = the GPU's default)."""
+    n_gpus: int | None
+    """GPUs in the run."""
+    layout: dict
+    """tp, pp, dp, cp, vp, mbs, gbs as used for the prediction (empty when skipped before mapping)."""
+    kind: str
+    """Parallelism kind, e.g. TP+PP+DP."""
+    metric: str
+    """Measured metric name."""
+    measured: float | None
+    """Published value."""
+    predicted: float | None = None
+    """Predicted value in the same metric (None when skipped)."""
+    error: float | None = None
+    """Signed relative error (pred - meas) / meas (fraction, None when skipped)."""
+    tier: str = ""
+    """A/B/C."""
+    assumptions: list = field(default_factory=list)
+    """Assumptions made to map the row."""
+    warnings: list = field(default_factory=list)
+    """Prediction warnings."""
+    skip_reason: str = ""
+    """Why the row was not predicted ('' when predicted)."""
+
+
+@dataclass
+class GroupSummary:
+    """Error statistics of one group of predicted rows (all figures in percent)."""
+
+    group: str
+    """Grouping key, e.g. 'gpu'."""
+    value: str
+    """Group value, e.g. 'a100-80gb'."""
+    n: int
+    """Predicted rows in the group."""
+    mape_pct: float
+    """Mean absolute percentage error."""
+    median_abs_pct: float
+    """Median absolute percentage error."""
+    p90_abs_pct: float
+    """90th percentile of the absolute percentage error (numpy linear interpolation)."""
+    bias_pct: float
+    """Mean signed percentage error (> 0: predictions too high)."""
+
+
+@dataclass
+class ValidationReport:
+    """Per-row results and grouped error summaries."""
+
+    rows: list
+    """RowResult for every selected row (predicted and skipped)."""
+    summaries: list
+    """GroupSummary list: groups source, gpu, kind, tier, metric, then overall."""
+    excluded_by_tier: int = 0
+    """Rows left out because their tier was not selected."""
+
+    @property
+    def predicted(self) -> list:
+        return [r for r in self.rows if not r.skip_reason]
+
+    @property
+    def skipped(self) -> list:
+        return [r for r in self.rows if r.skip_reason]
+
+    def overall(self) -> GroupSummary | None:
+        return next((s for s in self.summaries if s.group == "overall"), None)
+
+    def to_dict(self) -> dict:
+        return {"rows": [asdict(r) for r in self.rows], "summaries": [asdict(s) for s in self.summaries],
+                "excluded_by_tier": self.excluded_by_tier}
+
+
+def summarize(errors: Iterable[float], group: str = "overall", value: str = "all") -> GroupSummary:
+    """MAPE, median, p90 of |error| and mean signed error, all in percent."""
+    e = np.asarray(list(errors), dtype=float) * 100.0
+    if e.size == 0:
+        raise PlannerError(f"no predicted rows in group {group}={value}")
+    a = np.abs(e)
+    return GroupSummary(group=group, value=value, n=int(e.size), mape_pct=float(a.mean()),
+                        median_abs_pct=float(np.median(a)), p90_abs_pct=float(np.percentile(a, 90)),
+                        bias_pct=float(e.mean()))
+
+
+SUMMARY_GROUPS = ("source", "gpu", "kind", "tier", "metric")
+
+
+def _default_predict():
+    try:
+        from planner.predict import predict
+    except ImportError as exc:
+        raise PlannerError(f"planner.predict is not available ({exc}); install the full planner package.") from exc
+    return predict
+
+
+def _default_hardware():
+    try:
+        from planner.specs.catalogue import load_catalogue
+    except ImportError as exc:
+        raise PlannerError(f"hardware catalogue is not available ({exc}).") from exc
+    catalogue = load_catalogue()
+    return lambda gpu_key, gpus_per_node, cluster=None: catalogue.resolve(gpu_key, cluster or None, gpus_per_node)
+
+
+def validate(rows: list[RunRow], predict_fn: Callable | None = None, tiers: Iterable[str] = ("A", "B", "C"),
+             hardware_fn: Callable | None = None) -> ValidationReport:
+    """Predict every usable row in the selected tiers and summarise the errors.
+
+    ``predict_fn(model, plan, hardware)`` defaults to :func:`planner.predict.predict`;
+    ``hardware_fn(gpu_key, gpus_per_node, cluster)`` defaults to the hardware catalogue.
+    """
+    tiers = tuple(t.upper() for t in tiers)
+    selected = [r for r in rows if r.tier in tiers]
+    usable = [r for r in selected if not r.skip_reason]
+    if usable:
+        predict_fn = predict_fn or _default_predict()
+        hardware_fn = hardware_fn or _default_hardware()
+    hw_cache: dict = {}
+    results = []
+    for row in selected:
+        res = RowResult(id=row.id, source=row.prefix, model=row.model_name, gpu="", cluster="",
+                        n_gpus=row.get("n_gpus"),
+                        layout={}, kind="", metric=row.measured_metric, measured=row.measured_value,
+                        tier=row.tier, skip_reason=row.skip_reason)
+        results.append(res)
+        if row.skip_reason:
+            res.assumptions = list(row.assumptions)
+            continue
+        model, plan, gpu_key, gpn = row_to_inputs(row)
+        res.assumptions = list(row.assumptions)
+        res.gpu, res.kind, res.cluster = gpu_key, parallelism_kind(plan), row.cluster
+        res.layout = {"tp": plan.tp, "pp": plan.pp, "dp": plan.dp, "cp": plan.cp, "vp": plan.vpp,
+                      "mbs": plan.micro_batch_size, "gbs": plan.global_batch_size}
+        try:
+            key = (gpu_key, gpn, row.cluster)
+            if key not in hw_cache:
+                hw_cache[key] = hardware_fn(gpu_key, gpn, row.cluster)
+            hardware = hw_cache[key]
+            prediction = predict_fn(model, plan, hardware)
+            res.predicted, res.error = compare(row, prediction, hardware)
+        except (PlannerError, NotImplementedError) as exc:
+            res.skip_reason = f"prediction failed: {exc}"
+            continue
+        res.warnings = list(getattr(prediction, "warnings", []) or [])
+        if getattr(prediction, "fits_in_memory", True) is False:
+            res.warnings.append(f"predicted not to fit in memory "
+                                f"({prediction.memory_gib_per_gpu:.1f} GiB/GPU) although the run was measured")
+    done = [r for r in results if not r.skip_reason]
+    summaries = []
+    for group in SUMMARY_GROUPS:
+        for value in sorted({getattr(r, group) for r in done}):
+            summaries.append(summarize([r.error for r in done if getattr(r, group) == value], group, value))
+    if done:
+        summaries.append(summarize([r.error for r in done]))
+    return ValidationReport(rows=results, summaries=summaries, excluded_by_tier=len(rows) - len(selected))

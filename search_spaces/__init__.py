@@ -1,0 +1,1 @@
+"""Search-space data shipped with planner (hardware catalogue TOML files)."""

@@ -1,0 +1,258 @@
+"""Hardware catalogue: built-in TOML, user override files, resolve(), the build script and `planner gpus`."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from planner.errors import PlannerError
+from planner.specs.catalogue import ENV_VAR, catalogue_dir, load_catalogue
+
+REPO = Path(__file__).resolve().parent.parent
+GPU_KEYS = ["a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "gh200", "gh200-144gb", "b200", "gb200",
+            "mi300x"]
+CLUSTER_KEYS = ["perlmutter", "vista", "dgx-a100", "dgx-h100", "hgx-h200"]
+GPU_FIGURES = ["hbm_gb", "hbm_bw_gbs", "nvlink_bw_gbs", "tdp_w"]
+CLUSTER_FIGURES = ["gpus_per_node", "intra_node_bw_gbs", "intra_node_latency_us", "inter_node_bw_gbs",
+                   "inter_node_latency_us"]
+
+
+@pytest.fixture(autouse=True)
+def _no_env_files(monkeypatch):
+    monkeypatch.delenv(ENV_VAR, raising=False)
+
+
+@pytest.fixture
+def cat():
+    return load_catalogue()
+
+
+def _build_module():
+    spec = importlib.util.spec_from_file_location("build_catalogue", REPO / "scripts" / "build_catalogue.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# ------------------------------------------------------------------------------------------ built-in data
+def test_required_gpus_have_positive_figures_and_sources(cat):
+    assert set(GPU_KEYS) <= set(cat.gpus)
+    for key in GPU_KEYS:
+        g = cat.gpu(key)
+        assert g.peak_tflops["bf16"] > 0 and g.peak_tflops["fp16"] == g.peak_tflops["bf16"], key
+        for dtype, tf in g.peak_tflops.items():
+            assert tf > 0 and g.sources[f"peak_tflops.{dtype}"], (key, dtype)
+        for fig in GPU_FIGURES:
+            assert getattr(g, fig) > 0 and g.sources[fig], (key, fig)
+        if g.price_usd_per_gpu_hour is not None:
+            assert g.price_usd_per_gpu_hour > 0 and g.price_date and g.price_source in cat.sources
+            assert g.sources["price_usd_per_gpu_hour"] == [g.price_source]
+        assert g.default_cluster in cat.clusters, key
+        for ids in g.sources.values():
+            assert all(i in cat.sources for i in ids), (key, ids)
+
+
+def test_required_clusters_have_positive_figures_and_sources(cat):
+    assert set(CLUSTER_KEYS) <= set(cat.clusters)
+    for key, c in cat.clusters.items():
+        assert c.gpu in cat.gpus, key
+        for fig in CLUSTER_FIGURES:
+            assert getattr(c, fig) > 0 and c.sources[fig], (key, fig)
+            assert all(i in cat.sources for i in c.sources[fig]), (key, fig)
+        assert c.network
+
+
+def test_every_source_has_a_description(cat):
+    assert cat.sources and all(s.get("what") for s in cat.sources.values())
+
+
+def test_spot_values_match_notes(cat):
+    h100 = cat.gpu("h100-sxm")
+    assert h100.peak_tflops["bf16"] == 989.4 and h100.peak_tflops["fp8"] == 1978.9
+    assert (h100.hbm_gb, h100.hbm_bw_gbs, h100.nvlink_bw_gbs, h100.tdp_w) == (80, 3350, 450, 700)
+    assert "fp8" not in cat.gpu("a100-80gb").peak_tflops  # no FP8 on Ampere
+    assert cat.gpu("a100-40gb").hbm_bw_gbs == 1555 and cat.gpu("a100-80gb").hbm_bw_gbs == 2039
+    assert cat.gpu("mi300x").peak_tflops["bf16"] == 1307.4 and cat.gpu("mi300x").nvlink_bw_gbs == 448
+    assert cat.gpu("gh200").hbm_gb == 96 and cat.gpu("b200").peak_tflops["bf16"] == 2250
+    assert cat.cluster("perlmutter").gpus_per_node == 4 and cat.cluster("perlmutter").inter_node_bw_gbs == 25
+    assert cat.cluster("vista").gpus_per_node == 1 and cat.cluster("vista").inter_node_bw_gbs == 50
+    assert cat.cluster("gb200-nvl72").gpus_per_node == 72
+    assert cat.gpu("a100-40gb").measured_data is False and cat.gpu("h100-sxm").measured_data is True
+    assert "UNCERTAIN" in cat.gpu("gh200-144gb").notes
+
+
+def test_spot_values_equal_shared_yaml(cat, shared_data):
+    gy = yaml.safe_load((shared_data / "hardware" / "gpus.yaml").read_text())["gpus"]
+    cy = yaml.safe_load((shared_data / "hardware" / "clusters.yaml").read_text())["systems"]
+    pairs = {"h100-sxm": "h100_sxm_80gb", "h200": "h200_sxm_141gb", "b200": "b200_sxm", "mi300x": "mi300x",
+             "a100-40gb": "a100_40gb_sxm", "gb200": "gb200_nvl72_gpu"}
+    for key, gid in pairs.items():
+        g = cat.gpu(key)
+        assert g.peak_tflops["bf16"] == gy[gid]["bf16_dense_tflops"]
+        assert g.hbm_gb == gy[gid]["hbm_gb"] and g.hbm_bw_gbs == gy[gid]["hbm_bw_gbytes_s"]
+        assert g.tdp_w == gy[gid]["tdp_w"]
+    assert cat.cluster("dgx-h100").inter_node_bw_gbs == cy["nvidia_dgx_h100"]["inter_node"]["nic_gbytes_s_per_gpu"]
+    assert (cat.cluster("perlmutter").intra_node_bw_gbs
+            == cy["nersc_perlmutter_gpu"]["intra_node"]["nvlink_bw_gbytes_s_per_gpu_unidirectional"])
+
+
+def test_build_script_output_equals_checked_in_toml(shared_data):
+    rendered = _build_module().render(shared_data)
+    for name, text in rendered.items():
+        assert (catalogue_dir() / name).read_text() == text, f"{name} is stale: run scripts/build_catalogue.py"
+
+
+def test_measured_latency_is_read_from_aiconfigurator(cat, shared_data):
+    lat = _build_module()._small_message_latency_us(shared_data, "h100_sxm", 8)
+    assert cat.cluster("dgx-h100").intra_node_latency_us == lat
+    assert 1 < lat < 100
+
+
+# ------------------------------------------------------------------------------------------ resolve
+def test_resolve_gpu_only_uses_default_cluster(cat):
+    hw = cat.resolve("h100-sxm")
+    assert hw.gpu.name == "h100-sxm" and hw.cluster.name == "dgx-h100" and hw.gpus_per_node == 8
+
+
+def test_resolve_cluster_only_uses_its_gpu(cat):
+    hw = cat.resolve(None, "vista")
+    assert hw.gpu.name == "gh200" and hw.gpus_per_node == 1
+
+
+def test_resolve_both_and_gpus_per_node_override(cat):
+    hw = cat.resolve("a100-40gb", "perlmutter", gpus_per_node=2)
+    assert hw.gpu.name == "a100-40gb" and hw.cluster.name == "perlmutter" and hw.gpus_per_node == 2
+    assert cat.cluster("perlmutter").gpus_per_node == 4  # the catalogue entry is untouched
+    assert hw.price_usd_per_gpu_hour == cat.gpu("a100-40gb").price_usd_per_gpu_hour
+
+
+def test_names_are_case_insensitive_and_accept_underscores(cat):
+    assert cat.gpu("H100_SXM") is cat.gpu("h100-sxm")
+    assert cat.resolve("GH200_144GB").cluster.name == "gh200-144gb-node"
+
+
+@pytest.mark.parametrize("call, fragment", [
+    (lambda c: c.gpu("x100"), "unknown GPU 'x100'; choose one of: a100-40gb"),
+    (lambda c: c.resolve(None, "frontier"), "unknown cluster 'frontier'"),
+    (lambda c: c.resolve(None, None), "pass --gpu"),
+    (lambda c: c.resolve("h100-sxm", gpus_per_node=0), "positive integer"),
+])
+def test_unknown_names_and_bad_arguments(cat, call, fragment):
+    with pytest.raises(PlannerError, match="planner gpus|positive integer") as err:
+        call(cat)
+    assert fragment in str(err.value)
+
+
+# ------------------------------------------------------------------------------------------ user files
+def test_toml_override_merges_fields(tmp_path, cat):
+    f = tmp_path / "hw.toml"
+    f.write_text('[gpus.h100_sxm]\nprice_usd_per_gpu_hour = 4.5\nprice_date = "2026-01-01"\n'
+                 '[gpus.h100-sxm.peak_tflops]\nfp8 = 1500\n')
+    g = load_catalogue([f]).gpu("h100-sxm")
+    assert g.price_usd_per_gpu_hour == 4.5 and g.peak_tflops["fp8"] == 1500
+    assert g.peak_tflops["bf16"] == 989.4 and g.hbm_gb == 80          # untouched fields kept
+    assert g.sources["price_usd_per_gpu_hour"] == [str(f)]            # overridden figure cites the file
+    assert g.sources["hbm_gb"] == cat.gpu("h100-sxm").sources["hbm_gb"]
+    assert cat.gpu("h100-sxm").price_usd_per_gpu_hour == 2.99         # default catalogue unchanged
+
+
+def test_yaml_file_adds_new_entries(tmp_path):
+    f = tmp_path / "hw.yaml"
+    f.write_text(yaml.safe_dump({
+        "gpus": {"my-gpu": {"peak_tflops": {"bf16": 100}, "hbm_gb": 24, "hbm_bw_gbs": 900, "nvlink_bw_gbs": 0,
+                            "default_cluster": "my_box"}},
+        "clusters": {"my_box": {"gpu": "my-gpu", "gpus_per_node": 2, "intra_node_bw_gbs": 32,
+                                "intra_node_latency_us": 10, "inter_node_bw_gbs": 12.5,
+                                "inter_node_latency_us": 30}}}))
+    hw = load_catalogue([f]).resolve("MY_GPU")
+    assert hw.cluster.name == "my-box" and hw.gpus_per_node == 2 and hw.gpu.peak_flops("bf16") == 100e12
+    assert hw.gpu.price_usd_per_gpu_hour is None
+
+
+def test_env_var_adds_files(tmp_path, monkeypatch):
+    f = tmp_path / "env.toml"
+    f.write_text("[clusters.vista]\ninter_node_latency_us = 3.5\n")
+    monkeypatch.setenv(ENV_VAR, str(f))
+    assert load_catalogue().cluster("vista").inter_node_latency_us == 3.5
+
+
+@pytest.mark.parametrize("name, text, fragments", [
+    ("bad.toml", "[gpus.h100-sxm\nhbm_gb = 1\n", ["not valid TOML"]),
+    ("bad.yaml", "gpus: [unclosed\n", ["not valid YAML"]),
+    ("unknown.toml", "[gpus.h100-sxm]\nhbm_tb = 1\n", ["[gpus.h100-sxm]", "unknown field 'hbm_tb'", "hbm_gb"]),
+    ("neg.toml", "[clusters.dgx-h100]\ninter_node_bw_gbs = -50\n",
+     ["[clusters.dgx-h100]", "'inter_node_bw_gbs' = -50", "> 0"]),
+    ("type.toml", '[clusters.dgx-h100]\ngpus_per_node = "8"\n', ["'gpus_per_node' = '8'", "integer > 0"]),
+    ("dtype.toml", "[gpus.b200.peak_tflops]\nfp4 = 9000\n", ["unknown dtype 'fp4'"]),
+    ("new.toml", "[gpus.mystery]\nhbm_gb = 10\n", ["[gpus.mystery]", "required fields", "peak_tflops"]),
+    ("ref.toml", '[clusters.dgx-h100]\ngpu = "tpu-v5"\n', ["gpu 'tpu-v5' is not a known GPU"]),
+    ("top.toml", "[gpu.h100]\nhbm_gb = 1\n", ["unknown top-level table"]),
+    ("file.txt", "", ["must end in .toml"]),
+])
+def test_malformed_files_raise_planner_error(tmp_path, name, text, fragments):
+    f = tmp_path / name
+    f.write_text(text)
+    with pytest.raises(PlannerError) as err:
+        load_catalogue([f])
+    msg = str(err.value)
+    assert str(f) in msg and "\n" not in msg.strip()
+    for fragment in fragments:
+        assert fragment in msg
+
+
+def test_missing_file_raises(tmp_path):
+    with pytest.raises(PlannerError, match="not found"):
+        load_catalogue([tmp_path / "nope.toml"])
+
+
+def test_load_is_fast_when_cached():
+    import time
+
+    load_catalogue()
+    t = time.perf_counter()
+    for _ in range(100):
+        load_catalogue()
+    assert (time.perf_counter() - t) / 100 < 0.005
+
+
+# ------------------------------------------------------------------------------------------ CLI
+def _invoke(args):
+    from planner.cli import app
+
+    # With a single registered command typer runs it without its name; the full CLI has several.
+    if len(app.registered_commands) + len(app.registered_groups) < 2 and app.registered_callback is None:
+        args = args[1:]
+    return CliRunner().invoke(app, args, env={"COLUMNS": "250"})
+
+
+def test_cli_gpus_table():
+    result = _invoke(["gpus"])
+    assert result.exit_code == 0, result.output
+    for text in ("h100-sxm", "989.4", "perlmutter", "[GB/s]", "[$/GPU-h]"):
+        assert text in result.output
+
+
+def test_cli_gpus_json_with_hardware_file(tmp_path):
+    f = tmp_path / "hw.toml"
+    f.write_text("[gpus.h100-sxm]\nprice_usd_per_gpu_hour = 4.5\n")
+    result = _invoke(["gpus", "--format", "json", "--hardware-file", str(f)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    h100 = next(g for g in data["gpus"] if g["name"] == "h100-sxm")
+    assert h100["price_usd_per_gpu_hour"] == 4.5 and h100["sources"]["hbm_gb"]
+    assert {c["name"] for c in data["clusters"]} >= set(CLUSTER_KEYS) and "nccl_tests_150" in data["sources"]
+    assert not any(isinstance(v, float) and math.isnan(v) for g in data["gpus"] for v in g.values())
+
+
+def test_cli_bad_hardware_file_exits_2(tmp_path):
+    f = tmp_path / "bad.toml"
+    f.write_text("[gpus.h100-sxm]\nhbm_bw_gbs = -1\n")
+    result = _invoke(["gpus", "--hardware-file", str(f)])
+    assert result.exit_code == 2
+    assert "error:" in result.output and "hbm_bw_gbs" in result.output

@@ -1,0 +1,310 @@
+"""Model specs from Hugging Face config.json, the shipped presets and `planner models`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from planner.cli import app
+from planner.errors import PlannerError
+from planner.specs.hf_config import SUPPORTED_MODEL_TYPES, from_hf_config
+from planner.specs.presets import get_preset, preset_names, resolve_model
+
+FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
+
+# (fixture, expected fields). Values are the ones in the public config.json each fixture copies.
+EXPECTED = {
+    "llama2-7b": dict(num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=32, head_dim=128,
+                      ffn_hidden_size=11008, vocab_size=32000, activation="swiglu", norm="rmsnorm",
+                      position_embedding="rope", tied_embeddings=False, linear_bias=False, dropout=False,
+                      max_seq_len=4096, rope_theta=None, num_experts=0),
+    "mistral-7b": dict(num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128,
+                       ffn_hidden_size=14336, vocab_size=32000, activation="swiglu", norm="rmsnorm",
+                       position_embedding="rope", tied_embeddings=False, linear_bias=False, max_seq_len=32768,
+                       rope_theta=10000.0),
+    "qwen2-7b": dict(num_layers=28, hidden_size=3584, num_heads=28, num_kv_heads=4, head_dim=128,
+                     ffn_hidden_size=18944, vocab_size=152064, activation="swiglu", norm="rmsnorm",
+                     tied_embeddings=False, linear_bias=False, max_seq_len=131072, rope_theta=1e6),
+    "gpt-neox-20b": dict(num_layers=44, hidden_size=6144, num_heads=64, num_kv_heads=64, head_dim=96,
+                         ffn_hidden_size=24576, vocab_size=50432, activation="gelu", norm="layernorm",
+                         position_embedding="rope", tied_embeddings=False, linear_bias=True, dropout=False,
+                         max_seq_len=2048, rope_theta=10000.0),
+    "gpt2": dict(num_layers=12, hidden_size=768, num_heads=12, num_kv_heads=12, ffn_hidden_size=3072,
+                 vocab_size=50257, activation="gelu", norm="layernorm", position_embedding="learned",
+                 tied_embeddings=True, linear_bias=True, dropout=True, max_seq_len=1024, rope_theta=None),
+    "minitron-8b": dict(num_layers=32, hidden_size=4096, num_heads=48, num_kv_heads=8, head_dim=128,
+                        ffn_hidden_size=16384, vocab_size=256000, activation="squared_relu", norm="layernorm",
+                        position_embedding="rope", tied_embeddings=False, linear_bias=False, max_seq_len=4096,
+                        rope_theta=10000.0),
+    "mpt-7b": dict(num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=32, ffn_hidden_size=16384,
+                   vocab_size=50432, activation="gelu", norm="layernorm", position_embedding="alibi",
+                   tied_embeddings=True, linear_bias=False, dropout=False, max_seq_len=2048, rope_theta=None),
+    "bloom-560m": dict(num_layers=24, hidden_size=1024, num_heads=16, num_kv_heads=16, ffn_hidden_size=4096,
+                       vocab_size=250880, activation="gelu", norm="layernorm", position_embedding="alibi",
+                       tied_embeddings=True, linear_bias=True, dropout=False, max_seq_len=2048),
+    "mixtral-8x7b": dict(num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8, ffn_hidden_size=14336,
+                         vocab_size=32000, activation="swiglu", norm="rmsnorm", num_experts=8,
+                         experts_per_token=2, max_seq_len=32768, rope_theta=1e6),
+}
+
+
+def _cfg(fixture: str) -> dict:
+    return json.loads((FIXTURES / f"{fixture}.json").read_text())
+
+
+# ------------------------------------------------------------------ config.json parsing
+@pytest.mark.parametrize("fixture", sorted(EXPECTED))
+def test_fixture_parses_to_expected_fields(fixture):
+    spec = from_hf_config(FIXTURES / f"{fixture}.json")
+    for field, value in EXPECTED[fixture].items():
+        assert getattr(spec, field) == value, field
+    assert spec.name == fixture
+    assert spec.source.endswith(f"{fixture}.json")
+
+
+def test_every_supported_model_type_has_a_fixture():
+    types = {_cfg(f)["model_type"] for f in EXPECTED}
+    assert types == set(SUPPORTED_MODEL_TYPES)
+
+
+def test_extra_keeps_parsed_fields_without_spec_slot():
+    assert from_hf_config(FIXTURES / "gpt-neox-20b.json").extra["rotary_pct"] == 0.25
+    assert from_hf_config(FIXTURES / "mistral-7b.json").extra["sliding_window"] == 4096
+    assert from_hf_config(FIXTURES / "qwen2-7b.json").extra["qkv_bias"] is True
+    assert from_hf_config(FIXTURES / "minitron-8b.json").extra["partial_rotary_factor"] == 0.5
+    assert from_hf_config(FIXTURES / "gpt2.json").extra["hidden_act"] == "gelu_new"
+
+
+def test_param_counts_of_fixtures_match_published_sizes():
+    # Published totals: GPT-2 124M (HF model card), BLOOM-560m 559M (bigscience model card),
+    # Mixtral 8x7B 46.7B (Jiang et al. 2024), Qwen2-7B 7.6B (Qwen2 model card).
+    for fixture, published in (("gpt2", 124.4e6), ("bloom-560m", 559.2e6), ("mixtral-8x7b", 46.7e9),
+                               ("qwen2-7b", 7.62e9)):
+        total = from_hf_config(FIXTURES / f"{fixture}.json").total_params()
+        assert total == pytest.approx(published, rel=0.01), fixture
+
+
+def test_inline_dict_and_name():
+    cfg = _cfg("llama2-7b")
+    spec = from_hf_config(cfg, name="my-llama")
+    assert spec.name == "my-llama" and spec.num_layers == 32
+    assert spec.source == "inline config.json dict"
+    assert from_hf_config({**cfg, "_name_or_path": "meta-llama/Llama-2-7b-hf"}).name == "Llama-2-7b-hf"
+
+
+def test_folder_with_config_json(tmp_path):
+    folder = tmp_path / "Mistral-7B-v0.1"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(_cfg("mistral-7b")))
+    assert from_hf_config(folder).name == "Mistral-7B-v0.1"
+    assert from_hf_config(folder / "config.json").name == "Mistral-7B-v0.1"
+
+
+@pytest.mark.parametrize("rope_keys", [
+    {"rope_theta": 500000.0},                                                    # transformers < 5
+    {"rope_parameters": {"rope_type": "default", "rope_theta": 500000.0}},        # transformers >= 5
+    {"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "rope_theta": 500000.0}},
+])
+def test_rope_theta_old_and_new_keys(rope_keys):
+    cfg = {k: v for k, v in _cfg("llama2-7b").items() if k not in ("rope_theta", "rope_scaling")}
+    spec = from_hf_config({**cfg, **rope_keys})
+    assert spec.rope_theta == 500000.0
+
+
+def test_rope_parameters_scaling_kept_in_extra():
+    cfg = {**_cfg("llama2-7b"), "rope_parameters": {"rope_type": "llama3", "factor": 8.0, "rope_theta": 5e5}}
+    spec = from_hf_config(cfg)
+    assert spec.extra["rope_parameters"] == {"rope_type": "llama3", "factor": 8.0}
+
+
+def test_neox_rope_theta_new_key():
+    cfg = {k: v for k, v in _cfg("gpt-neox-20b").items() if k != "rotary_emb_base"}
+    assert from_hf_config({**cfg, "rope_theta": 25000}).rope_theta == 25000.0
+
+
+def test_family_defaults_and_aliases():
+    gpt2 = {k: v for k, v in _cfg("gpt2").items() if k not in ("n_positions", "n_ctx")}
+    gpt2.update(n_inner=1000, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    spec = from_hf_config(gpt2)
+    assert spec.ffn_hidden_size == 1000 and spec.max_seq_len == 1024 and spec.dropout is False
+    mpt = _cfg("mpt-7b")
+    mpt["attn_config"] = {"alibi": False, "attn_type": "grouped_query_attention", "kv_n_heads": 8}
+    spec = from_hf_config({**mpt, "expansion_ratio": 3.5})
+    assert (spec.num_kv_heads, spec.position_embedding, spec.ffn_hidden_size) == (8, "learned", 14336)
+    mini = {k: v for k, v in _cfg("minitron-8b").items() if k != "head_dim"}
+    assert from_hf_config({**mini, "kv_channels": 128}).head_dim == 128
+    assert from_hf_config({**_cfg("llama2-7b"), "attention_bias": True}).linear_bias is True
+
+
+def test_mixtral_require_dense_raises():
+    spec = from_hf_config(FIXTURES / "mixtral-8x7b.json")
+    with pytest.raises(PlannerError, match="mixture-of-experts"):
+        spec.require_dense()
+    from_hf_config(FIXTURES / "mistral-7b.json").require_dense()  # dense: no error
+
+
+# ------------------------------------------------------------------ malformed input
+def test_bad_json_names_path_and_position(tmp_path):
+    bad = tmp_path / "config.json"
+    bad.write_text('{\n  "model_type": "llama",\n  "hidden_size": 4096,,\n}')
+    with pytest.raises(PlannerError) as err:
+        from_hf_config(bad)
+    assert str(bad) in str(err.value) and "line 3" in str(err.value)
+
+
+def test_missing_path(tmp_path):
+    with pytest.raises(PlannerError, match="does not exist"):
+        from_hf_config(tmp_path / "nope.json")
+
+
+def test_json_not_an_object(tmp_path):
+    p = tmp_path / "list.json"
+    p.write_text("[1, 2]")
+    with pytest.raises(PlannerError, match="not an object"):
+        from_hf_config(p)
+
+
+def test_missing_field_names_file_and_field(tmp_path):
+    cfg = _cfg("llama2-7b")
+    del cfg["intermediate_size"]
+    p = tmp_path / "cut.json"
+    p.write_text(json.dumps(cfg))
+    with pytest.raises(PlannerError) as err:
+        from_hf_config(p)
+    assert str(p) in str(err.value) and "intermediate_size" in str(err.value)
+    with pytest.raises(PlannerError, match="num_local_experts"):
+        from_hf_config({k: v for k, v in _cfg("mixtral-8x7b").items() if k != "num_local_experts"})
+    with pytest.raises(PlannerError, match="model_type"):
+        from_hf_config({k: v for k, v in _cfg("gpt2").items() if k != "model_type"})
+
+
+@pytest.mark.parametrize("key,value", [
+    ("num_hidden_layers", "32"), ("num_hidden_layers", -4), ("num_hidden_layers", 0), ("hidden_size", True),
+    ("hidden_size", 4096.5), ("vocab_size", [32000]), ("tie_word_embeddings", "no"), ("rope_theta", -1.0),
+    ("attention_dropout", "0.1"),
+])
+def test_wrong_types_rejected(key, value):
+    with pytest.raises(PlannerError, match=key):
+        from_hf_config({**_cfg("mistral-7b"), key: value})
+
+
+def test_unknown_model_type_lists_supported():
+    with pytest.raises(PlannerError) as err:
+        from_hf_config({**_cfg("llama2-7b"), "model_type": "t5"})
+    for t in SUPPORTED_MODEL_TYPES:
+        assert t in str(err.value)
+
+
+def test_unknown_activation_and_keys():
+    with pytest.raises(PlannerError, match="hidden_act"):
+        from_hf_config({**_cfg("gpt-neox-20b"), "hidden_act": "tanh"})
+    spec = from_hf_config({**_cfg("llama2-7b"), "some_future_key": {"x": 1}})
+    assert "some_future_key" not in spec.extra
+
+
+def test_inconsistent_heads_rejected():
+    with pytest.raises(PlannerError, match="multiple of num_kv_heads"):
+        from_hf_config({**_cfg("mistral-7b"), "num_key_value_heads": 5})
+
+
+# ------------------------------------------------------------------ presets
+# Published totals (tolerance 1 %): parameter counts on the Hugging Face model pages of
+# meta-llama/Llama-2-{7b,13b,70b}-hf (6.74/13.0/69.0 B), Meta-Llama-3-{8B,70B} (8.03/70.6 B),
+# Llama-3.1-405B (405.9 B) and mistralai/Mistral-7B-v0.1 (7.24 B); GPT-3 174.6 B (Narayanan et al. 2021
+# Table 2); GPT-NeoX-20B 20.6 B (Black et al. 2022); MPT-7B 6.7 B and MPT-30B 30 B (MosaicML model cards).
+PUBLISHED_PARAMS_B = {
+    "llama-7b": 6.74, "llama-13b": 13.0, "llama-70b": 69.0, "llama3-8b": 8.03, "llama3-70b": 70.6,
+    "llama3-405b": 405.9, "gpt3-175b": 174.6, "gpt-20b": 20.6, "mistral-7b": 7.24, "mpt-7b": 6.7,
+    "mpt-30b": 30.0,
+}
+
+
+def test_preset_list():
+    names = preset_names()
+    assert set(names) == {"llama-7b", "llama-13b", "llama-70b", "llama3-8b", "llama3-70b", "llama3-405b",
+                          "gpt-20b", "llemma-7b", "gpt3-175b", "mpt-7b", "mpt-30b", "mistral-7b"}
+    assert names.index("llama-7b") < names.index("llama-13b")
+
+
+@pytest.mark.parametrize("name,billions", sorted(PUBLISHED_PARAMS_B.items()))
+def test_preset_params_match_published(name, billions):
+    assert get_preset(name).total_params() / 1e9 == pytest.approx(billions, rel=0.01)
+
+
+def test_every_preset_names_a_source():
+    for name in preset_names():
+        spec = get_preset(name)
+        assert spec.source.strip(), name
+        spec.require_dense()
+
+
+def test_preset_values_from_public_configs():
+    l13 = get_preset("llama-13b")
+    assert (l13.num_layers, l13.hidden_size, l13.num_heads, l13.ffn_hidden_size, l13.vocab_size,
+            l13.max_seq_len) == (40, 5120, 40, 13824, 32000, 4096)
+    l70 = get_preset("llama3-70b")
+    assert (l70.num_kv_heads, l70.ffn_hidden_size, l70.vocab_size, l70.rope_theta) == (8, 28672, 128256, 5e5)
+    assert get_preset("mpt-7b").position_embedding == "alibi"
+    assert get_preset("llemma-7b").vocab_size == 32016
+    g3 = get_preset("gpt3-175b")
+    assert (g3.num_layers, g3.hidden_size, g3.head_dim, g3.ffn_hidden_size) == (96, 12288, 128, 4 * 12288)
+
+
+def test_preset_matches_its_fixture_config():
+    # The Mistral preset and the hand-copied config.json must describe the same model.
+    preset, parsed = get_preset("mistral-7b"), from_hf_config(FIXTURES / "mistral-7b.json")
+    for field in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size",
+                  "activation", "norm", "max_seq_len", "rope_theta", "tied_embeddings", "linear_bias"):
+        assert getattr(preset, field) == getattr(parsed, field), field
+    assert get_preset("gpt-20b").total_params() == from_hf_config(FIXTURES / "gpt-neox-20b.json").total_params()
+    assert get_preset("mpt-7b").total_params() == from_hf_config(FIXTURES / "mpt-7b.json").total_params()
+
+
+def test_lookup_is_case_insensitive_and_cached():
+    assert get_preset("LLaMA-13B") is get_preset("llama-13b")
+
+
+def test_unknown_preset_lists_names():
+    with pytest.raises(PlannerError) as err:
+        get_preset("llama-9000b")
+    assert "llama-13b" in str(err.value) and "planner models" in str(err.value)
+
+
+def test_resolve_model_accepts_name_path_and_dict():
+    assert resolve_model("Llama3-8B").name == "llama3-8b"
+    assert resolve_model(str(FIXTURES / "qwen2-7b.json")).num_kv_heads == 4
+    assert resolve_model(FIXTURES / "gpt2.json").name == "gpt2"
+    assert resolve_model(_cfg("bloom-560m")).position_embedding == "alibi"
+    spec = get_preset("mpt-30b")
+    assert resolve_model(spec) is spec
+    with pytest.raises(PlannerError, match="planner models"):
+        resolve_model("not-a-model")
+    with pytest.raises(PlannerError, match="does not exist"):
+        resolve_model("missing/config.json")
+
+
+# ------------------------------------------------------------------ CLI
+def test_cli_models_table():
+    result = CliRunner().invoke(app, ["models"])
+    assert result.exit_code == 0, result.output
+    for name in preset_names():
+        assert name in result.output
+    assert "params (B)" in result.output and "405.85" in result.output
+
+
+def test_cli_models_json():
+    result = CliRunner().invoke(app, ["models", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    rows = {r["name"]: r for r in json.loads(result.output)}
+    assert set(rows) == set(preset_names())
+    assert rows["llama-13b"]["params_billion"] == pytest.approx(13.0, rel=0.01)
+    assert rows["llama3-70b"]["num_kv_heads"] == 8
+    assert rows["gpt3-175b"]["source"].startswith("Brown et al. 2020")
+
+
+def test_cli_models_bad_format():
+    result = CliRunner().invoke(app, ["models", "--format", "xml"])
+    assert result.exit_code != 0

@@ -1,0 +1,260 @@
+"""planner.validate and `planner validate`: loading, row mapping, metric comparison, summaries, CLI."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import importlib
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+import planner.validate as V
+from planner.cli_validate import register
+from planner.errors import PlannerError
+
+FIXTURE = Path(__file__).parent / "fixtures" / "runs_small.csv"
+
+# Stub predictions per run id: each targets a known signed error in the row's metric.
+# Values that must NOT be used for that row are 999 / NaN, so a wrong metric choice shows up.
+NAN = float("nan")
+STUB = {
+    "KORTHI22-002": dict(iteration_time_s=1.10 * 1.1),            # +10 %
+    "TORCHTITAN-001": dict(tokens_per_s_per_gpu=5762 * 0.8),      # -20 %
+    "NARAY21-005": dict(hardware_tflops_per_gpu=138 * 1.1, model_tflops_per_gpu=999.0),  # HFU source: +10 %
+    "MCORE-H100-002": dict(model_tflops_per_gpu=465.9 * 0.8, hardware_tflops_per_gpu=999.0),  # model FLOPs: -20 %
+    "LLAMA3-001M": dict(mfu=0.43 * 1.1),                          # percent of bf16 peak: +10 %
+}
+EXPECTED_ERRORS = {"KORTHI22-002": 0.1, "TORCHTITAN-001": -0.2, "NARAY21-005": 0.1, "MCORE-H100-002": -0.2,
+                   "LLAMA3-001M": 0.1}
+
+
+def stub_prediction(**values):
+    base = dict(iteration_time_s=NAN, tokens_per_s=NAN, tokens_per_s_per_gpu=NAN, model_tflops_per_gpu=NAN,
+                hardware_tflops_per_gpu=NAN, mfu=NAN, memory_gib_per_gpu=10.0, fits_in_memory=True,
+                bubble_fraction=0.0, warnings=[])
+    base.update(values)
+    return SimpleNamespace(**base)
+
+
+def stub_predict(model, plan, hardware):
+    return stub_prediction(**STUB[plan.extra["run_id"]])
+
+
+# Test-only peaks (not datasheet values): bf16 / fp8 = 0.5 makes the FP8-peak conversion visible.
+STUB_HW = SimpleNamespace(gpu=SimpleNamespace(peak_tflops={"bf16": 2.0, "fp8": 4.0}))
+
+
+def stub_hardware(gpu_key, gpus_per_node, cluster):
+    return STUB_HW
+
+
+def by_id(rows):
+    return {r.id: r for r in rows}
+
+
+# ------------------------------------------------------------------------------------------ real CSV
+def test_every_real_row_maps_or_states_a_reason(shared_validation):
+    path = shared_validation / "published_runs.csv"
+    rows = V.load_runs(path)
+    with path.open(newline="", encoding="utf-8") as fh:
+        assert len(rows) == sum(1 for _ in csv.DictReader(fh))
+    for row in rows:
+        assert row.tier in ("A", "B", "C"), row.id
+        if row.skip_reason:
+            assert len(row.skip_reason) > 10, row.id
+            continue
+        model, plan, gpu_key, gpn = V.row_to_inputs(row)
+        assert plan.problems(model) == [], row.id
+        assert plan.world_size == row.get("n_gpus")
+        assert gpu_key in ("a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200"), row.id
+    rows = by_id(rows)
+    assert "CHECK" in rows["LLAMA3-003"].skip_reason
+    assert "LoRA" in rows["NEMO2407-016"].skip_reason
+    # 126 layers over PP=8: uneven split with the first stages one layer heavier.
+    _, plan, _, _ = V.row_to_inputs(rows["TORCHTITAN-013"])
+    assert plan.layer_split == (16, 16, 16, 16, 16, 16, 15, 15)
+    assert any("caveat" in a and "96GB" in a for a in rows["TORCHTITAN-013"].assumptions)
+    # Model-parallel size only: TP = min(8, MP).
+    _, plan, _, _ = V.row_to_inputs(rows["MLM-JAN21-008"])
+    assert (plan.tp, plan.pp, plan.dp) == (8, 18, 15)
+    assert any("TP/PP split not stated" in a for a in rows["MLM-JAN21-008"].assumptions)
+
+
+def test_real_row_mappings(shared_validation):
+    rows = by_id(V.load_runs(shared_validation / "published_runs.csv"))
+    model, plan, gpu, _ = V.row_to_inputs(rows["KORTHI22-004"])
+    assert (gpu, plan.tp, plan.pp, plan.vpp, plan.recompute, plan.sp, plan.zero, plan.dtype) == \
+        ("a100-80gb", 8, 8, 3, "selective", True, 0, "fp16")
+    assert (model.activation, model.norm) == ("gelu", "layernorm")
+    assert rows["KORTHI22-004"].cluster == "dgx-a100"
+    model, plan, gpu, _ = V.row_to_inputs(rows["TORCHTITAN-003"])
+    assert (model.activation, model.norm, model.num_kv_heads, plan.zero, plan.dtype) == \
+        ("swiglu", "rmsnorm", 8, 3, "fp8")
+    model, plan, _, _ = V.row_to_inputs(rows["NEMO2407-008"])
+    assert model.activation == "squared_relu"
+    model, plan, _, _ = V.row_to_inputs(rows["MCORE-H100-001"])
+    assert model.ffn_hidden_size == 4 * model.hidden_size and model.num_kv_heads == model.num_heads
+    assert "MBS not stated, assumed 1" in rows["MCORE-H100-001"].assumptions
+    assert any("recompute not stated" in a for a in rows["MCORE-H100-001"].assumptions)
+
+
+# ------------------------------------------------------------------------------------------ fixture
+def test_fixture_exact_errors_and_summary():
+    rows = V.load_runs(FIXTURE)
+    report = V.validate(rows, predict_fn=stub_predict, hardware_fn=stub_hardware)
+    got = {r.id: r.error for r in report.predicted}
+    assert got == pytest.approx(EXPECTED_ERRORS, rel=1e-12, abs=1e-12)
+    assert [r.id for r in report.skipped] == ["LLAMA3-003"]
+    overall = report.overall()
+    assert overall.n == 5
+    assert overall.mape_pct == pytest.approx(14.0)
+    assert overall.median_abs_pct == pytest.approx(10.0)
+    assert overall.bias_pct == pytest.approx(-2.0)
+    assert overall.p90_abs_pct == pytest.approx(20.0)
+    kinds = {(s.group, s.value): s.n for s in report.summaries}
+    assert kinds[("source", "LLAMA3")] == 1 and kinds[("gpu", "h100-sxm")] == 3
+    assert kinds[("kind", "FSDP")] == 1 and kinds[("tier", "A")] == 2
+
+
+def test_tier_filter_and_measured_values():
+    rows = V.load_runs(FIXTURE)
+    report = V.validate(rows, predict_fn=stub_predict, hardware_fn=stub_hardware, tiers=["A"])
+    assert {r.id for r in report.rows} == {"KORTHI22-002", "TORCHTITAN-001"}
+    assert report.excluded_by_tier == 4
+    assert by_id(report.rows)["KORTHI22-002"].measured == 1.10
+
+
+def test_fp8_peak_mfu_conversion():
+    row = by_id(V.load_runs(FIXTURE))["LLAMA3-001M"]
+    row = dataclasses.replace(row, text={**row.text, "notes": row.text["notes"] + " MFU uses the FP8 peak."})
+    pred, err = V.compare(row, stub_prediction(mfu=0.43 * 2 * 1.1), STUB_HW)
+    assert pred == pytest.approx(43 * 1.1)
+    assert err == pytest.approx(0.1)
+    with pytest.raises(PlannerError):
+        V.compare(row, stub_prediction(mfu=0.5))
+
+
+# ------------------------------------------------------------------------------------------ errors
+def _rewrite(tmp_path, edit_header=None, edit_row=None):
+    with FIXTURE.open(newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    header = list(rows[0])
+    if edit_header:
+        header = edit_header(header)
+    if edit_row:
+        edit_row(rows[0])
+    path = tmp_path / "runs.csv"
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=header, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+def test_missing_column_names_file_and_column(tmp_path):
+    path = _rewrite(tmp_path, edit_header=lambda h: [c for c in h if c != "gbs"])
+    with pytest.raises(PlannerError, match=r"runs\.csv.*'gbs'"):
+        V.load_runs(path)
+
+
+def test_non_numeric_value_is_an_error(tmp_path):
+    path = _rewrite(tmp_path, edit_row=lambda r: r.update(tp="eight"))
+    with pytest.raises(PlannerError, match=r"KORTHI22-002.*'tp'.*eight"):
+        V.load_runs(path)
+    with pytest.raises(PlannerError, match="not found"):
+        V.load_runs(tmp_path / "absent.csv")
+
+
+@pytest.mark.parametrize("edit, reason", [
+    (dict(gpu="TPU v5p"), "unknown GPU"),
+    (dict(gbs="6"), "not divisible by MBS*DP"),
+    (dict(ep="8"), "mixture-of-experts"),
+    (dict(n_layers=""), "n_layers"),
+    (dict(tp="4"), "!= GPUs=8"),
+])
+def test_unusable_rows_are_kept_with_a_reason(tmp_path, edit, reason):
+    rows = V.load_runs(_rewrite(tmp_path, edit_row=lambda r: r.update(edit)))
+    assert reason in rows[0].skip_reason
+    assert len(rows) == 6
+
+
+def test_uneven_split_with_interleaving():
+    notes = []
+    assert V._layer_split(30, 4, 2, notes) == (8, 8, 8, 6)
+    assert notes and V._layer_split(32, 4, 2, []) is None
+    with pytest.raises(PlannerError):
+        V._layer_split(31, 4, 2, [])
+
+
+def test_gpu_mapping():
+    assert V.map_gpu("A100-80GB") == ("a100-80gb", "")
+    assert V.map_gpu("A100 (memory size not stated)")[0] == "a100-80gb"
+    assert V.map_gpu("A100 (memory size not stated)")[1]
+    assert V.map_gpu("H100-SXM (DGX-H100)") == ("h100-sxm", "")
+    key, note = V.map_gpu("H100 96GB HBM2e (500W power limit)")
+    assert key == "h100-sxm" and note.startswith("caveat")
+    assert V.map_gpu("H200 (141GB)")[0] == "h200" and V.map_gpu("GH200 144GB")[0] == "gh200-144gb"
+
+
+# ------------------------------------------------------------------------------------------ CLI
+def _app():
+    app = typer.Typer()
+
+    @app.callback()
+    def main():  # a group, so the command is called by name
+        pass
+
+    register(app)
+    return app
+
+
+def test_cli_with_stub_predict(monkeypatch, tmp_path):
+    monkeypatch.setattr(V, "_default_predict", lambda: stub_predict)
+    monkeypatch.setattr(V, "_default_hardware", lambda: stub_hardware)
+    runner = CliRunner()
+    res = runner.invoke(_app(), ["validate", "--runs", str(FIXTURE), "--format", "md"])
+    assert res.exit_code == 0, res.output
+    assert "| KORTHI22-002 |" in res.output and "+10.0" in res.output and "-20.0" in res.output
+    assert "Skipped runs (1)" in res.output and "CHECK" in res.output
+    assert "error [%]" in res.output and "MAPE [%]" in res.output
+    res = runner.invoke(_app(), ["validate", "--runs", str(FIXTURE), "--format", "json", "--tier", "b"])
+    data = json.loads(res.output)
+    assert {r["id"] for r in data["rows"]} == {"NARAY21-005", "MCORE-H100-002", "LLAMA3-001M"}
+    out = tmp_path / "report.txt"
+    res = runner.invoke(_app(), ["validate", "--runs", str(FIXTURE), "--out", str(out)])
+    assert res.exit_code == 0 and "TORCHTITAN-001" in out.read_text()
+    assert "iteration_time_s [s]" in out.read_text()  # rich markup escaped
+    res = runner.invoke(_app(), ["validate", "--runs", str(FIXTURE), "--format", "csv"])
+    assert isinstance(res.exception, PlannerError)
+
+
+def test_cli_without_run_file(monkeypatch):
+    import planner.cli_validate as C
+
+    monkeypatch.setattr(C, "validation_dir", lambda: None)
+    res = CliRunner().invoke(_app(), ["validate"])
+    assert isinstance(res.exception, PlannerError) and "--runs FILE" in str(res.exception)
+
+
+def _real_predict_importable() -> bool:
+    try:
+        importlib.import_module("planner.predict")
+        importlib.import_module("planner.specs.catalogue")
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _real_predict_importable(), reason="planner.predict not available yet")
+def test_cli_with_real_predict():
+    res = CliRunner().invoke(_app(), ["validate", "--runs", str(FIXTURE), "--format", "json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert len(data["rows"]) == 6
+    for r in data["rows"]:
+        assert r["skip_reason"] or (r["predicted"] > 0 and r["error"] is not None), r
