@@ -1,0 +1,315 @@
+"""Analytical operator costs: roofline for compute operators, alpha-beta for collectives.
+
+Compute operators (Williams, Waterman & Patterson, "Roofline", CACM 2009, eq. 1)::
+
+    t = max(flops / (peak(dtype) * eff_compute(kind, flops)),  bytes / (hbm_bw * eff_mem(kind))) + launch
+
+Collectives (Hockney's alpha-beta model; nccl-tests "busbw" factors, nccl-tests doc/PERFORMANCE.md)::
+
+    t = alpha + factor(op, n) * bytes / (link_bw * eff(op, n))
+    factor: all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n; send_recv 1
+
+Across nodes the collective is hierarchical (NCCL's intra-node reduce-scatter + inter-node ring +
+intra-node all-gather, the "2D"/hierarchical all-reduce of Calculon, Isaev et al. SC'23 §3.3, and
+Horovod's hierarchical all-reduce): the inter-node stage moves ``bytes / ranks_per_node`` per GPU over
+that GPU's own NIC (rail-optimised nodes, one NIC per GPU).
+
+Every efficiency, the launch latency and the collective alphas come from
+``costmodel/data/efficiency.json``, fitted by ``python -m costmodel.efficiency`` from the public
+measurements in ``shared/data`` (see ``costmodel/data/PROVENANCE.md``). Peak FLOP/s, HBM and link
+bandwidths come from the :class:`Hardware` object.
+
+Byte and FLOP conventions (shared with the fitting script, which imports these functions):
+GEMM FLOPs = 2mnk; attention forward FLOPs = 4·b·s_q·s_kv·h·d (Q·Kᵀ and P·V, FlashAttention-2 paper
+§4.1 counting), halved when causal; memory-bound operators count the bytes of the activation tensors
+read plus written (fp16/bf16 = 2 bytes per element), see :func:`mem_bytes`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from functools import lru_cache
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from costmodel.cost.base import CostResult, OperatorCostModel
+from costmodel.ops import COLLECTIVE_KINDS, FEATURES, Op
+from planner.specs.hardware import Hardware
+
+TABLE_PATH = Path(__file__).resolve().parent.parent / "data" / "efficiency.json"
+
+MEMORY_KINDS = ("norm", "activation", "rope", "residual_add", "embedding", "cross_entropy", "optimizer")
+
+# Adam step bytes per parameter: read fp32 param, grad, m, v (16 B), write param, m, v (12 B) —
+# the tensors Apex FusedAdam's multi_tensor_adam kernel reads and writes (fp32 master weights and
+# fp32 main grads as in Megatron-LM mixed precision).
+ADAM_BYTES_PER_PARAM = 28.0
+
+
+# ----------------------------------------------------------------------------------------------
+# Conventions shared with costmodel.efficiency
+# ----------------------------------------------------------------------------------------------
+
+def dtype_bytes(dtype: str) -> float:
+    """Bytes per element of a dtype (physical definition)."""
+    return {"fp8": 1.0, "bf16": 2.0, "fp16": 2.0, "tf32": 4.0, "fp32": 4.0}.get(dtype, 2.0)
+
+
+def gemm_flops(m, n, k):
+    """2·m·n·k (one multiply-add = 2 FLOPs)."""
+    return 2.0 * m * n * k
+
+
+def gemm_bytes(m, n, k, dtype: str = "bf16"):
+    """Read A[m,k], B[k,n], write C[m,n]; fp8 GEMMs read fp8 operands and write bf16."""
+    e = dtype_bytes(dtype)
+    return e * (m * k + k * n) + 2.0 * (m * n)
+
+
+def attention_fwd_flops(batch, seq_q, seq_kv, heads, head_dim, causal):
+    """4·b·s_q·s_kv·h·d for Q·Kᵀ plus P·V (FlashAttention-2, Dao 2023, §4.1); half when causal."""
+    f = 4.0 * batch * seq_q * seq_kv * heads * head_dim
+    return f * np.where(np.asarray(causal) > 0, 0.5, 1.0)
+
+
+def attention_bytes(batch, seq_q, seq_kv, heads, kv_heads, head_dim):
+    """Forward HBM traffic of a fused attention: read Q, K, V, write O (2 bytes per element)."""
+    return 2.0 * batch * head_dim * (2.0 * seq_q * heads + 2.0 * seq_kv * kv_heads)
+
+
+def mem_bytes(kind: str, features: dict, backward: bool):
+    """Bytes read + written by a memory-bound operator (2 bytes per element; weights ignored).
+
+    norm (tokens T, hidden H): fwd read x, write y = 2·T·H·2; bwd read dy, x, write dx = 3·T·H·2.
+    activation (T, width W = elements per token of its input): fwd 2·T·W·2, bwd 3·T·W·2.
+    rope (T, heads, head_dim): in place on one tensor, fwd and bwd 2·T·h·d·2.
+    residual_add (elements E): read two, write one = 3·E·2 (fwd and bwd).
+    embedding (T, H, V): fwd row gather, read + write 2·T·H·2; bwd read dy, write dW: (T·H + V·H)·2.
+    cross_entropy (T, V): read logits, write softmax (fwd) / read softmax, write grad (bwd): 2·T·V·2.
+    optimizer (params P): ADAM_BYTES_PER_PARAM·P.
+    """
+    f = features
+    if kind == "norm":
+        return (3.0 if backward else 2.0) * f["tokens"] * f["hidden"] * 2.0
+    if kind == "activation":
+        return (3.0 if backward else 2.0) * f["tokens"] * f["width"] * 2.0
+    if kind == "rope":
+        return 2.0 * f["tokens"] * f["heads"] * f["head_dim"] * 2.0
+    if kind == "residual_add":
+        return 3.0 * f["elements"] * 2.0
+    if kind == "embedding":
+        if backward:
+            return (f["tokens"] * f["hidden"] + f["vocab"] * f["hidden"]) * 2.0
+        return 2.0 * f["tokens"] * f["hidden"] * 2.0
+    if kind == "cross_entropy":
+        return 2.0 * f["tokens"] * f["vocab"] * 2.0
+    if kind == "optimizer":
+        return ADAM_BYTES_PER_PARAM * f["params"]
+    raise KeyError(kind)
+
+
+def busbw_factor(op: str, n):
+    """nccl-tests bus-bandwidth factor (doc/PERFORMANCE.md): bus bytes per buffer byte."""
+    n = np.asarray(n, dtype=float)
+    if op == "all_reduce":
+        return 2.0 * (n - 1.0) / n
+    if op == "send_recv":
+        return np.ones_like(n)
+    return (n - 1.0) / n
+
+
+# ----------------------------------------------------------------------------------------------
+# Table access
+# ----------------------------------------------------------------------------------------------
+
+@lru_cache(maxsize=4)
+def load_table(path: str | None = None) -> dict:
+    """The fitted efficiency table (``costmodel/data/efficiency.json``)."""
+    return json.loads(Path(path or TABLE_PATH).read_text())
+
+
+def _interp_eff(entry: dict, flops: np.ndarray) -> np.ndarray:
+    """Efficiency at ``flops``: log-linear interpolation between log2(FLOPs) bucket centres."""
+    x = np.log2(np.maximum(flops, 1.0))
+    e = np.interp(x, entry["log2_flops"], np.log(entry["eff"]))
+    return np.exp(e)
+
+
+class _Resolved:
+    """Efficiencies of one GPU, with the fallback to the ``default`` entry and its warnings."""
+
+    def __init__(self, table: dict, gpu_name: str):
+        gpus = table["gpus"]
+        self.gpu = gpu_name
+        self.own = gpus.get(gpu_name)
+        self.default = gpus["default"]
+        self.warnings: list[str] = []
+        if self.own is None:
+            self.warnings.append(f"no measured data for {gpu_name}: efficiencies are the median of measured GPUs")
+
+    def get(self, *path, what: str):
+        """Value at ``path`` in the GPU's entry, else in ``default`` (noting the fallback)."""
+        node = self.own
+        for p in path:
+            if not isinstance(node, dict) or p not in node:
+                node = None
+                break
+            node = node[p]
+        if node is not None:
+            return node
+        if self.own is not None:
+            msg = (f"no measured {what} data for {self.gpu}: using the median of measured GPUs")
+            if msg not in self.warnings:
+                self.warnings.append(msg)
+        node = self.default
+        for p in path:
+            node = node[p]
+        return node
+
+
+def _nearest(entries: dict, n: int) -> dict:
+    """Entry measured at the group size closest to ``n`` in log2 (keys are str(n))."""
+    best = min(entries, key=lambda k: (abs(math.log2(int(k)) - math.log2(max(n, 1))), int(k)))
+    return entries[best]
+
+
+# ----------------------------------------------------------------------------------------------
+# The model
+# ----------------------------------------------------------------------------------------------
+
+class RooflineCostModel(OperatorCostModel):
+    """Roofline compute times and hierarchical alpha-beta collective times from fitted efficiencies."""
+
+    name = "roofline"
+
+    def __init__(self, table: dict | None = None):
+        self.table = table if table is not None else load_table()
+        self._cache: dict = {}
+        self._resolved: dict = {}
+
+    def supports(self, kind: str, hardware: Hardware) -> bool:
+        return kind in FEATURES
+
+    # -- helpers ---------------------------------------------------------------------------
+    @staticmethod
+    def _hw_key(hw: Hardware) -> tuple:
+        g, c = hw.gpu, hw.cluster
+        return (g.name, c.name, g.hbm_bw_gbs, tuple(sorted(g.peak_tflops.items())), c.gpus_per_node,
+                c.intra_node_bw_gbs, c.inter_node_bw_gbs, c.intra_node_latency_us, c.inter_node_latency_us)
+
+    def _res(self, hw: Hardware) -> _Resolved:
+        r = self._resolved.get(hw.gpu.name)
+        if r is None:
+            r = self._resolved[hw.gpu.name] = _Resolved(self.table, hw.gpu.name)
+        return r
+
+    # -- public ----------------------------------------------------------------------------
+    def predict(self, ops: Sequence[Op], hardware: Hardware) -> CostResult:
+        hk = self._hw_key(hardware)
+        cache = self._cache.setdefault(hk, {})
+        res = self._res(hardware)
+        times = np.empty(len(ops))
+        todo: dict[str, list[int]] = {}
+        for i, op in enumerate(ops):
+            t = cache.get(op.key())
+            if t is None:
+                todo.setdefault(op.kind, []).append(i)
+            else:
+                times[i] = t
+        for kind, idx in todo.items():
+            group = [ops[i] for i in idx]
+            if kind in COLLECTIVE_KINDS:
+                vals = self._collectives(kind, group, hardware, res)
+            else:
+                vals = self._compute(kind, group, hardware, res)
+            for i, op, v in zip(idx, group, vals):
+                times[i] = cache[op.key()] = float(v)
+        return CostResult(time_s=times, method=["roofline"] * len(ops), warnings=list(res.warnings))
+
+    # -- compute operators -------------------------------------------------------------------
+    def _compute(self, kind: str, ops: list[Op], hw: Hardware, res: _Resolved) -> np.ndarray:
+        g = hw.gpu
+        hbm = g.hbm_bw_gbs * 1e9
+        launch = res.get("launch_latency_us", "value", what="launch latency") * 1e-6
+        if kind == "gemm":
+            out = np.empty(len(ops))
+            for dtype in sorted({o.dtype for o in ops}):
+                sel = [i for i, o in enumerate(ops) if o.dtype == dtype]
+                f = np.array([ops[i].features for i in sel], dtype=float)
+                m, n, k = f[:, 0], f[:, 1], f[:, 2]
+                key = "fp8" if dtype == "fp8" and "fp8" in g.peak_tflops else "bf16"
+                entry = res.get("gemm", key, what=f"{key} GEMM")
+                flops = gemm_flops(m, n, k)
+                byts = np.array([ops[i].bytes for i in sel], dtype=float)
+                byts = np.where(byts > 0, byts, gemm_bytes(m, n, k, key))
+                t = np.maximum(flops / (g.peak_flops(key) * _interp_eff(entry, flops)),
+                               byts / (hbm * entry["mem_eff"]))
+                out[sel] = t + entry["launch_latency_us"] * 1e-6
+            return out
+        if kind in ("attention_fwd", "attention_bwd"):
+            f = np.array([o.features for o in ops], dtype=float)
+            b, sq, skv, h, hkv, d, causal = f.T
+            flops = attention_fwd_flops(b, sq, skv, h, d, causal)
+            byts = attention_bytes(b, sq, skv, h, hkv, d)
+            entry = res.get("attention_fwd", what="attention")
+            gemm_mem = res.get("gemm", "bf16", "mem_eff", what="bf16 GEMM")
+            t = np.maximum(flops / (g.peak_flops("bf16") * _interp_eff(entry, flops)), byts / (hbm * gemm_mem))
+            if kind == "attention_bwd":
+                t = t * res.get("attention_bwd_fwd_ratio", "value", what="attention backward")
+            return t + launch
+        eff = res.get("memory", kind, "eff", what=f"{kind}")
+        byts = np.array([o.bytes if o.bytes > 0 else mem_bytes(kind, o.feature_dict(), o.backward)
+                         for o in ops], dtype=float)
+        return byts / (hbm * eff) + launch
+
+    # -- collectives -------------------------------------------------------------------------
+    def _collectives(self, kind: str, ops: list[Op], hw: Hardware, res: _Resolved) -> np.ndarray:
+        c = hw.cluster
+        out = np.empty(len(ops))
+        for j, op in enumerate(ops):
+            nbytes, ranks, nodes, rpn = (float(x) for x in op.features)
+            ranks, nodes, rpn = int(ranks), int(nodes), int(rpn)
+            out[j] = 0.0 if ranks <= 1 or nbytes <= 0 else self._one_collective(kind, nbytes, ranks, nodes, rpn, c, res)
+        return out
+
+    def _tier(self, res: _Resolved, tier: str, op: str, n: int, min_alpha_us: float) -> tuple[float, float]:
+        """(alpha seconds, busbw efficiency) for ``op`` over ``n`` ranks on ``tier``."""
+        entries = res.get("collectives", tier, op, what=f"{tier}-node {op}")
+        e = _nearest(entries, n)
+        return max(e["alpha_us"], min_alpha_us) * 1e-6, e["eff"]
+
+    def _intra(self, res, c, op: str, nbytes: float, n: int) -> float:
+        if n <= 1:
+            return 0.0
+        a, eff = self._tier(res, "intra", op, n, c.intra_node_latency_us)
+        return a + float(busbw_factor(op, n)) * nbytes / (c.intra_node_bw_gbs * 1e9 * eff)
+
+    def _inter(self, res, c, op: str, nbytes: float, n: int) -> float:
+        if n <= 1:
+            return 0.0
+        a, eff = self._tier(res, "inter", op, n, c.inter_node_latency_us)
+        return a + float(busbw_factor(op, n)) * nbytes / (c.inter_node_bw_gbs * 1e9 * eff)
+
+    def _one_collective(self, op, nbytes, ranks, nodes, rpn, c, res) -> float:
+        if nodes <= 1:
+            return self._intra(res, c, op, nbytes, ranks)
+        if op == "send_recv":
+            return self._inter(res, c, op, nbytes, 2)
+        if op == "all_reduce":  # intra reduce-scatter, inter all-reduce of bytes/rpn, intra all-gather
+            return (self._intra(res, c, "reduce_scatter", nbytes, rpn)
+                    + self._inter(res, c, "all_reduce", nbytes / rpn, nodes)
+                    + self._intra(res, c, "all_gather", nbytes, rpn))
+        if op == "all_gather":  # inter all-gather of bytes/rpn per GPU, then intra all-gather
+            return self._inter(res, c, op, nbytes / rpn, nodes) + self._intra(res, c, op, nbytes, rpn)
+        if op == "reduce_scatter":  # intra reduce-scatter, then inter reduce-scatter of bytes/rpn
+            return self._intra(res, c, op, nbytes, rpn) + self._inter(res, c, op, nbytes / rpn, nodes)
+        # all_to_all: the off-node share leaves through the NIC, the on-node share over NVLink
+        a_x, e_x = self._tier(res, "inter", op, nodes, c.inter_node_latency_us)
+        t = a_x + nbytes * (ranks - rpn) / ranks / (c.inter_node_bw_gbs * 1e9 * e_x)
+        if rpn > 1:
+            a_i, e_i = self._tier(res, "intra", op, rpn, c.intra_node_latency_us)
+            t += a_i + nbytes * (rpn - 1) / ranks / (c.intra_node_bw_gbs * 1e9 * e_i)
+        return t
