@@ -182,9 +182,9 @@ def layer_operators(model: ModelSpec, plan: ParallelPlan) -> tuple[list[Op], lis
     ops += _gemm_fwd_bwd("mlp_up", tokens, up_n, h, dtype)
     act_in = tokens * up_n
     act_out = tokens * f
-    ops.append(_mem("activation", f"act.{model.activation}", "fwd", (tokens, up_n),
+    ops.append(_mem("activation", f"act.{model.activation}", "fwd", (tokens, up_n, int(model.gated)),
                     ACT_BYTES * (act_in + act_out), 8.0 * act_in))
-    ops.append(_mem("activation", f"act.{model.activation}", "bwd", (tokens, up_n),
+    ops.append(_mem("activation", f"act.{model.activation}", "bwd", (tokens, up_n, int(model.gated)),
                     ACT_BYTES * (2 * act_in + act_out), 16.0 * act_in))
     ops += _gemm_fwd_bwd("mlp_down", tokens, h, f, dtype)
     tp_exit("mlp_down")
