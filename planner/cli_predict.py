@@ -115,6 +115,7 @@ def register(app: typer.Typer) -> None:
         sequence_parallel: bool = typer.Option(True, "--sequence-parallel/--no-sequence-parallel"),
         zero: int = typer.Option(1, "--zero", help="ZeRO stage 0-3 (1 = distributed optimizer, 3 = FSDP)."),
         dtype: str = typer.Option("bf16", "--dtype", help="bf16 | fp16 | fp8."),
+        layer_split: Optional[str] = typer.Option(None, "--layer-split", help="Uneven layers per stage, e.g. 9,8,8,7."),
         batch: Optional[str] = typer.Option(None, "--batch", help="JSONL file of requests ('-' = stdin)."),
         fmt: str = typer.Option("table", "--format", help="table | json (single plan); jsonl (batch)."),
         hardware_file: list[str] = typer.Option([], "--hardware-file", help="TOML/YAML file adding GPUs/clusters."),
@@ -140,7 +141,13 @@ def register(app: typer.Typer) -> None:
         missing = [n for n, v in (("--model", model), ("--gpu", gpu), ("--gpus", gpus)) if v is None]
         if missing:
             raise _err(f"missing {', '.join(missing)}; e.g. planner predict --model llama-13b --gpu a100-80gb --gpus 128 --tp 2 --pp 2")
-        raw = {"model": model, "gpu": gpu, "gpus": gpus, "gpus_per_node": gpus_per_node, "cluster": cluster,
+        split = None
+        if layer_split is not None:
+            try:
+                split = [int(x) for x in layer_split.split(",")]
+            except ValueError:
+                raise _err(f"--layer-split {layer_split!r} must be comma-separated integers, e.g. 9,8,8,7")
+        raw = {"layer_split": split, "model": model, "gpu": gpu, "gpus": gpus, "gpus_per_node": gpus_per_node, "cluster": cluster,
                "tp": tp, "pp": pp, "cp": cp, "vpp": vpp, "mbs": mbs, "gbs": gbs, "seq_len": seq_len,
                "recompute": recompute, "sequence_parallel": sequence_parallel, "zero": zero, "dtype": dtype}
         try:

@@ -73,6 +73,24 @@ def _sum_time(ops: list[Op], times: dict, phases: tuple[str, ...]) -> float:
     return sum(times[o.key()] * o.count for o in ops if o.phase in phases)
 
 
+def _category(name: str) -> str:
+    for prefix, cat in (("tp.", "exposed TP comm"), ("cp.", "exposed CP comm"), ("zero3.", "exposed ZeRO comm"),
+                        ("zero.", "exposed ZeRO comm"), ("dp.", "exposed DP comm"), ("pp.", "exposed PP comm"),
+                        ("pipeline", "pipeline bubble"), ("optimizer", "optimizer")):
+        if name.startswith(prefix):
+            return cat
+    return "compute"
+
+
+def _bottleneck(breakdown: list) -> str:
+    """The category (compute, pipeline bubble, exposed TP/CP/ZeRO/DP comm, optimizer) with the most time."""
+    totals: dict[str, float] = {}
+    for row in breakdown:
+        cat = _category(row["operator"])
+        totals[cat] = totals.get(cat, 0.0) + row["time_s"]
+    return max(totals, key=totals.__getitem__) if totals else "compute"
+
+
 def predict(model: ModelSpec, plan: ParallelPlan, hardware: Hardware,
             cost_model: OperatorCostModel | None = None) -> Prediction:
     """Predict one training iteration of ``model`` under ``plan`` on ``hardware``."""
@@ -198,10 +216,7 @@ def _compose(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, graph: Op
     if not fits:
         warnings.append(f"does not fit: {mem.total / GIB:.1f} GiB per GPU needed on stage {mem.stage}, "
                         f"{hardware.gpu.name} has {hardware.gpu.hbm_bytes / GIB:.1f} GiB")
-    compute_share = 1.0 - (bubble + tail + sum(exposed.values()) - exposed["pp"]) / iteration
-    candidates = {"compute": compute_share * iteration, "bubble": bubble - exposed["pp"],
-                  **{f"exposed {k} comm": v for k, v in exposed.items()}}
-    bottleneck = max(candidates, key=candidates.__getitem__)
+    bottleneck = _bottleneck(breakdown)
     return Prediction(
         iteration_time_s=iteration,
         tokens_per_s=tokens / iteration,

@@ -33,6 +33,7 @@ REQUEST_KEYS: dict[str, tuple[type | tuple, object, str]] = {
     "sequence_parallel": (bool, True, "Megatron sequence parallelism when tp > 1"),
     "zero": (int, 1, "ZeRO stage 0-3 (1 = distributed optimizer, 3 = FSDP)"),
     "dtype": (str, "bf16", "bf16 | fp16 | fp8"),
+    "layer_split": (list, None, "layers per pipeline stage when uneven, e.g. [9, 8, 8, 7]"),
 }
 REQUIRED = ("model", "gpu", "gpus")
 
@@ -54,6 +55,11 @@ def _check_type(key: str, value: object) -> object:
         if value <= 0 and key != "zero":
             raise PlannerError(f"{key}={value} must be a positive integer")
         return value
+    if typ is list:
+        if (not isinstance(value, list) or not value
+                or any(isinstance(v, bool) or not isinstance(v, int) or v <= 0 for v in value)):
+            raise PlannerError(f"{key}={value!r} must be a list of positive integers, one per pipeline stage")
+        return tuple(value)
     if typ is bool:
         if not isinstance(value, bool):
             raise PlannerError(f"{key}={value!r} must be true or false")
@@ -97,6 +103,7 @@ def build_request(raw: dict, hardware_files: tuple = ()) -> Request:
     plan = ParallelPlan(world_size=gpus, gpus_per_node=gpn, global_batch_size=gbs, seq_len=seq,
                         tp=vals["tp"], pp=vals["pp"], cp=vals["cp"], vpp=vals["vpp"],
                         micro_batch_size=vals["mbs"], recompute=vals["recompute"],
-                        sequence_parallel=vals["sequence_parallel"], zero=vals["zero"], dtype=vals["dtype"])
+                        sequence_parallel=vals["sequence_parallel"], zero=vals["zero"], dtype=vals["dtype"],
+                        layer_split=vals["layer_split"])
     plan.validate(model)
     return Request(model, plan, hardware)

@@ -111,6 +111,23 @@ def mem_bytes(kind: str, features: dict, backward: bool):
     raise KeyError(kind)
 
 
+def inter_latency_steps(op: str, n: int) -> float:
+    """How the fitted 2-node latency scales to ``n`` nodes (1.0 at n = 2).
+
+    NCCL runs all-reduce across nodes as a double binary tree, whose latency grows with log2(n), and
+    all-gather / reduce-scatter as a ring, whose latency grows with n - 1 steps (NCCL 2.4 release blog,
+    "Massively Scale Your Deep Learning Training with NCCL 2.4", NVIDIA 2019; Sanders, Speck & Traeff 2009
+    for the double tree). The measured inter-node alphas were fitted at 2 nodes.
+    """
+    if n <= 2:
+        return 1.0
+    if op == "all_reduce":
+        return math.log2(n)
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return float(n - 1)
+    return 1.0
+
+
 def busbw_factor(op: str, n):
     """nccl-tests bus-bandwidth factor (doc/PERFORMANCE.md): bus bytes per buffer byte."""
     n = np.asarray(n, dtype=float)
@@ -291,7 +308,7 @@ class RooflineCostModel(OperatorCostModel):
         if n <= 1:
             return 0.0
         a, eff = self._tier(res, "inter", op, n, c.inter_node_latency_us)
-        return a + float(busbw_factor(op, n)) * nbytes / (c.inter_node_bw_gbs * 1e9 * eff)
+        return a * inter_latency_steps(op, n) + float(busbw_factor(op, n)) * nbytes / (c.inter_node_bw_gbs * 1e9 * eff)
 
     def _one_collective(self, op, nbytes, ranks, nodes, rpn, c, res) -> float:
         if nodes <= 1:
