@@ -1,0 +1,477 @@
+"""Turn one plan into launcher settings: Megatron-LM flags, a NeMo YAML fragment, torchtitan TOML, Slurm.
+
+Every flag and key name below was checked against the launcher's own source (cited next to each
+format); what a launcher cannot express is written as a comment in the output, never guessed.
+Sources:
+
+* Megatron-LM: ``megatron/training/arguments.py`` (NVIDIA/Megatron-LM, commit 000c4ac24f61), functions
+  ``_add_network_size_args``, ``_add_training_args``, ``_add_distributed_args``,
+  ``_add_mixed_precision_args``, ``_add_transformer_engine_args``, ``_add_data_args``,
+  ``_add_regularization_args`` and ``validate_args``; Megatron-FSDP flags from
+  ``examples/megatron_fsdp/README.md`` and the Megatron-FSDP user guide ("Required Configurations").
+* NeMo: ``launcher_scripts/conf/training/llama/llama3_1_70b.yaml`` (NVIDIA/NeMo-Framework-Launcher, a
+  full megatron_gpt config with context_parallel_size / num_query_groups / distributed_fused_adam);
+  FSDP keys from NeMo ``examples/nlp/language_modeling/tuning/conf/megatron_gpt_finetuning_config.yaml``;
+  precision strings from NeMo ``nemo/collections/nlp/parts/megatron_trainer_builder.py``
+  (``precision in [16, '16', 'bf16', '16-mixed', 'bf16-mixed']``).
+* torchtitan: ``torchtitan/config/job_config.py`` (pytorch/torchtitan, commit 000204a4a8bf), dataclasses
+  ``Training``, ``Parallelism``, ``ActivationCheckpoint``, ``Model``.
+* torchrun: ``torch/distributed/run.py`` (``--nproc-per-node``, ``--rdzv-backend``, ``--rdzv-endpoint``,
+  ``--rdzv-id``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import TYPE_CHECKING
+
+import yaml
+
+from planner.errors import PlannerError
+from planner.specs.hardware import Hardware
+from planner.specs.model import ModelSpec
+from planner.specs.plan import ParallelPlan
+
+if TYPE_CHECKING:  # planner.predict pulls in the cost model; exports only read a finished Prediction
+    from planner.predict import Prediction
+
+FORMATS = ("megatron", "nemo", "torchtitan", "slurm", "all")
+
+STARTUP_ALLOWANCE_S = 600
+"""Time added to a Slurm limit for launch, NCCL set-up and checkpoint load/save: 10 minutes, the 5 + 5
+minutes NVIDIA's MLPerf Training v5.1 NeMo configs add to one run's time
+(``WALLTIME=$((5 + NEXP * (WALLTIME_RUNANDTIME + 5)))``, mlcommons/training_results_v5.1
+NVIDIA/benchmarks/llama31_405b/implementations/theia_ngpu512_ngc25.09_nemo/config_DGXB200_64x8x144xtp4pp8cp2_cg.sh)."""
+
+RDZV_PORT = 29500
+"""torchrun rendezvous port; 29500 is torch.distributed's default master port (torch/distributed/run.py)."""
+
+_JOB_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+
+
+# ------------------------------------------------------------------------------------------ helpers
+def slurm_time_seconds(iterations: int, iteration_time_s: float, margin: float,
+                       startup_s: float = STARTUP_ALLOWANCE_S) -> int:
+    """Slurm limit in whole seconds: iterations x iteration time x margin + start-up allowance, rounded up."""
+    return math.ceil(iterations * iteration_time_s * margin + startup_s)
+
+
+def format_slurm_time(seconds: int) -> str:
+    """Seconds -> Slurm's ``days-hours:minutes:seconds`` (e.g. 3100 -> ``0-00:51:40``)."""
+    days, rest = divmod(int(seconds), 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
+
+
+def iterations_for_tokens(tokens: float, plan: ParallelPlan) -> int:
+    """Optimizer steps needed to consume ``tokens`` (GBS x seq_len tokens per step), rounded up."""
+    if not (isinstance(tokens, (int, float)) and math.isfinite(tokens) and tokens > 0):
+        raise PlannerError(f"tokens={tokens!r} must be a positive number, e.g. --tokens 1e12")
+    return math.ceil(tokens / plan.tokens_per_iteration)
+
+
+def _uneven_first_last(split: tuple[int, ...]) -> tuple[int, int] | None:
+    """(first, last) when Megatron's first/last-stage flags express the split (middle stages equal)."""
+    middle = split[1:-1]
+    if len(split) >= 2 and len(set(middle)) <= 1:
+        return split[0], split[-1]
+    return None
+
+
+def _is_uneven(plan: ParallelPlan) -> bool:
+    return plan.layer_split is not None and len(set(plan.layer_split)) > 1
+
+
+def _header(title: str, model: ModelSpec, plan: ParallelPlan, hardware: Hardware,
+            prediction: "Prediction | None") -> list[str]:
+    lines = [f"# {title} for {model.name} on {plan.world_size} x {hardware.gpu.name} "
+             f"({plan.num_nodes} node(s) x {plan.gpus_per_node} GPUs), written by `planner export`.",
+             f"# Layout: {plan.factors()}"]
+    if prediction is not None:
+        lines.append(f"# Predicted iteration time {prediction.iteration_time_s:.4g} s, memory "
+                     f"{prediction.memory_gib_per_gpu:.1f} GiB per GPU (cost model: {prediction.cost_model or 'n/a'}).")
+        if not prediction.fits_in_memory:
+            lines.append("# WARNING: the predicted memory per GPU exceeds the GPU's capacity; this plan will not fit.")
+    return lines
+
+
+# --------------------------------------------------------------------------------------- Megatron-LM
+def megatron_args(model: ModelSpec, plan: ParallelPlan, iterations: int | None = None) -> tuple[list[str], list[str]]:
+    """Megatron-LM ``pretrain_gpt.py`` arguments for the plan, and notes on what they cannot express.
+
+    Flag names: NVIDIA/Megatron-LM megatron/training/arguments.py (commit 000c4ac24f61).
+    """
+    a: list[str] = []
+    notes: list[str] = []
+
+    def add(flag: str, value=None) -> None:
+        a.append(flag)
+        if value is not None:
+            a.append(str(value))
+
+    # parallel layout (_add_distributed_args, _add_training_args)
+    add("--tensor-model-parallel-size", plan.tp)
+    add("--pipeline-model-parallel-size", plan.pp)
+    add("--context-parallel-size", plan.cp)
+    if plan.sp:
+        add("--sequence-parallel")
+    uneven = _is_uneven(plan)
+    if uneven:
+        fl = _uneven_first_last(plan.layer_split)
+        if fl is not None:
+            add("--decoder-first-pipeline-num-layers", fl[0])
+            add("--decoder-last-pipeline-num-layers", fl[1])
+        else:
+            notes.append(f"uneven layer split {list(plan.layer_split)} has unequal middle stages, which "
+                         "--decoder-first/last-pipeline-num-layers cannot express; write it as "
+                         "--pipeline-model-parallel-layout by hand")
+    if plan.vpp > 1:
+        if uneven:  # validate_args: uneven PP needs --num-virtual-stages-per-pipeline-rank
+            add("--num-virtual-stages-per-pipeline-rank", plan.vpp)
+        else:
+            add("--num-layers-per-virtual-pipeline-stage", model.num_layers // (plan.pp * plan.vpp))
+    add("--micro-batch-size", plan.micro_batch_size)
+    add("--global-batch-size", plan.global_batch_size)
+    add("--seq-length", plan.seq_len)
+    add("--max-position-embeddings", max(model.max_seq_len, plan.seq_len))
+    if iterations is not None:
+        add("--train-iters", iterations)
+
+    # architecture (_add_network_size_args)
+    add("--num-layers", model.num_layers)
+    add("--hidden-size", model.hidden_size)
+    add("--num-attention-heads", model.num_heads)
+    if model.num_kv_heads != model.num_heads:
+        add("--group-query-attention")
+        add("--num-query-groups", model.num_kv_heads)
+    if model.head_dim * model.num_heads != model.hidden_size:
+        add("--kv-channels", model.head_dim)
+    add("--ffn-hidden-size", model.ffn_hidden_size)
+    if model.activation == "swiglu":
+        add("--swiglu")
+    elif model.activation == "squared_relu":
+        add("--squared-relu")
+    elif model.activation == "relu":
+        notes.append("activation relu has no Megatron-LM flag (default is gelu); set it in a custom spec")
+    add("--normalization", "RMSNorm" if model.norm == "rmsnorm" else "LayerNorm")
+    if model.position_embedding == "alibi":
+        notes.append("ALiBi position embeddings have no Megatron-LM --position-embedding-type choice")
+    else:
+        add("--position-embedding-type",
+            {"rope": "rope", "learned": "learned_absolute", "none": "none"}[model.position_embedding])
+        if model.position_embedding == "rope" and model.rope_theta is not None:
+            add("--rotary-base", int(model.rope_theta))
+    if not model.tied_embeddings:
+        add("--untie-embeddings-and-output-weights")
+    if not model.linear_bias:
+        add("--disable-bias-linear")
+    if not model.dropout:  # Megatron's defaults are 0.1 (_add_regularization_args)
+        add("--attention-dropout", 0.0)
+        add("--hidden-dropout", 0.0)
+
+    # recomputation (_add_training_args; selective takes no --recompute-method, validate_args)
+    if plan.recompute == "full":
+        add("--recompute-granularity", "full")
+        add("--recompute-method", "uniform")
+        add("--recompute-num-layers", 1)
+    elif plan.recompute == "selective":
+        add("--recompute-granularity", "selective")
+
+    # data-parallel sharding: ZeRO-1 = distributed optimizer; ZeRO-2/3 = Megatron-FSDP, whose required
+    # flags are --use-megatron-fsdp, --data-parallel-sharding-strategy, --no-gradient-accumulation-fusion,
+    # --use-distributed-optimizer, --ckpt-format fsdp_dtensor (Megatron-FSDP user guide).
+    if plan.zero >= 1:
+        add("--use-distributed-optimizer")
+    if plan.zero >= 2:
+        add("--use-megatron-fsdp")
+        add("--data-parallel-sharding-strategy", "optim_grads" if plan.zero == 2 else "optim_grads_params")
+        add("--no-gradient-accumulation-fusion")
+        add("--ckpt-format", "fsdp_dtensor")
+    if plan.overlap_grad_reduce:
+        add("--overlap-grad-reduce")
+    # validate_args: --overlap-param-gather needs the distributed optimizer and --overlap-grad-reduce
+    if plan.overlap_param_gather and plan.zero >= 1 and plan.overlap_grad_reduce:
+        add("--overlap-param-gather")
+
+    # precision (_add_mixed_precision_args, _add_transformer_engine_args)
+    if plan.dtype == "fp16":
+        add("--fp16")
+    else:
+        add("--bf16")
+    if plan.dtype == "fp8":
+        add("--fp8-format", "hybrid")
+    return a, notes
+
+
+def _needs_single_connection(plan: ParallelPlan) -> bool:
+    """validate_args: TP or CP > 1 needs CUDA_DEVICE_MAX_CONNECTIONS=1 before Blackwell (not with FSDP)."""
+    return (plan.tp > 1 or plan.cp > 1) and plan.zero < 2
+
+
+def export_megatron(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, prediction: "Prediction | None",
+                    iterations: int | None = None) -> str:
+    """Comment header plus one flag (and its value) per line; ``shlex.split(text, comments=True)`` reads it."""
+    args, notes = megatron_args(model, plan, iterations)
+    lines = _header("Megatron-LM pretrain_gpt.py flags", model, plan, hardware, prediction)
+    lines.append("# Flag names checked against NVIDIA/Megatron-LM megatron/training/arguments.py (commit 000c4ac24f61).")
+    lines.append("# Add data, tokenizer, optimizer and checkpoint flags (--data-path, --tokenizer-type, --lr, ...).")
+    if _needs_single_connection(plan):
+        lines.append("# Megatron asserts CUDA_DEVICE_MAX_CONNECTIONS=1 with TP/CP > 1 on pre-Blackwell GPUs.")
+    if plan.zero >= 2:
+        lines.append("# Megatron-FSDP: unset CUDA_DEVICE_MAX_CONNECTIONS (Megatron-FSDP user guide).")
+    lines += [f"# NOTE: {n}." for n in notes]
+    i = 0
+    while i < len(args):
+        if i + 1 < len(args) and not args[i + 1].startswith("--"):
+            lines.append(f"{args[i]} {args[i + 1]}")
+            i += 2
+        else:
+            lines.append(args[i])
+            i += 1
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------- NeMo
+def nemo_config(model: ModelSpec, plan: ParallelPlan, iterations: int | None = None) -> tuple[dict, list[str]]:
+    """NeMo megatron_gpt config fragment (trainer + model) and notes on what it cannot express."""
+    notes: list[str] = []
+    trainer = {"num_nodes": plan.num_nodes, "devices": plan.gpus_per_node,
+               "precision": "16-mixed" if plan.dtype == "fp16" else "bf16-mixed"}
+    if iterations is not None:
+        trainer["max_steps"] = iterations
+    m: dict = {
+        "micro_batch_size": plan.micro_batch_size,
+        "global_batch_size": plan.global_batch_size,
+        "tensor_model_parallel_size": plan.tp,
+        "pipeline_model_parallel_size": plan.pp,
+        "virtual_pipeline_model_parallel_size": plan.vpp if plan.vpp > 1 else None,
+        "context_parallel_size": plan.cp,
+        "sequence_parallel": plan.sp,
+        "encoder_seq_length": plan.seq_len,
+        "max_position_embeddings": max(model.max_seq_len, plan.seq_len),
+        "num_layers": model.num_layers,
+        "hidden_size": model.hidden_size,
+        "ffn_hidden_size": model.ffn_hidden_size,
+        "num_attention_heads": model.num_heads,
+        "num_query_groups": model.num_kv_heads if model.num_kv_heads != model.num_heads else None,
+        "kv_channels": model.head_dim if model.head_dim * model.num_heads != model.hidden_size else None,
+        "normalization": model.norm,
+        "bias": model.linear_bias,
+        "share_embeddings_and_output_weights": model.tied_embeddings,
+    }
+    act = {"gelu": "gelu", "swiglu": "swiglu", "squared_relu": "squared-relu"}.get(model.activation)
+    if act is None:
+        notes.append(f"activation {model.activation} is not among NeMo's activation options; set it by hand")
+    else:
+        m["activation"] = act
+    pos = {"rope": "rope", "learned": "learned_absolute", "alibi": "alibi"}.get(model.position_embedding)
+    if pos is None:
+        notes.append(f"position embedding {model.position_embedding!r} is not among NeMo's options; set it by hand")
+    else:
+        m["position_embedding_type"] = pos
+    if not model.dropout:
+        m["hidden_dropout"] = 0.0
+        m["attention_dropout"] = 0.0
+    if _is_uneven(plan):
+        notes.append(f"uneven layer split {list(plan.layer_split)} has no key in this NeMo config; "
+                     "NeMo splits layers evenly")
+    m["activations_checkpoint_granularity"] = None if plan.recompute == "none" else plan.recompute
+    m["activations_checkpoint_method"] = "uniform" if plan.recompute == "full" else None
+    m["activations_checkpoint_num_layers"] = 1 if plan.recompute == "full" else None
+    if plan.dtype == "fp8":
+        m.update({"transformer_engine": True, "fp8": True, "fp8_hybrid": True})
+    if plan.zero >= 2:  # torch FSDP: 'grad' shards gradients + optimizer states, 'full' also parameters
+        m.update({"fsdp": True, "fsdp_sharding_strategy": "grad" if plan.zero == 2 else "full"})
+        m["optim"] = {"name": "fused_adam"}
+        notes.append("FSDP shards the optimizer states itself, so optim.name stays fused_adam")
+    elif plan.zero == 1:
+        m["optim"] = {"name": "distributed_fused_adam", "overlap_grad_sync": plan.overlap_grad_reduce,
+                      "overlap_param_sync": plan.overlap_param_gather}
+    else:
+        m["optim"] = {"name": "fused_adam"}
+    return {"trainer": trainer, "model": m}, notes
+
+
+def export_nemo(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, prediction: "Prediction | None",
+                iterations: int | None = None) -> str:
+    cfg, notes = nemo_config(model, plan, iterations)
+    lines = _header("NeMo megatron_gpt config fragment", model, plan, hardware, prediction)
+    lines.append("# Keys checked against NeMo-Framework-Launcher conf/training/llama/llama3_1_70b.yaml; merge into "
+                 "your megatron_gpt config (tokenizer, data and optimizer settings are not included).")
+    lines += [f"# NOTE: {n}." for n in notes]
+    return "\n".join(lines) + "\n" + yaml.safe_dump(cfg, sort_keys=False, default_flow_style=False)
+
+
+# ---------------------------------------------------------------------------------------- torchtitan
+def torchtitan_config(model: ModelSpec, plan: ParallelPlan, iterations: int | None = None) -> tuple[dict, list[str]]:
+    """torchtitan job-config sections (torchtitan/config/job_config.py) and notes."""
+    notes: list[str] = []
+    fsdp = plan.zero == 3
+    if 0 < plan.zero < 3:
+        notes.append(f"torchtitan has no ZeRO-{plan.zero}: data parallelism is DDP (full optimizer states per GPU, "
+                     "more memory than planned) unless you switch to FSDP (data_parallel_shard_degree)")
+    par = {
+        "data_parallel_replicate_degree": 1 if fsdp else plan.dp,
+        "data_parallel_shard_degree": plan.dp if fsdp else 1,
+        "tensor_parallel_degree": plan.tp,
+        "pipeline_parallel_degree": plan.pp,
+        "context_parallel_degree": plan.cp,
+    }
+    if plan.tp > 1 and not plan.sequence_parallel:
+        notes.append("torchtitan's tensor parallelism always shards the sequence (sequence parallel) in norms")
+    if plan.pp > 1:
+        par["pipeline_parallel_schedule"] = "Interleaved1F1B" if plan.vpp > 1 else "1F1B"
+        par["pipeline_parallel_microbatch_size"] = plan.micro_batch_size
+        if _is_uneven(plan):
+            notes.append(f"uneven layer split {list(plan.layer_split)}: set the stage split points by hand")
+        elif plan.vpp > 1:
+            par["pipeline_parallel_layers_per_stage"] = model.num_layers // (plan.pp * plan.vpp)
+            notes.append("torchtitan versions that count the embedding/output as pipeline layers need those "
+                         "weights set to 0 to get exactly PP x VPP stages")
+        # with PP, local_batch_size is split into micro-batches of pipeline_parallel_microbatch_size
+        local = plan.global_batch_size // plan.dp
+    else:
+        # without PP, gradient accumulation steps = global_batch_size / (local_batch_size x DP)
+        local = plan.micro_batch_size
+    training: dict = {"local_batch_size": local, "global_batch_size": plan.global_batch_size,
+                      "seq_len": plan.seq_len}
+    if iterations is not None:
+        training["steps"] = iterations
+    if plan.dtype == "fp16":
+        notes.append("torchtitan's mixed_precision_param offers bfloat16 or float32 only, not fp16")
+    else:
+        training["mixed_precision_param"] = "bfloat16"
+    ac: dict = {"mode": plan.recompute}
+    if plan.recompute == "selective":
+        ac["selective_ac_option"] = "op"  # per-operator selective recompute (ActivationCheckpoint docstring)
+    sections: dict = {}
+    if plan.dtype == "fp8":
+        sections["model"] = {"converters": ["float8"]}
+    sections.update({"training": training, "parallelism": par, "activation_checkpoint": ac})
+    return sections, notes
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, str):
+        return json.dumps(v)  # a JSON string of ASCII text is a valid TOML basic string
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(f"no TOML form for {v!r}")
+
+
+def dump_toml(sections: dict) -> str:
+    """Tables of scalars / lists (all torchtitan needs); read back with tomllib."""
+    out = []
+    for name, table in sections.items():
+        out.append(f"[{name}]")
+        out += [f"{k} = {_toml_value(v)}" for k, v in table.items()]
+        out.append("")
+    return "\n".join(out)
+
+
+def export_torchtitan(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, prediction: "Prediction | None",
+                      iterations: int | None = None) -> str:
+    sections, notes = torchtitan_config(model, plan, iterations)
+    lines = _header("torchtitan job config", model, plan, hardware, prediction)
+    lines.append("# Keys checked against pytorch/torchtitan torchtitan/config/job_config.py; set [model] name/flavor "
+                 "and the dataset yourself.")
+    lines += [f"# NOTE: {n}." for n in notes]
+    return "\n".join(lines) + "\n" + dump_toml(sections)
+
+
+# --------------------------------------------------------------------------------------------- Slurm
+def export_slurm(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, prediction: "Prediction | None",
+                 iterations: int | None = None, margin: float = 1.25, job_name: str = "planner",
+                 cpus_per_task: int | None = None, startup_s: float = STARTUP_ALLOWANCE_S) -> str:
+    """``#SBATCH`` header (one task per node) plus an ``srun torchrun ... pretrain_gpt.py`` line."""
+    lines = ["#!/bin/bash",
+             f"#SBATCH --job-name={job_name}",
+             f"#SBATCH --nodes={plan.num_nodes}",
+             "#SBATCH --ntasks-per-node=1",
+             f"#SBATCH --gpus-per-node={plan.gpus_per_node}"]
+    if cpus_per_task is not None:
+        lines.append(f"#SBATCH --cpus-per-task={cpus_per_task}")
+    t = None
+    if prediction is not None and iterations is not None:
+        # the upper end of the prediction interval when the cost model gives one
+        t = max(prediction.iteration_time_s, prediction.iteration_time_high_s or 0.0)
+        limit = slurm_time_seconds(iterations, t, margin, startup_s)
+        lines.append(f"#SBATCH --time={format_slurm_time(limit)}")
+    lines += _header("Slurm job", model, plan, hardware, prediction)
+    lines.append("# Assumptions: one srun task per node runs torchrun, which starts one process per GPU; "
+                 "pretrain_gpt.py is Megatron-LM's, run from its checkout.")
+    if t is not None:
+        lines.append(f"# --time = {iterations} iterations x {t:.4g} s x margin {margin:g} + {startup_s:g} s start-up "
+                     "allowance (launch, NCCL set-up, checkpoint load/save; the 5 + 5 min of MLPerf v5.1 NVIDIA "
+                     "NeMo configs), rounded up to a second.")
+    else:
+        lines.append("# --time not set: it needs a prediction and --iterations N or --tokens T.")
+    if cpus_per_task is None:
+        lines.append("# --cpus-per-task not set: the hardware catalogue records no CPU count; give --cpus-per-task.")
+    lines.append("# Add data, tokenizer, optimizer and checkpoint flags to the pretrain_gpt.py line.")
+    lines.append("set -euo pipefail")
+    lines.append('head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)')
+    if _needs_single_connection(plan):
+        lines.append("export CUDA_DEVICE_MAX_CONNECTIONS=1  # Megatron asserts it with TP/CP > 1 (arguments.py)")
+    args, notes = megatron_args(model, plan, iterations)
+    lines += [f"# NOTE: {n}." for n in notes]
+    cmd = (f'srun torchrun --nnodes "$SLURM_NNODES" --nproc-per-node {plan.gpus_per_node} '
+           f'--rdzv-id "$SLURM_JOB_ID" --rdzv-backend c10d --rdzv-endpoint "$head_node:{RDZV_PORT}" pretrain_gpt.py')
+    parts = [cmd]
+    i = 0
+    while i < len(args):
+        if i + 1 < len(args) and not args[i + 1].startswith("--"):
+            parts.append(f"{args[i]} {args[i + 1]}")
+            i += 2
+        else:
+            parts.append(args[i])
+            i += 1
+    lines.append(" \\\n    ".join(parts))
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------------- entry
+def _check(model: ModelSpec, plan: ParallelPlan, fmt: str, iterations, margin: float, job_name: str) -> None:
+    if fmt not in FORMATS:
+        raise PlannerError(f"export format {fmt!r} is not one of {', '.join(FORMATS)}")
+    if iterations is not None and (isinstance(iterations, bool) or not isinstance(iterations, int) or iterations <= 0):
+        raise PlannerError(f"iterations={iterations!r} must be a positive integer")
+    if not (isinstance(margin, (int, float)) and math.isfinite(margin) and margin >= 1.0):
+        raise PlannerError(f"margin={margin!r} must be a number >= 1 (1.25 adds 25 % to the predicted run time)")
+    if not isinstance(job_name, str) or not _JOB_NAME.match(job_name):
+        raise PlannerError(f"job name {job_name!r} must be 1-64 characters of letters, digits, '.', '_' or '-'")
+    plan.validate(model)
+
+
+def export_plan(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, prediction: "Prediction | None", fmt: str,
+                iterations: int | None = None, margin: float = 1.25, job_name: str = "planner",
+                cpus_per_task: int | None = None) -> str:
+    """Launcher settings for one plan as text. ``fmt``: megatron, nemo, torchtitan, slurm or all.
+
+    ``slurm`` needs ``prediction`` and ``iterations`` for its time limit (``all`` writes the script without
+    ``--time`` and says why).
+    """
+    _check(model, plan, fmt, iterations, margin, job_name)
+    if cpus_per_task is not None and (isinstance(cpus_per_task, bool) or not isinstance(cpus_per_task, int)
+                                      or cpus_per_task <= 0):
+        raise PlannerError(f"cpus_per_task={cpus_per_task!r} must be a positive integer")
+    if fmt == "slurm" and (prediction is None or iterations is None):
+        raise PlannerError("the Slurm export needs a prediction and a run length for --time; "
+                           "pass --iterations N or --tokens T")
+    makers = {
+        "megatron": lambda: export_megatron(model, plan, hardware, prediction, iterations),
+        "nemo": lambda: export_nemo(model, plan, hardware, prediction, iterations),
+        "torchtitan": lambda: export_torchtitan(model, plan, hardware, prediction, iterations),
+        "slurm": lambda: export_slurm(model, plan, hardware, prediction, iterations, margin, job_name, cpus_per_task),
+    }
+    if fmt != "all":
+        return makers[fmt]()
+    return "\n".join(f"# ======================== {name} ========================\n{make()}"
+                     for name, make in makers.items())
