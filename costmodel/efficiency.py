@@ -14,7 +14,8 @@ What is fitted, per GPU catalogue name with data (methods in detail in costmodel
 
 GPUs without data use the ``default`` entry: the median over the GPUs with data.
 Every entry lists its source files (SHA-256, rows before/after filtering, filters applied).
-The broken subsets named in the data's PROVENANCE.md files are removed by the ``filter_*`` functions.
+The broken subsets named in the data's PROVENANCE.md files are removed by the ``filter_*`` functions
+(defined in :mod:`costmodel.datasets.filters`, shared with the dataset importers).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ import yaml
 
 from costmodel.cost.roofline import (attention_bytes, attention_fwd_flops, busbw_factor, gemm_bytes,
                                      gemm_flops)
+from costmodel.datasets import filters as _filters
+from costmodel.datasets.filters import AIC_DEFAULT_ATTENTION_KERNEL  # noqa: F401  (re-exported)
 
 OUT_DEFAULT = Path(__file__).resolve().parent / "data" / "efficiency.json"
 
@@ -49,9 +52,6 @@ MEASURED_GPUS: dict[str, dict] = {
 UNMEASURED_GPUS = {"a100-40gb": "a100_40gb_sxm", "h100-pcie": "h100_pcie_80gb",
                    "gh200-144gb": "gh200_144gb_hbm3e", "mi300x": "mi300x"}
 ETT_GPU_STRING = {"Perlmutter": "NVIDIAA100-SXM4-80GB", "Vista": "NVIDIAGH200120GB"}
-# SGLang's default attention backend per system (aiconfigurator PROVENANCE.md, context_attention/).
-AIC_DEFAULT_ATTENTION_KERNEL = {"a100_sxm": "flash_attention", "h100_sxm": "fa3", "h200_sxm": "fa3",
-                                "b200_sxm": "trtllm_mha", "gb200": "trtllm_mha"}
 AIC_NCCL_OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
                 "alltoall": "all_to_all"}
 MONO_MARGIN = 2e-3
@@ -128,51 +128,20 @@ def take(t: Table, mask) -> Table:
 # Filters: one per broken subset named in a PROVENANCE.md
 # ----------------------------------------------------------------------------------------------
 
-def filter_ett_perlmutter_inter_node(t: Table) -> Table:
-    """Drop Perlmutter collectives that span more than one node.
-
-    estimate-train-time/PROVENANCE.md: "**Perlmutter inter-node collectives are ~100× below Slingshot
-    line rate** (algbw ≈ 1.2 GB/s for 2 nodes × 1 GPU all-reduce; p2p 2 nodes ≈ 3 GB/s) ... This
-    suggests the sampling ran without the Slingshot OFI plugin (socket transport)".
-    """
-    return take(t, t["nodes"] == 1)
-
-
-def filter_ett_vista_allgather_large_4_8_nodes(t: Table) -> Table:
-    """Drop Vista all-gather rows at 4 and 8 nodes.
-
-    estimate-train-time/PROVENANCE.md: "**Vista `allgather_large` at 4 and 8 nodes** has impossible
-    values (algbw up to ~9,800 GB/s); treat as invalid."
-    """
-    return take(t, ~np.isin(t["nodes"], (4, 8)))
+def _table_filter(fn):
+    """A table-returning version of a costmodel.datasets.filters filter (which returns a mask and a count)."""
+    def apply(t: Table, *args) -> Table:
+        keep, _ = fn(t, *args)
+        return take(t, keep)
+    apply.__name__, apply.__doc__ = fn.__name__, fn.__doc__
+    return apply
 
 
-def filter_ett_vista_flash_atten_backward(t: Table) -> Table:
-    """Drop every Vista flash-attention backward time (the B_dur column is unusable).
-
-    estimate-train-time/PROVENANCE.md: "**Vista (GH200) `flash_atten` B_dur is broken**: backward is
-    *smaller* than forward in 97 % of rows (median B/F = 0.11, implying >7 PFLOP/s). Use only its F_dur."
-    """
-    return take(t, np.zeros(nrows(t), dtype=bool))
-
-
-def filter_ett_res_add_backward(t: Table) -> Table:
-    """Drop every res_add backward time.
-
-    estimate-train-time/PROVENANCE.md: "`res_add` | b,l,dim | residual add (**B_dur is just a copy of F_dur**)".
-    """
-    return take(t, np.zeros(nrows(t), dtype=bool))
-
-
-def filter_aic_default_attention_kernel(t: Table, system: str) -> Table:
-    """Keep the default SGLang attention backend of the system (one row per shape).
-
-    aiconfigurator/PROVENANCE.md: "**A shape can appear twice** with different `kernel_source` ...
-    filter on `kernel_source` (use `trtllm_mha` for the default path)." For A100 the only kernel is
-    `flash_attention`; for H100/H200 `fa3` (13,703 rows) is the default and `triton` (578) is pinned
-    for particular models.
-    """
-    return take(t, t["kernel_source"] == AIC_DEFAULT_ATTENTION_KERNEL[system])
+filter_ett_perlmutter_inter_node = _table_filter(_filters.filter_ett_perlmutter_inter_node)
+filter_ett_vista_allgather_large_4_8_nodes = _table_filter(_filters.filter_ett_vista_allgather_large_4_8_nodes)
+filter_ett_vista_flash_atten_backward = _table_filter(_filters.filter_ett_vista_flash_atten_backward)
+filter_ett_res_add_backward = _table_filter(_filters.filter_ett_res_add_backward)
+filter_aic_default_attention_kernel = _table_filter(_filters.filter_aic_default_attention_kernel)
 
 
 # ----------------------------------------------------------------------------------------------
