@@ -158,6 +158,9 @@ def _skip_reason(row: RunRow) -> str:
 def map_gpu(gpu: str) -> tuple[str, str]:
     """GPU string of the CSV -> (catalogue key, note or ''); PlannerError when unknown."""
     t = gpu.lower()
+    if t == "cpu":
+        # runs measured on this machine's CPU by costmodel.workloads.runner (device key "cpu")
+        return "cpu", ""
     if "mi300x" in t:
         return "mi300x", ""
     if "gh200" in t:
@@ -290,6 +293,8 @@ def _zero(text: str, notes: list[str]) -> int:
 
 def _dtype(text: str, notes: list[str]) -> str:
     t = text.lower()
+    if t == "fp32":
+        return "fp32"
     if "fp8" in t:
         return "fp8"
     if "bf16" in t:

@@ -1,0 +1,115 @@
+"""Longer CPU validation (a benchmark, not a test): measure real distributed training runs on this machine.
+
+Runs each configuration of :data:`CONFIGS` in its own torchrun job, one after another (never two at
+once), and writes the measured median iteration times as a run file in the published-runs schema
+(``reports/cpu_runs.csv``) plus the raw per-iteration results (``reports/cpu_runs.json``), so that
+
+    planner validate --runs reports/cpu_runs.csv
+
+compares them with planner's prediction. Two model sizes, DP / TP / PP layouts, several micro-batch
+counts and sizes; each configuration takes roughly 10-40 s on a 2-core machine. Mixed layouts need
+4 processes and run only where 4 cores are free (or with --allow-oversubscribe, flagged in the notes).
+
+    .venv/bin/python benchmarks/cpu_validation.py [--only CPU-001 ...] [--iters 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from costmodel.workloads.config import WorkloadConfig  # noqa: E402
+from costmodel.workloads.runner import WorkloadError, launch, result_to_row, write_runs_csv  # noqa: E402
+
+# Model S: GPT-style (GELU, LayerNorm, learned positions, MHA); ~7.4 M parameters.
+S = WorkloadConfig(n_layers=4, hidden=256, n_heads=8, n_kv_heads=8, ffn_hidden=1024, vocab=8192, seq_len=256,
+                   activation="gelu", norm="layernorm", position="learned")
+# Model M: Llama-style (SwiGLU, RMSNorm, RoPE, GQA 8/4); ~19 M parameters.
+M = WorkloadConfig(n_layers=8, hidden=384, n_heads=8, n_kv_heads=4, ffn_hidden=1024, vocab=8192, seq_len=256,
+                   activation="swiglu", norm="rmsnorm", position="rope")
+
+CONFIGS: list[tuple[str, WorkloadConfig]] = [
+    ("CPU-001", replace(S, num_microbatches=8)),                          # single process
+    ("CPU-002", replace(S, dp=2, num_microbatches=4)),                    # DP
+    ("CPU-003", replace(S, dp=2, mbs=2, num_microbatches=2)),
+    ("CPU-004", replace(S, tp=2, num_microbatches=8)),                    # TP
+    ("CPU-005", replace(S, tp=2, mbs=2, num_microbatches=2)),
+    ("CPU-006", replace(S, pp=2, num_microbatches=4)),                    # PP
+    ("CPU-007", replace(S, pp=2, num_microbatches=8)),
+    ("CPU-008", replace(S, pp=2, mbs=2, num_microbatches=4)),
+    ("CPU-009", replace(M, num_microbatches=2)),                          # single process
+    ("CPU-010", replace(M, dp=2, num_microbatches=2)),                    # DP
+    ("CPU-011", replace(M, tp=2, num_microbatches=4)),                    # TP
+    ("CPU-012", replace(M, tp=2, mbs=2, num_microbatches=1)),
+    ("CPU-013", replace(M, pp=2, num_microbatches=2)),                    # PP
+    ("CPU-014", replace(M, pp=2, num_microbatches=4)),
+    ("CPU-015", replace(M, dp=2, mbs=2, num_microbatches=1)),             # DP, one micro-batch
+    # mixed layouts: 4 processes
+    ("CPU-016", replace(S, tp=2, dp=2, num_microbatches=4)),
+    ("CPU-017", replace(M, tp=2, pp=2, num_microbatches=4)),
+    ("CPU-018", replace(S, dp=2, pp=2, num_microbatches=4)),
+]
+
+
+def layout(cfg: WorkloadConfig) -> str:
+    return f"TP{cfg.tp} PP{cfg.pp} DP{cfg.dp} mbs{cfg.mbs} M{cfg.num_microbatches} gbs{cfg.gbs}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(ROOT / "reports" / "cpu_runs.csv"), help="run CSV to write")
+    ap.add_argument("--json-out", default=str(ROOT / "reports" / "cpu_runs.json"), help="raw results JSON")
+    ap.add_argument("--only", nargs="*", help="run only these ids")
+    ap.add_argument("--warmup", type=int, default=2, help="warm-up iterations per configuration")
+    ap.add_argument("--iters", type=int, default=8, help="timed iterations per configuration")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads per process")
+    ap.add_argument("--allow-oversubscribe", action="store_true",
+                    help="also run layouts with more processes x threads than cores (flagged in the notes)")
+    args = ap.parse_args(argv)
+    cores = os.cpu_count() or 1
+    rows, raw, skipped = [], [], []
+    t_start = time.time()
+    for run_id, cfg in CONFIGS:
+        if args.only and run_id not in args.only:
+            continue
+        cfg = replace(cfg, warmup=args.warmup, iters=args.iters, threads=args.threads)
+        over = cfg.world_size * cfg.threads > cores
+        if over and not args.allow_oversubscribe:
+            skipped.append((run_id, layout(cfg), f"needs {cfg.world_size * cfg.threads} cores, {cores} available"))
+            print(f"{run_id}  {layout(cfg):38s} skipped: needs {cfg.world_size * cfg.threads} cores", flush=True)
+            continue
+        t0 = time.time()
+        try:
+            res = launch(cfg, allow_oversubscribe=over)
+        except WorkloadError as exc:
+            print(f"{run_id} failed: {exc}", file=sys.stderr)
+            return 1
+        row = result_to_row(res, run_id)
+        if over:
+            row["notes"] = row["notes"].replace("TIER=A;", "TIER=B; OVERSUBSCRIBED (more processes x threads "
+                                                "than cores);", 1)
+        rows.append(row)
+        raw.append({"id": run_id, **res})
+        spread = 100 * (res["p90_s"] - res["p10_s"]) / res["median_s"]
+        print(f"{run_id}  {layout(cfg):38s} median {res['median_s']:7.4f} s  p10..p90 {res['p10_s']:.4f}.."
+              f"{res['p90_s']:.4f} ({spread:4.1f} %)  loss {res['losses'][0]:.3f}->{res['losses'][-1]:.3f}  "
+              f"[{time.time() - t0:.0f} s]", flush=True)
+        write_runs_csv(rows, args.out)            # after every run, so a partial run keeps its rows
+        Path(args.json_out).write_text(json.dumps(raw, indent=1), encoding="utf-8")
+    print(f"\n{len(rows)} configurations measured in {time.time() - t_start:.0f} s on {cores} cores; "
+          f"wrote {args.out} and {args.json_out}")
+    for run_id, lay, why in skipped:
+        print(f"skipped {run_id} ({lay}): {why}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,139 @@
+"""torchrun entry point: train the decoder for warm-up + timed iterations and write one JSON result.
+
+    python -m torch.distributed.run --standalone --nproc-per-node 2 -m costmodel.workloads.train \
+        --config '{"tp": 2, ...}' --out result.json
+
+Every rank times each iteration (zero_grad -> micro-batches -> gradient all-reduce -> AdamW step); the
+iteration time is the maximum over ranks. Rank 0 writes the results (a JSON list, one per configuration).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from costmodel.workloads.config import WorkloadConfig
+from costmodel.workloads.model import DecoderStage
+from costmodel.workloads.pipeline import accumulate, allreduce_grads, one_f_one_b
+from costmodel.workloads.tensor_parallel import build_parallel_state
+
+
+def cpu_model() -> str:
+    """CPU model name from /proc/cpuinfo (platform.processor() elsewhere)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def global_batch(cfg: WorkloadConfig, index: int) -> torch.Tensor:
+    """Seeded random tokens [gbs, seq_len + 1] of distinct batch ``index`` (the same for every layout)."""
+    gen = torch.Generator().manual_seed(cfg.seed * 7919 + index)
+    return torch.randint(0, cfg.vocab, (cfg.gbs, cfg.seq_len + 1), generator=gen)
+
+
+def local_microbatches(cfg: WorkloadConfig, batch: torch.Tensor, dp_rank: int) -> list:
+    """(inputs, targets) of this data-parallel rank's micro-batches: rows dp_rank*M*mbs + j*mbs ..."""
+    out = []
+    for j in range(cfg.num_microbatches):
+        start = (dp_rank * cfg.num_microbatches + j) * cfg.mbs
+        rows = batch[start:start + cfg.mbs]
+        out.append((rows[:, :-1].contiguous(), rows[:, 1:].contiguous()))
+    return out
+
+
+def run(cfg: WorkloadConfig) -> dict | None:
+    """Train on the initialised process group; returns the result dict on rank 0 (None elsewhere)."""
+    torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    state = build_parallel_state(cfg.tp, cfg.dp, cfg.pp)
+    stage = DecoderStage(cfg, state)
+    params = [p for p in stage.parameters()]
+    model = stage
+    use_ddp = cfg.pp == 1 and cfg.dp > 1
+    if use_ddp:
+        model = DistributedDataParallel(stage, process_group=state.dp_group)
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    data = [local_microbatches(cfg, global_batch(cfg, i), state.dp_rank) for i in range(cfg.data_batches)]
+    act_shape = (cfg.mbs, cfg.seq_len, cfg.hidden)
+    total = cfg.warmup + cfg.iters
+    times, losses = torch.zeros(total, dtype=torch.float64), torch.zeros(total, dtype=torch.float64)
+    dist.barrier()
+    for it in range(total):
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        mbs = data[it % cfg.data_batches]
+        if cfg.pp == 1:
+            mb_losses = accumulate(model, mbs, use_no_sync=use_ddp)
+        else:
+            mb_losses = one_f_one_b(model, state, mbs, act_shape)
+            allreduce_grads(params, state)
+        opt.step()
+        times[it] = time.perf_counter() - t0
+        if mb_losses:
+            losses[it] = float(torch.stack(mb_losses).mean())
+    # after timing: per-iteration max time over ranks, loss averaged over the data-parallel replicas
+    dist.all_reduce(times, op=dist.ReduceOp.MAX)
+    if not (state.last_stage and state.tp_rank == 0):
+        losses.zero_()
+    dist.all_reduce(losses)
+    losses /= cfg.dp
+    if state.rank != 0:
+        return None
+    timed = times[cfg.warmup:].numpy()
+    n_params = sum(p.numel() for p in params)
+    return {
+        "config": json.loads(cfg.to_json()),
+        "world_size": cfg.world_size, "processes": cfg.world_size, "threads": cfg.threads,
+        "cores_available": os.cpu_count(), "cpu_model": cpu_model(), "torch_version": torch.__version__,
+        "backend": "gloo", "data_parallel": "DDP" if use_ddp else ("flat all-reduce" if cfg.dp > 1 else "none"),
+        "schedule": "1F1B" if cfg.pp > 1 else "gradient accumulation",
+        "params_rank0": n_params,
+        "warmup_times_s": times[:cfg.warmup].tolist(), "iteration_times_s": timed.tolist(),
+        "median_s": float(np.median(timed)), "p10_s": float(np.percentile(timed, 10)),
+        "p90_s": float(np.percentile(timed, 90)), "min_s": float(timed.min()), "max_s": float(timed.max()),
+        "losses": losses.tolist(),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", required=True, action="append",
+                    help="WorkloadConfig as JSON; repeat to run several configurations one after another")
+    ap.add_argument("--out", required=True, help="JSON list of results (one per --config) written by rank 0")
+    args = ap.parse_args(argv)
+    cfgs = [WorkloadConfig.from_json(text) for text in args.config]
+    for cfg in cfgs:
+        problems = cfg.problems()
+        if problems:
+            raise SystemExit("invalid workload config: " + "; ".join(problems))
+    dist.init_process_group("gloo")
+    try:
+        results = []
+        for cfg in cfgs:
+            if dist.get_world_size() != cfg.world_size:
+                raise SystemExit(f"launched {dist.get_world_size()} processes but tp*pp*dp = {cfg.world_size}")
+            results.append(run(cfg))
+        if dist.get_rank() == 0:
+            tmp = args.out + ".tmp"
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump(results, fh, indent=1)
+            os.replace(tmp, args.out)
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+"""The real CPU training workload (costmodel.workloads): every parallel mode runs under torchrun/gloo,
+the losses of sharded layouts equal the unsharded model's, and the run file loads in planner.validate."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+
+import pytest
+
+from costmodel.workloads.config import WorkloadConfig
+from costmodel.workloads.runner import (RUN_COLUMNS, WorkloadError, launch, launch_many, result_to_row,
+                                        write_runs_csv)
+from planner.validate import load_runs, map_gpu
+
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed (pip install torch to run the workload)")
+
+# tiny models: 8 steps each (1 warm-up + 7 timed) so the loss trend is visible
+LLAMA_LIKE = WorkloadConfig(n_layers=2, hidden=32, n_heads=4, n_kv_heads=2, ffn_hidden=64, vocab=256, seq_len=16,
+                            activation="swiglu", norm="rmsnorm", position="rope", warmup=1, iters=7, lr=3e-3)
+GPT_LIKE = WorkloadConfig(n_layers=2, hidden=32, n_heads=4, n_kv_heads=4, ffn_hidden=128, vocab=256, seq_len=16,
+                          activation="gelu", norm="layernorm", position="learned", warmup=1, iters=7, lr=3e-3)
+
+
+def _with(cfg: WorkloadConfig, **kw) -> WorkloadConfig:
+    return WorkloadConfig(**{**cfg.__dict__, **kw})
+
+
+RUNS = {
+    "llama_single_m2": _with(LLAMA_LIKE, num_microbatches=2),
+    "llama_tp2_m2": _with(LLAMA_LIKE, tp=2, num_microbatches=2),
+    "gpt_single_m4": _with(GPT_LIKE, num_microbatches=4),
+    "gpt_pp2_m4": _with(GPT_LIKE, pp=2, num_microbatches=4),
+    "gpt_dp2_m2": _with(GPT_LIKE, dp=2, num_microbatches=2),
+    "llama_single_m4": _with(LLAMA_LIKE, num_microbatches=4),
+    "llama_tp2_pp2_m4": _with(LLAMA_LIKE, tp=2, pp=2, num_microbatches=4),
+}
+_cache: dict = {}
+
+
+def result(name: str) -> dict:
+    """Run every configuration of the same world size as ``name`` in one torchrun job, once per session
+    (correctness only, so more processes than cores is allowed)."""
+    if name not in _cache:
+        names = [n for n, c in RUNS.items() if c.world_size == RUNS[name].world_size]
+        results = launch_many([RUNS[n] for n in names], timeout_s=180, allow_oversubscribe=True)
+        _cache.update(zip(names, results))
+    return _cache[name]
+
+
+# ------------------------------------------------------------------------------------------ torch-free
+def test_config_problems_name_the_bad_field():
+    assert WorkloadConfig().problems() == []
+    assert any("vocab" in p for p in WorkloadConfig(vocab=255, tp=2).problems())
+    assert any("n_layers" in p for p in WorkloadConfig(n_layers=3, pp=2).problems())
+    assert any("activation" in p for p in WorkloadConfig(activation="relu").problems())
+    assert WorkloadConfig(mbs=2, num_microbatches=3, dp=2).gbs == 12
+
+
+def test_launch_refuses_oversubscription(monkeypatch):
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    with pytest.raises(WorkloadError, match="oversubscribe"):
+        launch(WorkloadConfig(tp=2, dp=2))
+
+
+def _fake_result(cfg: WorkloadConfig) -> dict:
+    times = [0.10, 0.11, 0.12, 0.13]
+    return {"config": cfg.__dict__, "processes": cfg.world_size, "threads": 1, "cores_available": 2,
+            "cpu_model": "Test CPU", "torch_version": "x", "backend": "gloo", "schedule": "1F1B",
+            "data_parallel": "none", "iteration_times_s": times, "median_s": 0.115, "p10_s": 0.103, "p90_s": 0.127,
+            "min_s": 0.10, "max_s": 0.13, "losses": [5.6, 5.0]}
+
+
+def test_run_file_has_published_schema_and_loads(tmp_path, shared_validation):
+    cfg = _with(GPT_LIKE, pp=2, num_microbatches=4)
+    path = write_runs_csv([result_to_row(_fake_result(cfg), "CPU-T01")], tmp_path / "runs.csv")
+    header = (shared_validation / "published_runs.csv").read_text(encoding="utf-8").splitlines()[0].split(",")
+    assert tuple(header) == RUN_COLUMNS
+    (row,) = load_runs(path)
+    assert row.tier == "A" and row.measured_metric == "iteration_time_s" and row.measured_value == 0.115
+    assert (row.get("tp"), row.get("pp"), row.get("dp"), row.get("mbs"), row.get("gbs")) == (1, 2, 1, 1, 4)
+    assert row.get("n_gpus") == 2 and map_gpu(row.text["gpu"]) == ("cpu", "")
+    assert "unknown GPU" not in row.skip_reason and "not understood" not in row.skip_reason
+    assert "median of 4" in row.text["notes"] and "p10..p90 = 0.103..0.127 s" in row.text["notes"]
+
+
+# ------------------------------------------------------------------------------------------ torchrun
+@needs_torch
+@pytest.mark.parametrize("name", ["llama_tp2_m2", "gpt_pp2_m4", "gpt_dp2_m2", "llama_tp2_pp2_m4"])
+def test_parallel_modes_run_and_loss_decreases(name):
+    res = result(name)
+    cfg = RUNS[name]
+    assert res["processes"] == cfg.world_size
+    assert len(res["iteration_times_s"]) == cfg.iters and res["median_s"] > 0
+    assert res["p10_s"] <= res["median_s"] <= res["p90_s"]
+    losses = res["losses"]
+    assert len(losses) == cfg.warmup + cfg.iters and all(math.isfinite(x) for x in losses)
+    # initial loss of a near-uniform predictor is about ln(vocab); AdamW on 4 repeated batches lowers it
+    assert abs(losses[0] - math.log(cfg.vocab)) < 0.5
+    assert losses[-1] < losses[0] - 0.05
+
+
+@needs_torch
+def test_tensor_parallel_matches_unsharded_model():
+    tp, ref = result("llama_tp2_m2")["losses"], result("llama_single_m2")["losses"]
+    assert abs(tp[0] - ref[0]) < 1e-5          # forward of the same weights and tokens
+    assert max(abs(a - b) for a, b in zip(tp, ref)) < 1e-4   # and the same training trajectory
+
+
+@needs_torch
+def test_pipeline_1f1b_matches_gradient_accumulation():
+    pp, ref = result("gpt_pp2_m4")["losses"], result("gpt_single_m4")["losses"]
+    assert max(abs(a - b) for a, b in zip(pp, ref)) < 1e-5
+
+
+@needs_torch
+def test_data_parallel_matches_the_same_global_batch():
+    dp, ref = result("gpt_dp2_m2")["losses"], result("gpt_single_m4")["losses"]
+    assert max(abs(a - b) for a, b in zip(dp, ref)) < 1e-5
+
+
+@needs_torch
+def test_mixed_tp_pp_matches_unsharded_model():
+    mixed, ref = result("llama_tp2_pp2_m4")["losses"], result("llama_single_m4")["losses"]
+    assert abs(mixed[0] - ref[0]) < 1e-5
+    assert max(abs(a - b) for a, b in zip(mixed, ref)) < 1e-4
