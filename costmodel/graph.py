@@ -21,6 +21,7 @@ from planner.specs.model import ModelSpec
 from planner.specs.plan import ParallelPlan
 
 ACT_BYTES = 2  # bf16/fp16 activations and weights (bytes per element), a definition of the dtype
+FP32_BYTES = 4  # fp32 element (pure fp32 training)
 GRAD_REDUCE_BYTES = 4
 """Bytes per gradient element in the DP reduction: fp32 main gradients, as Megatron-LM's
 --accumulate-allreduce-grads-in-fp32 (used by its GPT-3 example, examples/gpt3/train_gpt3_175b_distributed.sh)."""
@@ -76,9 +77,15 @@ class OperatorGraph:
     vpp: int
 
 
+def elem_bytes(dtype: str) -> int:
+    """Bytes per activation/weight element moved between operators for a plan dtype."""
+    return FP32_BYTES if dtype == "fp32" else ACT_BYTES
+
+
 def _gemm(name: str, phase: str, m: int, n: int, k: int, dtype: str) -> Op:
+    EB = elem_bytes(dtype)
     return Op("gemm", name, phase, (m, n, k), flops=2.0 * m * n * k,
-              bytes=float(ACT_BYTES * (m * k + n * k + m * n)), dtype=dtype)
+              bytes=float(EB * (m * k + n * k + m * n)), dtype=dtype)
 
 
 def _gemm_fwd_bwd(name: str, m: int, n: int, k: int, dtype: str) -> list[Op]:
@@ -104,6 +111,7 @@ def _mem(kind: str, name: str, phase: str, features: tuple, nbytes: float, flops
 
 def layer_operators(model: ModelSpec, plan: ParallelPlan) -> tuple[list[Op], list[Op]]:
     """(operators, overlapped communication) for one transformer layer and one micro-batch."""
+    EB = elem_bytes(plan.dtype)
     t, cp = plan.tp, plan.cp
     b, s_full = plan.micro_batch_size, plan.seq_len
     s = s_full // cp                      # local sequence with context parallelism
@@ -116,7 +124,7 @@ def layer_operators(model: ModelSpec, plan: ParallelPlan) -> tuple[list[Op], lis
     dtype = plan.dtype
     gpn = plan.gpus_per_node
     tp_topo = group_topology(t, 1, gpn)
-    act = tokens * h * ACT_BYTES                      # full [s, b, h] activation inside the TP region
+    act = tokens * h * EB                      # full [s, b, h] activation inside the TP region
 
     ops: list[Op] = []
     overlap: list[Op] = []
@@ -143,7 +151,7 @@ def layer_operators(model: ModelSpec, plan: ParallelPlan) -> tuple[list[Op], lis
         else:
             ops.append(_coll("all_reduce", f"tp.{name}.allreduce", "fwd", act, t, tp_topo))
 
-    norm_bytes = sp_tokens * h * ACT_BYTES
+    norm_bytes = sp_tokens * h * EB
     # --- attention block
     ops.append(_mem("norm", "attn_norm", "fwd", (sp_tokens, h), 2 * norm_bytes, 8.0 * sp_tokens * h))
     ops.append(_mem("norm", "attn_norm", "bwd", (sp_tokens, h), 4 * norm_bytes, 16.0 * sp_tokens * h))
@@ -152,14 +160,14 @@ def layer_operators(model: ModelSpec, plan: ParallelPlan) -> tuple[list[Op], lis
     ops += _gemm_fwd_bwd("qkv", tokens, qkv_n, h, dtype)
     if model.position_embedding == "rope":
         rope_elems = tokens * (heads + kv_heads) * d
-        ops.append(_mem("rope", "rope", "fwd", (tokens, heads + kv_heads, d), 2 * rope_elems * ACT_BYTES,
+        ops.append(_mem("rope", "rope", "fwd", (tokens, heads + kv_heads, d), 2 * rope_elems * EB,
                         3.0 * rope_elems))
-        ops.append(_mem("rope", "rope", "bwd", (tokens, heads + kv_heads, d), 2 * rope_elems * ACT_BYTES,
+        ops.append(_mem("rope", "rope", "bwd", (tokens, heads + kv_heads, d), 2 * rope_elems * EB,
                         3.0 * rope_elems))
     attn_feat = (b, s, s_full, heads, kv_heads, d, 1)
     # FLOPs of causal flash attention on this rank: QK^T and PV over the visible half of the s x S matrix.
     attn_flops = 4.0 * b * s * s_full * heads * d * 0.5
-    qkvo_bytes = ACT_BYTES * tokens * (2 * heads + 2 * kv_heads) * d
+    qkvo_bytes = EB * tokens * (2 * heads + 2 * kv_heads) * d
     ops.append(_mem("attention_fwd", "attention", "fwd", attn_feat, qkvo_bytes, attn_flops))
     # Backward: dQ, dK, dV plus the recomputed scores: 2.5x the forward matmul FLOPs (FlashAttention-2 paper,
     # Dao 2023 §3.1 counts 5 matmuls backward vs 2 forward).
@@ -167,7 +175,7 @@ def layer_operators(model: ModelSpec, plan: ParallelPlan) -> tuple[list[Op], lis
     if cp > 1:
         # ring attention (Megatron CP): cp-1 KV-chunk exchanges forward, and K/V plus dK/dV backward,
         # each overlapped with the attention compute of the previous chunk.
-        kv_chunk = ACT_BYTES * tokens * 2 * kv_heads * d
+        kv_chunk = EB * tokens * 2 * kv_heads * d
         cross = group_topology(cp, t, gpn)[0] > 1
         overlap.append(_p2p("cp.kv_exchange", "fwd", kv_chunk, cross, count=cp - 1))
         overlap.append(_p2p("cp.kv_exchange", "bwd", 2 * kv_chunk, cross, count=cp - 1))
@@ -183,9 +191,9 @@ def layer_operators(model: ModelSpec, plan: ParallelPlan) -> tuple[list[Op], lis
     act_in = tokens * up_n
     act_out = tokens * f
     ops.append(_mem("activation", f"act.{model.activation}", "fwd", (tokens, up_n, int(model.gated)),
-                    ACT_BYTES * (act_in + act_out), 8.0 * act_in))
+                    EB * (act_in + act_out), 8.0 * act_in))
     ops.append(_mem("activation", f"act.{model.activation}", "bwd", (tokens, up_n, int(model.gated)),
-                    ACT_BYTES * (2 * act_in + act_out), 16.0 * act_in))
+                    EB * (2 * act_in + act_out), 16.0 * act_in))
     ops += _gemm_fwd_bwd("mlp_down", tokens, h, f, dtype)
     tp_exit("mlp_down")
     ops.append(_mem("residual_add", "residual_add", "fwd", (sp_tokens * h,), 3 * norm_bytes, sp_tokens * h))
@@ -212,11 +220,12 @@ def layer_operators(model: ModelSpec, plan: ParallelPlan) -> tuple[list[Op], lis
 
 
 def _embedding_ops(model: ModelSpec, plan: ParallelPlan) -> list[Op]:
+    EB = elem_bytes(plan.dtype)
     t = plan.tp
     tokens = plan.micro_batch_size * plan.seq_len // plan.cp
     h = model.hidden_size
     v = -(-model.vocab_size // t)
-    out = tokens * h * ACT_BYTES
+    out = tokens * h * EB
     ops = [_mem("embedding", "embedding", "fwd", (tokens, h, v), 2 * out),
            _mem("embedding", "embedding", "bwd", (tokens, h, v), 3 * out)]
     if t > 1:
@@ -227,16 +236,17 @@ def _embedding_ops(model: ModelSpec, plan: ParallelPlan) -> list[Op]:
 
 
 def _head_ops(model: ModelSpec, plan: ParallelPlan) -> list[Op]:
+    EB = elem_bytes(plan.dtype)
     t = plan.tp
     tokens = plan.micro_batch_size * plan.seq_len // plan.cp
     h = model.hidden_size
     v = -(-model.vocab_size // t)
     sp_tokens = tokens // t if plan.sp else tokens
-    norm_bytes = sp_tokens * h * ACT_BYTES
+    norm_bytes = sp_tokens * h * EB
     ops = [_mem("norm", "final_norm", "fwd", (sp_tokens, h), 2 * norm_bytes, 8.0 * sp_tokens * h),
            _mem("norm", "final_norm", "bwd", (sp_tokens, h), 4 * norm_bytes, 16.0 * sp_tokens * h)]
     topo = group_topology(t, 1, plan.gpus_per_node)
-    act = tokens * h * ACT_BYTES
+    act = tokens * h * EB
     if t > 1:
         if plan.sp:
             ops.append(_coll("all_gather", "tp.lm_head.allgather", "fwd", act, t, topo))
@@ -303,7 +313,7 @@ def build_graph(model: ModelSpec, plan: ParallelPlan) -> OperatorGraph:
     p2p = None
     if plan.pp > 1:
         tokens = plan.micro_batch_size * plan.seq_len // plan.cp
-        nbytes = tokens * model.hidden_size * ACT_BYTES / (plan.tp if plan.sp else 1)
+        nbytes = tokens * model.hidden_size * elem_bytes(plan.dtype) / (plan.tp if plan.sp else 1)
         stride = plan.tp * plan.cp * plan.dp
         p2p = _p2p("pp.p2p", "pp_comm", nbytes, stride >= plan.gpus_per_node)
     return OperatorGraph(stages, p2p, plan.num_microbatches, plan.vpp)

@@ -74,6 +74,27 @@ BYTES_TOKEN_ID = 8.0
 BYTES_LSE = 4.0
 """fp32 log-sum-exp per (head, token) saved by flash attention [FLASH2]."""
 
+# Pure fp32 training (plan.dtype == "fp32", e.g. the CPU workload): fp32 parameters and gradients,
+# Adam m and v, no separate master copy; activations are 4-byte elements. PyTorch AdamW state
+# (torch/optim/adamw.py: exp_avg, exp_avg_sq) has the parameter's dtype.
+FP32_BYTES_PARAM = 4.0
+FP32_BYTES_GRAD = 4.0
+FP32_BYTES_OPTIMIZER = 8.0
+
+
+def _act_bytes(plan: ParallelPlan) -> float:
+    """Bytes per stored activation element: 4 for fp32 training, else 2 (bf16/fp16; fp8 GEMMs
+    keep bf16 activations between operators)."""
+    return 4.0 if plan.dtype == "fp32" else BYTES_ACT
+
+
+def _state_bytes(plan: ParallelPlan) -> tuple[float, float, float]:
+    """(parameter, gradient, optimizer) bytes per parameter."""
+    if plan.dtype == "fp32":
+        return FP32_BYTES_PARAM, FP32_BYTES_GRAD, FP32_BYTES_OPTIMIZER
+    return BYTES_PARAM, BYTES_GRAD, BYTES_OPTIMIZER
+
+
 VOCAB_PAD_MULTIPLE = 128
 """Megatron pads the vocabulary to a multiple of ``make_vocab_size_divisible_by * TP``; the
 argument's default is 128 (megatron/training/arguments.py, ``--make-vocab-size-divisible-by``)."""
@@ -273,16 +294,17 @@ def _layer_activation_bytes(model: ModelSpec, plan: ParallelPlan, recompute: str
     sp_div = t if plan.sp else 1
     tokens = plan.seq_len / plan.cp * plan.micro_batch_size
     h = model.hidden_size
+    act_b = _act_bytes(plan)
     if recompute == "full":
-        return BYTES_ACT * tokens * h / sp_div
+        return act_b * tokens * h / sp_div
 
     dropout = model.dropout
-    seq_region = tokens * h * (4 * BYTES_ACT + (2 * BYTES_MASK if dropout else 0.0))
+    seq_region = tokens * h * (4 * act_b + (2 * BYTES_MASK if dropout else 0.0))
     q = model.q_dim / t
     kv = _kv_heads_per_rank(model, t) * model.head_dim
     f = model.ffn_hidden_size / t
-    attn = tokens * BYTES_ACT * (q + 2 * kv + q)
-    mlp = tokens * BYTES_ACT * (f * (2 if model.gated else 1) + f)
+    attn = tokens * act_b * (q + 2 * kv + q)
+    mlp = tokens * act_b * (f * (2 if model.gated else 1) + f)
     core = 0.0
     if recompute == "none":
         heads = model.num_heads / t
@@ -290,7 +312,7 @@ def _layer_activation_bytes(model: ModelSpec, plan: ParallelPlan, recompute: str
             core = BYTES_LSE * heads * tokens
         else:
             s = plan.seq_len / plan.cp
-            per_score = BYTES_ACT + ((BYTES_MASK + BYTES_ACT) if dropout else 0.0)
+            per_score = act_b + ((BYTES_MASK + act_b) if dropout else 0.0)
             core = per_score * heads * plan.micro_batch_size * s * s
     return seq_region / sp_div + attn + mlp + core
 
@@ -311,7 +333,7 @@ def last_stage_extra_bytes(model: ModelSpec, plan: ParallelPlan) -> float:
     vocab-parallel cross entropy 4sbV/t, i.e. 4sbh/t (1 + V/h) with SP."""
     tokens = plan.seq_len / plan.cp * plan.micro_batch_size
     sp_div = plan.tp if plan.sp else 1
-    hidden = 2 * BYTES_ACT * tokens * model.hidden_size / sp_div
+    hidden = 2 * _act_bytes(plan) * tokens * model.hidden_size / sp_div
     logits = BYTES_LOGIT * tokens * padded_vocab(model, plan.tp) / plan.tp
     return hidden + logits
 
@@ -327,6 +349,7 @@ def _stage_terms(model: ModelSpec, plan: ParallelPlan, flash_attention: bool) ->
     emb = _embedding_params_per_gpu(model, plan.tp)
     head = _head_params_per_gpu(model, plan.tp, pp)
     act_layer = activation_bytes_per_layer(model, plan, flash_attention)
+    b_param, b_grad, b_opt = _state_bytes(plan)
     # Full recompute re-materialises one layer at a time in backward; that layer's activations
     # (stored as with recompute='none') exist on top of the checkpoints.
     recompute_working = 0.0
@@ -347,11 +370,11 @@ def _stage_terms(model: ModelSpec, plan: ParallelPlan, flash_attention: bool) ->
             params += head
             unit = max(unit, head)
         # Weights: ZeRO-3 shards them; with prefetch two gathered units are live ([FSDP-NOTES]).
-        weights = BYTES_PARAM * (params / shard + 2 * unit) if zero >= 3 else BYTES_PARAM * params
+        weights = b_param * (params / shard + 2 * unit) if zero >= 3 else b_param * params
         # Gradients: ZeRO-2/3 shard them; one unit's unsharded gradients exist before its reduce-scatter.
-        grads = BYTES_GRAD * (params / shard + unit) if zero >= 2 else BYTES_GRAD * params
+        grads = b_grad * (params / shard + unit) if zero >= 2 else b_grad * params
         # Optimizer: ZeRO >= 1 = Megatron distributed optimizer, 12/d bytes per parameter [MEGATRON-DO].
-        opt = BYTES_OPTIMIZER * params / (shard if zero >= 1 else 1)
+        opt = b_opt * params / (shard if zero >= 1 else 1)
 
         # inflight_microbatches(pp, i, m, vpp), inlined: this loop runs inside layout searches.
         if vpp <= 1:

@@ -8,7 +8,7 @@ from planner.errors import PlanError
 from planner.specs.model import ModelSpec
 
 RECOMPUTE_MODES = ("none", "selective", "full")
-DTYPES = ("bf16", "fp16", "fp8")
+DTYPES = ("bf16", "fp16", "fp8", "fp32")
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,8 @@ class ParallelPlan:
     """ZeRO stage: 0 none, 1 optimizer states sharded (= Megatron distributed optimizer),
     2 + gradients, 3 + parameters (FSDP full shard)."""
     dtype: str = "bf16"
-    """GEMM precision: bf16, fp16 or fp8 (fp8 GEMMs, bf16 elsewhere)."""
+    """Precision: bf16 or fp16 (mixed precision), fp8 (fp8 GEMMs, bf16 elsewhere), or fp32 (pure fp32
+    training, e.g. on a CPU)."""
     layer_split: tuple[int, ...] | None = None
     """Layers per pipeline stage when uneven (length pp, sums to num_layers); None = even."""
     overlap_grad_reduce: bool = True

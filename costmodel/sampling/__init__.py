@@ -1,0 +1,27 @@
+"""Sampling harness: real micro-benchmarks of every operator kind (Zhang et al. arXiv 2509.22832 §III-A).
+
+The only part of the project that imports torch, and only lazily (inside functions), so that
+``import costmodel.sampling`` and the planner CLI work without torch installed.
+
+* :mod:`~costmodel.sampling.plans` -- sampling plans (TOML data files: grids / Latin hypercubes)
+* :mod:`~costmodel.sampling.plan` -- reading plans and expanding them into samples
+* :mod:`~costmodel.sampling.operators` -- one benchmark per compute operator kind, timed with
+  ``torch.utils.benchmark.Timer``
+* :mod:`~costmodel.sampling.collectives` -- the ``torchrun`` worker sweeping collectives
+* :mod:`~costmodel.sampling.journal` -- the resumable per-kind JSONL journal
+* :mod:`~costmodel.sampling.runner` -- ``run_plan``: plan -> journal -> Datasets
+* :mod:`~costmodel.sampling.fingerprint` -- the environment fingerprint stored with every dataset
+"""
+
+TORCH_MISSING = "torch is not installed: pip install 'planner[profile]'"
+
+
+def require_torch():
+    """Import and return torch, or raise the one-line PlannerError telling how to install it."""
+    from planner.errors import PlannerError
+
+    try:
+        import torch
+    except ImportError:
+        raise PlannerError(TORCH_MISSING) from None
+    return torch

@@ -1,0 +1,398 @@
+"""Collective micro-benchmarks, run under ``torchrun`` (one process per device / CPU rank).
+
+Launch (what ``planner profile`` does; ``python -m`` so that this environment's Python is used)::
+
+    python -m torch.distributed.run --standalone --nproc-per-node 2 -m costmodel.sampling.collectives \\
+        --plan cpu-small --out profiles/cpu
+
+The backend is gloo on CPU and NCCL on CUDA. For each collective, group size and message size of the
+plan's ``[collectives]`` table, every rank: runs ``warmup`` untimed calls; then ``repeats`` times:
+world barrier, (CUDA sync), start clock, ``inner`` calls, (CUDA sync), stop clock; the per-call time is
+all-reduced with MAX over the ranks (the collective is as slow as its slowest rank). The recorded time is
+the median of those maxima, the spread p90 - p10, ``repeats`` their count. ``inner`` is chosen from the
+warm-up so a timed region lasts about ``target_region_s``. Rank 0 writes the journal and the datasets.
+
+Bytes follow the nccl-tests convention (costmodel/ops.py): all_reduce and all_to_all = the buffer;
+all_gather = the full *output* buffer (each rank contributes bytes / ranks); reduce_scatter = the full
+*input* buffer (each rank keeps bytes / ranks); send_recv = the message. send_recv is a ping-pong between
+rank 0 and a partner on the same node and (if any) on another node; the time is half a round trip.
+
+Features: (bytes, ranks, nodes, ranks_per_node), nodes = distinct hosts among the group's ranks (from
+the hostnames all ranks report), ranks_per_node = the most ranks of the group on one host.
+
+``[collectives]`` keys: ``ops`` (kinds), ``bytes`` (a list, or ``{min, max, factor}`` for a geometric
+series), ``group_sizes`` (ints and/or ``"world"``; groups are ranks 0..g-1), ``warmup``, ``repeats``,
+``target_region_s``, ``dtype`` (default fp32 on gloo, bf16 on NCCL).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from costmodel.ops import COLLECTIVE_KINDS
+from planner.errors import PlannerError
+
+ORDER = ("all_reduce", "all_gather", "reduce_scatter", "send_recv", "all_to_all")
+ELEMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+
+def message_sizes(spec) -> list[int]:
+    """The ``bytes`` entry of a plan: a list, or ``{min, max, factor}`` (min, min*factor, ... <= max)."""
+    if isinstance(spec, list):
+        sizes = [int(x) for x in spec]
+    elif isinstance(spec, dict) and {"min", "max"} <= set(spec):
+        factor = float(spec.get("factor", 2))
+        if factor <= 1:
+            raise PlannerError("[collectives] bytes.factor must be > 1")
+        sizes, b = [], float(spec["min"])
+        while b <= float(spec["max"]) * (1 + 1e-9):
+            sizes.append(int(round(b)))
+            b *= factor
+    else:
+        raise PlannerError("[collectives] bytes must be a list or {min, max, factor}")
+    if not sizes or min(sizes) <= 0:
+        raise PlannerError("[collectives] bytes must hold positive sizes")
+    return sizes
+
+
+def topology(ranks: list[int], hosts: list[str]) -> tuple[int, int]:
+    """(nodes, ranks_per_node) of a group of global ranks, given each rank's host id."""
+    counts = collections.Counter(hosts[r] for r in ranks)
+    return len(counts), max(counts.values())
+
+
+# ------------------------------------------------------------------------------------------- launcher
+def launch(plan: str | Path, out_dir: str | Path, nproc: int = 2, device: str = "cpu", gpu_name: str | None = None,
+           resume: bool = True, progress: bool = True, ops: list[str] | None = None,
+           timeout_s: float | None = None) -> list[Path]:
+    """Run the collective sweep of ``plan`` with ``nproc`` local processes via torchrun; returns dataset paths."""
+    from costmodel.sampling import require_torch
+    from costmodel.sampling.plan import load_plan
+
+    torch = require_torch()
+    p = load_plan(plan)
+    kinds = _kinds(p.collectives, ops)
+    if nproc < 2:
+        raise PlannerError(f"--nproc must be >= 2 for collectives, got {nproc}")
+    if device == "cuda" and torch.cuda.device_count() < nproc:
+        raise PlannerError(f"--nproc {nproc} needs {nproc} GPUs but {torch.cuda.device_count()} are visible; lower "
+                           "--nproc or use --no-collectives (multi-node: scripts/slurm/collective_sweep.sbatch)")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
+           "-m", "costmodel.sampling.collectives", "--plan", str(p.path), "--out", str(out_dir),
+           "--device", device, "--ops", ",".join(kinds)]
+    if gpu_name:
+        cmd += ["--gpu-name", gpu_name]
+    if not resume:
+        cmd.append("--no-resume")
+    if not progress:
+        cmd.append("--no-progress")
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join([root, env["PYTHONPATH"]]) if env.get("PYTHONPATH") else root
+    try:
+        res = subprocess.run(cmd, env=env, stdout=None if progress else subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise PlannerError(f"collective sweep did not finish in {timeout_s:.0f} s; use a smaller plan") from None
+    if res.returncode != 0:
+        errors = [ln for ln in res.stderr.splitlines() if ln.startswith("error: ")]
+        why = errors[0][7:] if errors else (res.stderr.strip().splitlines() or ["no output"])[-1]
+        raise PlannerError(f"collective sweep failed (torchrun exit {res.returncode}): {why}")
+    out = Path(out_dir)
+    return [out / f"{k}.csv" for k in kinds if (out / f"{k}.csv").is_file()]
+
+
+def _kinds(spec: dict, ops: list[str] | None) -> list[str]:
+    kinds = list(spec.get("ops", []))
+    if not kinds:
+        raise PlannerError("the plan has no [collectives] ops; add a [collectives] table or use --no-collectives")
+    if ops is not None:
+        bad = [k for k in ops if k not in COLLECTIVE_KINDS]
+        if bad:
+            raise PlannerError(f"unknown collective(s) {', '.join(bad)}; choose from {', '.join(ORDER)}")
+        kinds = [k for k in kinds if k in ops]
+    return kinds
+
+
+# --------------------------------------------------------------------------------------------- worker
+class _Ctx:
+    """Per-process state of the worker."""
+
+    def __init__(self, device: str, dtype: str) -> None:
+        import torch
+        import torch.distributed as dist
+
+        self.torch, self.dist = torch, dist
+        self.device = device
+        self.cuda = device == "cuda"
+        if self.cuda:
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        dist.init_process_group("nccl" if self.cuda else "gloo")
+        self.backend = dist.get_backend()
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.dev = torch.device("cuda", torch.cuda.current_device()) if self.cuda else torch.device("cpu")
+        from costmodel.sampling.fingerprint import host_hash
+        from costmodel.sampling.operators import torch_dtype
+
+        hosts: list = [None] * self.world
+        dist.all_gather_object(hosts, host_hash())
+        self.hosts = hosts
+        self.dtype_name = dtype
+        self.dtype = torch_dtype(dtype)
+        self.esize = ELEMENT_BYTES[dtype]
+
+    def sync(self) -> None:
+        if self.cuda:
+            self.torch.cuda.synchronize()
+
+    def barrier(self) -> None:
+        if self.cuda:
+            self.dist.barrier(device_ids=[self.dev.index])
+        else:
+            self.dist.barrier()
+
+    def max_over_ranks(self, x: float) -> float:
+        t = self.torch.tensor([x], dtype=self.torch.float64, device=self.dev)
+        self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX)
+        return float(t.item())
+
+
+def _op(ctx: _Ctx, kind: str, nbytes: int, ranks: list[int], group, impl: dict):
+    """(statement, exact bytes) for one collective; ``impl[kind]`` records the API used."""
+    torch, dist = ctx.torch, ctx.dist
+    g = len(ranks)
+    n = max(g, nbytes // ctx.esize // g * g)  # elements: a multiple of the group size
+    exact = n * ctx.esize
+    full = torch.randn(n, device=ctx.dev).to(ctx.dtype)
+    part = full[: n // g].clone()
+    if kind == "all_reduce":
+        return (lambda: dist.all_reduce(full, group=group)), exact
+    api = impl.get(kind) or tensor_form(dist, kind)
+    if kind == "all_gather":
+        if api in TENSOR_FORMS[kind]:
+            return (lambda: getattr(dist, api)(full, part, group=group)), exact
+        outs = list(full.chunk(g))
+        return (lambda: dist.all_gather(outs, part, group=group)), exact
+    if kind == "reduce_scatter":
+        if api in TENSOR_FORMS[kind]:
+            return (lambda: getattr(dist, api)(part, full, group=group)), exact
+        ins = list(full.chunk(g))
+        return (lambda: dist.reduce_scatter(part, ins, group=group)), exact
+    if kind == "all_to_all":
+        out = torch.empty_like(full)
+        if api in TENSOR_FORMS[kind]:
+            return (lambda: dist.all_to_all_single(out, full, group=group)), exact
+        ins, outs = list(full.chunk(g)), list(out.chunk(g))
+        return (lambda: dist.all_to_all(outs, ins, group=group)), exact
+    if kind == "send_recv":
+        a, b = ranks
+        n = max(1, nbytes // ctx.esize)
+        msg = torch.randn(n, device=ctx.dev).to(ctx.dtype)
+
+        def pingpong():  # two one-way transfers; the caller halves the time
+            if ctx.rank == a:
+                dist.send(msg, b)
+                dist.recv(msg, b)
+            elif ctx.rank == b:
+                dist.recv(msg, a)
+                dist.send(msg, a)
+        return pingpong, n * ctx.esize
+    raise PlannerError(f"unknown collective {kind!r}")
+
+
+# Single-tensor APIs, newest first (torch 2.13 deprecates *_into_tensor / *_tensor for *_single), and the
+# list-of-tensors fallback used when a backend lacks the single-tensor form.
+TENSOR_FORMS = {"all_gather": ("all_gather_single", "all_gather_into_tensor"),
+                "reduce_scatter": ("reduce_scatter_single", "reduce_scatter_tensor"),
+                "all_to_all": ("all_to_all_single",)}
+FALLBACK = {"all_gather": "all_gather", "reduce_scatter": "reduce_scatter", "all_to_all": "all_to_all"}
+
+
+def tensor_form(dist, kind: str) -> str | None:
+    """The newest single-tensor API this torch has for ``kind`` (None for all_reduce / send_recv)."""
+    return next((n for n in TENSOR_FORMS.get(kind, ()) if hasattr(dist, n)), None)
+
+
+def _time(ctx: _Ctx, kind: str, nbytes: int, ranks: list[int], group, spec: dict, impl: dict) -> tuple:
+    """(per-repeat max-over-ranks times per call, exact bytes); every rank calls this."""
+    member = ctx.rank in ranks
+    fn, exact = _op(ctx, kind, nbytes, ranks, group, impl)
+    per_call = 2.0 if kind == "send_recv" else 1.0  # a ping-pong is two one-way transfers
+    warmup = max(1, int(spec.get("warmup", 3)))
+    ctx.barrier()
+    t0 = time.perf_counter()
+    if member:
+        for _ in range(warmup):
+            fn()
+    ctx.sync()
+    est = ctx.max_over_ranks((time.perf_counter() - t0) / warmup)
+    inner = int(min(1000, max(1, math.ceil(float(spec.get("target_region_s", 0.005)) / max(est, 1e-7)))))
+    times = []
+    for _ in range(int(spec.get("repeats", 10))):
+        ctx.barrier()
+        ctx.sync()
+        t0 = time.perf_counter()
+        if member:
+            for _ in range(inner):
+                fn()
+        ctx.sync()
+        dt = (time.perf_counter() - t0) / inner / per_call if member else 0.0
+        times.append(ctx.max_over_ranks(dt))
+    return times, exact
+
+
+def _probe_impl(ctx: _Ctx, kinds: list[str]) -> tuple[dict, dict]:
+    """Which API each collective uses on this backend: the tensor form, else the list form, else skipped."""
+    impl, unsupported = {}, {}
+    world = list(range(ctx.world))
+    err = "failed on another rank"
+    for kind in kinds:
+        if kind not in FALLBACK:
+            continue
+        for form in (tensor_form(ctx.dist, kind), FALLBACK[kind]):
+            if form is None:
+                continue
+            trial = {kind: form}
+            ok = 1.0
+            try:
+                fn, _ = _op(ctx, kind, 64 * ctx.world, world, None, trial)
+                fn()
+                ctx.sync()
+            except (RuntimeError, AttributeError, NotImplementedError, ValueError) as exc:
+                ok = 0.0
+                err = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
+            if -ctx.max_over_ranks(-ok) > 0:  # min over ranks: supported everywhere
+                impl[kind] = form
+                break
+        else:
+            unsupported[kind] = f"{ctx.backend} supports neither form ({err})"
+    return impl, unsupported
+
+
+def worker(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m costmodel.sampling.collectives")
+    ap.add_argument("--plan", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--gpu-name", default=None)
+    ap.add_argument("--ops", default=None)
+    ap.add_argument("--no-resume", action="store_true")
+    ap.add_argument("--no-progress", action="store_true")
+    a = ap.parse_args(argv)
+    try:
+        return _worker(a)
+    except PlannerError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 2
+
+
+def _worker(a) -> int:
+    from costmodel.datasets.schema import Dataset, save_dataset
+    from costmodel.sampling.fingerprint import fingerprint, identity
+    from costmodel.sampling.journal import Journal
+    from costmodel.sampling.plan import load_plan
+    from costmodel.sampling.runner import JOURNAL_DIR, _progress, check_device
+
+    plan = load_plan(a.plan)
+    spec = plan.collectives
+    kinds = _kinds(spec, a.ops.split(",") if a.ops else None)
+    gpu = check_device(a.device, a.gpu_name)
+    dtype = spec.get("dtype", "bf16" if a.device == "cuda" else "fp32")
+    ctx = _Ctx(a.device, dtype)
+    dist = ctx.dist
+    sizes = message_sizes(spec.get("bytes", [1 << 20]))
+    group_sizes = []
+    for g in spec.get("group_sizes", ["world"]):
+        g = ctx.world if g == "world" else int(g)
+        if 2 <= g <= ctx.world and g not in group_sizes:
+            group_sizes.append(g)
+    groups = {g: (None if g == ctx.world else dist.new_group(list(range(g)))) for g in group_sizes}
+    same = [r for r in range(1, ctx.world) if ctx.hosts[r] == ctx.hosts[0]]
+    other = [r for r in range(1, ctx.world) if ctx.hosts[r] != ctx.hosts[0]]
+    partners = [p[0] for p in (same, other) if p]
+    impl, unsupported = _probe_impl(ctx, kinds)
+
+    # the same sample list on every rank: (kind, bytes, ranks, group)
+    samples = []
+    for kind in kinds:
+        if kind in unsupported:
+            continue
+        pairs = [([0, p], None) for p in partners] if kind == "send_recv" else \
+            [(list(range(g)), groups[g]) for g in group_sizes]
+        for ranks, group in pairs:
+            for b in sizes:
+                samples.append((kind, b, ranks, group))
+
+    def key(kind, b, ranks):
+        nodes, rpn = topology(ranks, ctx.hosts)
+        return f"{kind}|fwd|{dtype}|{impl.get(kind, kind)}|{b}|{len(ranks)}|{nodes}|{rpn}"
+
+    fp = fingerprint(a.device, ctx.torch.get_num_threads())
+    fp.update(backend=ctx.backend, world_size=ctx.world, nodes=len(set(ctx.hosts)))
+    ident = {**identity(fp), "backend": ctx.backend}
+    journals = {}
+    todo_flags = [None]
+    if ctx.rank == 0:
+        out = Path(a.out)
+        journals = {k: Journal(out / JOURNAL_DIR / f"{k}.jsonl", k, ident, not a.no_resume) for k in kinds}
+        todo_flags = [[key(k, b, r) not in journals[k] for k, b, r, _ in samples]]
+    dist.broadcast_object_list(todo_flags, src=0)
+    todo = [s for s, flag in zip(samples, todo_flags[0]) if flag]
+    bar = _progress(ctx.rank == 0 and not a.no_progress)
+    with bar:
+        task = bar.add_task("collectives", total=len(samples), completed=len(samples) - len(todo))
+        for kind, b, ranks, group in todo:
+            bar.update(task, description=f"{kind} {len(ranks)} ranks {b} B")
+            times, exact = _time(ctx, kind, b, ranks, group, spec, impl)
+            if ctx.rank == 0:
+                arr = np.asarray(times)
+                p10, p50, p90 = np.percentile(arr, [10, 50, 90])
+                nodes, rpn = topology(ranks, ctx.hosts)
+                journals[kind].append({"key": key(kind, b, ranks), "status": "ok", "features":
+                                       [exact, len(ranks), nodes, rpn], "time_s": float(p50),
+                                       "spread_s": float(p90 - p10), "repeats": len(times), "dtype": dtype,
+                                       "direction": "fwd", "impl": impl.get(kind, kind),
+                                       "unix_time": round(time.time(), 3)})
+            bar.advance(task)
+    if ctx.rank == 0:
+        for kind in kinds:
+            recs = [journals[kind].records.get(key(k, b, r)) for k, b, r, _ in samples if k == kind]
+            recs = [r for r in recs if r is not None]
+            journals[kind].close()
+            if not recs:
+                continue
+            meta = {"fingerprint": fp,
+                    "sources": [{"path": f"harness:{plan.path.name}", "sha256": plan.sha256,
+                                 "rows_in": len(recs), "rows_kept": len(recs), "filters": [],
+                                 "journal": f"{kind}.jsonl"}],
+                    "notes": (f"Measured by costmodel.sampling.collectives over torch.distributed ({ctx.backend}, "
+                              f"{impl.get(kind, kind)}): median over repeats of the per-call time maxed over "
+                              "ranks; bytes in the nccl-tests convention." +
+                              (" send_recv = half a ping-pong round trip." if kind == "send_recv" else "")),
+                    "sampling": {"plan": plan.name, "device": a.device, "backend": ctx.backend,
+                                 "impl": impl.get(kind, kind), "unsupported": unsupported,
+                                 "collectives": {k: v for k, v in spec.items() if k != "ops"}}}
+            ds = Dataset(kind, gpu, np.array([r["features"] for r in recs], dtype=float),
+                         np.array(["fwd"] * len(recs), dtype=object), np.array([dtype] * len(recs), dtype=object),
+                         np.array([r["time_s"] for r in recs]), np.array([r["spread_s"] for r in recs]),
+                         np.array([r["repeats"] for r in recs], dtype=float), np.arange(len(recs)), meta)
+            save_dataset(ds, Path(a.out) / f"{kind}.csv")
+        if unsupported:
+            print("collectives not supported here: " + "; ".join(f"{k}: {v}" for k, v in unsupported.items()),
+                  file=sys.stderr, flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(worker())

@@ -1,0 +1,280 @@
+"""The sampling harness on this machine's CPU: real (tiny) sweeps, resume, torchrun collectives, CLI.
+
+Plan tests run without torch; measuring tests skip with a reason when torch is not installed.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from costmodel.datasets.schema import load_dataset
+from costmodel.ops import COMPUTE_KINDS, FEATURES
+from costmodel.sampling.collectives import message_sizes, topology
+from costmodel.sampling.plan import DIRECTIONS, Timing, available_plans, design_points, expand, gflop, load_plan
+from planner.errors import PlannerError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+try:
+    import torch  # noqa: F401
+
+    HAVE_TORCH = True
+except ImportError:
+    HAVE_TORCH = False
+needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed (pip install 'planner[profile]')")
+
+
+# ------------------------------------------------------------------------------------------ plans
+def test_builtin_plans_expand_to_valid_samples():
+    assert {"cpu-tiny", "cpu-small", "gpu-default"} <= set(available_plans())
+    for name in ("cpu-tiny", "cpu-small", "gpu-default"):
+        plan = load_plan(name)
+        samples = expand(plan)
+        assert {s.kind for s in samples} == set(COMPUTE_KINDS), name
+        assert len({s.key() for s in samples}) == len(samples), f"{name}: duplicate samples"
+        for s in samples:
+            assert len(s.features) == len(FEATURES[s.kind]) and s.direction in DIRECTIONS[s.kind]
+            if s.kind.startswith("attention"):
+                assert s.features[3] % s.features[4] == 0  # kv_heads divides heads
+            if s.kind in ("cross_entropy", "optimizer"):
+                assert s.dtype == "fp32"
+        limit = plan.ops["gemm"].get("max_gflop", float("inf"))
+        assert all(gflop("gemm", s.features) <= limit for s in samples if s.kind == "gemm")
+        assert plan.collectives.get("ops")
+
+
+def test_lhs_is_seeded_and_space_filling():
+    spec = {"design": "lhs", "samples": 16, "seed": 3, "m": {"min": 16, "max": 4096, "log": True},
+            "n": {"min": 16, "max": 4096, "log": True}, "k": [64, 128]}
+    a, b = design_points("gemm", spec), design_points("gemm", spec)
+    assert a == b and len(a) == 16
+    assert design_points("gemm", {**spec, "seed": 4}) != a
+    logs = np.log2([p[0] for p in a])  # one point per stratum of log2(m) in [4, 12]
+    strata = np.floor((logs - 4) / (8 / 16)).clip(0, 15)
+    assert len(set(strata)) >= 14
+    assert {p[2] for p in a} == {64, 128}
+
+
+def test_plan_errors_are_one_line(tmp_path):
+    with pytest.raises(PlannerError, match="unknown plan"):
+        load_plan("no-such-plan")
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[ops.convolution]\nx = 1\n')
+    with pytest.raises(PlannerError, match="not a compute operator kind"):
+        load_plan(bad)
+    bad.write_text('[ops.gemm]\nm = 1\nn = 1\nk = 1\nwarp = 3\n')
+    with pytest.raises(PlannerError, match="unknown keys"):
+        load_plan(bad)
+    bad.write_text('[ops.gemm]\nm = 8\nn = 8\nk = 8\ndirections = ["sideways"]\n')
+    with pytest.raises(PlannerError, match="directions"):
+        expand(load_plan(bad))
+
+
+def test_collective_helpers():
+    assert message_sizes({"min": 1024, "max": 16384, "factor": 4}) == [1024, 4096, 16384]
+    assert message_sizes([8, 16]) == [8, 16]
+    with pytest.raises(PlannerError):
+        message_sizes({"min": 1, "max": 8, "factor": 1})
+    hosts = ["a", "a", "b", "b"]
+    assert topology([0, 1], hosts) == (1, 2)
+    assert topology([0, 1, 2, 3], hosts) == (2, 2)
+    assert topology([0, 2], hosts) == (2, 1)
+
+
+# --------------------------------------------------------------------------------- real measuring
+def _tiny(tmp: Path, **kw) -> list[Path]:
+    from costmodel.sampling.runner import run_plan
+
+    return run_plan("cpu-tiny", tmp, threads=1, progress=False, **kw)
+
+
+@pytest.fixture(scope="module")
+def tiny_sweep(tmp_path_factory):
+    if not HAVE_TORCH:
+        pytest.skip("torch is not installed (pip install 'planner[profile]')")
+    out = tmp_path_factory.mktemp("tiny")
+    return out, _tiny(out)
+
+
+@needs_torch
+def test_tiny_sweep_every_compute_kind(tiny_sweep):
+    out, paths = tiny_sweep
+    plan = load_plan("cpu-tiny")
+    assert {p.stem for p in paths} == set(COMPUTE_KINDS)
+    for p in paths:
+        ds = load_dataset(p)
+        assert ds.gpu == "cpu" and len(ds) > 0
+        assert np.all(ds.time_s > 0) and np.all(ds.repeats >= plan.timing.min_repeats)
+        assert np.all(np.isfinite(ds.spread_s)) and np.all(ds.spread_s >= 0)
+        assert set(ds.direction) == set(DIRECTIONS[ds.kind]), ds.kind  # fwd and bwd rows where the kind has both
+        fp = ds.meta["fingerprint"]
+        assert fp["threads"] == 1 and fp["torch"] and fp["cpu_model"] and fp["logical_cores"] >= 1
+        assert len(fp["host_sha256"]) == 16 and socket.gethostname() not in json.dumps(fp)
+        assert ds.meta["sources"][0]["sha256"] == plan.sha256
+        expected_dtype = "fp32"
+        assert set(ds.dtype) == {expected_dtype}
+    gemm = load_dataset(out / "gemm.csv")
+    assert sorted(map(tuple, gemm.features[gemm.direction == "fwd"].astype(int))) == \
+        sorted({(m, 64, k) for m in (32, 256) for k in (64, 256)})
+
+
+@needs_torch
+def test_bigger_gemm_takes_longer():
+    from costmodel.sampling.operators import measure
+    from costmodel.sampling.plan import Sample
+
+    timing = Timing(warmup=1, min_run_time_s=0.01, min_repeats=3)
+    small = measure(Sample("gemm", "fwd", "fp32", (32, 32, 32)), "cpu", timing, 1).median_s
+    big = measure(Sample("gemm", "fwd", "fp32", (512, 512, 512)), "cpu", timing, 1).median_s
+    assert big > 20 * small  # 4096x the FLOPs
+
+
+@needs_torch
+def test_gemm_backward_decomposition_matches_autograd():
+    from costmodel.sampling.operators import gemm_backward_check
+
+    r = gemm_backward_check(256, 384, 512, timing=Timing(warmup=1, min_run_time_s=0.02, min_repeats=3))
+    assert r["dgrad"] > 0 and r["wgrad"] > 0
+    assert 0.5 < r["sum"] / r["autograd"] < 2.0, r  # dgrad + wgrad GEMMs are the linear layer's backward
+
+
+def _counting_measure(monkeypatch) -> list:
+    import costmodel.sampling.operators as ops
+
+    calls = []
+    real = ops.measure
+
+    def counted(s, *a, **k):
+        calls.append(s.key())
+        return real(s, *a, **k)
+    monkeypatch.setattr(ops, "measure", counted)
+    return calls
+
+
+@needs_torch
+def test_resume_after_datasets_deleted_measures_nothing(tmp_path, monkeypatch):
+    kinds = ["norm", "residual_add"]
+    first = {p.stem: load_dataset(p) for p in _tiny(tmp_path, ops=kinds)}
+    for p in tmp_path.glob("*.csv"):
+        p.unlink()
+        p.with_suffix(".json").unlink()
+    calls = _counting_measure(monkeypatch)
+    second = {p.stem: load_dataset(p) for p in _tiny(tmp_path, ops=kinds)}
+    assert calls == []
+    assert first.keys() == second.keys() == set(kinds)
+    for k in kinds:
+        np.testing.assert_array_equal(first[k].time_s, second[k].time_s)
+        np.testing.assert_array_equal(first[k].features, second[k].features)
+        np.testing.assert_array_equal(first[k].direction, second[k].direction)
+
+
+@needs_torch
+def test_resume_after_kill_measures_only_missing(tmp_path, monkeypatch):
+    _tiny(tmp_path, ops=["norm"])
+    journal = tmp_path / "journal" / "norm.jsonl"
+    lines = journal.read_text().splitlines()
+    assert len(lines) == 1 + 4  # header + 2 shapes x (fwd, bwd)
+    kept, torn = lines[:3], lines[3]
+    journal.write_text("\n".join(kept) + "\n" + torn[: len(torn) // 2])  # killed while writing sample 3
+    calls = _counting_measure(monkeypatch)
+    ds = load_dataset(_tiny(tmp_path, ops=["norm"])[0])
+    done = [json.loads(line)["key"] for line in kept[1:]]
+    assert len(calls) == 2 and not set(calls) & set(done)
+    recs = [json.loads(line) for line in journal.read_text().splitlines()]  # every line is whole JSON again
+    keys = [r["key"] for r in recs[1:]]
+    assert len(keys) == 4 == len(set(keys)) and len(ds) == 4
+    assert sorted(ds.source_row) == [0, 1, 2, 3]
+
+
+@needs_torch
+def test_journal_corruption_and_foreign_environment_are_errors(tmp_path):
+    _tiny(tmp_path, ops=["residual_add"])
+    journal = tmp_path / "journal" / "residual_add.jsonl"
+    lines = journal.read_text().splitlines()
+    header = json.loads(lines[0])
+    header["identity"]["threads"] = 64
+    journal.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
+    with pytest.raises(PlannerError, match="another environment.*threads"):
+        _tiny(tmp_path, ops=["residual_add"])
+    journal.write_text("\n".join([lines[0], "{not json", *lines[1:]]) + "\n")
+    with pytest.raises(PlannerError, match="line 2 is corrupted"):
+        _tiny(tmp_path, ops=["residual_add"])
+    assert len(_tiny(tmp_path, ops=["residual_add"], resume=False)) == 1  # --fresh starts over
+
+
+@needs_torch
+def test_gloo_collective_sweep_via_torchrun(tmp_path):
+    from costmodel.sampling.collectives import launch
+
+    paths = launch("cpu-tiny", tmp_path, nproc=2, progress=False, timeout_s=120)
+    got = {p.stem: load_dataset(p) for p in paths}
+    assert {"all_reduce", "all_gather", "send_recv"} <= set(got)
+    unsupported = got["all_reduce"].meta["sampling"]["unsupported"]
+    for kind in ("reduce_scatter", "all_to_all"):  # measured, or the reason it is not is recorded
+        assert kind in got or kind in unsupported
+    for kind, ds in got.items():
+        assert ds.gpu == "cpu" and ds.meta["sampling"]["backend"] == "gloo"
+        assert len(ds) == 2 and np.all(ds.time_s > 0) and set(ds.direction) == {"fwd"}
+        b, ranks, nodes, rpn = ds.features.T
+        assert list(b) == [4096, 262144] and set(ranks) == {2} and set(nodes) == {1} and set(rpn) == {2}
+    # resumable too: a second launch measures nothing new and rewrites the same rows
+    (tmp_path / "all_reduce.csv").unlink()
+    again = launch("cpu-tiny", tmp_path, nproc=2, progress=False, ops=["all_reduce"], timeout_s=120)
+    np.testing.assert_array_equal(got["all_reduce"].time_s, load_dataset(again[0]).time_s)
+
+
+# ----------------------------------------------------------------------------------------------- CLI
+def _invoke(args):
+    from planner.cli import app
+
+    return CliRunner().invoke(app, ["profile", *args])
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--ops", "gemm,convolution"], "unknown operator kind(s) convolution"),
+    (["--plan", "no-such-plan"], "unknown plan"),
+    (["--plan", "missing.toml"], "does not exist"),
+    (["--device", "tpu"], "must be cpu or cuda"),
+])
+def test_cli_bad_input_exit_2_one_line(args, needle):
+    res = _invoke(args)
+    assert res.exit_code == 2, res.output
+    assert needle in res.output and res.output.count("\n") == 1 and "Traceback" not in res.output
+
+
+@needs_torch
+def test_cli_cuda_without_gpu_exit_2():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is present")
+    res = _invoke(["--device", "cuda", "--gpu-name", "h100-sxm"])
+    assert res.exit_code == 2 and "no CUDA GPU" in res.output
+
+
+@needs_torch
+def test_cli_profile_runs_and_reports(tmp_path):
+    res = _invoke(["--plan", "cpu-tiny", "--ops", "residual_add,optimizer", "--threads", "1", "--no-progress",
+                   "--dtype", "bf16", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert "residual_add" in res.output and f"written to {tmp_path}" in res.output
+    assert {p.name for p in tmp_path.glob("*.csv")} == {"residual_add.csv", "optimizer.csv"}
+    assert set(load_dataset(tmp_path / "residual_add.csv").dtype) == {"bf16"}  # --dtype is recorded per row
+    assert set(load_dataset(tmp_path / "optimizer.csv").dtype) == {"fp32"}  # fp32 master weights whatever --dtype
+
+
+def test_cli_imports_and_explains_without_torch():
+    code = ("import sys; sys.modules['torch'] = None; import planner.cli, planner.cli_profile, costmodel.sampling, "
+            "costmodel.sampling.plan, costmodel.sampling.runner, costmodel.sampling.collectives; "
+            "from planner.cli import main; main(['profile', '--plan', 'cpu-tiny'])")
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.strip() == "error: torch is not installed: pip install 'planner[profile]'"
