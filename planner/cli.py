@@ -33,6 +33,9 @@ COMMAND_MODULES = (
     "planner.cli_catalogue",
     "planner.cli_models",
     "planner.cli_validate",
+    "planner.cli_export",
+    "planner.cli_profile",
+    "planner.cli_fit",
 )
 
 for _mod in COMMAND_MODULES:
