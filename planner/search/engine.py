@@ -1,0 +1,446 @@
+"""Search engines: exhaustive enumeration (the ground truth) and an Optuna study.
+
+Both evaluate candidates through :class:`planner.search.objective.Evaluator` and return a
+:class:`SearchResult` holding every feasible plan found as a :class:`PlanRecord`.
+:func:`search` is the one entry point the CLI, ``planner compare``/``size`` and report writers use.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import warnings
+from collections import Counter
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from costmodel.cost.base import OperatorCostModel
+from costmodel.memory import fits_in_memory, memory_per_gpu
+from planner.errors import PlannerError
+from planner.search.objective import OBJECTIVES, Evaluator, _reason_kind, objective_values
+from planner.search.records import PlanRecord, rank
+from planner.search.space import (Candidate, SearchProblem, candidate_plan, default_global_batch,
+                                  candidate_from_params, candidate_params, dimension_choices,
+                                  enumerate_candidates, make_target, neighbours, suggest_candidate)
+
+Progress = Callable[[int, int], None]
+"""progress(done, total): called during a search (total = trials or candidates)."""
+
+SAMPLERS = ("tpe", "nsga2", "random")
+INFEASIBLE_VALUE = 1e9
+"""Objective value reported to Optuna for a rejected candidate. It never reaches the user: with
+``constraints_func`` Optuna ranks infeasible trials after every feasible one by their violation."""
+DEFAULT_TRIALS = 200
+POLISH_FRACTION = 0.25
+"""Share of a single-objective study's trials spent on local search around the incumbent after TPE
+(:func:`_polish`); tuned with benchmarks/bench_search.py (hit rate within 1 % of the exhaustive optimum)."""
+TPE_STARTUP = 10
+"""Random trials before TPE starts modelling (Optuna's default, 10; 20 and 30 hit the 1 % target
+less often in benchmarks/bench_search.py)."""
+
+
+@dataclass
+class SearchResult:
+    """Outcome of one search."""
+
+    problem: SearchProblem
+    objective: str
+    """time | cost | pareto."""
+    method: str
+    """'exhaustive' or 'optuna-<sampler>'."""
+    records: list[PlanRecord]
+    """Every distinct feasible plan found, ranked by the objective (rank field set)."""
+    evaluated: int
+    """Distinct candidates evaluated (valid or not)."""
+    counts: dict
+    """Distinct candidates per outcome: ok, invalid, memory."""
+    reasons: list[tuple[str, int]]
+    """Rejection reasons, most common first."""
+    elapsed_s: float
+    """Wall time of the search."""
+    space_size: int
+    """Cartesian size of the space (all listed values x allocations)."""
+    trials: int = 0
+    """Optuna trials run by this call (0 for exhaustive)."""
+    study_trials: int = 0
+    """Completed trials in the study, all processes and earlier runs included."""
+    study_name: str | None = None
+    storage: str | None = None
+
+    def top(self, k: int | None = 10) -> list[PlanRecord]:
+        return self.records[:k] if k else list(self.records)
+
+    @property
+    def best(self) -> PlanRecord | None:
+        return self.records[0] if self.records else None
+
+    def pareto(self) -> list[PlanRecord]:
+        """The (iteration time, USD/Mtoken) Pareto front of the feasible plans, by time."""
+        return [r for r in rank(self.records, "pareto", None) if r.pareto]
+
+    def summary(self) -> dict:
+        return {"method": self.method, "objective": self.objective, "evaluated": self.evaluated,
+                "feasible": self.counts.get("ok", 0), "invalid": self.counts.get("invalid", 0),
+                "out_of_memory": self.counts.get("memory", 0), "space_size": self.space_size,
+                "trials": self.trials, "study_trials": self.study_trials, "study_name": self.study_name,
+                "elapsed_s": round(self.elapsed_s, 3), "global_batch_size": self.problem.global_batch_size,
+                "seq_len": self.problem.seq_len, "tokens": self.problem.tokens}
+
+
+def _space_size(problem: SearchProblem) -> int:
+    return problem.space.size() * len(problem.targets)
+
+
+def _check_objective(problem: SearchProblem, objective: str) -> None:
+    if objective not in OBJECTIVES:
+        raise PlannerError(f"--objective {objective!r} is not one of {', '.join(OBJECTIVES)}.")
+    if objective in ("cost", "pareto"):
+        missing = sorted({t.hardware.gpu.name for t in problem.targets if problem.price(t.hardware) is None})
+        if missing:
+            raise PlannerError(f"no price known for {', '.join(missing)}; pass --price {missing[0]}=USD_PER_GPU_HOUR "
+                               "to rank by cost.")
+
+
+# --------------------------------------------------------------------------------- exhaustive
+_FORK_STATE: tuple | None = None
+"""(problem, cost model, candidates) handed to forked workers of :func:`exhaustive_search`."""
+
+
+def _eval_slice(args: tuple[int, int]) -> list:
+    start, step = args
+    problem, cost_model, cands = _FORK_STATE
+    ev = Evaluator(problem, cost_model)
+    return [ev.evaluate(c) for c in cands[start::step]]
+
+
+def _parallel_evaluations(problem: SearchProblem, cost_model, cands: list, jobs: int) -> list | None:
+    """Evaluations of ``cands`` by ``jobs`` forked processes (None where fork is unavailable)."""
+    import multiprocessing as mp
+
+    global _FORK_STATE
+    if "fork" not in mp.get_all_start_methods():
+        return None
+    _FORK_STATE = (problem, cost_model, cands)
+    try:
+        with mp.get_context("fork").Pool(jobs) as pool:
+            parts = pool.map(_eval_slice, [(i, jobs) for i in range(jobs)])
+    finally:
+        _FORK_STATE = None
+    return [e for part in parts for e in part]
+
+
+def exhaustive_search(problem: SearchProblem, objective: str = "time", cost_model: OperatorCostModel | None = None,
+                      progress: Progress | None = None, jobs: int = 1) -> SearchResult:
+    """Evaluate every valid candidate of the space (a plain loop; the ground truth). ``jobs`` > 1 splits
+    the candidates over that many forked processes (worth it above a few hundred candidates)."""
+    _check_objective(problem, objective)
+    t0 = time.perf_counter()
+    ev = Evaluator(problem, cost_model)
+    cands = list(enumerate_candidates(problem))
+    n = len(cands)
+    evals = _parallel_evaluations(problem, ev.cost_model, cands, jobs) if jobs > 1 and n >= 256 else None
+    if evals is not None:
+        for c, e in zip([c for i in range(jobs) for c in cands[i::jobs]], evals):
+            ev.cache[c.canonical()] = e
+            ev.counts[e.status] += 1
+            if e.status != "ok":
+                ev.reasons[e.reason if e.status == "memory" else _reason_kind(e.reason)] += 1
+        if progress is not None:
+            progress(n, n)
+    else:
+        evals = []
+        for i, c in enumerate(cands):
+            evals.append(ev.evaluate(c))
+            if progress is not None and (i & 127) == 0:
+                progress(i, n)
+        if progress is not None:
+            progress(n, n)
+    recs = [e.record for e in evals if e.record is not None]
+    return SearchResult(problem, objective, "exhaustive", rank(recs, objective, None), ev.evaluated,
+                        dict(ev.counts), ev.reasons.most_common(), time.perf_counter() - t0, _space_size(problem))
+
+
+# ------------------------------------------------------------------------------------- optuna
+def open_storage(url: str | None):
+    """An Optuna storage from a URL: None = in memory; ``journal:PATH`` = journal file (NFS-safe file
+    locking, for shared filesystems); sqlite/postgresql/mysql URLs = RDB storage."""
+    if url is None:
+        return None
+    import optuna
+
+    url = url.strip()
+    if url.startswith("journal:"):
+        path = url[len("journal:"):]
+        path = path[2:] if path.startswith("//") else path
+        if not path:
+            raise PlannerError("--storage journal: needs a file path, e.g. journal:./planner.journal.")
+        from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+        try:
+            return JournalStorage(JournalFileBackend(path))
+        except OSError as exc:
+            raise PlannerError(f"cannot open journal file {path!r} ({exc.strerror}); check the path.") from None
+    scheme = url.split("://", 1)[0].split("+", 1)[0].lower() if "://" in url else ""
+    if scheme not in ("sqlite", "postgresql", "postgres", "mysql", "mariadb", "oracle", "mssql"):
+        raise PlannerError(f"--storage {url!r} is not a storage URL; use sqlite:///FILE.db, journal:FILE, or an "
+                           "RDB URL such as postgresql://user@host/db.")
+    kwargs = {"connect_args": {"timeout": 60}} if scheme == "sqlite" else {}
+    for attempt in range(6):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs=kwargs, heartbeat_interval=None)
+        except Exception as exc:  # sqlalchemy / driver errors: one line, no traceback
+            msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            # several processes creating the schema of one new database race; the loser retries
+            if attempt < 5 and any(k in msg for k in ("already exists", "locked", "UNIQUE constraint")):
+                time.sleep(0.2 * (attempt + 1))
+                continue
+            raise PlannerError(f"cannot open --storage {url!r} ({msg}); check the URL and that the database "
+                               "is reachable.") from None
+
+
+def _make_sampler(name: str, seed: int | None, multi: bool):
+    import optuna
+
+    # Optuna >= 5 reads constraints set with Trial.set_constraint; older versions need constraints_func.
+    kw = {} if _HAS_SET_CONSTRAINT() else {"constraints_func": _constraints}
+    if name == "tpe":
+        # multivariate TPE models the interaction of the degrees (TP x PP x MBS ...), which a
+        # per-dimension (independent) TPE cannot.
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=TPE_STARTUP, **kw)
+    if name == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=seed, population_size=20, **kw)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    raise PlannerError(f"--sampler {name!r} is not one of {', '.join(SAMPLERS)}.")
+
+
+def _constraints(trial) -> list[float]:
+    return list(trial.user_attrs.get("constraint", [1.0]))
+
+
+def _HAS_SET_CONSTRAINT() -> bool:
+    import optuna
+
+    return hasattr(optuna.trial.Trial, "set_constraint")
+
+
+def optuna_search(problem: SearchProblem, objective: str = "time", n_trials: int = DEFAULT_TRIALS,
+                  seed: int | None = None, sampler: str = "tpe", storage: str | None = None,
+                  study_name: str | None = None, cost_model: OperatorCostModel | None = None,
+                  progress: Progress | None = None) -> SearchResult:
+    """Run ``n_trials`` more trials of an Optuna study over the space's categorical dimensions.
+
+    Each dimension is one categorical with choices fixed before the study
+    (:func:`planner.search.space.dimension_choices`); invalid and out-of-memory combinations are
+    reported through Optuna's constraints (``Trial.set_constraint``; ``constraints_func`` before Optuna 5),
+    so samplers rank them after every feasible trial. Single-objective studies spend the last
+    POLISH_FRACTION of the trials on a constraint-aware local search around the best plans (:func:`_polish`). With ``study_name`` the study is
+    kept in ``storage`` (default ``sqlite:///planner.db``); running again resumes and extends it, and
+    several processes on one storage share it. The result holds the records of every completed
+    trial of the study, not only this call's.
+    """
+    _check_objective(problem, objective)
+    if isinstance(n_trials, bool) or not isinstance(n_trials, int) or n_trials < 0:
+        raise PlannerError(f"--trials must be a non-negative integer, got {n_trials!r}.")
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    t0 = time.perf_counter()
+    if study_name is not None and storage is None:
+        storage = "sqlite:///planner.db"
+    store = open_storage(storage)
+    multi = objective == "pareto"
+    directions = ["minimize", "minimize"] if multi else ["minimize"]
+    study = optuna.create_study(study_name=study_name, storage=store, sampler=_make_sampler(sampler, seed, multi),
+                                directions=directions, load_if_exists=True)
+    ident = json.dumps({**problem.describe(), "objective": objective}, sort_keys=True)
+    old = study.user_attrs.get("planner_problem")
+    if old is None:
+        study.set_user_attr("planner_problem", ident)
+    elif old != ident:
+        raise PlannerError(f"study {study_name!r} in {storage} was created for a different search (model, GPUs, "
+                           "space, batch or objective); use another --study-name or repeat the original flags.")
+
+    choices = dimension_choices(problem)
+    ev = Evaluator(problem, cost_model)
+    done = [0]
+    use_set_constraint = _HAS_SET_CONSTRAINT()
+
+    def obj(trial):
+        e = ev.evaluate(suggest_candidate(trial, choices))
+        trial.set_user_attr("constraint", [e.violation])
+        if use_set_constraint:
+            trial.set_constraint("plan", e.violation)
+        trial.set_user_attr("status", e.status)
+        if e.record is None:
+            trial.set_user_attr("reason", e.reason)
+            bad = INFEASIBLE_VALUE * (1.0 + e.violation)
+            return (bad, bad) if multi else bad
+        trial.set_user_attr("record", e.record.to_dict())
+        vals = objective_values(e.record, objective)
+        return vals if multi else vals[0]
+
+    def tick(study_, trial_):
+        done[0] += 1
+        if progress is not None:
+            progress(done[0], n_trials)
+
+    if choices and n_trials:
+        polish = 0 if multi or n_trials < 40 else int(n_trials * POLISH_FRACTION)
+        study.optimize(obj, n_trials=n_trials - polish, callbacks=[tick], gc_after_trial=False)
+        left = _polish(study, obj, choices, polish, tick, ev) if polish else 0
+        if left:
+            study.optimize(obj, n_trials=left, callbacks=[tick], gc_after_trial=False)
+    # Collect every completed trial (earlier runs and other processes included).
+    recs, status, reasons = [], Counter(), Counter()
+    seen = set()
+    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    for t in complete:
+        key = tuple(sorted(t.params.items()))
+        st = t.user_attrs.get("status", "invalid")
+        if key not in seen:
+            seen.add(key)
+            status[st] += 1
+            if st != "ok":
+                r = t.user_attrs.get("reason", "")
+                reasons[_reason_kind(r) if st == "invalid" else r] += 1
+        if st == "ok" and "record" in t.user_attrs:
+            recs.append(replace(PlanRecord.from_dict(t.user_attrs["record"]), trial=t.number))
+    # the lowest trial number that found each plan
+    recs.sort(key=lambda r: r.trial)
+    first = {}
+    for r in recs:
+        first.setdefault(r.key(), r)
+    return SearchResult(problem, objective, f"optuna-{sampler}", rank(list(first.values()), objective, None),
+                        len(seen), dict(status), reasons.most_common(), time.perf_counter() - t0, _space_size(problem),
+                        trials=done[0], study_trials=len(complete), study_name=study_name, storage=storage)
+
+
+def _repair(c: Candidate, choices: dict, ev: Evaluator) -> Candidate | None:
+    """``c`` if it is valid and fits, else the first feasible variant with a smaller micro-batch or
+    more recomputation (memory checks only, microseconds each), else None."""
+    if ev.feasible(c):
+        return c
+    mbs = [m for m in choices["mbs"] if m <= c.mbs][::-1]
+    rcs = choices["recompute"][choices["recompute"].index(c.recompute):] if c.recompute in choices["recompute"] else []
+    for rc in rcs:
+        for m in mbs:
+            n = c._replace(mbs=m, recompute=rc)
+            if ev.feasible(n):
+                return n
+    return None
+
+
+def _polish(study, obj, choices: dict, budget: int, tick, ev: Evaluator) -> int:
+    """Constraint-aware local search with enqueued trials: take the untried neighbours
+    (:func:`planner.search.space.neighbours`) of the best feasible trial, repair those that break a
+    rule or do not fit (:func:`_repair`; cheap checks, no trial spent) and evaluate them; when none
+    is left (a local optimum), move on to the next-best trial. Stops when the budget is spent or no
+    feasible trial has untried feasible neighbours. Returns the unspent budget."""
+    import optuna
+
+    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.WAITING, optuna.trial.TrialState.RUNNING)
+    cands: dict[int, Candidate] = {}  # trial number -> canonical candidate (params never change)
+
+    def cand(t) -> Candidate:
+        c = cands.get(t.number)
+        if c is None:
+            c = cands[t.number] = candidate_from_params(t.params, choices).canonical()
+        return c
+
+    while budget > 0:
+        trials = study.get_trials(deepcopy=False, states=states)
+        seen = {cand(t) for t in trials}
+        ok = sorted((t for t in trials if t.state == optuna.trial.TrialState.COMPLETE
+                     and t.user_attrs.get("status") == "ok"), key=lambda t: t.value)
+        todo: list[Candidate] = []
+        for t in ok:
+            for n in neighbours(cand(t), choices):
+                r = _repair(n, choices, ev)
+                if r is not None and r.canonical() not in seen and r.canonical() not in todo:
+                    todo.append(r.canonical())
+            if todo:
+                break
+        if not todo:
+            return budget
+        batch = todo[:budget]
+        for n in batch:
+            study.enqueue_trial(candidate_params(n, choices))
+        study.optimize(obj, n_trials=len(batch), callbacks=[tick], gc_after_trial=False)
+        budget -= len(batch)
+    return budget
+
+
+def search(problem: SearchProblem, objective: str = "time", *, exhaustive: bool = False, jobs: int = 1,
+           n_trials: int = DEFAULT_TRIALS, seed: int | None = None, sampler: str = "tpe",
+           storage: str | None = None, study_name: str | None = None,
+           cost_model: OperatorCostModel | None = None, progress: Progress | None = None) -> SearchResult:
+    """Run a search; ``result.records`` are the ranked feasible plans (for tables, reports, exports)."""
+    if exhaustive:
+        return exhaustive_search(problem, objective, cost_model, progress, jobs)
+    return optuna_search(problem, objective, n_trials, seed, sampler, storage, study_name, cost_model, progress)
+
+
+# ----------------------------------------------------------------------------- nothing fits
+def _first_fit(problem: SearchProblem) -> Candidate | None:
+    """A valid candidate that fits in memory (memory model only), or None."""
+    for c in enumerate_candidates(problem):
+        target = problem.targets[c.target]
+        plan = candidate_plan(problem, c)
+        if plan.problems(problem.model):
+            continue
+        gpu = target.hardware.gpu
+        if fits_in_memory(memory_per_gpu(problem.model, plan, gpu), gpu, problem.space.memory_headroom):
+            return c
+    return None
+
+
+def min_gpus_to_fit(problem: SearchProblem, gbs_given: bool = False, limit: int = 1 << 20) -> tuple[int, Candidate] | None:
+    """Smallest GPU count (whole nodes of the first target's node type) at which some plan of the space
+    fits in memory, found with the memory model only: doubling from the problem's count, then the node
+    counts in between. The batch follows the default rule unless ``gbs_given``. None = none up to limit."""
+    hw = problem.targets[0].hardware
+    gpn = hw.gpus_per_node
+
+    def at(world: int):
+        gbs = problem.global_batch_size if gbs_given else default_global_batch(problem.seq_len, [world])
+        p = replace(problem, targets=(make_target(hw, world),), global_batch_size=gbs)
+        c = _first_fit(p)
+        return c
+
+    world = max(gpn, -(-problem.targets[0].world_size // gpn) * gpn)
+    lo = world
+    hit = at(world)
+    while hit is None:
+        lo, world = world, world * 2
+        if world > limit:
+            return None
+        hit = at(world)
+    if world == lo:
+        return world, hit
+    step = max(gpn, (world - lo) // 32 // gpn * gpn)
+    for w in range(lo + step, world, step):
+        c = at(w)
+        if c is not None:
+            return w, c
+    return world, hit
+
+
+def no_fit_message(result: SearchResult, gbs_given: bool = False) -> str:
+    """One line explaining why no plan was found, with the GPU count the memory model says is needed."""
+    p = result.problem
+    mem = result.counts.get("memory", 0)
+    if mem == 0:
+        reason = result.reasons[0][0] if result.reasons else "the space has no valid factorization"
+        return (f"no valid plan in the space for {p.model.name} on {p.targets[0].label()}; most common reason: "
+                f"{reason}. Widen --tp/--pp/--mbs or change --gbs/--gpus.")
+    gpu = p.targets[0].hardware.gpu
+    found = min_gpus_to_fit(p, gbs_given)
+    if found is None:
+        return (f"no plan fits: {p.model.name} does not fit in {gpu.hbm_gb:g} GB GPUs at seq {p.seq_len} with any "
+                f"plan of the space on up to {1 << 20} GPUs; add full recompute / ZeRO-3 to the space.")
+    n, c = found
+    return (f"no plan fits: {p.model.name} needs >= {n} GPUs of {gpu.hbm_gb:g} GB at seq {p.seq_len} with "
+            f"{c.recompute} recompute (e.g. TP={c.tp} PP={c.pp} CP={c.cp} MBS={c.mbs} ZeRO={c.zero}); "
+            f"{mem} of {result.evaluated} candidates exceed memory.")

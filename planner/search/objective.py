@@ -1,0 +1,117 @@
+"""Evaluating one candidate: cheap rejection first (divisibility, then memory), then the prediction.
+
+The order keeps searches fast: ``ParallelPlan.problems`` and ``costmodel.memory.memory_per_gpu`` cost
+microseconds; :func:`planner.predict.predict` (operator graph + cost model + 1F1B timeline) is only
+run for plans that are valid and fit in memory. Results are cached per canonical candidate, so a
+sampler that proposes the same plan twice costs one prediction.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+from costmodel.cost.base import OperatorCostModel
+from costmodel.memory import fits_in_memory, memory_per_gpu
+from planner.predict import default_cost_model, predict
+from planner.search.records import PlanRecord, make_record
+from planner.search.space import Candidate, SearchProblem, candidate_plan
+
+GIB = 1024**3
+OBJECTIVES = ("time", "cost", "pareto")
+"""time: iteration time (= time to train a token budget, same ranking); cost: USD per million tokens;
+pareto: both (multi-objective, Pareto front)."""
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Outcome of one candidate."""
+
+    status: str
+    """'ok' (valid and fits), 'invalid' (divisibility / layout rule) or 'memory' (does not fit)."""
+    reason: str
+    """Why it was rejected ('' when ok): the first rule broken, or the memory needed vs available."""
+    violation: float
+    """Optuna constraint value: <= 0 feasible; memory: needed / usable - 1; invalid: 1 + rules broken."""
+    record: PlanRecord | None = None
+    """The ranked-plan record when status == 'ok'."""
+
+
+def _reason_kind(problem: str) -> str:
+    """A short, count-friendly form of a ParallelPlan.problems() message (numbers removed)."""
+    return " ".join(re.sub(r"\s*=\s*[\w.*]+(\s*\*\s*\w+)*|\(\d+\)|\d+", "", problem).split())
+
+
+class Evaluator:
+    """Evaluate candidates of one problem, with counts of every outcome and a cache."""
+
+    def __init__(self, problem: SearchProblem, cost_model: OperatorCostModel | None = None):
+        self.problem = problem
+        self.cost_model = cost_model or default_cost_model()
+        self.cache: dict[Candidate, Evaluation] = {}
+        self.counts: Counter = Counter()
+        """status -> number of distinct candidates."""
+        self.reasons: Counter = Counter()
+        """Rejection reason (numbers stripped) -> number of distinct candidates."""
+
+    def evaluate(self, cand: Candidate) -> Evaluation:
+        cand = cand.canonical()
+        hit = self.cache.get(cand)
+        if hit is not None:
+            return hit
+        ev = self._evaluate(cand)
+        self.cache[cand] = ev
+        self.counts[ev.status] += 1
+        if ev.status != "ok":
+            self.reasons[ev.reason if ev.status == "memory" else _reason_kind(ev.reason)] += 1
+        return ev
+
+    def _reject(self, cand: Candidate):
+        """(Evaluation of a rejected candidate, None) or (None, plan) when it is valid and fits."""
+        p = self.problem
+        target = p.targets[cand.target]
+        plan = candidate_plan(p, cand)
+        problems = plan.problems(p.model)
+        if cand.tp > target.gpus_per_node and not p.space.allow_tp_across_nodes:
+            problems.append(f"TP={cand.tp} exceeds the {target.gpus_per_node} GPUs of a node "
+                            "(pass --allow-tp-across-nodes to allow it)")
+        if problems:
+            return Evaluation("invalid", problems[0], 1.0 + len(problems)), None
+        gpu = target.hardware.gpu
+        mem = memory_per_gpu(p.model, plan, gpu)
+        if not fits_in_memory(mem, gpu, p.space.memory_headroom):
+            usable = gpu.hbm_bytes * (1.0 - p.space.memory_headroom)
+            return Evaluation("memory", f"needs more than {gpu.hbm_gb:g} GB per GPU", mem.total / usable - 1.0), None
+        return None, plan
+
+    def feasible(self, cand: Candidate) -> bool:
+        """Valid and fits in memory (the cheap checks only; nothing counted, no prediction)."""
+        cand = cand.canonical()
+        hit = self.cache.get(cand)
+        if hit is not None:
+            return hit.status == "ok"
+        return self._reject(cand)[0] is None
+
+    def _evaluate(self, cand: Candidate) -> Evaluation:
+        rejected, plan = self._reject(cand)
+        if rejected is not None:
+            return rejected
+        p = self.problem
+        target = p.targets[cand.target]
+        pred = predict(p.model, plan, target.hardware, self.cost_model)
+        rec = make_record(p, target, plan, pred, p.price(target.hardware))
+        return Evaluation("ok", "", 0.0, rec)
+
+    @property
+    def evaluated(self) -> int:
+        return sum(self.counts.values())
+
+
+def objective_values(rec: PlanRecord, objective: str) -> tuple[float, ...]:
+    """The value(s) a search minimises for one feasible record."""
+    if objective == "time":
+        return (rec.iteration_time_s,)
+    if objective == "cost":
+        return (rec.usd_per_mtoken,)
+    return (rec.iteration_time_s, rec.usd_per_mtoken)

@@ -1,0 +1,293 @@
+"""Ranked-plan records and their output formats (table, JSON, CSV, Markdown), all from one list.
+
+A :class:`PlanRecord` is a flat, JSON-ready summary of one feasible plan and its prediction; the
+search stores it with each Optuna trial, the report writer and ``planner export`` read it back.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+from dataclasses import dataclass
+
+from planner.specs.plan import ParallelPlan
+
+GIB = 1024**3
+
+
+@dataclass
+class PlanRecord:
+    """One feasible plan with its predicted time, throughput, memory and cost."""
+
+    model: str
+    """Model name."""
+    gpu: str
+    """GPU key (catalogue)."""
+    cluster: str
+    """Node type key (catalogue)."""
+    nodes: int
+    """Nodes used."""
+    gpus_per_node: int
+    """GPUs per node used by the plan."""
+    gpus: int
+    """Total GPUs."""
+    tp: int
+    pp: int
+    dp: int
+    cp: int
+    vpp: int
+    mbs: int
+    """Micro-batch size (sequences)."""
+    gbs: int
+    """Global batch size (sequences)."""
+    seq_len: int
+    num_microbatches: int
+    """Micro-batches per iteration per pipeline (GBS / (MBS x DP))."""
+    recompute: str
+    sequence_parallel: bool
+    """Sequence parallelism in effect (TP > 1 and enabled)."""
+    zero: int
+    dtype: str
+    iteration_time_s: float
+    """Predicted seconds per iteration."""
+    iteration_time_low_s: float | None
+    """Lower end of the prediction interval (None when the cost model gives none)."""
+    iteration_time_high_s: float | None
+    """Upper end of the prediction interval."""
+    tokens_per_s: float
+    """Training tokens per second, whole job."""
+    mfu: float
+    """Model FLOPs utilisation (fraction of dense bf16 peak)."""
+    model_tflops_per_gpu: float
+    """Model TFLOP/s per GPU (no recomputation counted)."""
+    memory_gib_per_gpu: float
+    """Predicted peak memory of the most loaded GPU, GiB."""
+    memory_limit_gib: float
+    """HBM of the GPU, GiB (the plan fits within it less the headroom)."""
+    price_usd_per_gpu_hour: float | None
+    """Price used (catalogue or --price); None = unknown."""
+    usd_per_mtoken: float | None
+    """USD per million training tokens (None without a price)."""
+    time_to_train_s: float | None
+    """Seconds to train the token budget (None without --tokens)."""
+    cost_to_train_usd: float | None
+    """USD to train the token budget (None without --tokens or price)."""
+    bottleneck: str
+    """Largest time category: compute, pipeline bubble, exposed TP/DP/PP/ZeRO/CP comm, optimizer."""
+    bubble_fraction: float
+    """Pipeline bubble as a fraction of the iteration."""
+    cost_model: str
+    """Operator cost model that produced the times."""
+    rank: int = 0
+    """1-based position in the ranking it was printed in (0 = unranked)."""
+    pareto: bool = False
+    """On the (time, USD/Mtoken) Pareto front of the records it was ranked with."""
+    trial: int | None = None
+    """Optuna trial number that found it (None for exhaustive search)."""
+
+    def to_plan(self) -> ParallelPlan:
+        """The ParallelPlan this record describes."""
+        return ParallelPlan(world_size=self.gpus, gpus_per_node=self.gpus_per_node, global_batch_size=self.gbs,
+                            seq_len=self.seq_len, tp=self.tp, pp=self.pp, cp=self.cp, vpp=self.vpp,
+                            micro_batch_size=self.mbs, recompute=self.recompute,
+                            sequence_parallel=self.sequence_parallel, zero=self.zero, dtype=self.dtype)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "PlanRecord":
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+    def key(self) -> tuple:
+        """Identity of the plan (for de-duplication across trials and processes)."""
+        return (self.gpu, self.cluster, self.gpus, self.gpus_per_node, self.tp, self.pp, self.cp, self.vpp,
+                self.mbs, self.recompute, self.sequence_parallel, self.zero, self.dtype, self.gbs, self.seq_len)
+
+
+def make_record(problem, target, plan: ParallelPlan, pred, price: float | None) -> PlanRecord:
+    """Summarise one prediction (planner.predict.Prediction) of a feasible plan."""
+    tps = pred.tokens_per_s
+    usd_per_mtoken = price * plan.world_size / 3600.0 / tps * 1e6 if price is not None else None
+    ttt = problem.tokens / tps if problem.tokens else None
+    ctt = ttt / 3600.0 * plan.world_size * price if (ttt is not None and price is not None) else None
+    return PlanRecord(
+        model=problem.model.name, gpu=target.hardware.gpu.name, cluster=target.hardware.cluster.name,
+        nodes=plan.num_nodes, gpus_per_node=plan.gpus_per_node, gpus=plan.world_size, tp=plan.tp, pp=plan.pp,
+        dp=plan.dp, cp=plan.cp, vpp=plan.vpp, mbs=plan.micro_batch_size, gbs=plan.global_batch_size,
+        seq_len=plan.seq_len, num_microbatches=plan.num_microbatches, recompute=plan.recompute,
+        sequence_parallel=plan.sp, zero=plan.zero, dtype=plan.dtype,
+        iteration_time_s=pred.iteration_time_s, iteration_time_low_s=pred.iteration_time_low_s,
+        iteration_time_high_s=pred.iteration_time_high_s, tokens_per_s=tps, mfu=pred.mfu,
+        model_tflops_per_gpu=pred.model_tflops_per_gpu, memory_gib_per_gpu=pred.memory_gib_per_gpu,
+        memory_limit_gib=target.hardware.gpu.hbm_bytes / GIB, price_usd_per_gpu_hour=price,
+        usd_per_mtoken=usd_per_mtoken, time_to_train_s=ttt, cost_to_train_usd=ctt, bottleneck=pred.bottleneck,
+        bubble_fraction=pred.bubble_fraction, cost_model=pred.cost_model)
+
+
+# ----------------------------------------------------------------------------------- ranking
+def _cost_key(r: PlanRecord) -> float:
+    return r.usd_per_mtoken if r.usd_per_mtoken is not None else float("inf")
+
+
+def pareto_front(records: list[PlanRecord]) -> list[PlanRecord]:
+    """Records not dominated in (iteration time, USD per Mtoken), sorted by time. Records without a
+    price only compete on time."""
+    pts = sorted(records, key=lambda r: (r.iteration_time_s, _cost_key(r)))
+    front, best_cost = [], float("inf")
+    for r in pts:
+        c = _cost_key(r)
+        if c < best_cost or not front:
+            front.append(r)
+            best_cost = min(best_cost, c)
+    return front
+
+
+def rank(records: list[PlanRecord], objective: str = "time", top_k: int | None = 10) -> list[PlanRecord]:
+    """Sort by the objective (time: iteration time; cost: USD/Mtoken, then time; pareto: the Pareto
+    front first, by time, then the rest by time), mark ranks and Pareto membership, keep top_k."""
+    uniq = {r.key(): r for r in records}
+    recs = list(uniq.values())
+    front_keys = {r.key() for r in pareto_front(recs)}
+    if objective == "cost":
+        recs.sort(key=lambda r: (_cost_key(r), r.iteration_time_s))
+    elif objective == "pareto":
+        recs.sort(key=lambda r: (r.key() not in front_keys, r.iteration_time_s))
+    else:
+        recs.sort(key=lambda r: (r.iteration_time_s, _cost_key(r)))
+    out = recs[:top_k] if top_k else recs
+    return [dataclasses.replace(r, rank=i, pareto=r.key() in front_keys) for i, r in enumerate(out, 1)]
+
+
+# ----------------------------------------------------------------------------------- formats
+FORMATS = ("table", "json", "csv", "md")
+
+# CSV columns. Where a column means the same as one of NeMo Auto Configurator's results summary
+# (final_summary_<N>nodes.csv written by get_results() in NVIDIA/NeMo
+# nemo/collections/llm/tools/auto_configurator/core/calculate_performance.py: "Model Name",
+# "Model Size", "Seq Length", "TP", "PP", "CP", "EP", "MBS", ..., "Num Layers", "Hidden Size",
+# "FFN Hidden Size", "GBS", "Nodes", "GPUs per Node", "Time per Step", "Samples per Second",
+# "Model TFLOPS / GPU", "Model TFLOPS Aggregate") it carries that name; the others are planner's.
+# Model Size is in billions of parameters as there; EP is 1 (dense models only).
+CSV_COLUMNS: list[tuple[str, object]] = [
+    ("Rank", lambda r, m: r.rank),
+    ("Model Name", lambda r, m: r.model),
+    ("Model Size", lambda r, m: round(m.total_params() / 1e9, 2) if m is not None else ""),
+    ("Seq Length", lambda r, m: r.seq_len),
+    ("TP", lambda r, m: r.tp),
+    ("PP", lambda r, m: r.pp),
+    ("CP", lambda r, m: r.cp),
+    ("EP", lambda r, m: 1),
+    ("MBS", lambda r, m: r.mbs),
+    ("Num Layers", lambda r, m: m.num_layers if m is not None else ""),
+    ("Hidden Size", lambda r, m: m.hidden_size if m is not None else ""),
+    ("FFN Hidden Size", lambda r, m: m.ffn_hidden_size if m is not None else ""),
+    ("GBS", lambda r, m: r.gbs),
+    ("Nodes", lambda r, m: r.nodes),
+    ("GPUs per Node", lambda r, m: r.gpus_per_node),
+    ("Time per Step", lambda r, m: f"{r.iteration_time_s:.6g}"),
+    ("Samples per Second", lambda r, m: f"{r.gbs / r.iteration_time_s:.6g}"),
+    ("Model TFLOPS / GPU", lambda r, m: f"{r.model_tflops_per_gpu:.6g}"),
+    ("Model TFLOPS Aggregate", lambda r, m: f"{r.model_tflops_per_gpu * r.gpus:.6g}"),
+    ("GPU", lambda r, m: r.gpu),
+    ("Cluster", lambda r, m: r.cluster),
+    ("GPUs", lambda r, m: r.gpus),
+    ("DP", lambda r, m: r.dp),
+    ("VPP", lambda r, m: r.vpp),
+    ("Recompute", lambda r, m: r.recompute),
+    ("Sequence Parallel", lambda r, m: r.sequence_parallel),
+    ("ZeRO", lambda r, m: r.zero),
+    ("Dtype", lambda r, m: r.dtype),
+    ("Time per Step Low", lambda r, m: _opt(r.iteration_time_low_s)),
+    ("Time per Step High", lambda r, m: _opt(r.iteration_time_high_s)),
+    ("Tokens per Second", lambda r, m: f"{r.tokens_per_s:.6g}"),
+    ("MFU", lambda r, m: f"{r.mfu:.4f}"),
+    ("Memory per GPU (GiB)", lambda r, m: f"{r.memory_gib_per_gpu:.2f}"),
+    ("USD per GPU Hour", lambda r, m: _opt(r.price_usd_per_gpu_hour)),
+    ("USD per Million Tokens", lambda r, m: _opt(r.usd_per_mtoken)),
+    ("Time to Train (s)", lambda r, m: _opt(r.time_to_train_s)),
+    ("Cost to Train (USD)", lambda r, m: _opt(r.cost_to_train_usd)),
+    ("Bottleneck", lambda r, m: r.bottleneck),
+    ("Pareto", lambda r, m: r.pareto),
+    ("Cost Model", lambda r, m: r.cost_model),
+]
+
+
+def _opt(v) -> str:
+    return "" if v is None else f"{v:.6g}"
+
+
+def human_duration(seconds: float | None) -> str:
+    """'3.2 h', '12.5 d' style duration."""
+    if seconds is None:
+        return "-"
+    for unit, n in (("d", 86400.0), ("h", 3600.0), ("min", 60.0)):
+        if seconds >= n:
+            return f"{seconds / n:.1f} {unit}"
+    return f"{seconds:.3g} s"
+
+
+def _time_cell(r: PlanRecord) -> str:
+    t = f"{r.iteration_time_s:.3f}"
+    if r.iteration_time_low_s is not None and r.iteration_time_high_s is not None:
+        t += f" [{r.iteration_time_low_s:.3f}-{r.iteration_time_high_s:.3f}]"
+    return t
+
+
+def display_rows(records: list[PlanRecord], with_train: bool = False) -> tuple[list[str], list[list[str]]]:
+    """Header and string cells of the ranked table (shared by the rich table and Markdown)."""
+    head = ["#", "GPU", "nodes x GPUs/node", "TP", "PP", "DP", "CP", "VPP", "MBS", "recompute", "ZeRO",
+            "iter time [s]", "tokens/s", "MFU %", "mem/GPU [GiB]", "$/Mtoken", "bottleneck"]
+    if with_train:
+        head[-1:-1] = ["time to train", "cost to train [$]"]
+    rows = []
+    for r in records:
+        row = [f"{r.rank}{'*' if r.pareto else ''}", r.gpu, f"{r.nodes} x {r.gpus_per_node}", str(r.tp), str(r.pp),
+               str(r.dp), str(r.cp), str(r.vpp), str(r.mbs), r.recompute, str(r.zero), _time_cell(r),
+               f"{r.tokens_per_s:,.0f}", f"{100 * r.mfu:.1f}",
+               f"{r.memory_gib_per_gpu:.1f}/{r.memory_limit_gib:.0f}",
+               "-" if r.usd_per_mtoken is None else f"{r.usd_per_mtoken:.3f}", r.bottleneck]
+        if with_train:
+            row[-1:-1] = [human_duration(r.time_to_train_s),
+                          "-" if r.cost_to_train_usd is None else f"{r.cost_to_train_usd:,.0f}"]
+        rows.append(row)
+    return head, rows
+
+
+def to_json(records: list[PlanRecord], meta: dict | None = None) -> str:
+    return json.dumps({**(meta or {}), "plans": [r.to_dict() for r in records]}, indent=2)
+
+
+def to_csv(records: list[PlanRecord], model=None) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow([c for c, _ in CSV_COLUMNS])
+    for r in records:
+        w.writerow([f(r, model) for _, f in CSV_COLUMNS])
+    return buf.getvalue()
+
+
+def to_markdown(records: list[PlanRecord]) -> str:
+    with_train = any(r.time_to_train_s is not None for r in records)
+    head, rows = display_rows(records, with_train)
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def rich_table(records: list[PlanRecord], title: str = ""):
+    """A rich Table of the ranked records."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    with_train = any(r.time_to_train_s is not None for r in records)
+    head, rows = display_rows(records, with_train)
+    t = Table(title=title or None, show_header=True)
+    for h in head:
+        t.add_column(escape(h), justify="left" if h in ("GPU", "recompute", "bottleneck") else "right")
+    for row in rows:
+        t.add_row(*[escape(c) for c in row])
+    return t

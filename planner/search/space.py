@@ -1,0 +1,429 @@
+"""The search space: which layouts `planner search` considers, as data.
+
+A space preset (``search_spaces/search/<name>.toml``) lists the candidate values of every plan
+dimension (TP, PP, CP, VPP, micro-batch, recompute, sequence parallelism, ZeRO stage, dtype). The
+CLI overrides single dimensions (``--tp 1,2,4``). A :class:`SearchProblem` adds what the user fixes:
+the model, the allocations (GPU type x GPU count), the global batch and the sequence length.
+
+Degrees are turned into valid factorizations *before* a study starts (:func:`factorizations`,
+:func:`dimension_choices`), because Optuna's categorical choices cannot change between trials.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, NamedTuple
+
+from costmodel.memory import DEFAULT_HEADROOM
+from planner.errors import PlannerError
+from planner.requests import DEFAULT_BATCH_TOKENS
+from planner.specs.hardware import Hardware
+from planner.specs.model import ModelSpec
+from planner.specs.plan import DTYPES, RECOMPUTE_MODES, ParallelPlan
+
+INT_DIMS = ("tp", "pp", "cp", "vpp", "mbs")
+"""Dimensions holding positive integers."""
+DIMS = INT_DIMS + ("recompute", "sequence_parallel", "zero", "dtype")
+"""Every plan dimension a space lists, in display order (DP is derived)."""
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """Candidate values per plan dimension (each a non-empty tuple) plus search options."""
+
+    name: str
+    """Preset name or file the space came from."""
+    tp: tuple[int, ...] = (1, 2, 4, 8)
+    """Tensor-parallel degrees."""
+    pp: tuple[int, ...] = (1, 2, 4, 8)
+    """Pipeline-parallel degrees."""
+    cp: tuple[int, ...] = (1,)
+    """Context-parallel degrees."""
+    vpp: tuple[int, ...] = (1,)
+    """Virtual pipeline chunks per stage (used only when PP > 1)."""
+    mbs: tuple[int, ...] = (1,)
+    """Micro-batch sizes (sequences)."""
+    recompute: tuple[str, ...] = ("selective",)
+    """Activation recomputation modes: none, selective, full."""
+    sequence_parallel: tuple[bool, ...] = (True,)
+    """Megatron sequence parallelism on/off (meaningful only with TP > 1)."""
+    zero: tuple[int, ...] = (1,)
+    """ZeRO stages (1 = Megatron distributed optimizer, 3 = FSDP full shard)."""
+    dtype: tuple[str, ...] = ("bf16",)
+    """GEMM precisions."""
+    allow_tp_across_nodes: bool = False
+    """Allow TP groups larger than a node (slow inter-node TP all-reduces)."""
+    memory_headroom: float = DEFAULT_HEADROOM
+    """Fraction of HBM kept free when checking that a plan fits (costmodel.memory.fits_in_memory)."""
+    description: str = ""
+    """What the preset is for."""
+
+    def size(self) -> int:
+        """Cartesian size of the listed values (before any validity check)."""
+        return math.prod(len(getattr(self, d)) for d in DIMS)
+
+    def override(self, **dims) -> "SearchSpace":
+        """A copy with the given dimensions replaced (``None`` values are ignored), validated."""
+        changes = {k: v for k, v in dims.items() if v is not None}
+        unknown = sorted(set(changes) - set(DIMS) - {"allow_tp_across_nodes", "memory_headroom"})
+        if unknown:
+            raise PlannerError(f"unknown search dimension(s) {', '.join(unknown)}; use {', '.join(DIMS)}.")
+        for k, v in changes.items():
+            if k in DIMS:
+                changes[k] = _check_dim(k, v, "the command line")
+        return dataclasses.replace(self, **changes)
+
+
+def _check_dim(dim: str, values, where: str) -> tuple:
+    if isinstance(values, (str, int, bool)):
+        values = [values]
+    if not isinstance(values, (list, tuple)) or not values:
+        raise PlannerError(f"{where}: {dim} must be a non-empty list of values.")
+    out = []
+    for v in values:
+        ok = True
+        if dim in INT_DIMS:
+            ok = isinstance(v, int) and not isinstance(v, bool) and v > 0
+        elif dim == "zero":
+            ok = isinstance(v, int) and not isinstance(v, bool) and v in (0, 1, 2, 3)
+        elif dim == "recompute":
+            ok = v in RECOMPUTE_MODES
+        elif dim == "dtype":
+            ok = v in DTYPES
+        elif dim == "sequence_parallel":
+            ok = isinstance(v, bool)
+        if not ok:
+            allowed = {"zero": "0, 1, 2 or 3", "recompute": ", ".join(RECOMPUTE_MODES),
+                       "dtype": ", ".join(DTYPES), "sequence_parallel": "true or false"}.get(dim, "positive integers")
+            raise PlannerError(f"{where}: {dim} value {v!r} is invalid; use {allowed}.")
+        if v not in out:
+            out.append(v)
+    return tuple(out)
+
+
+def spaces_dir() -> Path:
+    """Folder of the shipped space presets (``search_spaces/search``)."""
+    import search_spaces
+
+    for base in search_spaces.__path__:
+        if (Path(base) / "search" / "default.toml").is_file():
+            return Path(base) / "search"
+    raise PlannerError("the search-space presets (search_spaces/search/*.toml) are missing; reinstall planner.")
+
+
+def space_names() -> list[str]:
+    return sorted(p.stem for p in spaces_dir().glob("*.toml"))
+
+
+def load_space(name_or_path: str = "default") -> SearchSpace:
+    """A space preset by name (``default``, ``megatron``, ``fsdp``) or from a TOML file path."""
+    path = Path(name_or_path)
+    if not (path.suffix == ".toml" and path.is_file()):
+        path = spaces_dir() / f"{name_or_path}.toml"
+        if not path.is_file():
+            raise PlannerError(f"unknown search space {name_or_path!r}; choose one of {', '.join(space_names())} "
+                               "or give the path of a TOML file.")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise PlannerError(f"search space {path} is not valid TOML ({exc}); fix the syntax.") from None
+    allowed = set(DIMS) | {"allow_tp_across_nodes", "memory_headroom", "description"}
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise PlannerError(f"search space {path}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}.")
+    kw: dict = {d: _check_dim(d, data[d], f"search space {path}") for d in DIMS if d in data}
+    if "allow_tp_across_nodes" in data:
+        if not isinstance(data["allow_tp_across_nodes"], bool):
+            raise PlannerError(f"search space {path}: allow_tp_across_nodes must be true or false.")
+        kw["allow_tp_across_nodes"] = data["allow_tp_across_nodes"]
+    if "memory_headroom" in data:
+        h = data["memory_headroom"]
+        if isinstance(h, bool) or not isinstance(h, (int, float)) or not 0 <= h < 1:
+            raise PlannerError(f"search space {path}: memory_headroom must be a fraction in [0, 1).")
+        kw["memory_headroom"] = float(h)
+    kw["description"] = str(data.get("description", ""))
+    return SearchSpace(name=path.stem, **kw)
+
+
+# ------------------------------------------------------------------------------------- problem
+@dataclass(frozen=True)
+class Target:
+    """One allocation the search may use: a GPU/node type and a GPU count."""
+
+    hardware: Hardware
+    """GPU and node type."""
+    world_size: int
+    """Total GPUs."""
+
+    @property
+    def gpus_per_node(self) -> int:
+        """GPUs per node as the plan sees it (a job smaller than a node uses part of one)."""
+        return min(self.hardware.gpus_per_node, self.world_size)
+
+    @property
+    def nodes(self) -> int:
+        return -(-self.world_size // self.gpus_per_node)
+
+    def label(self) -> str:
+        return f"{self.world_size} x {self.hardware.gpu.name}"
+
+
+def make_target(hardware: Hardware, world_size: int) -> Target:
+    """A target, checking that the GPU count fills whole nodes."""
+    gpn = hardware.gpus_per_node
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size <= 0:
+        raise PlannerError(f"the GPU count must be a positive integer, got {world_size!r}.")
+    if world_size > gpn and world_size % gpn != 0:
+        raise PlannerError(f"{world_size} GPUs is not a multiple of {gpn} GPUs per node of {hardware.cluster.name} "
+                           f"({hardware.gpu.name}); pass a multiple of {gpn} or use --nodes.")
+    return Target(hardware, world_size)
+
+
+@dataclass(frozen=True)
+class SearchProblem:
+    """Everything that defines one search: model, allocations, batch, space, budget and prices."""
+
+    model: ModelSpec
+    """The model to train."""
+    targets: tuple[Target, ...]
+    """Allocations to choose from (GPU type x GPU count); one categorical dimension when > 1."""
+    space: SearchSpace
+    """Candidate values per plan dimension."""
+    global_batch_size: int
+    """Sequences per optimizer step, the same for every plan (so iteration times compare)."""
+    seq_len: int
+    """Tokens per sequence."""
+    tokens: float | None = None
+    """Training token budget; time-to-train and cost-to-train are reported when given."""
+    prices: dict = field(default_factory=dict)
+    """GPU key -> USD per GPU-hour overrides (--price); others come from the catalogue."""
+
+    def price(self, hardware: Hardware) -> float | None:
+        """USD per GPU-hour of a GPU: --price override, else the catalogue's (None = unknown)."""
+        return self.prices.get(hardware.gpu.name, hardware.price_usd_per_gpu_hour)
+
+    def describe(self) -> dict:
+        """JSON-ready identity of the problem (stored with an Optuna study to detect mismatches)."""
+        sp = dataclasses.asdict(self.space)
+        sp.pop("description", None)
+        sp.pop("name", None)
+        return {"model": self.model.name, "targets": [[t.hardware.gpu.name, t.hardware.cluster.name,
+                                                        t.gpus_per_node, t.world_size] for t in self.targets],
+                "gbs": self.global_batch_size, "seq_len": self.seq_len,
+                "space": {k: list(v) if isinstance(v, tuple) else v for k, v in sp.items()}}
+
+
+def default_global_batch(seq_len: int, world_sizes: list[int] | tuple[int, ...]) -> int:
+    """About DEFAULT_BATCH_TOKENS tokens (planner.requests: Llama 2's 4M-token batch) in sequences,
+    rounded to the nearest positive multiple of the GPU count(s), so that every DP degree (a divisor
+    of the GPU count) divides it with MBS = 1. Several counts: their least common multiple when
+    that is at most 4x the ideal batch, else the largest count."""
+    ideal = max(1.0, DEFAULT_BATCH_TOKENS / seq_len)
+    unit = math.lcm(*world_sizes)
+    if unit > 4 * ideal:
+        unit = max(world_sizes)
+    return unit * max(1, round(ideal / unit))
+
+
+def build_problem(model: ModelSpec, targets: list[Target], space: SearchSpace, *, gbs: int | None = None,
+                  seq_len: int | None = None, tokens: float | None = None, prices: dict | None = None) -> SearchProblem:
+    """Validate and assemble a :class:`SearchProblem` (defaults: model max_seq_len, ~4M-token batch)."""
+    model.require_dense()
+    if not targets:
+        raise PlannerError("no GPU type given; pass --gpu (see `planner gpus`).")
+    seq = seq_len or model.max_seq_len
+    if isinstance(seq, bool) or not isinstance(seq, int) or seq <= 0:
+        raise PlannerError(f"--seq-len must be a positive integer, got {seq!r}.")
+    if gbs is None:
+        gbs = default_global_batch(seq, [t.world_size for t in targets])
+    elif isinstance(gbs, bool) or not isinstance(gbs, int) or gbs <= 0:
+        raise PlannerError(f"--gbs must be a positive integer, got {gbs!r}.")
+    if tokens is not None and not (tokens > 0 and math.isfinite(tokens)):
+        raise PlannerError(f"--tokens must be a positive number, got {tokens!r}.")
+    return SearchProblem(model, tuple(targets), space, gbs, seq, tokens, dict(prices or {}))
+
+
+# -------------------------------------------------------------------------------- enumeration
+class Candidate(NamedTuple):
+    """One point of the space: a target index plus every plan dimension."""
+
+    target: int
+    tp: int
+    pp: int
+    cp: int
+    vpp: int
+    mbs: int
+    recompute: str
+    sequence_parallel: bool
+    zero: int
+    dtype: str
+
+    def canonical(self) -> "Candidate":
+        """The same plan with no-op settings normalised (VPP without PP, SP without TP)."""
+        c = self
+        if c.pp == 1 and c.vpp != 1:
+            c = c._replace(vpp=1)
+        if c.tp == 1 and c.sequence_parallel:
+            c = c._replace(sequence_parallel=False)
+        return c
+
+
+def _tp_ok(model: ModelSpec, tp: int) -> bool:
+    """Heads, KV heads and FFN width split over TP (the model part of ParallelPlan.problems)."""
+    return (model.num_heads % tp == 0 and (model.num_kv_heads % tp == 0 or tp % model.num_kv_heads == 0)
+            and model.ffn_hidden_size % tp == 0)
+
+
+def factorizations(model: ModelSpec, target: Target, space: SearchSpace) -> list[tuple[int, int, int]]:
+    """Valid (TP, PP, CP) degrees for one target: TP*PP*CP divides the GPU count, TP splits the heads
+    and stays within a node (unless allowed), PP divides the layers, CP splits the sequence."""
+    world, gpn = target.world_size, target.gpus_per_node
+    out = []
+    for tp, pp, cp in itertools.product(space.tp, space.pp, space.cp):
+        mp = tp * pp * cp
+        if world % mp or not _tp_ok(model, tp) or model.num_layers % pp:
+            continue
+        if tp > gpn and not space.allow_tp_across_nodes:
+            continue
+        out.append((tp, pp, cp))
+    return out
+
+
+def enumerate_candidates(problem: SearchProblem) -> Iterator[Candidate]:
+    """Every canonical candidate of the space whose degrees are a valid factorization (the exhaustive
+    search's loop). Batch divisibility and memory are checked when a candidate is evaluated."""
+    sp = problem.space
+    rest = list(itertools.product(sp.mbs, sp.recompute, sp.sequence_parallel, sp.zero, sp.dtype))
+    for ti, target in enumerate(problem.targets):
+        for tp, pp, cp in factorizations(problem.model, target, sp):
+            vpps = [v for v in sp.vpp if v == 1 or (pp > 1 and problem.model.num_layers % (pp * v) == 0)]
+            for vpp in vpps:
+                for mbs, rc, seqp, zero, dt in rest:
+                    if tp == 1 and seqp and False in sp.sequence_parallel:
+                        continue  # SP is a no-op at TP=1: keep one of the two equal plans
+                    yield Candidate(ti, tp, pp, cp, vpp, mbs, rc, seqp and tp > 1, zero, dt)
+
+
+def dimension_choices(problem: SearchProblem) -> dict[str, list]:
+    """Fixed categorical choices per dimension for Optuna: TP, PP and CP values that occur in at least
+    one valid factorization, the space's other dimensions as listed. VPP is conditional on PP: one
+    dimension ``vpp@pp<P>`` per PP > 1 holding the chunk counts that divide that stage's layers (define-
+    by-run, so PP = 1 trials spend nothing on VPP). Empty when no factorization is valid."""
+    sp = problem.space
+    facts = [(ti, f) for ti, t in enumerate(problem.targets) for f in factorizations(problem.model, t, sp)]
+    if not facts:
+        return {}
+    used = {d: sorted({f[i] for _, f in facts}) for i, d in enumerate(("tp", "pp", "cp"))}
+    out: dict[str, list] = {"target": sorted({ti for ti, _ in facts}), **used}
+    for p in used["pp"]:
+        if p > 1:
+            out[f"vpp@pp{p}"] = sorted(v for v in sp.vpp if v == 1 or problem.model.num_layers % (p * v) == 0) or [1]
+    out.update({"mbs": sorted(sp.mbs), "recompute": [r for r in RECOMPUTE_MODES if r in sp.recompute],
+                "sequence_parallel": list(sp.sequence_parallel), "zero": sorted(sp.zero), "dtype": list(sp.dtype)})
+    return out
+
+
+def suggest_candidate(trial, choices: dict[str, list]) -> Candidate:
+    """Draw one candidate with an Optuna trial: one categorical per dimension of ``choices`` (one-value
+    dimensions are not suggested)."""
+    def pick(name: str, ch: list):
+        return trial.suggest_categorical(name, ch) if len(ch) > 1 else ch[0]
+
+    tgt = pick("target", choices["target"])
+    tp, pp, cp = (pick(d, choices[d]) for d in ("tp", "pp", "cp"))
+    vpp = pick(f"vpp@pp{pp}", choices[f"vpp@pp{pp}"]) if pp > 1 else 1
+    mbs, rc = pick("mbs", choices["mbs"]), pick("recompute", choices["recompute"])
+    seqp = pick("sequence_parallel", choices["sequence_parallel"]) if tp > 1 else False
+    return Candidate(tgt, tp, pp, cp, vpp, mbs, rc, seqp, pick("zero", choices["zero"]),
+                     pick("dtype", choices["dtype"]))
+
+
+def candidate_params(c: Candidate, choices: dict[str, list]) -> dict:
+    """The trial parameters :func:`suggest_candidate` would have drawn for ``c`` (for enqueue_trial)."""
+    out = {}
+
+    def put(name: str, ch: list, value) -> None:
+        if len(ch) > 1:
+            out[name] = value
+
+    put("target", choices["target"], c.target)
+    for d in ("tp", "pp", "cp"):
+        put(d, choices[d], getattr(c, d))
+    if c.pp > 1:
+        put(f"vpp@pp{c.pp}", choices[f"vpp@pp{c.pp}"], c.vpp)
+    put("mbs", choices["mbs"], c.mbs)
+    put("recompute", choices["recompute"], c.recompute)
+    if c.tp > 1:
+        put("sequence_parallel", choices["sequence_parallel"], c.sequence_parallel)
+    put("zero", choices["zero"], c.zero)
+    put("dtype", choices["dtype"], c.dtype)
+    return out
+
+
+def candidate_from_params(params: dict, choices: dict[str, list]) -> Candidate:
+    """Inverse of :func:`candidate_params` (the candidate a finished trial evaluated)."""
+    import optuna
+
+    return suggest_candidate(optuna.trial.FixedTrial(params), choices)
+
+
+_MOVES = (("tp", 1, None, 0), ("tp", -1, None, 0), ("pp", 1, None, 0), ("pp", -1, None, 0), ("cp", 1, None, 0),
+          ("cp", -1, None, 0), ("vpp", 1, None, 0), ("vpp", -1, None, 0), ("mbs", 1, None, 0), ("mbs", -1, None, 0),
+          ("recompute", 1, None, 0), ("recompute", -1, None, 0), ("zero", 1, None, 0), ("zero", -1, None, 0),
+          ("tp", 1, "pp", -1), ("tp", -1, "pp", 1), ("tp", 1, "cp", -1), ("tp", -1, "cp", 1), ("pp", 1, "cp", -1),
+          ("pp", -1, "cp", 1), ("cp", 1, "mbs", -1), ("cp", -1, "mbs", 1), ("pp", 1, "vpp", -1), ("pp", -1, "vpp", 1))
+"""Local moves for :func:`neighbours`: one ordered dimension one step up/down, or two at once in
+opposite directions (trading TP for PP keeps the model-parallel size; CP for MBS keeps the tokens
+per micro-batch)."""
+
+
+def neighbours(c: Candidate, choices: dict[str, list]) -> list[Candidate]:
+    """Candidates one local move away from ``c`` within the fixed choices (canonical, distinct)."""
+    def vpp_choices(pp: int) -> list:
+        return choices.get(f"vpp@pp{pp}", [1]) if pp > 1 else [1]
+
+    def step(cand: Candidate, dim: str, delta: int) -> Candidate | None:
+        ch = vpp_choices(cand.pp) if dim == "vpp" else choices[dim]
+        value = getattr(cand, dim)
+        if value not in ch:
+            return None
+        i = ch.index(value) + delta
+        if not 0 <= i < len(ch):
+            return None
+        new = cand._replace(**{dim: ch[i]})
+        if dim == "pp" and new.vpp not in vpp_choices(new.pp):
+            new = new._replace(vpp=1)
+        return new
+
+    out: list[Candidate] = []
+    seen = {c.canonical()}
+    for d1, s1, d2, s2 in _MOVES:
+        n = step(c, d1, s1)
+        if n is not None and d2 is not None:
+            n = step(n, d2, s2)
+        if n is not None and n.canonical() not in seen:
+            seen.add(n.canonical())
+            out.append(n.canonical())
+    for dim in ("target", "sequence_parallel", "dtype"):
+        for v in choices[dim]:
+            n = c._replace(**{dim: v})
+            if dim == "sequence_parallel" and c.tp == 1:
+                continue
+            if n.canonical() not in seen:
+                seen.add(n.canonical())
+                out.append(n.canonical())
+    return out
+
+
+def candidate_plan(problem: SearchProblem, c: Candidate) -> ParallelPlan:
+    """The ParallelPlan of a candidate (not validated)."""
+    t = problem.targets[c.target]
+    return ParallelPlan(world_size=t.world_size, gpus_per_node=t.gpus_per_node,
+                        global_batch_size=problem.global_batch_size, seq_len=problem.seq_len, tp=c.tp, pp=c.pp,
+                        cp=c.cp, vpp=c.vpp, micro_batch_size=c.mbs, recompute=c.recompute,
+                        sequence_parallel=c.sequence_parallel, zero=c.zero, dtype=c.dtype)

@@ -1,0 +1,309 @@
+"""Plan search: space enumeration, constraints, Optuna vs exhaustive, storage, and the CLI commands."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from costmodel.cost.roofline import RooflineCostModel
+from costmodel.memory import fits_in_memory, memory_per_gpu
+from planner.cli import app
+from planner.errors import PlannerError
+from planner.search.engine import exhaustive_search, min_gpus_to_fit, optuna_search
+from planner.search.records import CSV_COLUMNS, to_csv
+from planner.search.sizing import parse_deadline, parse_prices, parse_tokens
+from planner.search.space import (SearchSpace, build_problem, dimension_choices, enumerate_candidates,
+                                  factorizations, load_space, make_target, neighbours)
+from planner.specs.catalogue import load_catalogue
+from planner.specs.model import ModelSpec
+from planner.specs.presets import resolve_model
+
+REPO = Path(__file__).resolve().parents[1]
+PLANNER = [sys.executable, "-c", "from planner.cli import main; main()"]
+SMALL = ["--tp", "1,2", "--pp", "1,2", "--cp", "1", "--vpp", "1", "--mbs", "1,2", "--recompute", "selective",
+         "--zero", "1"]
+
+
+@pytest.fixture(scope="module")
+def roofline():
+    return RooflineCostModel()
+
+
+@pytest.fixture(scope="module")
+def cat():
+    return load_catalogue()
+
+
+def _toy() -> ModelSpec:
+    return ModelSpec(name="toy", num_layers=8, hidden_size=512, num_heads=8, num_kv_heads=8, ffn_hidden_size=2048,
+                     vocab_size=1000, max_seq_len=1024)
+
+
+# ------------------------------------------------------------------------------------ space
+def test_factorizations_counted_by_hand(cat):
+    hw = cat.resolve("a100-80gb")  # 8 GPUs per node
+    space = SearchSpace("t", tp=(1, 2, 4, 8), pp=(1, 2, 4, 8), cp=(1,))
+    # TP*PP | 8: (1,1) (1,2) (1,4) (1,8) (2,1) (2,2) (2,4) (4,1) (4,2) (8,1) = 10
+    assert len(factorizations(_toy(), make_target(hw, 8), space)) == 10
+    # 4 GPUs per node: TP=8 would cross nodes -> 9, unless allowed
+    hw4 = cat.resolve("a100-80gb", gpus_per_node=4)
+    assert len(factorizations(_toy(), make_target(hw4, 8), space)) == 9
+    allowed = space.override(allow_tp_across_nodes=True)
+    assert len(factorizations(_toy(), make_target(hw4, 8), allowed)) == 10
+    # PP must divide the 8 layers: PP=3 never appears; TP must divide the 8 heads
+    odd = SearchSpace("t", tp=(1, 3), pp=(1, 3), cp=(1,))
+    assert factorizations(_toy(), make_target(cat.resolve("a100-80gb", gpus_per_node=9), 9), odd) == [(1, 1, 1)]
+
+
+def test_enumeration_counted_by_hand(cat):
+    space = SearchSpace("t", tp=(1, 2, 4, 8), pp=(1, 2, 4, 8), vpp=(1, 2), mbs=(1, 2))
+    problem = build_problem(_toy(), [make_target(cat.resolve("a100-80gb"), 8)], space, gbs=64, seq_len=1024)
+    cands = list(enumerate_candidates(problem))
+    # layouts x VPP: PP=1 (TP 1,2,4,8) x 1 + PP=2 (TP 1,2,4) x 2 + PP=4 (TP 1,2) x 2 (8 % (4*2) == 0)
+    # + PP=8 (TP 1) x 1 (8 % 16 != 0) = 4 + 6 + 4 + 1 = 15; x 2 micro-batch sizes = 30
+    assert len(cands) == 30
+    assert len(set(cands)) == 30
+    choices = dimension_choices(problem)
+    assert choices["vpp@pp8"] == [1] and choices["vpp@pp4"] == [1, 2]
+    assert all(n != cands[0] for n in neighbours(cands[0], choices))
+
+
+def test_space_presets_and_overrides():
+    for name in ("default", "megatron", "fsdp"):
+        sp = load_space(name)
+        assert sp.size() > 1 and sp.description
+    sp = load_space("default").override(tp=[1, 2], recompute=["full"])
+    assert sp.tp == (1, 2) and sp.recompute == ("full",)
+    with pytest.raises(PlannerError):
+        load_space("nope")
+    with pytest.raises(PlannerError):
+        load_space("default").override(recompute=["sometimes"])
+
+
+def test_parsers():
+    assert parse_deadline("30d") == 30 * 86400 and parse_deadline("72h") == 72 * 3600
+    assert parse_deadline("3w") == 21 * 86400
+    assert parse_tokens("2T") == 2e12 and parse_tokens("1e12") == 1e12 and parse_tokens("300B") == 3e11
+    assert parse_prices(["gh200=2.1"], ["gh200"]) == {"gh200": 2.1}
+    for bad in ("30x", "0d", "-1h", "soon"):
+        with pytest.raises(PlannerError):
+            parse_deadline(bad)
+    for bad in (["gh200=abc"], ["gh200"], ["nope=1"]):
+        with pytest.raises(PlannerError):
+            parse_prices(bad, ["gh200"])
+
+
+# ------------------------------------------------------------------------------ constraints
+def test_printed_plans_fit_and_infeasible_counted(cat, roofline):
+    hw = cat.resolve("a100-40gb")
+    problem = build_problem(resolve_model("llama-13b"), [make_target(hw, 32)], load_space("default"))
+    res = exhaustive_search(problem, cost_model=roofline)
+    assert res.counts.get("memory", 0) > 0 and res.records
+    for r in res.records:  # re-check every returned plan with the memory model
+        mem = memory_per_gpu(problem.model, r.to_plan(), hw.gpu)
+        assert fits_in_memory(mem, hw.gpu, problem.space.memory_headroom)
+    assert sum(res.counts.values()) == res.evaluated
+    times = [r.iteration_time_s for r in res.records]
+    assert times == sorted(times)
+
+
+def test_nothing_fits_reports_gpus_needed(cat):
+    hw = cat.resolve("a100-80gb")
+    problem = build_problem(resolve_model("llama3-405b"), [make_target(hw, 8)], load_space("default"))
+    n, cand = min_gpus_to_fit(problem)
+    assert n > 8 and n % 8 == 0
+    runner = CliRunner()
+    r = runner.invoke(app, ["search", "--model", "llama3-405b", "--gpus", "8", "--gpu", "a100-80gb", "--exhaustive",
+                            "--no-progress"])
+    assert r.exit_code == 2
+    assert f"needs >= {n} GPUs of 80 GB at seq 8192" in r.output
+
+
+# ---------------------------------------------------------------------------------- optuna
+@pytest.mark.parametrize("model,gpu,gpus", [("llama-13b", "a100-80gb", 128), ("llama3-70b", "h100-sxm", 512)])
+def test_optuna_within_one_percent_of_exhaustive(cat, roofline, model, gpu, gpus):
+    problem = build_problem(resolve_model(model), [make_target(cat.resolve(gpu), gpus)], load_space("default"))
+    best = exhaustive_search(problem, cost_model=roofline).best.iteration_time_s
+    res = optuna_search(problem, n_trials=200, seed=0, cost_model=roofline)
+    assert res.trials <= 200
+    assert res.best.iteration_time_s <= best * 1.01
+    assert res.best.iteration_time_s >= best * (1 - 1e-12)  # the exhaustive search is the optimum
+
+
+def test_seed_reproducible(cat, roofline):
+    problem = build_problem(resolve_model("llama-13b"), [make_target(cat.resolve("a100-80gb"), 64)],
+                            load_space("megatron"))
+    a = optuna_search(problem, n_trials=60, seed=7, cost_model=roofline)
+    b = optuna_search(problem, n_trials=60, seed=7, cost_model=roofline)
+    assert [r.key() for r in a.records] == [r.key() for r in b.records]
+    assert [r.trial for r in a.records] == [r.trial for r in b.records]
+
+
+def test_pareto_objective_across_gpu_types(cat, roofline):
+    targets = [make_target(cat.resolve("a100-80gb"), 64), make_target(cat.resolve("h100-sxm"), 64)]
+    problem = build_problem(resolve_model("llama-13b"), targets, load_space("megatron").override(cp=[1], vpp=[1]))
+    res = exhaustive_search(problem, "pareto", cost_model=roofline)
+    front = res.pareto()
+    assert front and all(r.pareto for r in front)
+    for f in front:  # nothing on the front is dominated
+        assert not any(o.iteration_time_s < f.iteration_time_s and o.usd_per_mtoken < f.usd_per_mtoken
+                       for o in res.records)
+
+
+# ---------------------------------------------------------------------------------- storage
+def _study_trials(url: str, name: str) -> list:
+    import optuna
+
+    from planner.search.engine import open_storage
+
+    try:
+        study = optuna.load_study(study_name=name, storage=open_storage(url))
+    except KeyError:
+        return []
+    return study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+
+
+def _search_cmd(url: str, name: str, trials: int, seed: int) -> list[str]:
+    return PLANNER + ["search", "--model", "llama-13b", "--gpus", "16", *SMALL, "--storage", url,
+                      "--study-name", name, "--trials", str(trials), "--seed", str(seed), "--no-progress",
+                      "--format", "csv"]
+
+
+def test_resume_after_kill(tmp_path):
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    proc = subprocess.Popen(_search_cmd(url, "killed", 100000, 1), cwd=REPO, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    before = []
+    while time.time() < deadline:
+        time.sleep(0.3)
+        before = _study_trials(url, "killed")
+        if len(before) >= 15:
+            break
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = _study_trials(url, "killed")
+    assert len(before) >= 15
+    snapshot = {t.number: (t.params, t.value) for t in before}
+    r = subprocess.run(_search_cmd(url, "killed", 5, 2), cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    after = {t.number: (t.params, t.value) for t in _study_trials(url, "killed")}
+    assert all(after[k] == v for k, v in snapshot.items())  # earlier trials intact
+    assert len(after) == len(snapshot) + 5
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+def test_two_processes_share_one_storage(tmp_path, kind):
+    url = f"sqlite:///{tmp_path / 's.db'}" if kind == "sqlite" else f"journal:{tmp_path / 's.journal'}"
+    procs = [subprocess.Popen(_search_cmd(url, "shared", 12, seed), cwd=REPO, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for seed in (1, 2)]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    assert len(_study_trials(url, "shared")) == 24
+
+
+def test_study_mismatch_is_an_error(tmp_path, cat, roofline):
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    space = load_space("default").override(tp=[1, 2], pp=[1], cp=[1], vpp=[1])
+    p16 = build_problem(resolve_model("llama-13b"), [make_target(cat.resolve("a100-80gb"), 16)], space)
+    optuna_search(p16, n_trials=3, seed=0, storage=url, study_name="s", cost_model=roofline)
+    p32 = build_problem(resolve_model("llama-13b"), [make_target(cat.resolve("a100-80gb"), 32)], space)
+    with pytest.raises(PlannerError, match="different search"):
+        optuna_search(p32, n_trials=3, seed=0, storage=url, study_name="s", cost_model=roofline)
+
+
+# -------------------------------------------------------------------------------------- CLI
+def _ok(args: list[str]):
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    return r.output
+
+
+def test_cli_search_formats():
+    base = ["search", "--model", "llama-13b", "--gpus", "16", *SMALL, "--exhaustive", "--no-progress", "--top", "3"]
+    out = _ok(base + ["--format", "csv"])
+    lines = out.strip().splitlines()
+    assert lines[0].split(",")[:4] == ["Rank", "Model Name", "Model Size", "Seq Length"]
+    assert len(lines) == 4 and len(lines[0].split(",")) == len(CSV_COLUMNS)
+    import json
+
+    data = json.loads(_ok(base + ["--format", "json"]))
+    assert len(data["plans"]) == 3 and data["search"]["method"] == "exhaustive"
+    md = _ok(base + ["--format", "md"])
+    assert md.startswith("| # | GPU |") and md.count("\n") == 5
+    table = _ok(base + ["--tokens", "1e12", "--explain", "1"])
+    assert "time to train" in table and "Per stage" in table
+
+
+def test_cli_search_optuna_and_pareto():
+    out = _ok(["search", "--model", "llama-13b", "--nodes", "2", "--gpu", "a100-80gb", "--gpu", "h100-sxm", *SMALL,
+               "--trials", "20", "--seed", "3", "--objective", "pareto", "--no-progress"])
+    assert "Pareto" in out
+
+
+def test_cli_explain():
+    out = _ok(["explain", "--model", "llama-13b", "--gpus", "16", "--tp", "2", "--pp", "2"])
+    assert "stage" in out and "Operators of stage" in out
+    import json
+
+    ex = json.loads(_ok(["explain", "--model", "llama-13b", "--gpus", "16", "--tp", "2", "--pp", "2",
+                         "--format", "json"]))
+    assert len(ex["stages"]) == 2 and ex["stages"][0]["operators"]
+
+
+def test_cli_compare():
+    out = _ok(["compare", "--model", "llama-13b", "--gpus", "16", "--gpu", "a100-80gb", "--gpu", "gh200",
+               "--tokens", "1e12", "--price", "gh200=2.1", "--space", "megatron"])
+    assert "gh200" in out and "16 x 1" in out and "(--price)" in out and "cost to train" in out
+
+
+def test_cli_size():
+    import json
+
+    out = _ok(["size", "--model", "llama-13b", "--tokens", "1e11", "--deadline", "30d", "--gpu", "a100-80gb",
+               "--max-gpus", "256", "--space", "fsdp", "--format", "json"])
+    data = json.loads(out)
+    s = data["smallest"]
+    assert s["time_to_train_s"] <= 30 * 86400 and s["gpu_hours"] > 0 and s["cost_usd"] > 0
+    assert data["cheapest"]["cost_usd"] <= s["cost_usd"]
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["search", "--model", "llama-13b", "--gpus", "16", "--gpu", "nope-gpu"], "unknown GPU"),
+    (["search", "--model", "llama-13b", "--gpus", "12", "--gpu", "a100-80gb"], "not a multiple of 8"),
+    (["search", "--model", "llama-13b", "--gpus", "16", "--price", "gh200=abc"], "malformed"),
+    (["search", "--model", "llama-13b", "--gpus", "16", "--storage", "foo://bar", "--study-name", "x"],
+     "not a storage URL"),
+    (["search", "--model", "llama-13b", "--gpus", "16", "--tp", "1,x"], "comma-separated"),
+    (["compare", "--model", "llama-13b", "--gpus", "16", "--gpu", "a100-80gb", "--price", "gh200=abc"], "malformed"),
+    (["compare", "--model", "llama-13b", "--gpus", "12", "--gpu", "a100-80gb", "--gpu", "gh200"], "not a multiple"),
+    (["size", "--model", "llama-13b", "--tokens", "1e12", "--deadline", "30x"], "not a positive duration"),
+    (["size", "--model", "llama-13b", "--tokens", "1e12", "--deadline", "1h", "--gpu", "a100-80gb",
+      "--max-gpus", "64", "--space", "fsdp"], "no allocation"),
+    (["size", "--model", "llama-13b", "--tokens", "1e12", "--deadline", "30d", "--gpu", "nope-gpu"], "unknown GPU"),
+    (["explain", "--model", "llama-13b", "--gpus", "16", "--tp", "3"], "TP"),
+])
+def test_cli_bad_input_exit_2_one_line(args, needle):
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 2, r.output
+    err = r.stderr if hasattr(r, "stderr") and r.stderr else r.output
+    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], err
+    assert "Traceback" not in r.output
+
+
+def test_csv_from_records(cat, roofline):
+    problem = build_problem(resolve_model("llama-13b"), [make_target(cat.resolve("a100-80gb"), 16)],
+                            load_space("default").override(tp=[2], pp=[1], cp=[1], mbs=[1], recompute=["full"]))
+    recs = exhaustive_search(problem, cost_model=roofline).records
+    rows = to_csv(recs, problem.model).splitlines()
+    assert len(rows) == len(recs) + 1
+    assert "Time per Step" in rows[0] and "GPUs per Node" in rows[0]
