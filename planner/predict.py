@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from costmodel.cost.base import OperatorCostModel
 from costmodel.flops import hardware_flops_per_iteration, model_flops_per_iteration
@@ -22,15 +23,19 @@ from planner.specs.hardware import Hardware
 from planner.specs.model import ModelSpec
 from planner.specs.plan import ParallelPlan
 
+if TYPE_CHECKING:
+    from planner.calibrate import Calibration
+
 GIB = 1024**3
 
 
 @lru_cache(maxsize=1)
 def default_cost_model() -> OperatorCostModel:
-    """The cost model used when none is given."""
+    """The cost model used when none is given: the measured regressors, roofline where none exists."""
+    from costmodel.cost.measured import MeasuredCostModel
     from costmodel.cost.roofline import RooflineCostModel
 
-    return RooflineCostModel()
+    return MeasuredCostModel(fallback=RooflineCostModel())
 
 
 @dataclass
@@ -73,10 +78,12 @@ def _sum_time(ops: list[Op], times: dict, phases: tuple[str, ...]) -> float:
     return sum(times[o.key()] * o.count for o in ops if o.phase in phases)
 
 
+@lru_cache(maxsize=None)  # called ~50x per prediction with a few dozen distinct names (plan searches)
 def _category(name: str) -> str:
     for prefix, cat in (("tp.", "exposed TP comm"), ("cp.", "exposed CP comm"), ("zero3.", "exposed ZeRO comm"),
                         ("zero.", "exposed ZeRO comm"), ("dp.", "exposed DP comm"), ("pp.", "exposed PP comm"),
-                        ("pipeline", "pipeline bubble"), ("optimizer", "optimizer")):
+                        ("pipeline", "pipeline bubble"), ("optimizer", "optimizer"),
+                        ("framework", "framework overhead")):
         if name.startswith(prefix):
             return cat
     return "compute"
@@ -92,14 +99,22 @@ def _bottleneck(breakdown: list) -> str:
 
 
 def predict(model: ModelSpec, plan: ParallelPlan, hardware: Hardware,
-            cost_model: OperatorCostModel | None = None) -> Prediction:
-    """Predict one training iteration of ``model`` under ``plan`` on ``hardware``."""
+            cost_model: OperatorCostModel | None = None, calibration: Calibration | None = None) -> Prediction:
+    """Predict one training iteration of ``model`` under ``plan`` on ``hardware``.
+
+    ``calibration`` (:class:`planner.calibrate.Calibration`) scales compute / collective operator times,
+    limits how much DP gradient reduction hides under backward and adds a fixed per-iteration overhead;
+    None leaves the prediction exactly uncalibrated.
+    """
     model.require_dense()
     plan.validate(model)
     cost_model = cost_model or default_cost_model()
     graph = build_graph(model, plan)
     times, warnings = _cost_all(graph, hardware, cost_model)
-    return _compose(model, plan, hardware, graph, times, warnings, cost_model.name)
+    if calibration is not None:
+        times = calibration.scale_times(times)
+        warnings = warnings + calibration.warnings_for(cost_model.name)
+    return _compose(model, plan, hardware, graph, times, warnings, cost_model.name, calibration)
 
 
 def _cost_all(graph: OperatorGraph, hardware: Hardware, cost_model: OperatorCostModel):
@@ -121,7 +136,7 @@ def _cost_all(graph: OperatorGraph, hardware: Hardware, cost_model: OperatorCost
 
 
 def _compose(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph,
-             times: dict, warnings: list, cost_name: str) -> Prediction:
+             times: dict, warnings: list, cost_name: str, calibration: Calibration | None = None) -> Prediction:
     m = graph.num_microbatches
     fwd, bwd, tails_info = [], [], []
     per_layer_cache: dict[int, tuple] = {}
@@ -144,6 +159,7 @@ def _compose(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, graph: Op
     # ---- per-iteration tail on each stage (grad reduction, optimizer, param all-gather)
     finish, tails = [], []
     slack = 0.0
+    overlap_eff = 1.0 if calibration is None else calibration.overlap_efficiency
     for i, st in enumerate(graph.stages):
         t_grad = _sum_time(st.iteration_ops, times, ("dp_comm",))
         t_ag = _sum_time(st.iteration_ops, times, ("zero_comm",))
@@ -151,7 +167,9 @@ def _compose(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, graph: Op
         if plan.overlap_grad_reduce and t_grad > 0:
             grad_bytes = st.params / plan.tp * GRAD_REDUCE_BYTES
             last_bucket = t_grad * min(1.0, plan.dp_bucket_mb * 1e6 / max(grad_bytes, 1.0))
-            exp_grad = max(last_bucket, t_grad - bwd[i])  # reduced while the last micro-batch runs backward
+            # reduced while the last micro-batch runs backward; at most overlap_eff of it hides there
+            # (overlap_eff = 1: max(last_bucket, t_grad - bwd[i]), the uncalibrated form, exactly)
+            exp_grad = max(last_bucket, t_grad - min(bwd[i], overlap_eff * t_grad))
         else:
             exp_grad = t_grad
         exp_ag = max(0.0, t_ag - fwd[i]) if plan.overlap_param_gather else t_ag
@@ -200,6 +218,9 @@ def _compose(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, graph: Op
         add("dp.param_allgather (exposed)", "zero_comm", tail * ea / tot if tot else 0.0)
         exposed["dp"] += tail * eg / tot if tot else 0.0
         exposed["zero"] += tail * ea / tot if tot else 0.0
+    if calibration is not None and calibration.iteration_overhead_s > 0:
+        add("framework_overhead (calibrated)", "iteration", calibration.iteration_overhead_s)
+        iteration += calibration.iteration_overhead_s
     total = sum(agg.values()) or 1.0
     breakdown = [{"operator": k[0], "phase": k[1], "time_s": v * iteration / total, "share": v / total}
                  for k, v in sorted(agg.items(), key=lambda kv: -kv[1])]

@@ -1,0 +1,227 @@
+"""Measured operator costs: the fitted per-operator tree regressors behind the cost seam.
+
+Artifacts (:mod:`costmodel.regressors.artifacts`) are looked up in, in order: the ``models_dir``
+argument, ``$PLANNER_MODELS_DIR``, then the defaults shipped in ``costmodel/data/models``. They are
+loaded lazily, one (GPU, kind, direction) at a time, from xgboost JSON (no pickle, no torch).
+
+Per operator the model is, in order of preference:
+
+1. the regressor fitted for (GPU, kind, direction): method ``xgboost:<gpu>/<kind>``;
+2. a recorded derivation (index.json ``derived``): backward GEMMs (dgrad/wgrad) through the forward
+   GEMM model; ``attention_bwd`` = ratio x the ``attention_fwd`` model;
+3. the analytical fallback (:class:`~costmodel.cost.roofline.RooflineCostModel`), with a warning.
+
+Operators outside a regressor's sampled feature ranges are flagged (one warning per feature).
+Prediction intervals (``low_s``/``high_s``) come from the ensembles; fallback rows repeat the point.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from costmodel.cost.base import CostResult, OperatorCostModel
+from costmodel.ops import COLLECTIVE_KINDS, FEATURES, Op
+from planner.errors import PlannerError
+from planner.specs.hardware import Hardware
+
+ENV_MODELS_DIR = "PLANNER_MODELS_DIR"
+
+
+def _shipped_dir() -> Path:
+    from costmodel.regressors.artifacts import SHIPPED_MODELS_DIR
+
+    return SHIPPED_MODELS_DIR
+
+
+class _Entry:
+    """One loaded regressor and what the predict path needs from its sidecar."""
+
+    def __init__(self, path: Path):
+        from costmodel.regressors.base import OperatorRegressor
+        from costmodel.regressors.features import DeviceConstants
+
+        self.reg = OperatorRegressor.load(path)
+        meta = self.reg.meta_
+        try:
+            self.dev = DeviceConstants.from_dict(meta["device_constants"])
+            self.ranges = {k: (float(v[0]), float(v[1])) for k, v in meta["raw_feature_ranges"].items()}
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise PlannerError(f"model sidecar for {path} lacks device constants or ranges ({exc}); "
+                               "re-run `planner fit`") from None
+
+
+class _GpuModels:
+    """The index of one GPU's artifacts plus the regressors loaded so far."""
+
+    def __init__(self, gpu: str, root: Path | None, index: dict):
+        self.gpu = gpu
+        self.root = root
+        self.names = set(index.get("models", {}).get(gpu, {})) if root else set()
+        self.derived = index.get("derived", {}).get(gpu, {}) if root else {}
+        self.loaded: dict[str, _Entry | str] = {}
+
+    def entry(self, name: str) -> "_Entry | str | None":
+        """The regressor for ``kind.direction``, an error string when unusable, None when absent."""
+        if name not in self.names:
+            return None
+        got = self.loaded.get(name)
+        if got is None:
+            kind, direction = name.split(".")
+            try:
+                got = _Entry(self.root / self.gpu / f"{kind}.{direction}.json")
+            except PlannerError as exc:
+                got = str(exc)
+            self.loaded[name] = got
+        return got
+
+
+class MeasuredCostModel(OperatorCostModel):
+    """Operator times from fitted xgboost regressors, falling back to the roofline where none exists."""
+
+    name = "measured"
+
+    def __init__(self, models_dir: str | Path | None = None, fallback: OperatorCostModel | None = None,
+                 q: tuple = (0.1, 0.9)):
+        dirs = []
+        if models_dir is not None:
+            dirs.append(Path(models_dir))
+        env = os.environ.get(ENV_MODELS_DIR)
+        if env:
+            dirs.append(Path(env).expanduser())
+        dirs.append(_shipped_dir())
+        self.dirs = dirs
+        self.q = tuple(q)
+        if fallback is None:
+            from costmodel.cost.roofline import RooflineCostModel
+
+            fallback = RooflineCostModel()
+        self.fallback = fallback
+        self._gpus: dict[str, _GpuModels] = {}
+        self._cache: dict = {}
+
+    # -- loading -----------------------------------------------------------------------------
+    def _models(self, gpu: str) -> _GpuModels:
+        gm = self._gpus.get(gpu)
+        if gm is None:
+            from costmodel.regressors.artifacts import read_index
+
+            gm = _GpuModels(gpu, None, {})
+            for d in self.dirs:
+                if (d / gpu).is_dir() and (d / "index.json").exists():
+                    gm = _GpuModels(gpu, d, read_index(d))
+                    break
+            self._gpus[gpu] = gm
+        return gm
+
+    def supports(self, kind: str, hardware: Hardware) -> bool:
+        return kind in FEATURES
+
+    def has_models(self, gpu: str) -> bool:
+        return bool(self._models(gpu).names)
+
+    # -- predict -----------------------------------------------------------------------------
+    def predict(self, ops: Sequence[Op], hardware: Hardware) -> CostResult:
+        gpu = hardware.gpu.name
+        gm = self._models(gpu)
+        cache = self._cache.setdefault(gpu, {})
+        n = len(ops)
+        t, lo, hi = np.empty(n), np.empty(n), np.empty(n)
+        method = [""] * n
+        warns: dict[str, None] = {}
+        groups: dict[tuple, list[int]] = {}
+        fb: list[int] = []
+        for i, op in enumerate(ops):
+            hit = cache.get(op.key())
+            if hit is not None:
+                t[i], lo[i], hi[i], method[i], w = hit
+                warns.update(dict.fromkeys(w))
+                continue
+            plan = self._route(gm, op)
+            if plan is None:
+                fb.append(i)
+            else:
+                groups.setdefault(plan, []).append(i)
+        for (name, factor, label, note), idx in groups.items():
+            ent = gm.entry(name)
+            if not isinstance(ent, _Entry):  # unusable artifact: flagged fallback, never a traceback
+                self._fallback(ops, idx, hardware, t, lo, hi, method, warns, cache,
+                               (f"{ent}: using the analytical roofline for {name} on {gpu}",))
+                continue
+            self._predict_group(ent, name, factor, label, note, ops, idx, t, lo, hi, method, warns, cache, gpu)
+        if fb:
+            if gm.names:
+                extra = ()
+            elif gpu == "cpu":
+                extra = (f"no measured CPU models found (run `planner profile --device cpu` then `planner fit "
+                         f"--profile DIR --out DIR` and set {ENV_MODELS_DIR}=DIR): using the analytical roofline",)
+            else:
+                extra = (f"no measured models for {gpu}: every operator uses the analytical roofline",)
+            self._fallback(ops, fb, hardware, t, lo, hi, method, warns, cache, extra, per_kind=bool(gm.names))
+        return CostResult(time_s=t, low_s=lo, high_s=hi, method=method, warnings=list(warns))
+
+    def _route(self, gm: _GpuModels, op: Op):
+        """(model name, factor, method label, note) for ``op``, or None for the fallback."""
+        if op.kind in COLLECTIVE_KINDS and (op.features[1] <= 1 or op.features[0] <= 0):
+            return None  # no communication: the fallback returns 0 for it
+        # collectives are the same kernel in either pass: their data (nccl-tests) are stored as fwd
+        direction = "bwd" if op.backward and op.kind not in COLLECTIVE_KINDS else "fwd"
+        name = f"{op.kind}.{direction}"
+        if name in gm.names:
+            return (name, 1.0, f"xgboost:{gm.gpu}/{op.kind}", "")
+        d = gm.derived.get(name)
+        if d and d.get("from") in gm.names:
+            src = d["from"]
+            factor = float(d.get("ratio", 1.0))
+            label = f"xgboost:{gm.gpu}/{src.split('.')[0]}" + (f" x {factor:.3g}" if "ratio" in d else " (as GEMM)")
+            return (src, factor, label, "")
+        return None
+
+    def _predict_group(self, ent: _Entry, name, factor, label, note, ops, idx, t, lo, hi, method, warns, cache, gpu):
+        from costmodel.regressors.features import build_features
+
+        kind, direction = name.split(".")
+        raw = np.array([ops[i].features for i in idx], dtype=float)
+        X = build_features(kind, raw, [ops[i].dtype for i in idx], direction == "bwd", ent.dev)
+        p, l, h = ent.reg.predict_with_interval(X, self.q)
+        p, l, h = p * factor, l * factor, h * factor
+        # out-of-range flags: one warning per (model, feature, side)
+        row_w: list[list[str]] = [[] for _ in idx]
+        for j, f in enumerate(FEATURES[kind]):
+            rng = ent.ranges.get(f)
+            if rng is None:
+                continue
+            col = raw[:, j]
+            for side, bad in (("above", col > rng[1]), ("below", col < rng[0])):
+                if bad.any():
+                    v = col[bad].max() if side == "above" else col[bad].min()
+                    msg = (f"{kind} {f}={v:g} outside sampled range [{rng[0]:g}, {rng[1]:g}] for {gpu}: extrapolating")
+                    for r in np.flatnonzero(bad):
+                        row_w[r].append(msg)
+        for r, i in enumerate(idx):
+            t[i], lo[i], hi[i], method[i] = p[r], l[r], h[r], label
+            w = tuple(row_w[r])
+            warns.update(dict.fromkeys(w))
+            cache[ops[i].key()] = (float(p[r]), float(l[r]), float(h[r]), label, w)
+
+    def _fallback(self, ops, idx, hw, t, lo, hi, method, warns, cache, extra=(), per_kind=False):
+        if not idx:
+            return
+        sub = [ops[i] for i in idx]
+        res = self.fallback.predict(sub, hw)
+        base_w = tuple(extra) + tuple(res.warnings)
+        for r, i in enumerate(idx):
+            op = ops[i]
+            w = base_w
+            silent = op.kind in COLLECTIVE_KINDS and (op.features[1] <= 1 or op.features[0] <= 0)
+            if per_kind and not silent and not extra:
+                w = w + (f"no measured model for {op.kind} {'bwd' if op.backward else 'fwd'} on {hw.gpu.name}: "
+                         f"using the analytical roofline",)
+            t[i] = lo[i] = hi[i] = float(res.time_s[r])
+            method[i] = "none (single rank)" if silent else "roofline (no measured model)"
+            warns.update(dict.fromkeys(w))
+            cache[op.key()] = (t[i], lo[i], hi[i], method[i], w)
