@@ -42,10 +42,10 @@ class _Entry:
     """One loaded regressor and what the predict path needs from its sidecar."""
 
     def __init__(self, path: Path):
-        from costmodel.regressors.base import OperatorRegressor
         from costmodel.regressors.features import DeviceConstants
+        from costmodel.regressors.runtime import RuntimeRegressor
 
-        self.reg = OperatorRegressor.load(path)
+        self.reg = RuntimeRegressor(path)
         meta = self.reg.meta_
         try:
             self.dev = DeviceConstants.from_dict(meta["device_constants"])
@@ -128,7 +128,7 @@ class MeasuredCostModel(OperatorCostModel):
     def predict(self, ops: Sequence[Op], hardware: Hardware) -> CostResult:
         gpu = hardware.gpu.name
         gm = self._models(gpu)
-        cache = self._cache.setdefault(gpu, {})
+        cache = self._cache.setdefault((gpu, hardware.cluster.name, hardware.gpus_per_node), {})
         n = len(ops)
         t, lo, hi = np.empty(n), np.empty(n), np.empty(n)
         method = [""] * n

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from costmodel.regressors.base import atomic_write_bytes, dumps
+from costmodel.regressors.io import atomic_write_bytes, dumps
 from planner.errors import PlannerError
 
 SHIPPED_MODELS_DIR = Path(__file__).resolve().parent.parent / "data" / "models"

@@ -25,6 +25,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from costmodel.regressors.io import atomic_write_bytes, dumps, sidecar_path  # noqa: F401 (re-exported)
 from planner.errors import PlannerError
 
 ARTIFACT_FORMAT = 1
@@ -39,34 +40,6 @@ def register(cls: type["OperatorRegressor"]) -> type["OperatorRegressor"]:
         raise ValueError(f"regressor name {cls.name!r} is already registered by {REGISTRY[cls.name].__name__}")
     REGISTRY[cls.name] = cls
     return cls
-
-
-def sidecar_path(path: str | Path) -> Path:
-    """``gemm.fwd.json`` -> ``gemm.fwd.meta.json``."""
-    p = Path(path)
-    return p.with_name(p.name[: -len(".json")] + ".meta.json" if p.name.endswith(".json") else p.name + ".meta.json")
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file + rename (never a half-written file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.chmod(tmp, 0o644)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def dumps(obj) -> bytes:
-    """Canonical JSON bytes (sorted keys) so equal content gives equal files."""
-    return (json.dumps(obj, indent=1, sort_keys=True) + "\n").encode()
 
 
 class OperatorRegressor(RegressorMixin, BaseEstimator):
@@ -193,10 +166,12 @@ class OperatorRegressor(RegressorMixin, BaseEstimator):
         if not isinstance(side, dict) or side.get("format") != ARTIFACT_FORMAT:
             raise PlannerError(f"model sidecar {side_p} has format {side.get('format') if isinstance(side, dict) else None!r}, "
                                f"expected {ARTIFACT_FORMAT}; re-run `planner fit`")
-        cls = REGISTRY.get(side.get("estimator"))
+        from costmodel.regressors import REGISTRY as registry  # imports every implementation
+
+        cls = registry.get(side.get("estimator"))
         if cls is None:
             raise PlannerError(f"model sidecar {side_p} names unknown estimator {side.get('estimator')!r}; "
-                               f"known: {', '.join(sorted(REGISTRY))}")
+                               f"known: {', '.join(sorted(registry))}")
 
         def booster(p: Path):
             try:

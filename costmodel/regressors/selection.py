@@ -16,7 +16,7 @@ import numpy as np
 from sklearn.metrics import make_scorer, mean_absolute_percentage_error
 from sklearn.model_selection import GridSearchCV, GroupKFold
 
-from costmodel.regressors.base import REGISTRY
+from costmodel.regressors import REGISTRY
 
 GRIDS: dict[str, dict] = {
     "forest": {"n_estimators": [50], "max_depth": [8], "target": ["ratio", "time"]},
