@@ -28,6 +28,7 @@ import numpy as np
 
 from costmodel.datasets.schema import Dataset
 from costmodel.ops import FEATURES
+from planner.errors import PlannerError
 from costmodel.regressors import REGISTRY
 from costmodel.regressors.artifacts import artifact_path, library_versions, read_index, write_index
 from costmodel.regressors.base import sidecar_path
@@ -238,8 +239,26 @@ def fit_all(datasets: dict, out: Path, *, gpus=None, kinds=None, quick: bool = F
                     log(f"check {gpu} {name}: MAPE {c['mape']:.1%} over {c['rows']} rows")
     index["models"] = {g: v for g, v in sorted(index["models"].items()) if v}
     write_index(out, index)
+    _write_cpu_hardware(datasets, out, log)
     log(f"wrote {out} in {time.perf_counter() - t_all:.0f} s")
     return index
+
+
+def _write_cpu_hardware(datasets: dict, out: Path, log) -> None:
+    """Beside CPU models, write the CPU's measured hardware figures (costmodel/cpu_hardware.py)."""
+    if not any(k[1] == "cpu" for k in datasets):
+        return
+    from costmodel.cpu_hardware import derive, to_toml
+    from costmodel.regressors.io import atomic_write_bytes
+
+    try:
+        entry = derive(datasets)
+    except PlannerError as exc:
+        log(f"no hardware.toml for the CPU: {exc}")
+        return
+    if entry is not None:
+        atomic_write_bytes(Path(out) / "hardware.toml", to_toml(entry).encode())
+        log(f"wrote {Path(out) / 'hardware.toml'} (measured CPU figures; set PLANNER_MODELS_DIR={out})")
 
 
 def dataset_dirs_to_datasets(dirs) -> dict:

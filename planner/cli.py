@@ -33,9 +33,11 @@ COMMAND_MODULES = (
     "planner.cli_catalogue",
     "planner.cli_models",
     "planner.cli_validate",
+    "planner.cli_search",
     "planner.cli_export",
     "planner.cli_profile",
     "planner.cli_fit",
+    "planner.cli_calibrate",
 )
 
 for _mod in COMMAND_MODULES:

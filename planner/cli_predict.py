@@ -18,15 +18,17 @@ def _err(message: str) -> typer.Exit:
     return typer.Exit(code=2)
 
 
-def predict_one(raw: dict, hardware_files: tuple = ()) -> dict:
+def predict_one(raw: dict, hardware_files: tuple = (), calibration=None) -> dict:
     """Predict one request dict; returns the JSON-ready record (raises PlannerError on bad input)."""
     from planner.predict import predict
     from planner.requests import build_request
 
     req = build_request(raw, hardware_files)
-    pred = predict(req.model, req.plan, req.hardware)
+    pred = predict(req.model, req.plan, req.hardware, calibration=calibration)
     out = {"id": raw.get("id")} if isinstance(raw, dict) and "id" in raw else {}
     out.update(pred.to_dict())
+    if calibration is not None:
+        out["calibration"] = calibration.name
     out["plan"] = {"model": req.model.name, "gpu": req.hardware.gpu.name, "cluster": req.hardware.cluster.name,
                    "gpus": req.plan.world_size, "gpus_per_node": req.plan.gpus_per_node, "tp": req.plan.tp,
                    "pp": req.plan.pp, "dp": req.plan.dp, "cp": req.plan.cp, "vpp": req.plan.vpp,
@@ -37,7 +39,7 @@ def predict_one(raw: dict, hardware_files: tuple = ()) -> dict:
     return out
 
 
-def run_batch(lines, hardware_files: tuple = ()):
+def run_batch(lines, hardware_files: tuple = (), calibration=None):
     """Yield one output record per non-empty input line; a bad line yields {id, error}."""
     for lineno, line in enumerate(lines, 1):
         line = line.strip()
@@ -48,7 +50,7 @@ def run_batch(lines, hardware_files: tuple = ()):
             raw = json.loads(line)
             if isinstance(raw, dict):
                 rid = raw.get("id")
-            yield predict_one(raw, hardware_files)
+            yield predict_one(raw, hardware_files, calibration)
         except json.JSONDecodeError as exc:
             yield {"id": rid, "line": lineno, "error": f"line {lineno} is not valid JSON ({exc.msg} at column {exc.colno})"}
         except (PlannerError, ValueError, TypeError, KeyError) as exc:
@@ -119,11 +121,19 @@ def register(app: typer.Typer) -> None:
         batch: Optional[str] = typer.Option(None, "--batch", help="JSONL file of requests ('-' = stdin)."),
         fmt: str = typer.Option("table", "--format", help="table | json (single plan); jsonl (batch)."),
         hardware_file: list[str] = typer.Option([], "--hardware-file", help="TOML/YAML file adding GPUs/clusters."),
+        calibration: Optional[str] = typer.Option(None, "--calibration", help="Calibration NAME (calibrations/NAME.json) or file from `planner calibrate`."),
     ) -> None:
         """Predict iteration time, throughput, MFU, memory and operator breakdown of one plan (or a batch)."""
         if fmt not in FORMATS:
             raise _err(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
         hw_files = tuple(hardware_file)
+        cal = None
+        if calibration is not None:
+            from planner.calibrate import resolve_calibration
+            try:
+                cal = resolve_calibration(calibration)
+            except PlannerError as exc:
+                raise _err(str(exc))
         if batch is not None:
             if fmt == "table":
                 fmt = "jsonl"
@@ -133,7 +143,7 @@ def register(app: typer.Typer) -> None:
                 raise _err(f"cannot read batch file {batch}: {exc.strerror}; pass an existing JSONL file or '-'")
             with fh:
                 try:
-                    for rec in run_batch(fh, hw_files):
+                    for rec in run_batch(fh, hw_files, cal):
                         sys.stdout.write(json.dumps(rec) + "\n")
                 except UnicodeDecodeError:
                     raise _err(f"batch file {batch} is not UTF-8 text; pass a JSONL file")
@@ -151,7 +161,7 @@ def register(app: typer.Typer) -> None:
                "tp": tp, "pp": pp, "cp": cp, "vpp": vpp, "mbs": mbs, "gbs": gbs, "seq_len": seq_len,
                "recompute": recompute, "sequence_parallel": sequence_parallel, "zero": zero, "dtype": dtype}
         try:
-            rec = predict_one(raw, hw_files)
+            rec = predict_one(raw, hw_files, cal)
         except PlannerError as exc:
             raise _err(str(exc))
         if fmt in ("json", "jsonl"):

@@ -309,6 +309,10 @@ def load_catalogue(extra_files: Sequence[str | Path] = ()) -> Catalogue:
     paths = [Path(p) for p in extra_files]
     env = os.environ.get(ENV_VAR, "")
     paths += [Path(p) for p in env.split(os.pathsep) if p.strip()]
+    models = os.environ.get("PLANNER_MODELS_DIR")
+    if models and (Path(models).expanduser() / "hardware.toml").is_file():
+        # measured hardware figures written by `planner fit` beside user-fitted models (e.g. the CPU)
+        paths.append(Path(models).expanduser() / "hardware.toml")
     key = []
     for p in paths:
         try:

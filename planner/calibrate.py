@@ -1,0 +1,481 @@
+"""Calibration: fit a few composition-level constants of one cluster to its measured runs.
+
+A trace-free counterpart of trace-driven tools: the user measures whole iterations of their own
+cluster (run files in the published-run schema, :mod:`planner.validate`), and planner fits at most
+four constants that act on the *composition* (never on single runs):
+
+* ``compute_scale``  multiplies every compute-operator time (systematic kernel-efficiency bias),
+* ``comm_scale``     multiplies every collective time (a slower or faster fabric than the model's),
+* ``overlap_efficiency`` in [0, 1]: the fraction of the DP gradient reduction that can hide under
+  backward (1 = planner's uncalibrated composition),
+* ``iteration_overhead_s``: fixed seconds per iteration (data loading, logging, launch gaps).
+
+The fit minimises the squared log error of predicted vs measured values (each row's own metric; a
+throughput or FLOP rate is a constant over iteration time, so its log error equals the time's up to
+sign) with ``scipy.optimize.least_squares`` within bounds, reports one-sigma uncertainties from the
+Jacobian (s^2 (J^T J)^-1, the Gauss-Newton covariance) and cross-validates over runs
+(``sklearn.model_selection`` KFold, or LeaveOneGroupOut by model / parallelism kind) to give
+before/after error on held-out runs. Calibrations are JSON files, written atomically, never pickles.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from costmodel.ops import COLLECTIVE_KINDS
+from planner.errors import PlannerError
+from planner.validate import RunRow, compare, load_runs, parallelism_kind, row_to_inputs
+
+SCHEMA_VERSION = 1
+DEFAULT_DIR = Path("calibrations")
+CV_SCHEMES = ("kfold", "model", "kind")
+
+
+@dataclass(frozen=True)
+class ConstantSpec:
+    """One calibratable constant."""
+
+    default: float
+    """Value that leaves the prediction uncalibrated."""
+    lower: float
+    """Lower bound of the fit."""
+    upper: float
+    """Upper bound of the fit."""
+    unit: str
+    """Unit shown in reports ('' = dimensionless)."""
+    doc: str
+    """What the constant does."""
+
+
+# Bounds are search ranges, not data: scales from 1/20x to 20x, overlap is a fraction by definition, the
+# overhead is non-negative (an hour per iteration as an upper end only keeps the search finite).
+CONSTANTS: dict[str, ConstantSpec] = {
+    "compute_scale": ConstantSpec(1.0, 0.05, 20.0, "", "multiplies every compute-operator time"),
+    "comm_scale": ConstantSpec(1.0, 0.05, 20.0, "", "multiplies every collective (communication) time"),
+    "overlap_efficiency": ConstantSpec(1.0, 0.0, 1.0, "",
+                                       "fraction of the DP gradient reduction that can hide under backward"),
+    "iteration_overhead_s": ConstantSpec(0.0, 0.0, 3600.0, "s", "fixed framework overhead per iteration"),
+}
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+
+
+def _planner_version() -> str:
+    from planner import __version__
+
+    return __version__
+
+
+@dataclass
+class Calibration:
+    """A named set of fitted composition constants and the evidence behind them."""
+
+    name: str
+    """Name used for the file (``calibrations/<name>.json``) and ``--calibration NAME``."""
+    constants: dict
+    """Constant name -> value; constants not listed keep their default (see CONSTANTS)."""
+    uncertainty: dict = field(default_factory=dict)
+    """Constant name -> one-sigma standard error from the Jacobian (None = not identifiable)."""
+    fitted_on: list = field(default_factory=list)
+    """[{file, sha256, run_ids}] of the run files the constants were fitted on."""
+    cv: dict = field(default_factory=dict)
+    """Cross-validation: scheme, folds, held-out MAPE/median/bias before and after, per-run errors."""
+    in_sample: dict = field(default_factory=dict)
+    """MAPE / bias before and after on all fitted runs (optimistic; cv is the honest figure)."""
+    cost_model: str = ""
+    """Name of the operator cost model the constants were fitted on top of."""
+    planner_version: str = ""
+    """planner version that fitted them."""
+    created_utc: str = ""
+    """ISO 8601 time of the fit (UTC)."""
+    warnings: list = field(default_factory=list)
+    """Notes from the fit (unidentifiable constants, constants at a bound, skipped runs)."""
+    schema_version: int = SCHEMA_VERSION
+    """Version of this file format."""
+
+    def value(self, name: str) -> float:
+        return float(self.constants.get(name, CONSTANTS[name].default))
+
+    @property
+    def compute_scale(self) -> float:
+        return self.value("compute_scale")
+
+    @property
+    def comm_scale(self) -> float:
+        return self.value("comm_scale")
+
+    @property
+    def overlap_efficiency(self) -> float:
+        return self.value("overlap_efficiency")
+
+    @property
+    def iteration_overhead_s(self) -> float:
+        return self.value("iteration_overhead_s")
+
+    def scale_times(self, times: dict) -> dict:
+        """Operator times keyed by ``Op.key()`` (kind first) -> scaled copy (the same dict when both are 1)."""
+        cs, ms = self.compute_scale, self.comm_scale
+        if cs == 1.0 and ms == 1.0:
+            return times
+        return {k: v * (ms if k[0] in COLLECTIVE_KINDS else cs) for k, v in times.items()}
+
+    def warnings_for(self, cost_model_name: str) -> list[str]:
+        """A warning when applied on top of a different cost model than it was fitted on."""
+        if self.cost_model and cost_model_name != self.cost_model:
+            return [f"calibration {self.name!r} was fitted on cost model {self.cost_model!r}, "
+                    f"applied to {cost_model_name!r}"]
+        return []
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def identity(constants: dict | None = None, name: str = "identity") -> Calibration:
+    """A calibration with the given constants (defaults elsewhere); used for synthetic runs and tests."""
+    return Calibration(name=name, constants=dict(constants or {}))
+
+
+# ------------------------------------------------------------------------------------------ files
+def _check(data: object, where: str) -> Calibration:
+    """Calibration from parsed JSON; PlannerError naming the first problem."""
+    fix = "re-run planner calibrate or fix the file"
+    if not isinstance(data, dict):
+        raise PlannerError(f"calibration file {where} does not hold a JSON object; {fix}.")
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise PlannerError(f"calibration file {where} has schema_version {data.get('schema_version')!r}, "
+                           f"this planner reads {SCHEMA_VERSION}; {fix}.")
+    if not isinstance(data.get("name"), str) or not isinstance(data.get("constants"), dict):
+        raise PlannerError(f"calibration file {where} lacks a name or a constants object; {fix}.")
+    for key, value in data["constants"].items():
+        spec = CONSTANTS.get(key)
+        if spec is None:
+            raise PlannerError(f"calibration file {where} has unknown constant {key!r} "
+                               f"(known: {', '.join(CONSTANTS)}); {fix}.")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                or not spec.lower <= value <= spec.upper:
+            raise PlannerError(f"calibration file {where}: {key} = {value!r} is not a number in "
+                               f"[{spec.lower:g}, {spec.upper:g}]; {fix}.")
+    known = {f for f in Calibration.__dataclass_fields__}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise PlannerError(f"calibration file {where} has unknown field {unknown[0]!r}; {fix}.")
+    return Calibration(**data)
+
+
+def load_calibration(path: str | Path) -> Calibration:
+    """Read a calibration JSON file; PlannerError (one line) when missing or corrupted."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise PlannerError(f"calibration file {path} not found; pass a file written by planner calibrate.") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PlannerError(f"cannot read calibration file {path} ({type(exc).__name__}); "
+                           "pass a file written by planner calibrate.") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise PlannerError(f"calibration file {path} is not valid JSON ({exc.msg} at line {exc.lineno}); "
+                           "re-run planner calibrate or fix the file.") from None
+    return _check(data, str(path))
+
+
+def resolve_calibration(ref: str | Path, directory: str | Path = DEFAULT_DIR) -> Calibration:
+    """``ref`` is a path to a calibration file, or a NAME saved as ``<directory>/<NAME>.json``."""
+    ref_s = str(ref)
+    path = Path(ref_s)
+    if path.is_file() or ref_s.endswith(".json") or os.sep in ref_s or "/" in ref_s:
+        return load_calibration(path)
+    candidate = Path(directory) / f"{ref_s}.json"
+    if not candidate.is_file():
+        raise PlannerError(f"calibration {ref_s!r} not found as a file or as {candidate}; "
+                           "pass a calibration file path or a name saved by planner calibrate.")
+    return load_calibration(candidate)
+
+
+def save_calibration(cal: Calibration, directory: str | Path = DEFAULT_DIR) -> Path:
+    """Write ``<directory>/<name>.json`` atomically (temporary file + rename); returns the path."""
+    if not NAME_RE.match(cal.name):
+        raise PlannerError(f"calibration name {cal.name!r} must be letters, digits, '_', '.' or '-' "
+                           "(starting with a letter or digit); choose another --name.")
+    directory = Path(directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(cal.to_dict(), indent=2, allow_nan=False) + "\n"
+        fd, tmp = tempfile.mkstemp(prefix=f".{cal.name}.", suffix=".tmp", dir=directory)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+            target = directory / f"{cal.name}.json"
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        raise PlannerError(f"cannot write calibration to {directory} ({exc.strerror}); "
+                           "pass a writable --out DIR.") from None
+    return target
+
+
+def file_sha256(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with Path(path).open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+# ------------------------------------------------------------------------------------------ fitting
+@dataclass
+class PreparedRun:
+    """A measured run with its operator graph and uncalibrated operator times (costed once)."""
+
+    row: RunRow
+    """The run."""
+    model: object
+    """ModelSpec."""
+    plan: object
+    """ParallelPlan."""
+    hardware: object
+    """Hardware it ran on."""
+    graph: object
+    """Operator graph (costmodel.graph)."""
+    times: dict
+    """Uncalibrated operator times keyed by Op.key()."""
+    warnings: list
+    """Cost-model warnings."""
+    cost_name: str
+    """Cost model name."""
+
+    def predict(self, cal: Calibration | None):
+        from planner.predict import _compose
+
+        times = self.times if cal is None else cal.scale_times(self.times)
+        return _compose(self.model, self.plan, self.hardware, self.graph, times, self.warnings, self.cost_name, cal)
+
+    def predicted_value(self, cal: Calibration | None) -> float:
+        """Prediction in the row's measured metric (planner.validate.compare)."""
+        return compare(self.row, self.predict(cal), self.hardware)[0]
+
+
+def prepare_runs(rows: Iterable[RunRow], cost_model=None, hardware_fn: Callable | None = None
+                 ) -> tuple[list[PreparedRun], list[tuple[str, str]]]:
+    """(prepared runs, [(run id, reason)] of rows that cannot be predicted)."""
+    from costmodel.graph import build_graph
+    from planner.predict import _cost_all, default_cost_model
+    from planner.validate import _default_hardware
+
+    cost_model = cost_model or default_cost_model()
+    hardware_fn = hardware_fn or _default_hardware()
+    prepared, skipped, hw_cache = [], [], {}
+    for row in rows:
+        if row.skip_reason:
+            skipped.append((row.id, row.skip_reason))
+            continue
+        try:
+            model, plan, gpu_key, gpn = row_to_inputs(row)
+            key = (gpu_key, gpn, row.cluster)
+            if key not in hw_cache:
+                hw_cache[key] = hardware_fn(gpu_key, gpn, row.cluster)
+            model.require_dense()
+            graph = build_graph(model, plan)
+            times, warns = _cost_all(graph, hw_cache[key], cost_model)
+            run = PreparedRun(row, model, plan, hw_cache[key], graph, times, warns, cost_model.name)
+            run.predicted_value(None)
+        except (PlannerError, NotImplementedError, ValueError) as exc:
+            skipped.append((row.id, f"prediction failed: {exc}"))
+            continue
+        prepared.append(run)
+    return prepared, skipped
+
+
+def parse_constants(text: str | Sequence[str] | None) -> list[str]:
+    """'compute_scale,comm_scale' -> ['compute_scale', 'comm_scale']; None -> all constants."""
+    if text is None:
+        return list(CONSTANTS)
+    names = [n.strip() for n in (text.split(",") if isinstance(text, str) else text) if n.strip()]
+    bad = [n for n in names if n not in CONSTANTS]
+    if bad or not names:
+        raise PlannerError(f"unknown constant {bad[0] if bad else text!r}: choose from {', '.join(CONSTANTS)}.")
+    return list(dict.fromkeys(names))
+
+
+def _least_squares():
+    try:
+        from scipy.optimize import least_squares
+    except ImportError as exc:
+        raise PlannerError(f"planner calibrate needs scipy ({exc}); install it: pip install scikit-learn.") from None
+    return least_squares
+
+
+@dataclass
+class FitResult:
+    """Constants fitted on one set of runs."""
+
+    constants: dict
+    """Fitted values (all names of the fit)."""
+    uncertainty: dict
+    """One-sigma standard errors (None where not identifiable)."""
+    warnings: list
+    """Unidentifiable constants, constants at a bound."""
+    rms_log_error: float
+    """Root mean squared log error at the solution."""
+
+
+def _residuals(runs: Sequence[PreparedRun], names: Sequence[str], x: np.ndarray) -> np.ndarray:
+    cal = identity(dict(zip(names, (float(v) for v in x))), name="fit")
+    return np.array([math.log(r.predicted_value(cal) / r.row.measured_value) for r in runs])
+
+
+def fit_constants(runs: Sequence[PreparedRun], names: Sequence[str]) -> FitResult:
+    """Least-squares fit of ``names`` to the log errors of ``runs`` (bounded, trust-region reflective)."""
+    least_squares = _least_squares()
+    names = list(names)
+    lb = np.array([CONSTANTS[n].lower for n in names])
+    ub = np.array([CONSTANTS[n].upper for n in names])
+    x_default = np.array([CONSTANTS[n].default for n in names])
+    # two starts: the uncalibrated point, and the same with fractions at mid-range (overlap is piecewise)
+    starts = [x_default, np.where(ub <= 1.0, 0.5 * (lb + ub), x_default)]
+    best = None
+    for x0 in starts:
+        res = least_squares(lambda x: _residuals(runs, names, x), x0, bounds=(lb, ub), method="trf",
+                            x_scale="jac", diff_step=1e-4)
+        if best is None or res.cost < best.cost:
+            best = res
+    x, jac, r = best.x.copy(), np.asarray(best.jac), best.fun
+    n, k = len(r), len(names)
+    warnings, uncertainty = [], {}
+    col = np.linalg.norm(jac, axis=0)
+    ident = col > 1e-9 * max(1.0, float(col.max()) if col.size else 1.0)
+    for i, name in enumerate(names):
+        if not ident[i]:
+            x[i] = x_default[i]
+            warnings.append(f"{name} has no effect on these runs at the fitted point: kept at {x_default[i]:g}")
+    idx = np.flatnonzero(ident)
+    std = np.full(k, np.nan)
+    if idx.size and n > idx.size:
+        s2 = float(r @ r) / (n - idx.size)
+        jj = jac[:, idx].T @ jac[:, idx]
+        try:
+            cov = np.linalg.inv(jj) * s2
+            std[idx] = np.sqrt(np.clip(np.diag(cov), 0.0, None))
+        except np.linalg.LinAlgError:
+            warnings.append("the constants are not separately identifiable from these runs (singular J^T J)")
+    for i, name in enumerate(names):
+        uncertainty[name] = float(std[i]) if math.isfinite(std[i]) else None
+        at = [b for b in (lb[i], ub[i]) if math.isclose(x[i], b, rel_tol=1e-6, abs_tol=1e-9)]
+        if ident[i] and at and at[0] != x_default[i]:
+            warnings.append(f"{name} = {x[i]:g} is at its search bound [{lb[i]:g}, {ub[i]:g}]")
+    return FitResult(constants={n_: float(v) for n_, v in zip(names, x)}, uncertainty=uncertainty,
+                     warnings=warnings, rms_log_error=float(math.sqrt(float(r @ r) / max(n, 1))))
+
+
+def error_stats(errors: Sequence[float]) -> dict:
+    """MAPE, median |error|, p90 |error| and mean signed error in percent (as planner validate)."""
+    e = np.asarray(errors, dtype=float) * 100.0
+    if e.size == 0:
+        return {"n": 0, "mape_pct": None, "median_abs_pct": None, "p90_abs_pct": None, "bias_pct": None}
+    a = np.abs(e)
+    return {"n": int(e.size), "mape_pct": float(a.mean()), "median_abs_pct": float(np.median(a)),
+            "p90_abs_pct": float(np.percentile(a, 90)), "bias_pct": float(e.mean())}
+
+
+def _rel_error(run: PreparedRun, cal: Calibration | None) -> float:
+    return run.predicted_value(cal) / run.row.measured_value - 1.0
+
+
+def cross_validate(runs: Sequence[PreparedRun], names: Sequence[str], scheme: str = "kfold", folds: int = 5,
+                   seed: int = 0) -> dict:
+    """Held-out error before/after: fit on the training runs of each fold, predict the held-out ones."""
+    from sklearn.model_selection import KFold, LeaveOneGroupOut
+
+    if scheme not in CV_SCHEMES:
+        raise PlannerError(f"unknown --cv {scheme!r}: use one of {', '.join(CV_SCHEMES)}.")
+    n = len(runs)
+    idx = np.arange(n)
+    if scheme == "kfold":
+        splits = list(KFold(n_splits=max(2, min(folds, n)), shuffle=True, random_state=seed).split(idx))
+    else:
+        groups = [r.model.name if scheme == "model" else parallelism_kind(r.plan) for r in runs]
+        if len(set(groups)) < 2:
+            raise PlannerError(f"--cv {scheme} needs runs of at least two different "
+                               f"{'models' if scheme == 'model' else 'parallelism kinds'}; use --cv kfold.")
+        splits = list(LeaveOneGroupOut().split(idx, groups=groups))
+    per_run, skipped_folds = [], 0
+    for fold, (train, test) in enumerate(splits):
+        if len(train) < len(names):
+            skipped_folds += 1
+            continue
+        fit = fit_constants([runs[i] for i in train], names)
+        cal = identity(fit.constants, name=f"fold-{fold}")
+        for i in test:
+            per_run.append({"id": runs[i].row.id, "fold": fold, "before": _rel_error(runs[i], None),
+                            "after": _rel_error(runs[i], cal)})
+    return {"scheme": scheme, "folds": len(splits), "folds_skipped": skipped_folds,
+            "held_out_before": error_stats([p["before"] for p in per_run]),
+            "held_out_after": error_stats([p["after"] for p in per_run]), "per_run": per_run}
+
+
+def fit_calibration(runs: Sequence[PreparedRun], name: str, constants: Sequence[str] | None = None, *,
+                    cv: str = "kfold", folds: int = 5, seed: int = 0, fitted_on: list | None = None,
+                    skipped: Sequence[tuple[str, str]] = ()) -> Calibration:
+    """Fit ``constants`` (default all) on ``runs``, cross-validate, and return the named Calibration."""
+    names = parse_constants(constants)
+    if not NAME_RE.match(name):
+        raise PlannerError(f"calibration name {name!r} must be letters, digits, '_', '.' or '-' "
+                           "(starting with a letter or digit); choose another --name.")
+    if len(runs) < len(names) + 2:
+        why = (f" ({len(skipped)} left out, e.g. {skipped[0][0]}: {skipped[0][1].rstrip('.')})"
+               if skipped else "")
+        raise PlannerError(f"fitting {len(names)} constants needs at least {len(names) + 2} predictable measured "
+                           f"runs, got {len(runs)}{why}; add runs or fit fewer constants with --constants.")
+    fit = fit_constants(runs, names)
+    cal = identity(fit.constants, name=name)
+    cvres = cross_validate(runs, names, cv, folds, seed)
+    warnings = list(fit.warnings)
+    if skipped:
+        warnings.append(f"{len(skipped)} runs could not be predicted and were left out: "
+                        + "; ".join(f"{i} ({why})" for i, why in list(skipped)[:5])
+                        + (" ..." if len(skipped) > 5 else ""))
+    cal.uncertainty = fit.uncertainty
+    cal.fitted_on = list(fitted_on or [{"file": "", "sha256": "", "run_ids": [r.row.id for r in runs]}])
+    cal.cv = cvres
+    cal.in_sample = {"before": error_stats([_rel_error(r, None) for r in runs]),
+                     "after": error_stats([_rel_error(r, cal) for r in runs]),
+                     "rms_log_error": fit.rms_log_error}
+    cal.cost_model = runs[0].cost_name
+    cal.planner_version = _planner_version()
+    cal.created_utc = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+    cal.warnings = warnings
+    return cal
+
+
+def calibrate_files(paths: Sequence[str | Path], name: str, constants: Sequence[str] | str | None = None, *,
+                    out_dir: str | Path | None = DEFAULT_DIR, cv: str = "kfold", folds: int = 5, seed: int = 0,
+                    tiers: Sequence[str] | None = None, cost_model=None, hardware_fn: Callable | None = None
+                    ) -> tuple[Calibration, Path | None]:
+    """Load run files, fit and cross-validate, save ``<out_dir>/<name>.json`` (skipped when out_dir is None)."""
+    if not paths:
+        raise PlannerError("no run files: pass --runs FILE (repeatable) with measured runs.")
+    names = parse_constants(constants)
+    wanted = {t.upper() for t in tiers} if tiers else None
+    per_file = [(p, [r for r in load_runs(p) if wanted is None or r.tier in wanted]) for p in paths]
+    runs, skipped = prepare_runs([r for _, rows in per_file for r in rows], cost_model, hardware_fn)
+    used = {id(r.row) for r in runs}
+    fitted_on = [{"file": str(p), "sha256": file_sha256(p), "run_ids": [r.id for r in rows if id(r) in used]}
+                 for p, rows in per_file]
+    cal = fit_calibration(runs, name, names, cv=cv, folds=folds, seed=seed, fitted_on=fitted_on, skipped=skipped)
+    path = save_calibration(cal, out_dir) if out_dir is not None else None
+    return cal, path

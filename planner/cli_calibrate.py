@@ -1,0 +1,98 @@
+"""`planner calibrate`: fit composition constants of one cluster to its measured runs, saved as JSON."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from planner.errors import PlannerError
+
+FORMATS = ("table", "json")
+
+
+def _fmt(v: float | None, pct: bool = False) -> str:
+    """'-' for None; signed one-decimal percent when ``pct``; else 4 significant digits."""
+    if v is None:
+        return "-"
+    return f"{v:+.1f}" if pct else f"{v:.4g}"
+
+
+def _pc(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f}"
+
+
+def render_table(cal, path: Path | None) -> str:
+    """Plain-text report: constants with uncertainty, before/after error (held-out and in-sample)."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from planner.calibrate import CONSTANTS
+
+    buf = io.StringIO()
+    con = Console(file=buf, width=200, no_color=True, force_terminal=False)
+    n_runs = sum(len(f["run_ids"]) for f in cal.fitted_on)
+    con.print(f"calibration {cal.name!r}: {n_runs} runs, cost model {cal.cost_model}, planner {cal.planner_version}")
+    t = Table(title="Fitted constants", title_justify="left")
+    for col in ("constant", "value", "+- 1 sigma", "uncalibrated", "meaning"):
+        t.add_column(escape(col))
+    for name, value in cal.constants.items():
+        spec = CONSTANTS[name]
+        unit = f" {spec.unit}" if spec.unit else ""
+        t.add_row(name, f"{value:.4g}{unit}", _fmt(cal.uncertainty.get(name)), f"{spec.default:g}", spec.doc)
+    con.print(t)
+    e = Table(title="Error vs measured, (predicted - measured) / measured", title_justify="left")
+    for col in ("runs", "n", "MAPE [%] before -> after", "median |err| [%] before -> after",
+                "bias [%] before -> after"):
+        e.add_column(escape(col))
+    cv = cal.cv
+    for label, before, after in (
+            (f"held-out ({cv['scheme']}, {cv['folds'] - cv['folds_skipped']} folds)", cv["held_out_before"],
+             cv["held_out_after"]),
+            ("in-sample (all fitted runs)", cal.in_sample["before"], cal.in_sample["after"])):
+        e.add_row(escape(label), str(after["n"]), f"{_pc(before['mape_pct'])} -> {_pc(after['mape_pct'])}",
+                  f"{_pc(before['median_abs_pct'])} -> {_pc(after['median_abs_pct'])}",
+                  f"{_fmt(before['bias_pct'], True)} -> {_fmt(after['bias_pct'], True)}")
+    con.print(e)
+    for w in cal.warnings:
+        con.print(f"warning: {escape(w)}")
+    if path is not None:
+        con.print(f"wrote {path}  (use: planner predict/validate --calibration {cal.name})")
+    return buf.getvalue()
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("calibrate")
+    def calibrate_cmd(
+        runs: Annotated[list[Path], typer.Option(
+            "--runs", help="Measured run CSV(s) in the published_runs.csv schema (repeatable).")],
+        name: Annotated[str, typer.Option("--name", help="Name of the calibration (file <out>/<name>.json).")],
+        constants: Annotated[str | None, typer.Option(
+            "--constants", help="Comma-separated constants to fit (default all): compute_scale, comm_scale, "
+                                "overlap_efficiency, iteration_overhead_s.")] = None,
+        out: Annotated[Path, typer.Option("--out", help="Directory to write the calibration to.")] = Path(
+            "calibrations"),
+        cv: Annotated[str, typer.Option("--cv", help="Cross-validation: kfold, model (leave one model out) or "
+                                                     "kind (leave one parallelism kind out).")] = "kfold",
+        folds: Annotated[int, typer.Option("--folds", help="Folds for --cv kfold.")] = 5,
+        seed: Annotated[int, typer.Option("--seed", help="Shuffle seed for --cv kfold.")] = 0,
+        tier: Annotated[list[str] | None, typer.Option(
+            "--tier", help="Keep only runs of these tiers (repeatable); default all runs.")] = None,
+        fmt: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
+    ) -> None:
+        """Fit a few composition constants (compute/comm scale, overlap, overhead) to your measured runs."""
+        from planner.calibrate import calibrate_files
+
+        if fmt not in FORMATS:
+            raise PlannerError(f"unknown --format {fmt!r}: use one of {', '.join(FORMATS)}.")
+        if folds < 2:
+            raise PlannerError(f"--folds {folds} is too small: use 2 or more.")
+        cal, path = calibrate_files(runs, name, constants, out_dir=out, cv=cv, folds=folds, seed=seed, tiers=tier)
+        if fmt == "json":
+            typer.echo(json.dumps({**cal.to_dict(), "path": str(path)}, indent=2))
+        else:
+            typer.echo(render_table(cal, path), nl=False)

@@ -1,0 +1,251 @@
+"""planner calibrate: recovery of known constants from synthetic runs, CV, files, predict integration, CLI."""
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import planner.predict as P
+from costmodel.cost.roofline import RooflineCostModel
+from costmodel.workloads.runner import write_runs_csv
+from planner import calibrate as C
+from planner.cli import app
+from planner.errors import PlannerError
+from planner.validate import _default_hardware, load_runs, row_to_inputs
+from tests.helpers import llama, plan
+
+# The constants the synthetic "cluster" has; the fit must find them again.
+TRUE = {"compute_scale": 1.25, "comm_scale": 1.6, "overlap_efficiency": 0.5, "iteration_overhead_s": 0.05}
+# (layers, hidden, heads, ffn, gpus, tp, pp, mbs, gbs, zero): compute-bound, TP-comm-bound (TP across
+# nodes), DP-reduction-bound (1 micro-batch, many nodes, no ZeRO) and pipelined layouts, two model sizes.
+SHAPES = [(8, 1024, 16, 2816), (16, 2048, 16, 5504)]
+LAYOUTS = [(8, 1, 1, 1, 8, 0), (8, 1, 1, 2, 64, 1), (16, 8, 1, 1, 4, 1), (64, 1, 1, 1, 64, 0),
+           (16, 2, 2, 1, 32, 1), (32, 16, 1, 1, 8, 1), (128, 1, 1, 1, 128, 0), (16, 1, 4, 1, 16, 1)]
+NOISE = 0.01  # 1 % multiplicative noise on the synthetic measurements
+
+
+@pytest.fixture(scope="module")
+def roofline():
+    return RooflineCostModel()
+
+
+def _rows(measured=None):
+    rows = []
+    for i, ((L, h, a, f), (n, tp, pp, mbs, gbs, zero)) in enumerate(
+            (s, lay) for s in SHAPES for lay in LAYOUTS):
+        rows.append(dict(
+            id=f"SYN-{i:03d}", source="synthetic (tests/test_calibrate.py)", model_name=f"syn-{L}L-{h}h",
+            n_layers=L, hidden=h, n_heads=a, n_kv_heads=a, ffn_hidden=f, vocab=32000, seq_len=2048,
+            arch_notes="SwiGLU, RMSNorm, RoPE", gpu="A100-80GB", n_gpus=n, gpus_per_node=8, tp=tp, pp=pp,
+            dp=n // (tp * pp), cp=1, mbs=mbs, gbs=gbs, recompute="none", seq_parallel="y" if tp > 1 else "n",
+            dist_optimizer_or_zero="zero-1" if zero else "none", precision="bf16", framework="synthetic",
+            measured_metric="iteration_time_s", measured_value=1.0 if measured is None else measured[i],
+            notes="TIER=A; synthetic"))
+    return rows
+
+
+@pytest.fixture(scope="module")
+def synthetic_runs(tmp_path_factory, roofline):
+    """Run file whose measured times are predict(..., calibration=TRUE) x (1 + 1 % noise, seed 0)."""
+    d = tmp_path_factory.mktemp("cal")
+    path = write_runs_csv(_rows(), d / "runs.csv")
+    hw_fn, truth = _default_hardware(), C.identity(TRUE, name="truth")
+    rng = np.random.default_rng(0)
+    measured = []
+    for row in load_runs(path):
+        model, p, gpu_key, gpn = row_to_inputs(row)
+        t = P.predict(model, p, hw_fn(gpu_key, gpn, row.cluster), roofline, calibration=truth).iteration_time_s
+        measured.append(f"{t * (1 + NOISE * rng.standard_normal()):.6g}")
+    return write_runs_csv(_rows(measured), path)
+
+
+@pytest.fixture(scope="module")
+def fitted(synthetic_runs, roofline, tmp_path_factory):
+    out = tmp_path_factory.mktemp("out")
+    return C.calibrate_files([synthetic_runs], "syn", out_dir=out, cost_model=roofline, folds=4)
+
+
+def test_recovers_known_constants(fitted, synthetic_runs, roofline):
+    cal, path = fitted
+    got = cal.constants
+    assert got["compute_scale"] == pytest.approx(TRUE["compute_scale"], rel=0.03)
+    assert got["comm_scale"] == pytest.approx(TRUE["comm_scale"], rel=0.03)
+    assert got["overlap_efficiency"] == pytest.approx(TRUE["overlap_efficiency"], abs=0.05)
+    assert got["iteration_overhead_s"] == pytest.approx(TRUE["iteration_overhead_s"], rel=0.05)
+    for name, value in got.items():  # the truth lies within a few standard errors
+        assert cal.uncertainty[name] is not None and abs(value - TRUE[name]) < 5 * cal.uncertainty[name] + 1e-3
+    assert cal.in_sample["before"]["mape_pct"] > 20 > 2 > cal.in_sample["after"]["mape_pct"]
+    assert path.name == "syn.json" and cal.fitted_on[0]["sha256"] == C.file_sha256(synthetic_runs)
+    assert len(cal.fitted_on[0]["run_ids"]) == len(SHAPES) * len(LAYOUTS)
+    assert cal.cost_model == roofline.name and cal.planner_version and cal.created_utc
+    assert not cal.warnings
+
+
+def test_cross_validation_reports_held_out_error(fitted):
+    cal, _ = fitted
+    cv = cal.cv
+    n = len(SHAPES) * len(LAYOUTS)
+    assert cv["scheme"] == "kfold" and cv["folds"] == 4 and cv["folds_skipped"] == 0
+    assert sorted(r["id"] for r in cv["per_run"]) == sorted(f"SYN-{i:03d}" for i in range(n))  # each held out once
+    assert cv["held_out_after"]["n"] == n
+    assert cv["held_out_after"]["mape_pct"] < 3.0 < cv["held_out_before"]["mape_pct"]
+
+
+def test_group_cv_and_subset_of_constants(synthetic_runs, roofline):
+    runs, skipped = C.prepare_runs(load_runs(synthetic_runs), roofline)
+    assert not skipped
+    res = C.cross_validate(runs, ["compute_scale", "iteration_overhead_s"], scheme="model")
+    assert res["folds"] == len(SHAPES) and res["held_out_after"]["n"] == len(runs)
+    with pytest.raises(PlannerError, match="--cv kfold"):
+        C.cross_validate(runs[:8], ["compute_scale"], scheme="model")  # one model only
+
+
+def test_too_few_runs_is_refused(synthetic_runs, roofline):
+    runs, _ = C.prepare_runs(load_runs(synthetic_runs), roofline)
+    with pytest.raises(PlannerError, match="at least 6"):
+        C.fit_calibration(runs[:5], "few")
+    C.fit_calibration(runs[:4], "few", ["compute_scale", "iteration_overhead_s"], folds=2)  # 4 >= 2 + 2
+    with pytest.raises(PlannerError, match="unknown constant"):
+        C.parse_constants("compute_scale,warp_speed")
+
+
+def test_unidentifiable_constant_is_kept_at_default(synthetic_runs, roofline):
+    runs, _ = C.prepare_runs(load_runs(synthetic_runs), roofline)
+    single = [r for r in runs if r.plan.world_size == 8 and r.plan.zero == 1]  # no DP overlap at stake
+    fit = C.fit_constants(single * 3, ["compute_scale", "overlap_efficiency"])
+    assert fit.constants["overlap_efficiency"] == 1.0 and fit.uncertainty["overlap_efficiency"] is None
+    assert any("overlap_efficiency has no effect" in w for w in fit.warnings)
+
+
+# ------------------------------------------------------------------------------------------ predict
+
+
+def _dp_plan():
+    m = llama(layers=8, hidden=2048, heads=16, kv=16, ffn=5504)
+    return m, plan(gpus=64, gpn=8, gbs=64, seq=2048, zero=0).validate(m)
+
+
+def test_no_calibration_is_exactly_uncalibrated(roofline):
+    hw = _default_hardware()("a100-80gb", 8, "dgx-a100")
+    m, p = _dp_plan()
+    base = P.predict(m, p, hw, roofline).to_dict()
+    assert P.predict(m, p, hw, roofline, calibration=None).to_dict() == base
+    assert P.predict(m, p, hw, roofline, calibration=C.identity()).to_dict() == base  # defaults change nothing
+
+
+def test_constants_act_where_they_should(roofline):
+    hw = _default_hardware()("a100-80gb", 8, "dgx-a100")
+    m, p = _dp_plan()
+    base = P.predict(m, p, hw, roofline)
+    over = P.predict(m, p, hw, roofline, calibration=C.identity({"iteration_overhead_s": 0.5}))
+    assert over.iteration_time_s == pytest.approx(base.iteration_time_s + 0.5, rel=1e-12)
+    assert sum(b["time_s"] for b in over.breakdown) == pytest.approx(over.iteration_time_s)
+    assert any(b["operator"].startswith("framework_overhead") for b in over.breakdown)
+    assert over.bottleneck == "framework overhead"
+    slow_comm = P.predict(m, p, hw, roofline, calibration=C.identity({"comm_scale": 3.0}))
+    assert slow_comm.exposed_comm_s["dp"] > base.exposed_comm_s["dp"]
+    no_overlap = P.predict(m, p, hw, roofline, calibration=C.identity({"overlap_efficiency": 0.0}))
+    assert no_overlap.exposed_comm_s["dp"] > base.exposed_comm_s["dp"]
+    single = plan(gpus=1, gpn=8, gbs=4, seq=2048, zero=0).validate(m)  # no collectives at all
+    s0 = P.predict(m, single, hw, roofline).iteration_time_s
+    s2 = P.predict(m, single, hw, roofline, calibration=C.identity({"compute_scale": 2.0})).iteration_time_s
+    assert s2 == pytest.approx(2 * s0, rel=1e-9)
+    mismatch = P.predict(m, p, hw, roofline, calibration=C.Calibration("x", {}, cost_model="other-model"))
+    assert any("fitted on cost model 'other-model'" in w for w in mismatch.warnings)
+
+
+def test_fast_path_matches_predict(synthetic_runs, roofline):
+    runs, _ = C.prepare_runs(load_runs(synthetic_runs), roofline)
+    cal = C.identity(TRUE)
+    for r in runs[:6]:
+        assert r.predict(cal).iteration_time_s == P.predict(r.model, r.plan, r.hardware, roofline,
+                                                             calibration=cal).iteration_time_s
+
+
+# ------------------------------------------------------------------------------------------ files
+
+
+def test_file_round_trip_and_lookup_by_name(fitted, tmp_path):
+    cal, path = fitted
+    loaded = C.load_calibration(path)
+    assert loaded.to_dict() == cal.to_dict()
+    assert C.resolve_calibration("syn", directory=path.parent).constants == cal.constants
+    assert C.resolve_calibration(str(path)).name == "syn"
+    assert not list(path.parent.glob("*.tmp"))  # atomic write leaves no temporary file
+    with pytest.raises(PlannerError, match="not found"):
+        C.resolve_calibration("nope", directory=tmp_path)
+    with pytest.raises(PlannerError, match="--name"):
+        C.save_calibration(C.identity(name="../evil"), tmp_path)
+
+
+@pytest.mark.parametrize("text, match", [
+    ('{"name": "x", "constants": {"comp', "not valid JSON"),
+    ('[1, 2]', "JSON object"),
+    ('{"schema_version": 1, "name": "x", "constants": {"warp": 2}}', "unknown constant"),
+    ('{"schema_version": 1, "name": "x", "constants": {"overlap_efficiency": 1.5}}', "overlap_efficiency"),
+    ('{"schema_version": 99, "name": "x", "constants": {}}', "schema_version"),
+])
+def test_corrupted_file_is_one_line_error(tmp_path, text, match):
+    f = tmp_path / "bad.json"
+    f.write_text(text)
+    with pytest.raises(PlannerError, match=match) as exc:
+        C.load_calibration(f)
+    assert "\n" not in str(exc.value)
+
+
+# ------------------------------------------------------------------------------------------ CLI
+
+
+@pytest.fixture
+def roofline_default(monkeypatch, roofline):
+    monkeypatch.setattr(P, "default_cost_model", lambda: roofline)
+
+
+def test_cli_calibrate_predict_validate(roofline_default, synthetic_runs, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    res = runner.invoke(app, ["calibrate", "--runs", str(synthetic_runs), "--name", "cli",
+                              "--constants", "compute_scale,iteration_overhead_s", "--folds", "3"])
+    assert res.exit_code == 0, res.output
+    assert "compute_scale" in res.output and "held-out (kfold, 3 folds)" in res.output
+    assert (tmp_path / "calibrations" / "cli.json").is_file()
+    res = runner.invoke(app, ["calibrate", "--runs", str(synthetic_runs), "--name", "cli2", "--out", "cal",
+                              "--format", "json", "--cv", "kind", "--constants", "compute_scale"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert set(data["constants"]) == {"compute_scale"} and data["cv"]["scheme"] == "kind"
+    assert data["path"].endswith("cli2.json")
+
+    args = ["predict", "--model", "llama-7b", "--gpu", "a100-80gb", "--gpus", "8", "--gbs", "16", "--format", "json"]
+    plain = json.loads(runner.invoke(app, args).output)
+    res = runner.invoke(app, args + ["--calibration", "cli"])
+    assert res.exit_code == 0, res.output
+    calibrated = json.loads(res.output)
+    cal = C.resolve_calibration("cli")
+    assert calibrated["calibration"] == "cli"
+    assert calibrated["iteration_time_s"] > plain["iteration_time_s"] * cal.compute_scale * 0.99
+
+    res = runner.invoke(app, ["validate", "--runs", str(synthetic_runs), "--format", "json",
+                              "--calibration", "calibrations/cli.json"])
+    assert res.exit_code == 0, res.output
+    after = next(s for s in json.loads(res.output)["summaries"] if s["group"] == "overall")
+    res = runner.invoke(app, ["validate", "--runs", str(synthetic_runs), "--format", "json"])
+    before = next(s for s in json.loads(res.output)["summaries"] if s["group"] == "overall")
+    assert after["mape_pct"] < before["mape_pct"]
+
+
+def test_cli_errors_are_one_line(roofline_default, synthetic_runs, tmp_path, monkeypatch, capsys):
+    from planner.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "broken.json").write_text("{not json")
+    for argv in (["predict", "--model", "llama-7b", "--gpu", "a100-80gb", "--gpus", "8", "--calibration",
+                  "broken.json"],
+                 ["validate", "--runs", str(synthetic_runs), "--calibration", "missing-name"],
+                 ["calibrate", "--runs", str(synthetic_runs), "--name", "x", "--format", "csv"]):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error:") and "\n" not in err, err
