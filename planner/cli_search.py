@@ -152,6 +152,7 @@ OPT = {
     "price": typer.Option([], "--price", help="GPU=USD per GPU-hour, e.g. gh200=2.1 (repeatable)."),
     "space": typer.Option("default", "--space", help="Search-space preset (default, megatron, fsdp) or TOML file."),
     "hw": typer.Option([], "--hardware-file", help="TOML/YAML file adding GPUs/clusters."),
+    "report": typer.Option(None, "--report", help="Also write a Markdown report with PNG plots, e.g. reports/NAME.md."),
 }
 
 
@@ -194,6 +195,7 @@ def register(app: typer.Typer) -> None:
         explain: Optional[int] = typer.Option(None, "--explain", help="Also explain the plan ranked N."),
         progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar on stderr (terminals only)."),
         hardware_file: list[str] = OPT["hw"],
+        report: Optional[str] = OPT["report"],
     ) -> None:
         """Search parallel layouts (Optuna or exhaustive) and print the ranked plans."""
         from planner.search.records import FORMATS
@@ -203,6 +205,7 @@ def register(app: typer.Typer) -> None:
         if top <= 0:
             raise _err(f"--top must be a positive integer, got {top}")
         try:
+            _check_report(report)
             result, problem = _run_search(model, gpu, gpus, nodes, nodes_range, cluster, gpus_per_node, space, tp, pp,
                                           cp, vpp, mbs, recompute, zero, sp, dtype, allow_tp_across_nodes, headroom,
                                           gbs, seq_len, tokens, price, objective, trials, exhaustive, seed, sampler,
@@ -230,6 +233,10 @@ def register(app: typer.Typer) -> None:
                 hw = next(t.hardware for t in problem.targets if t.hardware.gpu.name == rec.gpu
                           and t.world_size == rec.gpus)
                 _explain_out(problem.model, rec.to_plan(), hw, "json" if fmt == "json" else "table")
+            if report is not None:
+                from planner.reports.search_report import write_search_report
+
+                _write_report(lambda: write_search_report(report, result, top=top))
         except PlannerError as exc:
             raise _err(str(exc))
 
@@ -276,6 +283,7 @@ def register(app: typer.Typer) -> None:
         gbs: Optional[int] = OPT["gbs"], seq_len: Optional[int] = OPT["seq"],
         fmt: str = typer.Option("table", "--format", help="table | json | csv | md."),
         hardware_file: list[str] = OPT["hw"],
+        report: Optional[str] = OPT["report"],
     ) -> None:
         """Best plan per GPU type: time/iteration, tokens/s, $ per Mtoken, time and cost to train."""
         from planner.search.records import FORMATS, rank
@@ -286,6 +294,7 @@ def register(app: typer.Typer) -> None:
         if fmt not in FORMATS:
             raise _err(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
         try:
+            _check_report(report)
             if (gpus is None) == (nodes is None):
                 raise PlannerError("pass exactly one of --gpus N and --nodes N.")
             cat, hws = _hardwares(gpu, None, None, hardware_file)
@@ -303,6 +312,10 @@ def register(app: typer.Typer) -> None:
             _emit(rank(best, "time", None), fmt, m, {}, "")
         else:
             _compare_table(m, rows, tok)
+        if report is not None and best:
+            from planner.reports.search_report import write_compare_report
+
+            _write_report(lambda: write_compare_report(report, rows, m, tokens=tok))
         if not best:
             raise _err(rows[0].message)
 
@@ -319,6 +332,7 @@ def register(app: typer.Typer) -> None:
         gbs: Optional[int] = OPT["gbs"], seq_len: Optional[int] = OPT["seq"],
         fmt: str = typer.Option("table", "--format", help="table | json."),
         hardware_file: list[str] = OPT["hw"],
+        report: Optional[str] = OPT["report"],
     ) -> None:
         """Smallest allocation (nodes of which GPU) that trains the tokens before the deadline; also the cheapest."""
         from planner.search.sizing import parse_deadline, parse_prices, parse_tokens, size as run_size
@@ -328,6 +342,7 @@ def register(app: typer.Typer) -> None:
         if fmt not in ("table", "json"):
             raise _err(f"--format {fmt!r} is not one of table, json")
         try:
+            _check_report(report)
             seconds = parse_deadline(deadline)
             tok = parse_tokens(tokens)
             if max_gpus <= 0:
@@ -345,6 +360,10 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps({"model": m.name, "tokens": tok, "deadline_s": seconds, **res.to_dict()}, indent=2))
         else:
             _size_table(m, tok, seconds, res)
+        if report is not None:
+            from planner.reports.search_report import write_size_report
+
+            _write_report(lambda: write_size_report(report, res, m, tok, seconds, hws))
 
 
 SIZE_DEFAULT_GPUS = ("a100-80gb", "h100-sxm")
@@ -375,6 +394,21 @@ def _run_search(model, gpu, gpus, nodes, nodes_range, cluster, gpus_per_node, sp
         if bar is not None:
             bar.stop()
     return result, problem
+
+
+def _check_report(report: str | None) -> None:
+    if report is not None:
+        from planner.reports.markdown import report_path
+
+        report_path(report)
+
+
+def _write_report(write) -> None:
+    """Run a report writer (returns planner.reports.ReportFiles); a PlannerError exits with code 2."""
+    try:
+        typer.echo(f"wrote {write().markdown}", err=True)
+    except PlannerError as exc:
+        raise _err(str(exc))
 
 
 def _jobs(jobs: int) -> int:

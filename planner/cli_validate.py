@@ -88,7 +88,8 @@ def render_rich(report: ValidationReport, console: Console) -> None:
         console.print(f"{report.excluded_by_tier} runs left out by the tier filter.")
 
 
-def run_validate(runs: list[Path] | None, tiers: list[str] | None, fmt: str, out: Path | None) -> str | None:
+def run_validate(runs: list[Path] | None, tiers: list[str] | None, fmt: str, out: Path | None,
+                 calibration: str | None = None) -> str | None:
     """Load, predict and render; returns the text for json/md (None when printed as rich tables)."""
     if fmt not in FORMATS:
         raise PlannerError(f"unknown --format {fmt!r}: use one of {', '.join(FORMATS)}.")
@@ -98,7 +99,14 @@ def run_validate(runs: list[Path] | None, tiers: list[str] | None, fmt: str, out
         raise PlannerError(f"unknown --tier {bad[0]!r}: use A, B or C.")
     files = list(runs) if runs else [default_run_file()]
     rows = [row for f in files for row in load_runs(f)]
-    report = validate(rows, tiers=tiers)
+    predict_fn = None
+    if calibration is not None:  # planner calibrate's constants (NAME or file)
+        from planner.calibrate import resolve_calibration
+        from planner.predict import predict
+
+        cal = resolve_calibration(calibration)
+        predict_fn = lambda m, p, h: predict(m, p, h, calibration=cal)  # noqa: E731
+    report = validate(rows, predict_fn=predict_fn, tiers=tiers)
     if fmt == "json":
         return json.dumps(report.to_dict(), indent=2)
     if fmt == "md":
@@ -120,9 +128,22 @@ def register(app: typer.Typer) -> None:
             "--tier", help="Keep only these tiers (repeat: --tier A --tier B); default all.")] = None,
         fmt: Annotated[str, typer.Option("--format", help="table, json or md.")] = "table",
         out: Annotated[Path | None, typer.Option("--out", help="Write the report to this file.")] = None,
+        report: Annotated[Path | None, typer.Option(
+            "--report", help="Write a Markdown report with a predicted-vs-measured PNG, e.g. reports/validation.md; "
+                             "prints only its summary unless --format/--out is given.")] = None,
+        calibration: Annotated[str | None, typer.Option(
+            "--calibration", help="Calibration NAME (calibrations/NAME.json) or file from planner calibrate.")] = None,
     ) -> None:
         """Compare whole-iteration predictions with measured published training runs."""
-        text = run_validate(runs, tier, fmt, out)
+        if report is not None:
+            from planner.reports.validate_report import build_and_write
+
+            files, rep = build_and_write(report, runs, tier, calibration=calibration)
+            o = rep.overall()
+            typer.echo(f"wrote {files.markdown}" + (f" ({o.n} runs, MAPE {o.mape_pct:.1f} %)" if o else ""), err=True)
+            if fmt == "table" and out is None:
+                return
+        text = run_validate(runs, tier, fmt, out, calibration)
         if text is None:
             return
         if out is not None:
