@@ -152,7 +152,12 @@ class MeasuredCostModel(OperatorCostModel):
                 self._fallback(ops, idx, hardware, t, lo, hi, method, warns, cache,
                                (f"{ent}: using the analytical roofline for {name} on {gpu}",))
                 continue
-            self._predict_group(ent, name, factor, label, note, ops, idx, t, lo, hi, method, warns, cache, gpu)
+            try:
+                self._predict_group(ent, name, factor, label, note, ops, idx, t, lo, hi, method, warns, cache, gpu)
+            except ValueError as exc:  # e.g. an artifact fitted with another feature layout: flagged fallback
+                self._fallback(ops, idx, hardware, t, lo, hi, method, warns, cache,
+                               (f"model {gpu}/{name} cannot be used ({exc}); re-run `planner fit`: "
+                                f"using the analytical roofline",))
         if fb:
             if gm.names:
                 extra = ()
