@@ -93,8 +93,8 @@ def run_validate(runs: list[Path] | None, tiers: list[str] | None, fmt: str, out
     """Load, predict and render; returns the text for json/md (None when printed as rich tables)."""
     if fmt not in FORMATS:
         raise PlannerError(f"unknown --format {fmt!r}: use one of {', '.join(FORMATS)}.")
-    tiers = [t.upper() for t in (tiers or ["A", "B", "C"])]
-    bad = [t for t in tiers if t not in ("A", "B", "C")]
+    tiers = [t.upper() for t in tiers] if tiers else None
+    bad = [t for t in tiers or () if t not in ("A", "B", "C")]
     if bad:
         raise PlannerError(f"unknown --tier {bad[0]!r}: use A, B or C.")
     files = list(runs) if runs else [default_run_file()]

@@ -545,15 +545,18 @@ def _default_hardware():
     return lambda gpu_key, gpus_per_node, cluster=None: catalogue.resolve(gpu_key, cluster or None, gpus_per_node)
 
 
-def validate(rows: list[RunRow], predict_fn: Callable | None = None, tiers: Iterable[str] = ("A", "B", "C"),
+def validate(rows: list[RunRow], predict_fn: Callable | None = None, tiers: Iterable[str] | None = None,
              hardware_fn: Callable | None = None) -> ValidationReport:
-    """Predict every usable row in the selected tiers and summarise the errors.
+    """Predict every usable row (of the selected tiers, when ``tiers`` is given) and summarise the errors.
 
     ``predict_fn(model, plan, hardware)`` defaults to :func:`planner.predict.predict`;
     ``hardware_fn(gpu_key, gpus_per_node, cluster)`` defaults to the hardware catalogue.
     """
-    tiers = tuple(t.upper() for t in tiers)
-    selected = [r for r in rows if r.tier in tiers]
+    if tiers is None:  # no filter: every row, including users' runs without a TIER= tag
+        selected = list(rows)
+    else:
+        tiers = tuple(t.upper() for t in tiers)
+        selected = [r for r in rows if r.tier in tiers]
     usable = [r for r in selected if not r.skip_reason]
     if usable:
         predict_fn = predict_fn or _default_predict()

@@ -258,3 +258,13 @@ def test_cli_with_real_predict():
     assert len(data["rows"]) == 6
     for r in data["rows"]:
         assert r["skip_reason"] or (r["predicted"] > 0 and r["error"] is not None), r
+
+
+def test_runs_without_tier_tag_are_validated_by_default(tmp_path):
+    """Users' own run files carry no TIER= tag: they must not be dropped silently."""
+    rows = V.load_runs(FIXTURE)
+    for r in rows:
+        r.tier = ""
+    rep = V.validate(rows, predict_fn=stub_predict, hardware_fn=stub_hardware)
+    assert rep.excluded_by_tier == 0
+    assert len(rep.rows) == len(rows)

@@ -88,8 +88,8 @@ def build_and_write(path: str | os.PathLike, runs: Sequence[Path] | None, tiers:
     from planner.validate import load_runs, validate
 
     md = report_path(path)
-    tiers = [t.upper() for t in (tiers or ["A", "B", "C"])]
-    bad = [t for t in tiers if t not in ("A", "B", "C")]
+    tiers = [t.upper() for t in tiers] if tiers else None
+    bad = [t for t in tiers or () if t not in ("A", "B", "C")]
     if bad:
         raise PlannerError(f"unknown --tier {bad[0]!r}: use A, B or C.")
     files = list(runs) if runs else [default_run_file()]
