@@ -109,6 +109,11 @@ def _mem(kind: str, name: str, phase: str, features: tuple, nbytes: float, flops
     return Op(kind, name, phase, features, flops=flops, bytes=float(nbytes))
 
 
+def _rms(model: ModelSpec) -> int:
+    """The norm feature ``rms`` (costmodel/ops.py): 1 for RMSNorm, 0 for LayerNorm."""
+    return 1 if model.norm == "rmsnorm" else 0
+
+
 def layer_operators(model: ModelSpec, plan: ParallelPlan) -> tuple[list[Op], list[Op]]:
     """(operators, overlapped communication) for one transformer layer and one micro-batch."""
     EB = elem_bytes(plan.dtype)
@@ -152,9 +157,10 @@ def layer_operators(model: ModelSpec, plan: ParallelPlan) -> tuple[list[Op], lis
             ops.append(_coll("all_reduce", f"tp.{name}.allreduce", "fwd", act, t, tp_topo))
 
     norm_bytes = sp_tokens * h * EB
+    rms = _rms(model)
     # --- attention block
-    ops.append(_mem("norm", "attn_norm", "fwd", (sp_tokens, h), 2 * norm_bytes, 8.0 * sp_tokens * h))
-    ops.append(_mem("norm", "attn_norm", "bwd", (sp_tokens, h), 4 * norm_bytes, 16.0 * sp_tokens * h))
+    ops.append(_mem("norm", "attn_norm", "fwd", (sp_tokens, h, rms), 2 * norm_bytes, 8.0 * sp_tokens * h))
+    ops.append(_mem("norm", "attn_norm", "bwd", (sp_tokens, h, rms), 4 * norm_bytes, 16.0 * sp_tokens * h))
     tp_enter("qkv")
     qkv_n = (heads + 2 * kv_heads) * d
     ops += _gemm_fwd_bwd("qkv", tokens, qkv_n, h, dtype)
@@ -183,8 +189,8 @@ def layer_operators(model: ModelSpec, plan: ParallelPlan) -> tuple[list[Op], lis
     tp_exit("attn_out")
     ops.append(_mem("residual_add", "residual_add", "fwd", (sp_tokens * h,), 3 * norm_bytes, sp_tokens * h))
     # --- MLP block
-    ops.append(_mem("norm", "mlp_norm", "fwd", (sp_tokens, h), 2 * norm_bytes, 8.0 * sp_tokens * h))
-    ops.append(_mem("norm", "mlp_norm", "bwd", (sp_tokens, h), 4 * norm_bytes, 16.0 * sp_tokens * h))
+    ops.append(_mem("norm", "mlp_norm", "fwd", (sp_tokens, h, rms), 2 * norm_bytes, 8.0 * sp_tokens * h))
+    ops.append(_mem("norm", "mlp_norm", "bwd", (sp_tokens, h, rms), 4 * norm_bytes, 16.0 * sp_tokens * h))
     tp_enter("mlp_up")
     up_n = f * (2 if model.gated else 1)
     ops += _gemm_fwd_bwd("mlp_up", tokens, up_n, h, dtype)
@@ -243,8 +249,9 @@ def _head_ops(model: ModelSpec, plan: ParallelPlan) -> list[Op]:
     v = -(-model.vocab_size // t)
     sp_tokens = tokens // t if plan.sp else tokens
     norm_bytes = sp_tokens * h * EB
-    ops = [_mem("norm", "final_norm", "fwd", (sp_tokens, h), 2 * norm_bytes, 8.0 * sp_tokens * h),
-           _mem("norm", "final_norm", "bwd", (sp_tokens, h), 4 * norm_bytes, 16.0 * sp_tokens * h)]
+    rms = _rms(model)
+    ops = [_mem("norm", "final_norm", "fwd", (sp_tokens, h, rms), 2 * norm_bytes, 8.0 * sp_tokens * h),
+           _mem("norm", "final_norm", "bwd", (sp_tokens, h, rms), 4 * norm_bytes, 16.0 * sp_tokens * h)]
     topo = group_topology(t, 1, plan.gpus_per_node)
     act = tokens * h * EB
     if t > 1:

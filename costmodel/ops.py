@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Feature names per operator kind. activation: width = elements per token of its input (2F for gated
+# Feature names per operator kind. norm: rms = 1 for RMSNorm and 0 for LayerNorm (different kernels:
+# e.g. estimate-train-time's RMSNorm is an unfused Megatron implementation). activation: width = elements per token of its input (2F for gated
 # MLPs), gated = 1 for gated (SwiGLU) and 0 for plain (GELU, squared ReLU). Collectives' ``bytes`` is the per-rank buffer in the
 # nccl-tests convention: all_reduce = the full buffer; all_gather = the full *output* buffer;
 # reduce_scatter = the full *input* buffer; send_recv = the message; all_to_all = the full buffer.
@@ -16,7 +17,7 @@ FEATURES: dict[str, tuple[str, ...]] = {
     "gemm": ("m", "n", "k"),
     "attention_fwd": ("batch", "seq_q", "seq_kv", "heads", "kv_heads", "head_dim", "causal"),
     "attention_bwd": ("batch", "seq_q", "seq_kv", "heads", "kv_heads", "head_dim", "causal"),
-    "norm": ("tokens", "hidden"),
+    "norm": ("tokens", "hidden", "rms"),
     "activation": ("tokens", "width", "gated"),
     "rope": ("tokens", "heads", "head_dim"),
     "residual_add": ("elements",),

@@ -47,7 +47,7 @@ def test_tp_collectives_with_and_without_sequence_parallel():
     # message = full [s, b, h] activation in bf16
     assert all(o.bytes == 2048 * 4096 * 2 for o in sp if o.name.startswith("tp."))
     # SP shards the norms over TP
-    assert _by_name(sp)["attn_norm"].features == (2048 // 8, 4096)
+    assert _by_name(sp)["attn_norm"].features == (2048 // 8, 4096, 0)  # gpt: LayerNorm
 
 
 def test_full_recompute_repeats_forward():
@@ -97,3 +97,11 @@ def test_context_parallel_splits_sequence_and_adds_kv_exchange():
     assert att.features[1] == 8192 // 4 and att.features[2] == 8192
     assert {o.name for o in overlap} == {"cp.kv_exchange"}
     assert all(o.count == 3 for o in overlap)
+
+
+def test_norm_feature_rms_follows_model_norm():
+    # FEATURES["norm"] = (tokens, hidden, rms): rms = 1 for RMSNorm, 0 for LayerNorm (different kernels)
+    for m, rms in ((llama(layers=2), 1), (gpt(layers=2, hidden=1024, heads=16), 0)):
+        g = build_graph(m, plan(gpus=1, gpn=1, gbs=1))
+        norms = [o for s in g.stages for o in s.layer_ops + s.stage_ops if o.kind == "norm"]
+        assert norms and all(o.features[2] == rms for o in norms)

@@ -323,6 +323,11 @@ def test_ett_mappings(imported):
     emb = out[("embedding", "gh200")]
     assert emb.features[0].tolist() == [2 * 1024, 5632, 50304]
     assert out[("optimizer", "a100-80gb")].features[0].tolist() == [27335680]
+    # norm: rms = 0 for torch LayerNorm (layernorm), 1 for Megatron RMSNorm (RMSlayernorm)
+    norm = out[("norm", "gh200")]
+    for name, rms in (("layernorm", 0), ("RMSlayernorm", 1)):
+        rows = [r for s in norm.meta["sources"] if s["path"].endswith(f"_{name}_fp16.csv") for r in s["dataset_rows"]]
+        assert rows and set(norm.features[rows[0]:rows[1], 2].tolist()) == {rms}
 
 
 def test_vidur_mappings(imported):
@@ -353,6 +358,11 @@ def test_vidur_mappings(imported):
     assert ar.features[a].tolist() == [2048, 2, 2, 1] and math.isclose(ar.time_s[a], 0.043e-3)
     assert ar.repeats[a] == 3
     assert not any("phi-2" in s["path"] for s in out[("residual_add", "a100-80gb")].meta["sources"])
+    # norm: Llama-family blocks (with a post-attention norm) are RMSNorm, phi-2's are LayerNorm (mlp_impl.py)
+    ds, i = first("norm", "time_stats.input_layernorm.median")
+    assert ds.features[i].tolist() == [4096, 4096, 1]
+    phi = next(s for s in ds.meta["sources"] if "phi-2" in s["path"])
+    assert set(ds.features[phi["dataset_rows"][0]:phi["dataset_rows"][1], 2].tolist()) == {0}
     # vidur PROVENANCE: h100_pairwise_nvlink/send_recv.csv is a byte-identical copy of the A100 one (not imported)
     assert I.sha256(d / "vidur/network/h100_pairwise_nvlink/send_recv.csv") == \
         I.sha256(d / "vidur/network/a100_pairwise_nvlink/send_recv.csv")

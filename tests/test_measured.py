@@ -51,10 +51,26 @@ def test_out_of_range_warning(cpu_models):
 
 
 def test_fallback_for_kind_without_model(cpu_models):
-    op = Op("norm", "ln", "fwd", (4096, 1024), bytes=2 * 4096 * 1024 * 2.0)
+    op = Op("norm", "ln", "fwd", (4096, 1024, 0), bytes=2 * 4096 * 1024 * 2.0)
     r = MeasuredCostModel(cpu_models).predict([op, gemm(128, 128, 128)], CPU)
     assert r.method[0] == "roofline (no measured model)" and r.time_s[0] > 0
     assert any("no measured model for norm" in w for w in r.warnings)
+
+
+def test_artifact_with_other_features_falls_back(cpu_models, tmp_path):
+    # an artifact fitted by an older version (e.g. norm before its rms feature) is refused, not mis-read
+    import json
+    import shutil
+
+    stale = tmp_path / "stale"
+    shutil.copytree(cpu_models, stale)
+    meta = stale / "cpu" / "gemm.fwd.meta.json"
+    side = json.loads(meta.read_text())
+    side["feature_names"] = side["feature_names"][:-2] + side["feature_names"][-1:]
+    meta.write_text(json.dumps(side))
+    r = MeasuredCostModel(stale).predict([gemm(128, 128, 128)], CPU)
+    assert r.method == ["roofline (no measured model)"]
+    assert any("fitted on other features" in w and "planner fit" in w for w in r.warnings)
 
 
 def test_fallback_for_gpu_without_models(tmp_path):
@@ -124,7 +140,9 @@ def test_shipped_index_exists():
 
 
 def test_shipped_h100_gemm_within_cv_error(shared_data):
-    """Held-out measured H100 GEMMs (rows outside the seeded training subsample) within the CV error."""
+    """Measured H100 GEMMs through the whole predict path (artifact, numpy trees, features) within the CV
+    error: rows outside the seeded training subsample when there are some, else (the GEMM model is fitted
+    on every row, costmodel/fit.py MAX_ROWS_BY_KIND) training rows, which must not do worse than CV."""
     from costmodel import fit as F
     from costmodel.datasets.importers import import_all
     from costmodel.regressors.artifacts import read_index
@@ -133,12 +151,13 @@ def test_shipped_h100_gemm_within_cv_error(shared_data):
     ds, _ = F._training_subset(import_all(shared_data)[("gemm", "h100-sxm")], "fwd")
     chosen = np.random.default_rng(F.SEED).choice(len(ds), entry["n_samples"], replace=False)
     held = np.setdiff1d(np.arange(len(ds)), chosen)
-    pick = np.random.default_rng(1).choice(held, 400, replace=False)
+    pool = held if len(held) >= 400 else np.arange(len(ds))
+    pick = np.random.default_rng(1).choice(pool, 400, replace=False)
     hw = load_catalogue().resolve("h100-sxm")
     ops = [gemm(*map(int, ds.features[i]), dtype=ds.dtype[i]) for i in pick]
     r = MeasuredCostModel(fallback=None).predict(ops, hw)
     mape = float(np.mean(np.abs(r.time_s / ds.time_s[pick] - 1)))
-    assert mape <= entry["cv"]["mape"] * 1.25, (mape, entry["cv"])
+    assert mape <= entry["cv"]["mape"] * (1.25 if len(held) >= 400 else 1.0), (mape, entry["cv"])
 
 
 def test_shipped_load_and_predict_speed():

@@ -106,7 +106,7 @@ def test_more_bytes_never_faster_and_inter_slower_than_intra():
         assert np.all(np.diff(intra) > 0) and np.all(np.diff(inter) > 0)
         assert np.all(flat_inter > intra)
         assert np.all(inter > intra)
-    norms = m.predict([Op("norm", "n", "fwd", (t, 4096)) for t in (128, 1024, 8192, 65536)], H100).time_s
+    norms = m.predict([Op("norm", "n", "fwd", (t, 4096, 1)) for t in (128, 1024, 8192, 65536)], H100).time_s
     assert np.all(np.diff(norms) > 0)
 
 
@@ -133,7 +133,7 @@ def test_every_kind_supported_and_positive():
 
     m = RooflineCostModel()
     feats = {"gemm": (1024, 1024, 1024), "attention_fwd": (1, 2048, 2048, 32, 8, 128, 1),
-             "attention_bwd": (1, 2048, 2048, 32, 8, 128, 1), "norm": (4096, 4096), "activation": (4096, 14336),
+             "attention_bwd": (1, 2048, 2048, 32, 8, 128, 1), "norm": (4096, 4096, 1), "activation": (4096, 14336),
              "rope": (4096, 32, 128), "residual_add": (4096 * 4096,), "embedding": (4096, 4096, 128256),
              "cross_entropy": (4096, 128256), "optimizer": (8e9,)}
     ops = [Op(k, k, "fwd", feats.get(k, (1e8, 16, 2, 8))) for k in FEATURES]

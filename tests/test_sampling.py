@@ -63,6 +63,18 @@ def test_lhs_is_seeded_and_space_filling():
     assert {p[2] for p in a} == {64, 128}
 
 
+def test_norm_rms_feature_chooses_the_kernel(tmp_path):
+    spec = {"design": "grid", "tokens": [64], "hidden": [128], "rms": [0, 1, 5]}
+    assert design_points("norm", spec) == [(64, 128, 0), (64, 128, 1)]  # any non-zero rms means RMSNorm
+    bad = tmp_path / "norm.toml"
+    bad.write_text('[ops.norm]\ntokens = 64\nhidden = 128\nrms = [0, 1]\n')
+    samples = expand(load_plan(bad))
+    assert {(s.features[2], s.variant) for s in samples} == {(0, "layer"), (1, "rms")}
+    bad.write_text('[ops.norm]\ntokens = 64\nhidden = 128\nrms = 1\nvariant = "rms"\n')
+    with pytest.raises(PlannerError, match="rms feature"):
+        expand(load_plan(bad))
+
+
 def test_plan_errors_are_one_line(tmp_path):
     with pytest.raises(PlannerError, match="unknown plan"):
         load_plan("no-such-plan")

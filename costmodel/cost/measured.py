@@ -42,7 +42,7 @@ class _Entry:
     """One loaded regressor and what the predict path needs from its sidecar."""
 
     def __init__(self, path: Path):
-        from costmodel.regressors.features import DeviceConstants
+        from costmodel.regressors.features import DeviceConstants, feature_names
         from costmodel.regressors.runtime import RuntimeRegressor
 
         self.reg = RuntimeRegressor(path)
@@ -53,6 +53,11 @@ class _Entry:
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             raise PlannerError(f"model sidecar for {path} lacks device constants or ranges ({exc}); "
                                "re-run `planner fit`") from None
+        # an artifact fitted by an older version with other features (e.g. norm before its rms feature)
+        kind, got = meta.get("kind"), meta.get("feature_names")
+        if kind in FEATURES and got is not None and list(got) != list(feature_names(kind)):
+            raise PlannerError(f"model {path} was fitted on other features than this version builds "
+                               f"({len(got)} vs {len(feature_names(kind))}); re-run `planner fit`")
 
 
 class _GpuModels:

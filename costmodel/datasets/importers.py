@@ -514,9 +514,10 @@ def _ett_operator(b: Builder, data: Path, path: Path, op: str, system: str, gpu:
                "estimate-train-time flash_atten: flash_attn_func(Q, K, V) non-causal, heads h/mp, head_dim dim/h")
     elif op in ("layernorm", "RMSlayernorm"):
         t = read_table(data, path, ("b", "l", "dim", *fb))
-        both(t, "norm", {"tokens": t.num("b") * t.num("l"), "hidden": t.num("dim")})
-        b.note([("norm", gpu)], "estimate-train-time norm rows come from two kernels with the same features: torch "
-                                "LayerNorm (layernorm) and Megatron RMSNorm (RMSlayernorm); see sources")
+        both(t, "norm", {"tokens": t.num("b") * t.num("l"), "hidden": t.num("dim"),
+                         "rms": 1 if op == "RMSlayernorm" else 0})
+        b.note([("norm", gpu)], "estimate-train-time norm rows come from two kernels told apart by the rms feature: "
+                                "torch LayerNorm (layernorm, rms = 0) and Megatron RMSNorm (RMSlayernorm, rms = 1)")
     elif op == "gelu":
         t = read_table(data, path, ("mp", "b", "l", "dim", *fb))
         both(t, "activation", {"tokens": t.num("b") * t.num("l"), "width": 4 * t.num("dim") / t.num("mp"),
@@ -657,14 +658,18 @@ def _vidur_compute(b: Builder, data: Path, path: Path, gpu: str, fp: dict) -> No
     nh, nkv, ff = t.num("n_head"), t.num("n_kv_head"), t.num("n_expanded_embd")
     hd = emb / nh
     up = (1 + gated) * ff / tp
+    # vidur's GPTBlock (profiling/mlp/mlp_impl.py) builds a post-attention norm only for norm = "rms_norm"
+    # (RMSNorm: the Llama-family configs of vidur/config/model_config.py); blocks without one are phi-2's
+    # parallel blocks with norm = "layer_norm" (torch.nn.LayerNorm).
+    rms = 1 if "time_stats.post_attention_layernorm.median" in t else 0
     # per-GPU (TP-sharded) shapes as built by vidur/profiling/mlp/mlp_impl.py (ColumnParallel / RowParallel)
     mapping = {
         "emb": ("embedding", {"tokens": tok, "hidden": emb, "vocab": t.num("vocab_size") / tp}),
-        "input_layernorm": ("norm", {"tokens": tok, "hidden": emb}),
+        "input_layernorm": ("norm", {"tokens": tok, "hidden": emb, "rms": rms}),
         "attn_pre_proj": ("gemm", {"m": tok, "n": (nh + 2 * nkv) * hd / tp, "k": emb}),
         "attn_rope": ("rope", {"tokens": tok, "heads": (nh + nkv) / tp, "head_dim": hd}),
         "attn_post_proj": ("gemm", {"m": tok, "n": emb, "k": nh * hd / tp}),
-        "post_attention_layernorm": ("norm", {"tokens": tok, "hidden": emb}),
+        "post_attention_layernorm": ("norm", {"tokens": tok, "hidden": emb, "rms": rms}),
         "mlp_up_proj": ("gemm", {"m": tok, "n": up, "k": emb}),
         "mlp_act": ("activation", {"tokens": tok, "width": up, "gated": gated}),
         "mlp_down_proj": ("gemm", {"m": tok, "n": emb, "k": ff / tp}),

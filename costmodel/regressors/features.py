@@ -7,6 +7,9 @@ Columns, in order (:func:`feature_names`):
   each (``log2(max(x, 1))``);
 * compute kinds: ``dtype_bytes`` (GEMM and attention), ``log2_flops``, ``log2_bytes``, ``log2_ai``
   (arithmetic intensity, FLOPs per byte) where FLOPs are defined;
+* GEMM: tile/wave quantisation features (:func:`gemm_tile_features`): ``log2`` of the number of
+  128x128 output tiles and, for each SM count in :data:`WAVE_SM_COUNTS`, the fractional part and
+  ``log2`` of the ceiling of tiles / SMs (a last partial wave costs a whole wave);
 * collectives: ``log2_bytes`` and the nccl-tests bus-bandwidth factor of the op at that rank count;
 * last: ``roofline_s``, the *unit-efficiency* roofline time (:func:`unit_roofline`), so that
   ``time / roofline_s`` is a pure learned inverse efficiency.
@@ -29,6 +32,15 @@ from costmodel.ops import COLLECTIVE_KINDS, FEATURES
 ATTENTION_BWD_FLOP_FACTOR = 2.5
 """Backward FLOPs of fused attention / forward FLOPs (FlashAttention-2, Dao 2023, §4.1: the backward
 pass does 2.5x the matmul FLOPs of the forward: five matmuls vs two, one of them a recomputation)."""
+
+GEMM_TILE = 128
+"""Edge of the output tile the GEMM quantisation features count in (a definition of those features:
+128x128 is a common CUTLASS/cuBLAS tensor-core tile; the trees learn what the real tiling does)."""
+WAVE_SM_COUNTS = (108, 132, 148)
+"""SM counts the wave features divide by: A100 (108), H100 SXM / H200 (132), B200 (148), from
+shared/data/hardware/gpus.yaml ``sm_count`` (the catalogue carries no SM count, so every GEMM model
+gets all three; kept because they lowered grouped-CV MAPE on h100-sxm and a100-80gb, see
+reports/costmodel.md)."""
 
 REF_COL = -1
 """Index of ``roofline_s`` in the feature matrix."""
@@ -79,6 +91,9 @@ def feature_names(kind: str) -> tuple[str, ...]:
         extra = ("log2_bytes_total", "busbw_factor")
     elif kind in ("gemm", "attention_fwd", "attention_bwd"):
         extra = ("dtype_bytes", "log2_flops", "log2_bytes_total", "log2_ai")
+        if kind == "gemm":
+            extra += (f"log2_tiles{GEMM_TILE}",) + tuple(
+                f"{f}_{s}sm" for s in WAVE_SM_COUNTS for f in ("waves_frac", "log2_waves_ceil"))
     else:
         extra = ("log2_bytes_total",)
     return raw + logs + extra + ("roofline_s",)
@@ -86,6 +101,18 @@ def feature_names(kind: str) -> tuple[str, ...]:
 
 def _log2(x) -> np.ndarray:
     return np.log2(np.maximum(np.asarray(x, dtype=float), 1.0))
+
+
+def gemm_tile_features(raw: np.ndarray) -> np.ndarray:
+    """[n, 1 + 2·len(WAVE_SM_COUNTS)]: log2 of the GEMM_TILE² output tiles of (m, n) and, per SM count S,
+    frac(tiles / S) and log2(ceil(tiles / S)) (in the order of :func:`feature_names`)."""
+    m, n = raw[:, 0], raw[:, 1]
+    tiles = np.maximum(np.ceil(m / GEMM_TILE) * np.ceil(n / GEMM_TILE), 1.0)
+    cols = [np.log2(tiles)]
+    for s in WAVE_SM_COUNTS:
+        w = tiles / s
+        cols += [w - np.floor(w), np.log2(np.ceil(w))]
+    return np.stack(cols, 1)
 
 
 def flops_bytes(kind: str, raw: np.ndarray, dtype_b: np.ndarray, backward: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -151,6 +178,8 @@ def build_features(kind: str, raw, dtypes, backward: bool, dev: DeviceConstants)
         ai = flops / np.maximum(byts, 1.0)
         cols += [dtype_b[:, None], _log2(flops)[:, None], _log2(byts)[:, None],
                  np.log2(np.maximum(ai, 2.0**-20))[:, None]]
+        if kind == "gemm":
+            cols.append(gemm_tile_features(raw))
     else:
         cols += [_log2(byts)[:, None]]
     cols.append(ref[:, None])

@@ -12,7 +12,8 @@ A plan has top-level ``name``, ``description``, ``dtype`` (compute dtype), a ``[
   ``log``) or ``"=other"`` (same value as feature ``other``, e.g. ``seq_kv = "=seq_q"``)
 * ``directions``: subset of the kind's directions (default: all it has)
 * ``max_gflop``: drop points above this many GFLOP (gemm, attention) so a plan stays in its time budget
-* ``variant``: ``norm`` = ``"rms"`` | ``"layer"``; ``activation`` (gated = 0) = ``"gelu"`` | ``"squared_relu"``
+* ``variant``: ``activation`` (gated = 0) = ``"gelu"`` | ``"squared_relu"`` (norm: the ``rms`` feature chooses
+  RMSNorm (1) or LayerNorm (0), so both can be sampled in one plan, e.g. ``rms = [0, 1]``)
 * ``bwd_layouts`` (gemm): backward GEMM layouts assigned in turn to the shapes (``"dgrad"``, ``"wgrad"``)
 
 Feature values are then made valid for the operator (:func:`normalize_features`) and de-duplicated.
@@ -38,7 +39,9 @@ DIRECTIONS = {  # directions each kind has in the operator graph (costmodel/grap
     "activation": ("fwd", "bwd"), "rope": ("fwd", "bwd"), "residual_add": ("fwd",),
     "embedding": ("fwd", "bwd"), "cross_entropy": ("fwd", "bwd"), "optimizer": ("fwd",),
 }
-VARIANTS = {"norm": ("rms", "layer"), "activation": ("gelu", "squared_relu")}
+VARIANTS = {"activation": ("gelu", "squared_relu")}
+NORM_VARIANTS = {1: "rms", 0: "layer"}
+"""Variant recorded for a norm sample from its ``rms`` feature (costmodel/ops.py)."""
 FP32_KINDS = {"cross_entropy": "fp32 logits (graph.py _head_ops)", "optimizer": "fp32 master weights, m, v"}
 OP_KEYS = {"design", "samples", "seed", "directions", "max_gflop", "variant", "bwd_layouts"}
 COMPUTE_DTYPES = ("fp32", "bf16", "fp16")
@@ -70,7 +73,7 @@ class Sample:
     features: tuple
     """Integer feature values in the order of FEATURES[kind]."""
     variant: str = ""
-    """Implementation choice not in the features: gemm bwd layout, norm type, plain activation."""
+    """Implementation label: gemm bwd layout, norm type (from the rms feature), plain activation."""
     index: int = 0
     """Position among the plan's samples of this kind (the dataset's source_row)."""
 
@@ -199,6 +202,8 @@ def normalize_features(kind: str, feats: dict) -> tuple:
         f["kv_heads"] = max(d for d in range(1, f["heads"] + 1) if f["heads"] % d == 0 and d <= max(1, f["kv_heads"]))
         f["seq_kv"] = max(f["seq_kv"], f["seq_q"])  # every query must see at least one key
         f["causal"] = 1 if f["causal"] else 0
+    elif kind == "norm":
+        f["rms"] = 1 if f["rms"] else 0
     elif kind == "activation":
         f["gated"] = 1 if f["gated"] else 0
         if f["gated"] and f["width"] % 2:
@@ -206,7 +211,7 @@ def normalize_features(kind: str, feats: dict) -> tuple:
     elif kind == "rope" and f["head_dim"] % 2:
         f["head_dim"] += 1  # rotate-half needs an even head dim
     for k, v in f.items():
-        if v < (0 if k in ("causal", "gated") else 1):
+        if v < (0 if k in ("causal", "gated", "rms") else 1):
             raise PlannerError(f"[ops.{kind}] feature {k} = {v} is out of range")
     return tuple(f[k] for k in FEATURES[kind])
 
@@ -271,6 +276,9 @@ def expand(plan: Plan, ops: list[str] | None = None, dtype: str | None = None) -
         bad = [d for d in dirs if d not in DIRECTIONS[kind]]
         if bad:
             raise PlannerError(f"[ops.{kind}] directions {bad} not measurable; {kind} has {list(DIRECTIONS[kind])}")
+        if kind == "norm" and "variant" in spec:
+            raise PlannerError("[ops.norm] variant is replaced by the rms feature: write rms = 1 (RMSNorm), "
+                               "rms = 0 (LayerNorm) or rms = [0, 1]")
         variant = spec.get("variant", VARIANTS.get(kind, ("",))[0])
         if kind in VARIANTS and variant not in VARIANTS[kind]:
             raise PlannerError(f"[ops.{kind}] variant {variant!r} must be one of {', '.join(VARIANTS[kind])}")
@@ -286,5 +294,7 @@ def expand(plan: Plan, ops: list[str] | None = None, dtype: str | None = None) -
                     v = layouts[i % len(layouts)] if d == "bwd" else "fwd"
                 elif kind == "activation":
                     v = "swiglu" if feats[2] else variant
+                elif kind == "norm":
+                    v = NORM_VARIANTS[feats[2]]
                 samples.append(Sample(kind, d, dt, feats, v, len(samples) - start))
     return samples
