@@ -29,6 +29,12 @@ if TYPE_CHECKING:
 GIB = 1024**3
 
 
+def mfu_peak_dtype(dtype: str) -> str:
+    """Which dense peak MFU divides by: bf16/fp16 for mixed-precision and fp8 runs (the convention of
+    the published MFU figures, shared/validation/README.md), fp32 for pure fp32 training."""
+    return "fp32" if dtype == "fp32" else "bf16"
+
+
 @lru_cache(maxsize=1)
 def default_cost_model() -> OperatorCostModel:
     """The cost model used when none is given: the measured regressors, roofline where none exists."""
@@ -244,7 +250,7 @@ def _compose(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, graph: Op
         tokens_per_s_per_gpu=tokens / per_gpu,
         model_tflops_per_gpu=model_tflops,
         hardware_tflops_per_gpu=hflops / per_gpu / 1e12,
-        mfu=model_tflops * 1e12 / hardware.gpu.peak_flops("bf16"),
+        mfu=model_tflops * 1e12 / hardware.gpu.peak_flops(mfu_peak_dtype(plan.dtype)),
         memory_gib_per_gpu=mem.total / GIB,
         fits_in_memory=fits,
         bubble_fraction=bubble / iteration,

@@ -262,7 +262,8 @@ class RooflineCostModel(OperatorCostModel):
                 flops = gemm_flops(m, n, k)
                 byts = np.array([ops[i].bytes for i in sel], dtype=float)
                 byts = np.where(byts > 0, byts, gemm_bytes(m, n, k, key))
-                t = np.maximum(flops / (g.peak_flops(key) * _interp_eff(entry, flops)),
+                peak = g.peak_flops("fp32" if dtype == "fp32" else key)  # fp32 GEMMs run at the fp32 peak
+                t = np.maximum(flops / (peak * _interp_eff(entry, flops)),
                                byts / (hbm * entry["mem_eff"]))
                 out[sel] = t + entry["launch_latency_us"] * 1e-6
             return out
@@ -273,7 +274,8 @@ class RooflineCostModel(OperatorCostModel):
             byts = attention_bytes(b, sq, skv, h, hkv, d)
             entry = res.get("attention_fwd", what="attention")
             gemm_mem = res.get("gemm", "bf16", "mem_eff", what="bf16 GEMM")
-            t = np.maximum(flops / (g.peak_flops("bf16") * _interp_eff(entry, flops)), byts / (hbm * gemm_mem))
+            peak = np.array([g.peak_flops("fp32" if o.dtype == "fp32" else "bf16") for o in ops])
+            t = np.maximum(flops / (peak * _interp_eff(entry, flops)), byts / (hbm * gemm_mem))
             if kind == "attention_bwd":
                 t = t * res.get("attention_bwd_fwd_ratio", "value", what="attention backward")
             return t + launch

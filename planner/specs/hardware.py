@@ -51,10 +51,14 @@ class GPUSpec:
         table = self.peak_tflops
         if dtype in table:
             return table[dtype] * 1e12
-        for alt in ("bf16", "fp16"):
-            if alt in table:
-                return table[alt] * 1e12
-        raise KeyError(dtype)
+        if dtype in ("bf16", "fp16", "fp8"):
+            for alt in ("bf16", "fp16"):
+                if alt in table:
+                    return table[alt] * 1e12
+        from planner.errors import PlannerError
+
+        raise PlannerError(f"{self.name} has no {dtype} peak in the catalogue (it has {', '.join(sorted(table))}); "
+                           f"use --dtype {sorted(table)[0]} or add the figure in a --hardware-file")
 
 
 @dataclass(frozen=True)
