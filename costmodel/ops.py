@@ -6,7 +6,7 @@ alongside so an analytical model and a learned model can share one record.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # Feature names per operator kind. norm: rms = 1 for RMSNorm and 0 for LayerNorm (different kernels:
 # e.g. estimate-train-time's RMSNorm is an unfused Megatron implementation). activation: width = elements per token of its input (2F for gated
@@ -57,6 +57,11 @@ class Op:
     """Precision of the operator's main math."""
     count: float = 1.0
     """How many times it runs where it appears (e.g. per layer)."""
+    _key: tuple = field(default=(), init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        # computed once: cost lookups ask for it many times per prediction
+        object.__setattr__(self, "_key", (self.kind, self.dtype, self.features, self.phase == "bwd"))
 
     @property
     def backward(self) -> bool:
@@ -65,7 +70,7 @@ class Op:
 
     def key(self) -> tuple:
         """Identity of the operator for cost caching (independent of name and count)."""
-        return (self.kind, self.dtype, self.features, self.phase == "bwd")
+        return self._key
 
     def feature_dict(self) -> dict:
         return dict(zip(FEATURES[self.kind], self.features))

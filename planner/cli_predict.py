@@ -71,7 +71,10 @@ def _render_table(rec: dict) -> None:
     t = Table(title="Prediction", show_header=True)
     t.add_column("metric")
     t.add_column("value", justify="right")
-    t.add_row(escape("iteration time [s]"), f"{rec['iteration_time_s']:.4g}")
+    band = ""
+    if rec.get("iteration_time_low_s") is not None and rec.get("iteration_time_high_s") is not None:
+        band = f" (interval {rec['iteration_time_low_s']:.4g} .. {rec['iteration_time_high_s']:.4g})"
+    t.add_row(escape("iteration time [s]"), f"{rec['iteration_time_s']:.4g}{band}")
     t.add_row(escape("throughput [tokens/s]"), f"{rec['tokens_per_s']:,.0f}")
     t.add_row(escape("throughput [tokens/s/GPU]"), f"{rec['tokens_per_s_per_gpu']:,.1f}")
     t.add_row(escape("model FLOPs [TFLOP/s/GPU]"), f"{rec['model_tflops_per_gpu']:.1f}")

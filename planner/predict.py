@@ -116,14 +116,25 @@ def predict(model: ModelSpec, plan: ParallelPlan, hardware: Hardware,
     plan.validate(model)
     cost_model = cost_model or default_cost_model()
     graph = build_graph(model, plan)
-    times, warnings = _cost_all(graph, hardware, cost_model)
+    bounds: list = []
+    times, warnings = _cost_all(graph, hardware, cost_model, bounds)
     if calibration is not None:
         times = calibration.scale_times(times)
+        bounds = [calibration.scale_times(b) for b in bounds]
         warnings = warnings + calibration.warnings_for(cost_model.name)
-    return _compose(model, plan, hardware, graph, times, warnings, cost_model.name, calibration)
+    pred = _compose(model, plan, hardware, graph, times, warnings, cost_model.name, calibration)
+    if bounds and (bounds[0] != times or bounds[1] != times):
+        # the regressors' ensemble intervals, carried through the same composition (each end
+        # composes every operator at that end: a conservative band, not a joint quantile)
+        pred.iteration_time_low_s = _compose(model, plan, hardware, graph, bounds[0], [], cost_model.name,
+                                             calibration, iteration_only=True)
+        pred.iteration_time_high_s = _compose(model, plan, hardware, graph, bounds[1], [], cost_model.name,
+                                              calibration, iteration_only=True)
+    return pred
 
 
-def _cost_all(graph: OperatorGraph, hardware: Hardware, cost_model: OperatorCostModel):
+def _cost_all(graph: OperatorGraph, hardware: Hardware, cost_model: OperatorCostModel,
+              bounds: list | None = None):
     unique: dict[tuple, Op] = {}
     seen_lists: set[int] = set()
     for st in graph.stages:
@@ -138,11 +149,15 @@ def _cost_all(graph: OperatorGraph, hardware: Hardware, cost_model: OperatorCost
     ops = list(unique.values())
     res = cost_model.predict(ops, hardware)
     times = dict(zip(unique.keys(), (float(x) for x in res.time_s)))
+    if bounds is not None and res.low_s is not None and res.high_s is not None:
+        bounds.append(dict(zip(unique.keys(), (float(x) for x in res.low_s))))
+        bounds.append(dict(zip(unique.keys(), (float(x) for x in res.high_s))))
     return times, list(res.warnings)
 
 
 def _compose(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph,
-             times: dict, warnings: list, cost_name: str, calibration: Calibration | None = None) -> Prediction:
+             times: dict, warnings: list, cost_name: str, calibration: Calibration | None = None,
+             iteration_only: bool = False):
     m = graph.num_microbatches
     fwd, bwd, tails_info = [], [], []
     per_layer_cache: dict[int, tuple] = {}
@@ -185,6 +200,9 @@ def _compose(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, graph: Op
         slack += bwd[i] / plan.vpp
     crit = max(range(len(finish)), key=finish.__getitem__)
     iteration = max(pipe.time_s, finish[crit])
+    if iteration_only:
+        overhead = calibration.iteration_overhead_s if calibration is not None else 0.0
+        return iteration + max(overhead, 0.0)
 
     # ---- breakdown on the steady-state (slowest) stage
     s_idx = max(range(len(fwd)), key=lambda i: fwd[i] + bwd[i])

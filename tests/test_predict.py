@@ -153,3 +153,17 @@ def test_batch_and_single_agree(tmp_path):
     batch = json.loads(res.stdout.strip())
     single = predict(*_req({k: v for k, v in req.items() if k != "id"}))
     assert batch["iteration_time_s"] == single.iteration_time_s
+
+
+def test_prediction_interval_brackets_point_with_measured_models():
+    from costmodel.cost.roofline import RooflineCostModel
+
+    m = llama(layers=32)
+    p = plan(gpus=16, gpn=8, gbs=64, seq=4096, tp=2, pp=2).validate(m)
+    r = predict(m, p, _hw("h100-sxm"))
+    assert r.cost_model == "measured"
+    assert r.iteration_time_low_s is not None and r.iteration_time_high_s is not None
+    assert r.iteration_time_low_s <= r.iteration_time_s <= r.iteration_time_high_s
+    assert r.iteration_time_high_s > r.iteration_time_low_s
+    roof = predict(m, p, _hw("h100-sxm"), RooflineCostModel())
+    assert roof.iteration_time_low_s is None and roof.iteration_time_high_s is None
