@@ -169,8 +169,9 @@ def _compose(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, graph: Op
             of = _sum_time(st.layer_overlap_ops, times, ("fwd",))
             ob = _sum_time(st.layer_overlap_ops, times, ("bwd",))
             # overlapped comm (CP KV ring, ZeRO-3 prefetch) is exposed only beyond the layer's compute
-            per_layer_cache[key] = (lf + max(0.0, of - lf), lb + max(0.0, ob - lb), max(0.0, of - lf),
-                                    max(0.0, ob - lb))
+            # (all of it where communication shares the compute cores)
+            ef, eb = (max(0.0, of - lf), max(0.0, ob - lb)) if hardware.cluster.comm_overlaps_compute else (of, ob)
+            per_layer_cache[key] = (lf + ef, lb + eb, ef, eb)
         lf, lb, _, _ = per_layer_cache[key]
         fwd.append(st.layers * lf + _sum_time(st.stage_ops, times, ("fwd",)))
         bwd.append(st.layers * lb + _sum_time(st.stage_ops, times, ("bwd", "recompute")))
@@ -185,7 +186,7 @@ def _compose(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, graph: Op
         t_grad = _sum_time(st.iteration_ops, times, ("dp_comm",))
         t_ag = _sum_time(st.iteration_ops, times, ("zero_comm",))
         t_opt = _sum_time(st.iteration_ops, times, ("optimizer",))
-        if plan.overlap_grad_reduce and t_grad > 0:
+        if plan.overlap_grad_reduce and hardware.cluster.comm_overlaps_compute and t_grad > 0:
             grad_bytes = st.params / plan.tp * GRAD_REDUCE_BYTES
             last_bucket = t_grad * min(1.0, plan.dp_bucket_mb * 1e6 / max(grad_bytes, 1.0))
             # reduced while the last micro-batch runs backward; at most overlap_eff of it hides there
@@ -193,7 +194,7 @@ def _compose(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, graph: Op
             exp_grad = max(last_bucket, t_grad - min(bwd[i], overlap_eff * t_grad))
         else:
             exp_grad = t_grad
-        exp_ag = max(0.0, t_ag - fwd[i]) if plan.overlap_param_gather else t_ag
+        exp_ag = max(0.0, t_ag - fwd[i]) if plan.overlap_param_gather and hardware.cluster.comm_overlaps_compute else t_ag
         # stage i ends its last backward before stage 0 does, by the backward of the stages before it
         finish.append(pipe.time_s - slack + exp_grad + t_opt + exp_ag)
         tails.append((exp_grad, t_opt, exp_ag))

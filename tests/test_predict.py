@@ -167,3 +167,16 @@ def test_prediction_interval_brackets_point_with_measured_models():
     assert r.iteration_time_high_s > r.iteration_time_low_s
     roof = predict(m, p, _hw("h100-sxm"), RooflineCostModel())
     assert roof.iteration_time_low_s is None and roof.iteration_time_high_s is None
+
+
+def test_no_overlap_hardware_exposes_dp_reduction():
+    """Where collectives share the compute cores (gloo on a CPU), the DP reduction cannot hide."""
+    import dataclasses
+
+    m = llama(layers=8)
+    p = plan(gpus=8, gbs=16, seq=2048).validate(m)
+    hw = _hw("a100-80gb")
+    shared = dataclasses.replace(hw, cluster=dataclasses.replace(hw.cluster, comm_overlaps_compute=False))
+    a, b = predict(m, p, hw), predict(m, p, shared)
+    assert b.iteration_time_s > a.iteration_time_s
+    assert b.exposed_comm_s["dp"] > a.exposed_comm_s["dp"]

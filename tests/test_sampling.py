@@ -290,3 +290,32 @@ def test_cli_imports_and_explains_without_torch():
     res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert res.returncode == 2, res.stderr
     assert res.stderr.strip() == "error: torch is not installed: pip install 'planner[profile]'"
+
+
+def test_collectives_after_compute_mode(tmp_path):
+    """compute_between_s > 0: each call is timed after a GEMM burst, one call per repeat, mean over ranks."""
+    from costmodel.sampling.collectives import launch
+
+    plan = tmp_path / "coll.toml"
+    plan.write_text('name = "coll"\n[collectives]\nops = ["all_reduce"]\nbytes = [4096]\nrepeats = 4\n'
+                    'warmup = 1\ncompute_between_s = 0.001\n', encoding="utf-8")
+    paths = launch(plan, tmp_path / "out", nproc=2, progress=False, timeout_s=120)
+    ds = load_dataset(paths[0])
+    assert len(ds) == 1 and ds.time_s[0] > 0 and ds.meta["sampling"]["collectives"]["compute_between_s"] == 0.001
+
+
+def test_cold_cache_timing_is_per_kind(tmp_path):
+    """[timing] flush_mb applies to every kind unless its [ops.<kind>] table overrides it; cold timing
+    times single calls (number 1) and at least min_repeats of them."""
+    from costmodel.sampling.operators import build, time_fn
+    from costmodel.sampling.plan import Sample, op_timing
+
+    plan_path = tmp_path / "cold.toml"
+    plan_path.write_text('name = "cold"\n[timing]\nwarmup = 1\nmin_run_time_s = 0.001\nmin_repeats = 3\n'
+                         'flush_mb = 1\n[ops.gemm]\nsamples = 2\nm = [64]\nn = [64]\nk = [64]\n'
+                         '[ops.norm]\nflush_mb = 0\nsamples = 2\ntokens = [64]\nhidden = [64]\nrms = [1]\n',
+                         encoding="utf-8")
+    plan = load_plan(plan_path)
+    assert op_timing(plan, "gemm").flush_mb == 1 and op_timing(plan, "norm").flush_mb == 0
+    m = time_fn(build(Sample("gemm", "fwd", "fp32", (64, 64, 64)), "cpu"), op_timing(plan, "gemm"), 1)
+    assert m.number == 1 and m.repeats >= 3 and m.median_s > 0

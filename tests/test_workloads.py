@@ -125,3 +125,47 @@ def test_mixed_tp_pp_matches_unsharded_model():
     mixed, ref = result("llama_tp2_pp2_m4")["losses"], result("llama_single_m4")["losses"]
     assert abs(mixed[0] - ref[0]) < 1e-5
     assert max(abs(a - b) for a, b in zip(mixed, ref)) < 1e-4
+
+
+@needs_torch
+def test_vocab_parallel_cross_entropy_is_exact_on_one_shard():
+    """The fused vocab-parallel cross-entropy (tensor_parallel._VocabParallelCE) equals torch's
+    cross-entropy in loss and gradient on a single-rank group (world 1: the all-reduces are identities)."""
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+    from costmodel.workloads.tensor_parallel import _VocabParallelCE
+
+    created = not dist.is_initialized()
+    if created:
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", "29573")
+        dist.init_process_group("gloo", rank=0, world_size=1)
+    try:
+        gen = torch.Generator().manual_seed(0)
+        logits = (torch.randn(16, 50, generator=gen, dtype=torch.float64) * 4)
+        target = torch.randint(0, 50, (16,), generator=gen)
+        weight = torch.randn(16, generator=gen, dtype=torch.float64)
+        ref_in, got_in = logits.clone().requires_grad_(), logits.clone().requires_grad_()
+        ref = torch.nn.functional.cross_entropy(ref_in, target, reduction="none")
+        got = _VocabParallelCE.apply(got_in, target, 0, None)
+        (ref * weight).sum().backward()
+        (got * weight).sum().backward()
+        assert torch.allclose(got, ref, atol=1e-12)
+        assert torch.allclose(got_in.grad, ref_in.grad, atol=1e-12)
+    finally:
+        if created:
+            dist.destroy_process_group()
+
+
+@needs_torch
+def test_workload_uses_fused_adamw_and_cached_malloc():
+    import torch
+
+    from costmodel.workloads.train import keep_freed_memory, make_adamw
+
+    opt = make_adamw([torch.nn.Parameter(torch.zeros(4))], WorkloadConfig())
+    assert opt.defaults.get("fused") or opt.defaults.get("foreach")
+    assert isinstance(keep_freed_memory(), bool)

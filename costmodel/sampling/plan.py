@@ -25,7 +25,7 @@ import hashlib
 import itertools
 import math
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -43,7 +43,7 @@ VARIANTS = {"activation": ("gelu", "squared_relu")}
 NORM_VARIANTS = {1: "rms", 0: "layer"}
 """Variant recorded for a norm sample from its ``rms`` feature (costmodel/ops.py)."""
 FP32_KINDS = {"cross_entropy": "fp32 logits (graph.py _head_ops)", "optimizer": "fp32 master weights, m, v"}
-OP_KEYS = {"design", "samples", "seed", "directions", "max_gflop", "variant", "bwd_layouts"}
+OP_KEYS = {"design", "samples", "seed", "directions", "max_gflop", "variant", "bwd_layouts", "flush_mb"}
 COMPUTE_DTYPES = ("fp32", "bf16", "fp16")
 
 
@@ -61,6 +61,10 @@ class Timing:
     """Stop after this many blocks."""
     checkpoint_every: int = 25
     """Rewrite the datasets after this many newly measured samples."""
+    flush_mb: float = 0.0
+    """(Overridable per operator kind by ``flush_mb`` in its [ops.<kind>] table.) > 0: time single calls, each after writing a buffer of this many MiB (untimed) so the operator
+    starts with cold caches, as inside a training step whose working set exceeds the caches
+    (costmodel/sampling/operators.py ``time_fn``); 0 keeps the back-to-back blocks."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,14 @@ class Plan:
     """kind -> raw [ops.<kind>] table."""
     collectives: dict = field(default_factory=dict)
     """Raw [collectives] table ({} when absent)."""
+
+
+def op_timing(plan: "Plan", kind: str) -> Timing:
+    """The plan's timing for operator ``kind`` (its [ops.<kind>] ``flush_mb`` overrides [timing]'s)."""
+    flush = plan.ops.get(kind, {}).get("flush_mb")
+    if flush is None:
+        return plan.timing
+    return replace(plan.timing, flush_mb=float(flush))
 
 
 def available_plans() -> list[str]:

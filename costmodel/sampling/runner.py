@@ -22,7 +22,7 @@ from costmodel.ops import COMPUTE_KINDS
 from costmodel.sampling import require_torch
 from costmodel.sampling.fingerprint import busy_warning, fingerprint, identity
 from costmodel.sampling.journal import Journal
-from costmodel.sampling.plan import FP32_KINDS, Plan, Sample, expand, load_plan
+from costmodel.sampling.plan import FP32_KINDS, Plan, Sample, expand, load_plan, op_timing
 from planner.errors import PlannerError
 
 JOURNAL_DIR = "journal"
@@ -85,7 +85,7 @@ def _meta(plan: Plan, kind: str, fp: dict, device: str, journal_path: Path, adam
         "sources": [{"path": f"harness:{plan.path.name}", "sha256": plan.sha256, "rows_in": 0,
                      "rows_kept": 0, "filters": [], "journal": str(journal_path.name)}],
         "notes": notes,
-        "sampling": {"plan": plan.name, "device": device, "timing": vars(plan.timing)},
+        "sampling": {"plan": plan.name, "device": device, "timing": vars(op_timing(plan, kind))},
     }
 
 
@@ -148,7 +148,7 @@ def run_plan(plan_path: str | Path, out_dir: str | Path, device: str = "cpu", th
                 rec = {"key": s.key(), "index": s.index, "features": list(s.features), "direction": s.direction,
                        "dtype": s.dtype, "variant": s.variant, "unix_time": round(time.time(), 3)}
                 try:
-                    m = measure(s, device, plan.timing, threads)
+                    m = measure(s, device, op_timing(plan, s.kind), threads)
                     rec.update(status="ok", time_s=m.median_s, spread_s=m.spread_s, repeats=m.repeats,
                                number=m.number)
                 except getattr(torch, "OutOfMemoryError", MemoryError):  # torch >= 2.5; CUDA/host OOM

@@ -69,6 +69,7 @@ CLUSTER_FIELDS = {
     "sources": ("sources", "a table of figure = source id (or list of ids)"),
     "notes": ("str", "a string"),
 }
+CLUSTER_FIELDS["comm_overlaps_compute"] = ("bool", "true or false (false: communication shares the compute cores)")
 CLUSTER_REQUIRED = ("gpu", "gpus_per_node", "intra_node_bw_gbs", "intra_node_latency_us",
                     "inter_node_bw_gbs", "inter_node_latency_us")
 

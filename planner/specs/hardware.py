@@ -86,6 +86,10 @@ class ClusterSpec:
     price_source: str = ""
     sources: dict = field(default_factory=dict, compare=False, hash=False)
     notes: str = ""
+    comm_overlaps_compute: bool = True
+    """Collectives run on their own engines (GPU copy engines / NCCL kernels on spare SMs) and can hide
+    under compute. False where communication and compute share the same cores (gloo on a CPU host),
+    so overlapped reductions are fully exposed."""
 
 
 @dataclass(frozen=True)
