@@ -303,20 +303,24 @@ def build_graph(model: ModelSpec, plan: ParallelPlan) -> OperatorGraph:
     splits = plan.stage_layers(model.num_layers)
     emb, head = _embedding_ops(model, plan), _head_ops(model, plan)
     stages: list[StageGraph] = []
+    # stages with the same role and layer count share one list object, so composition can sum
+    # each distinct list once (a 16-stage pipeline has at most 3 distinct kinds of stage)
+    shared: dict[tuple, tuple[list, list]] = {}
     for i, n_layers in enumerate(splits):
         first, last = i == 0, i == plan.pp - 1
-        stage_ops: list[Op] = []
         params = n_layers * model.params_per_layer()
         if first:
-            stage_ops += emb
             params += model.embedding_params()
         if last:
-            stage_ops += head
             params += model.head_params()
             if model.tied_embeddings and plan.pp > 1:
                 params += model.vocab_size * model.hidden_size
-        stages.append(StageGraph(i, n_layers, layer_ops, stage_ops,
-                                 _iteration_ops(model, plan, params, first, last), overlap, params))
+        key = (first, last, n_layers)
+        if key not in shared:
+            stage_ops: list[Op] = (emb if first else []) + (head if last else [])
+            shared[key] = (stage_ops, _iteration_ops(model, plan, params, first, last))
+        stage_ops, iteration_ops = shared[key]
+        stages.append(StageGraph(i, n_layers, layer_ops, stage_ops, iteration_ops, overlap, params))
     p2p = None
     if plan.pp > 1:
         tokens = plan.micro_batch_size * plan.seq_len // plan.cp

@@ -158,6 +158,15 @@ def _cost_all(graph: OperatorGraph, hardware: Hardware, cost_model: OperatorCost
 def _compose(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph,
              times: dict, warnings: list, cost_name: str, calibration: Calibration | None = None,
              iteration_only: bool = False):
+    memo: dict[tuple, float] = {}
+
+    def _sum_time(ops: list[Op], times: dict, phases: tuple[str, ...]) -> float:  # noqa: F811 (memoised)
+        key = (id(ops), phases)
+        v = memo.get(key)
+        if v is None:
+            v = memo[key] = sum(times[o.key()] * o.count for o in ops if o.phase in phases)
+        return v
+
     m = graph.num_microbatches
     fwd, bwd, tails_info = [], [], []
     per_layer_cache: dict[int, tuple] = {}
