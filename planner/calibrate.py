@@ -25,7 +25,6 @@ import json
 import math
 import os
 import re
-import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -35,6 +34,7 @@ import numpy as np
 
 from costmodel.ops import COLLECTIVE_KINDS
 from planner.errors import PlannerError
+from planner.fileio import atomic_write_text
 from planner.validate import RunRow, compare, load_runs, parallelism_kind, row_to_inputs
 
 SCHEMA_VERSION = 1
@@ -161,7 +161,8 @@ def _check(data: object, where: str) -> Calibration:
         if spec is None:
             raise PlannerError(f"calibration file {where} has unknown constant {key!r} "
                                f"(known: {', '.join(CONSTANTS)}); {fix}.")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or (isinstance(value, float) and not math.isfinite(value)) \
                 or not spec.lower <= value <= spec.upper:
             raise PlannerError(f"calibration file {where}: {key} = {value!r} is not a number in "
                                f"[{spec.lower:g}, {spec.upper:g}]; {fix}.")
@@ -212,17 +213,7 @@ def save_calibration(cal: Calibration, directory: str | Path = DEFAULT_DIR) -> P
     try:
         directory.mkdir(parents=True, exist_ok=True)
         text = json.dumps(cal.to_dict(), indent=2, allow_nan=False) + "\n"
-        fd, tmp = tempfile.mkstemp(prefix=f".{cal.name}.", suffix=".tmp", dir=directory)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-                fh.flush()
-                os.fsync(fh.fileno())
-            target = directory / f"{cal.name}.json"
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        target = atomic_write_text(directory / f"{cal.name}.json", text)
     except OSError as exc:
         raise PlannerError(f"cannot write calibration to {directory} ({exc.strerror}); "
                            "pass a writable --out DIR.") from None

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from typing import Optional
 
 import typer
@@ -18,19 +16,10 @@ def _err(message: str) -> typer.Exit:
 
 
 def write_atomic(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and ``os.replace``."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".planner-export-", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Write ``text`` to ``path`` atomically (planner.fileio)."""
+    from planner.fileio import atomic_write_text
+
+    atomic_write_text(path, text)
 
 
 def run_export(raw: dict, to: str, iterations: int | None, tokens: float | None, margin: float, job_name: str,

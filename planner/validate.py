@@ -10,6 +10,7 @@ Pipeline: :func:`load_runs` parses rows (unusable rows are kept with a ``skip_re
 from __future__ import annotations
 
 import csv
+import math
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
@@ -96,6 +97,9 @@ def _parse_int(text: str, path: Path, row_id: str, column: str) -> int | None:
     except ValueError:
         raise PlannerError(f"{path}: row {row_id} column {column!r} has non-numeric value {text!r}; "
                            "fix the value or leave the field empty.") from None
+    if not math.isfinite(number):
+        raise PlannerError(f"{path}: row {row_id} column {column!r} must be a finite whole number, got {text!r}; "
+                           "fix the value.")
     if number != int(number):
         raise PlannerError(f"{path}: row {row_id} column {column!r} must be a whole number, got {text!r}; "
                            "fix the value.")
@@ -107,6 +111,14 @@ def load_runs(path: str | Path) -> list[RunRow]:
     path = Path(path)
     if not path.is_file():
         raise PlannerError(f"run file {path} not found: pass an existing CSV with --runs FILE.")
+    try:
+        return _read_runs(path)
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise PlannerError(f"run file {path} is not a readable UTF-8 CSV ({type(exc).__name__}: {exc}); "
+                           "fix or re-export the file.") from None
+
+
+def _read_runs(path: Path) -> list[RunRow]:
     with path.open(newline="", encoding="utf-8") as fh:
         reader = csv.DictReader(fh)
         header = reader.fieldnames or []
@@ -122,6 +134,8 @@ def load_runs(path: str | Path) -> list[RunRow]:
             mv_text = (raw.get("measured_value") or "").strip()
             try:
                 measured = float(mv_text) if mv_text else None
+                if measured is not None and not math.isfinite(measured):
+                    raise ValueError(mv_text)
             except ValueError:
                 raise PlannerError(f"{path}: row {row_id} column 'measured_value' has non-numeric value "
                                    f"{mv_text!r}; fix the value.") from None

@@ -279,5 +279,7 @@ def test_cli_export_bad_input_exit_2_one_line(args, needle):
 
 
 def test_cli_export_unwritable_out(tmp_path):
-    res = runner.invoke(app, [*BASE, "--to", "megatron", "--out", str(tmp_path / "missing" / "x.args")])
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    res = runner.invoke(app, [*BASE, "--to", "megatron", "--out", str(blocker / "x.args")])
     assert res.exit_code == 2 and "cannot write" in res.stderr

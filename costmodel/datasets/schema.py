@@ -24,8 +24,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,6 +31,7 @@ import numpy as np
 
 from costmodel.ops import FEATURES
 from planner.errors import PlannerError
+from planner.fileio import atomic_write_text
 
 SCHEMA_VERSION = 1
 BASE_COLUMNS = ("kind", "direction", "dtype")
@@ -93,18 +92,7 @@ class Dataset:
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write_text(path, text)
 
 
 def _fmt(x: float) -> str:

@@ -4,8 +4,6 @@ pipeline and by the prediction-time loader alike."""
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 
@@ -15,21 +13,7 @@ def sidecar_path(path: str | Path) -> Path:
     return p.with_name(p.name[: -len(".json")] + ".meta.json" if p.name.endswith(".json") else p.name + ".meta.json")
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file + rename (never a half-written file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.chmod(tmp, 0o644)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+from planner.fileio import atomic_write_bytes  # noqa: E402,F401 (the one implementation)
 
 
 def dumps(obj) -> bytes:

@@ -119,15 +119,14 @@ def result_to_row(result: dict, run_id: str, source: str = SOURCE) -> dict:
 
 def write_runs_csv(rows: list[dict], path: str | Path) -> Path:
     """Write rows with the published-runs header (atomic replace)."""
+    from planner.fileio import atomic_writer
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with tmp.open("w", newline="", encoding="utf-8") as fh:
+    with atomic_writer(path) as fh:
         writer = csv.DictWriter(fh, fieldnames=RUN_COLUMNS)
         writer.writeheader()
         for row in rows:
             writer.writerow({c: row.get(c, "") for c in RUN_COLUMNS})
-    os.replace(tmp, path)
     return path
 
 

@@ -9,11 +9,10 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-import uuid
-from contextlib import contextmanager
+
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Sequence
 
 from planner.errors import PlannerError
 
@@ -44,41 +43,7 @@ def sibling(md_path: Path, suffix: str) -> Path:
     return md_path.with_name(f"{md_path.stem}_{suffix}.png")
 
 
-@contextmanager
-def atomic_writer(path: str | os.PathLike, binary: bool = False) -> Iterator:
-    """Open a temporary file beside ``path``; on success it replaces ``path`` (os.replace, atomic on
-    POSIX and Windows), on an exception it is removed and ``path`` is left as it was."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp")
-    # mode 0o666 less the umask, as an ordinary open() would give (mkstemp would make it 0o600)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
-    try:
-        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8", "newline": "\n"})) as fh:
-            yield fh
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` (UTF-8, LF line ends) to ``path`` atomically."""
-    with atomic_writer(path) as fh:
-        fh.write(text)
-    return Path(path)
-
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically."""
-    with atomic_writer(path, binary=True) as fh:
-        fh.write(data)
-    return Path(path)
+from planner.fileio import atomic_write_bytes, atomic_write_text, atomic_writer  # noqa: E402,F401 (re-exported)
 
 
 def command_line(argv: Sequence[str] | None = None) -> str:

@@ -128,7 +128,11 @@ def _read(path: Path) -> dict:
         raise PlannerError(f"hardware file {str(path)!r} not found; check the path given to --hardware-file "
                            f"or ${ENV_VAR}.")
     suffix = path.suffix.lower()
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PlannerError(f"cannot read hardware file {path} ({type(exc).__name__}); pass a UTF-8 TOML or "
+                           "YAML file.") from None
     if suffix == ".toml":
         try:
             data = tomllib.loads(text)

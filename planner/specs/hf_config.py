@@ -10,6 +10,7 @@ sliding window, rope scaling, ...) are kept in ``ModelSpec.extra``; unknown keys
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, Callable
 
@@ -17,6 +18,17 @@ from planner.errors import PlannerError
 from planner.specs.model import ModelSpec
 
 _MISSING = object()
+
+
+def _finite_float(value: Any) -> float | None:
+    """``value`` as a finite float, or None for bools, non-numbers, NaN, +-inf and ints beyond float range."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 class _Reader:
@@ -64,9 +76,10 @@ class _Reader:
             if default is _MISSING:
                 raise self._missing(keys)
             return default
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or (positive and value == 0):
+        number = _finite_float(value)
+        if number is None or number < 0 or (positive and number == 0):
             raise self._bad(key, value, "a positive number" if positive else "a non-negative number")
-        return float(value)
+        return number
 
     def bool_(self, *keys: str, default: bool) -> bool:
         key, value = self._find(keys)

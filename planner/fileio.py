@@ -1,0 +1,46 @@
+"""Atomic file writes: a temporary file beside the target, fsync, then os.replace (atomic on POSIX
+and Windows). A crash or an exception leaves the old file as it was and no half-written file that a
+later run could load. Every writer in planner and costmodel goes through here."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+
+@contextlib.contextmanager
+def atomic_writer(path: str | os.PathLike, binary: bool = False) -> Iterator:
+    """Open a temporary file beside ``path``; on success it replaces ``path``, on an exception it is
+    removed and ``path`` is left untouched."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp")
+    # mode 0o666 less the umask, as an ordinary open() would give (mkstemp would make it 0o600)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    try:
+        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8", "newline": ""})) as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` (UTF-8, line ends as given) to ``path`` atomically."""
+    with atomic_writer(path) as fh:
+        fh.write(text)
+    return Path(path)
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically."""
+    with atomic_writer(path, binary=True) as fh:
+        fh.write(data)
+    return Path(path)
