@@ -188,6 +188,9 @@ def load_calibration(path: str | Path) -> Calibration:
     except json.JSONDecodeError as exc:
         raise PlannerError(f"calibration file {path} is not valid JSON ({exc.msg} at line {exc.lineno}); "
                            "re-run planner calibrate or fix the file.") from None
+    except RecursionError:
+        raise PlannerError(f"calibration file {path} is nested too deeply to be a calibration; "
+                           "re-run planner calibrate or fix the file.") from None
     return _check(data, str(path))
 
 

@@ -53,6 +53,8 @@ def run_batch(lines, hardware_files: tuple = (), calibration=None):
             yield predict_one(raw, hardware_files, calibration)
         except json.JSONDecodeError as exc:
             yield {"id": rid, "line": lineno, "error": f"line {lineno} is not valid JSON ({exc.msg} at column {exc.colno})"}
+        except RecursionError:
+            yield {"id": rid, "line": lineno, "error": f"line {lineno} is nested too deeply to be a request object"}
         except (PlannerError, ValueError, TypeError, KeyError) as exc:
             yield {"id": rid, "line": lineno, "error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__}
 

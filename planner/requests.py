@@ -36,6 +36,9 @@ REQUEST_KEYS: dict[str, tuple[type | tuple, object, str]] = {
     "layer_split": (list, None, "layers per pipeline stage when uneven, e.g. [9, 8, 8, 7]"),
 }
 REQUIRED = ("model", "gpu", "gpus")
+MAX_INT = 2**53
+"""Integers must stay below 2**53, the range where every integer is exact as an IEEE 754 double
+(53-bit significand): the cost model computes in floats, and larger values overflow or lose digits."""
 
 
 @dataclass(frozen=True)
@@ -48,12 +51,14 @@ class Request:
 def _check_type(key: str, value: object) -> object:
     typ = REQUEST_KEYS[key][0]
     if typ is int:
+        if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+            value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, float) and value.is_integer() and math.isfinite(value):
-                return int(value)
             raise PlannerError(f"{key}={value!r} must be an integer")
         if value <= 0 and key != "zero":
             raise PlannerError(f"{key}={value} must be a positive integer")
+        if value >= MAX_INT:
+            raise PlannerError(f"{key}={value} is too large; it must be below 2**53")
         return value
     if typ is list:
         if (not isinstance(value, list) or not value

@@ -137,7 +137,7 @@ def _read_runs(path: Path) -> list[RunRow]:
                 if measured is not None and not math.isfinite(measured):
                     raise ValueError(mv_text)
             except ValueError:
-                raise PlannerError(f"{path}: row {row_id} column 'measured_value' has non-numeric value "
+                raise PlannerError(f"{path}: row {row_id} column 'measured_value' has non-numeric or non-finite value "
                                    f"{mv_text!r}; fix the value.") from None
             text = {c: (raw.get(c) or "").strip() for c in TEXT_COLUMNS + OPTIONAL_TEXT_COLUMNS}
             tier = re.search(r"TIER=([ABC])", text["notes"])

@@ -172,7 +172,7 @@ class MeasuredCostModel(OperatorCostModel):
             else:
                 extra = (f"no measured models for {gpu}: every operator uses the analytical roofline",)
             self._fallback(ops, fb, hardware, t, lo, hi, method, warns, cache, extra, per_kind=bool(gm.names))
-        return CostResult(time_s=t, low_s=lo, high_s=hi, method=method, warnings=list(warns))
+        return CostResult(time_s=t, low_s=lo, high_s=hi, method=method, warnings=sorted(warns))
 
     def _route(self, gm: _GpuModels, op: Op):
         """(model name, factor, method label, note) for ``op``, or None for the fallback."""

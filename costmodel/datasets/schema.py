@@ -129,7 +129,7 @@ def load_dataset(path: str | Path) -> Dataset:
         meta = json.loads(side.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise PlannerError(f"dataset {path} has no sidecar {side.name}; write datasets with save_dataset") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise PlannerError(f"dataset sidecar {side} is not valid JSON ({exc}); regenerate it") from None
     if not isinstance(meta, dict):
         raise PlannerError(f"dataset sidecar {side} must be a JSON object")
@@ -137,7 +137,7 @@ def load_dataset(path: str | Path) -> Dataset:
         raise PlannerError(f"dataset {path} has schema_version {meta.get('schema_version')!r}; this planner reads "
                            f"version {SCHEMA_VERSION}: regenerate it with this version")
     kind = meta.get("kind")
-    if kind not in FEATURES:
+    if not isinstance(kind, str) or kind not in FEATURES:
         raise PlannerError(f"dataset sidecar {side}: kind {kind!r} is not one of {', '.join(FEATURES)}")
     gpu = meta.get("gpu")
     if not isinstance(gpu, str) or not gpu:

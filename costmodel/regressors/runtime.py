@@ -64,11 +64,14 @@ class TreeTable:
             base = learner["learner_model_param"]["base_score"]
             base = np.asarray(json.loads(base) if base.startswith("[") else [float(base)], dtype=np.float64)
             self.num_target = max(int(learner["learner_model_param"].get("num_target", "1")), len(base))
-        except (KeyError, TypeError, ValueError, json.JSONDecodeError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as exc:
             raise PlannerError(f"{source} is not an xgboost JSON tree model ({exc.__class__.__name__}); "
                                "re-run `planner fit`") from None
         if not trees:
             raise PlannerError(f"{source} holds no trees; re-run `planner fit`")
+        if self.num_target > max(len(trees), len(base)):  # each output has a base score or a tree
+            raise PlannerError(f"{source} says num_target={self.num_target} for {len(trees)} trees; "
+                               "re-run `planner fit`")
         self.base = np.broadcast_to(base, (self.num_target,)).astype(np.float64)
         width = max(len(t["left_children"]) for t in trees)
         n = len(trees)
@@ -124,7 +127,7 @@ def _load_json(path: Path) -> dict:
         return json.loads(path.read_bytes())
     except FileNotFoundError:
         raise PlannerError(f"model file {path} is missing; re-run `planner fit`") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise PlannerError(f"model file {path} is corrupted or truncated ({exc.__class__.__name__}); "
                            "re-run `planner fit`") from None
 
@@ -192,7 +195,7 @@ def load_tables(sources: dict) -> dict:
     for role, p in sources.items():
         try:
             doc = json.loads(raws[role])
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
             raise PlannerError(f"model file {p} is corrupted or truncated ({exc.__class__.__name__}); "
                                "re-run `planner fit`") from None
         tables[role] = TreeTable(doc, str(p))
@@ -236,7 +239,7 @@ class RuntimeRegressor:
             self.interval = tables.get("interval")
         except PlannerError:
             raise
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as exc:
             raise PlannerError(f"model sidecar {side_p} is incomplete ({exc.__class__.__name__}: {exc}); "
                                "re-run `planner fit`") from None
         if self.estimator not in ("forest", "boosted"):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import math
 import os
 import tomllib
 from dataclasses import dataclass, field
@@ -136,14 +137,14 @@ def _read(path: Path) -> dict:
     if suffix == ".toml":
         try:
             data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
+        except (tomllib.TOMLDecodeError, RecursionError) as exc:
             raise PlannerError(f"hardware file {path} is not valid TOML ({exc}); fix the syntax.") from None
     elif suffix in (".yaml", ".yml"):
         import yaml
 
         try:
             data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
+        except (yaml.YAMLError, RecursionError) as exc:
             msg = " ".join(str(exc).split())
             raise PlannerError(f"hardware file {path} is not valid YAML ({msg}); fix the syntax.") from None
         data = {} if data is None else data
@@ -156,7 +157,13 @@ def _read(path: Path) -> dict:
 
 
 def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    """A finite int or float (not a bool, NaN, +-inf or an int beyond float range)."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
 
 
 def _check_field(where: str, name: str, value, rules: dict):

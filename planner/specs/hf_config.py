@@ -67,6 +67,8 @@ class _Reader:
             return default
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise self._bad(key, value, "a positive integer")
+        if value >= 2**53:  # beyond exact float range (IEEE 754 double): the engine computes in floats
+            raise self._bad(key, value, "a positive integer below 2**53")
         return value
 
     def float_(self, *keys: str, default: Any = _MISSING, positive: bool = False) -> float:
@@ -386,6 +388,9 @@ def load_json(path: Path) -> dict:
     except json.JSONDecodeError as exc:
         raise PlannerError(f"{path} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
                            "fix the file or download the config.json again.") from None
+    except RecursionError:
+        raise PlannerError(f"{path} is nested too deeply to be a config.json; fix the file or download the "
+                           "config.json again.") from None
     if not isinstance(data, dict):
         raise PlannerError(f"{path} holds a JSON {type(data).__name__}, not an object; "
                            "give a Hugging Face config.json.")

@@ -1,0 +1,503 @@
+"""Fuzzing the input boundaries (issue 6, item 3).
+
+Generated malformed inputs (random bytes, truncated files, wrong types, huge / negative numbers,
+NaN / inf, unicode, empty files) go to every loader planner reads user files with. Each one must
+either load (when the mangling happened to leave a valid file) or raise ``PlannerError`` - never
+another exception - within ``TIME_BOUND_S``. The generators use a seeded ``random.Random`` so every
+run tries the same inputs; the total is counted and asserted (>= 1,000).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from planner.errors import PlannerError
+
+FIXTURES = Path(__file__).parent / "fixtures"
+MODELS_DIR = Path(__file__).resolve().parents[1] / "costmodel" / "data" / "models"
+TIME_BOUND_S = 2.0
+"""Upper bound on one malformed input (generous: every loader here takes milliseconds)."""
+SEED = 20261122
+
+# Values that are wrong for almost any field: wrong types, huge / negative / zero numbers, NaN / inf,
+# unicode and empty strings, containers where scalars belong.
+BAD_VALUES = [None, True, False, 0, -1, -7, 1.5, -0.0, 2**52, 2**63, 10**30, -(10**30), 10**400, 1e308, -1e308,
+              float("nan"), float("inf"), float("-inf"), "", "x", "12", "ünïcødé ✓", "\x00", "1e999",
+              [], [1, 2], {}, {"a": 1}, [None], "NaN"]
+
+COUNTS: dict[str, int] = {}
+"""Malformed inputs tried per loader (filled by the tests, checked by test_total_count)."""
+
+
+def _check(label: str, fn, failures: list) -> object:
+    """Run ``fn``; a PlannerError or a result is fine, any other exception or a slow call is a failure."""
+    COUNTS[label] = COUNTS.get(label, 0) + 1
+    t0 = time.monotonic()
+    result = None
+    try:
+        result = fn()
+    except PlannerError as exc:
+        msg = str(exc)
+        if not msg or "\n" in msg.strip():
+            failures.append(f"{label}: PlannerError message is not one line: {msg!r}")
+    except Exception as exc:  # noqa: BLE001 - the point of the test
+        failures.append(f"{label}: {type(exc).__name__}: {str(exc)[:200]}")
+    elapsed = time.monotonic() - t0
+    if elapsed > TIME_BOUND_S:
+        failures.append(f"{label}: took {elapsed:.2f} s > {TIME_BOUND_S} s")
+    return result
+
+
+def _report(failures: list) -> None:
+    assert not failures, f"{len(failures)} unclean outcomes, e.g.:\n" + "\n".join(failures[:15])
+
+
+# ------------------------------------------------------------------------------------ byte mutators
+def _mutate_bytes(rng: random.Random, data: bytes) -> bytes:
+    """One random corruption of a file's bytes."""
+    op = rng.randrange(9)
+    if op == 8:  # deeply nested brackets (a recursion bomb for recursive-descent parsers)
+        i = rng.randrange(len(data) + 1)
+        return data[:i] + rng.choice([b"[", b"{\"a\":", b"- "]) * rng.choice([50, 5000, 100000]) + data[i:]
+    if op == 0:
+        return bytes(rng.randrange(256) for _ in range(rng.randrange(1, 400)))  # random bytes
+    if op == 1:
+        return data[:rng.randrange(len(data) + 1)]  # truncated
+    if op == 2:
+        return b""  # empty
+    if op == 3:  # flipped bytes
+        b = bytearray(data)
+        for _ in range(rng.randrange(1, 8)):
+            if b:
+                b[rng.randrange(len(b))] = rng.randrange(256)
+        return bytes(b)
+    if op == 4:  # unicode / NUL inserted
+        i = rng.randrange(len(data) + 1)
+        return data[:i] + rng.choice(["ü", "✓", "\x00", "\ufeff", "𝔘"]).encode() + data[i:]
+    if op == 5:  # a number replaced by a huge / negative / non-finite one
+        text = data.decode("utf-8", "replace")
+        digits = [i for i, c in enumerate(text) if c.isdigit()]
+        if digits:
+            i = rng.choice(digits)
+            j = i
+            while j < len(text) and (text[j].isdigit() or text[j] == "."):
+                j += 1
+            text = text[:i] + rng.choice(["-5", "0", "1e999", "NaN", "Infinity", "-Infinity", "9" * 40,
+                                          "-0.0", "1e-320", "inf", "nan"]) + text[j:]
+        return text.encode()
+    if op == 6:  # lines shuffled / duplicated / dropped
+        lines = data.split(b"\n")
+        k = rng.randrange(3)
+        if k == 0:
+            rng.shuffle(lines)
+        elif k == 1 and lines:
+            lines.insert(rng.randrange(len(lines) + 1), rng.choice(lines))
+        elif lines:
+            lines.pop(rng.randrange(len(lines)))
+        return b"\n".join(lines)
+    return data[rng.randrange(len(data) + 1):]  # head cut off
+
+
+def _mutate_json(rng: random.Random, obj: object, depth: int = 0) -> object:
+    """A copy of a parsed JSON document with one field changed, removed or added (recursively)."""
+    if isinstance(obj, dict) and obj:
+        out = dict(obj)
+        key = rng.choice(list(out))
+        op = rng.randrange(4)
+        if op == 0:
+            del out[key]
+        elif op == 1:
+            out[rng.choice(["ключ", "✓", "", "\x00", "__proto__", key.upper()])] = rng.choice(BAD_VALUES)
+        elif op == 2 and isinstance(out[key], (dict, list)) and out[key] and depth < 6:
+            out[key] = _mutate_json(rng, out[key], depth + 1)
+        else:
+            out[key] = rng.choice(BAD_VALUES)
+        return out
+    if isinstance(obj, list) and obj:
+        out = list(obj)
+        i = rng.randrange(len(out))
+        op = rng.randrange(3)
+        if op == 0:
+            out.pop(i)
+        elif op == 1 and isinstance(out[i], (dict, list)) and depth < 6:
+            out[i] = _mutate_json(rng, out[i], depth + 1)
+        else:
+            out[i] = rng.choice(BAD_VALUES)
+        return out
+    return rng.choice(BAD_VALUES)
+
+
+def _dumps(obj: object) -> str:
+    """JSON with NaN / Infinity tokens allowed; huge ints that json cannot write become strings."""
+    return json.dumps(obj, allow_nan=True, ensure_ascii=False, default=str)
+
+
+# ------------------------------------------------------------------------------------ config.json
+def test_fuzz_hf_config(tmp_path):
+    from planner.specs.hf_config import from_hf_config
+
+    rng = random.Random(SEED)
+    bases = sorted(FIXTURES.glob("hf_configs/*.json"))
+    assert bases
+    failures: list = []
+    f = tmp_path / "config.json"
+    for i in range(300):
+        base = rng.choice(bases)
+        if i % 2:
+            f.write_bytes(_mutate_bytes(rng, base.read_bytes()))
+        else:
+            doc = json.loads(base.read_text())
+            for _ in range(rng.randrange(1, 4)):
+                doc = _mutate_json(rng, doc)
+            f.write_text(_dumps(doc), encoding="utf-8")
+        _check("config.json", lambda: from_hf_config(f), failures)
+    # the same documents passed inline (the batch predictor's {"model": {...}})
+    for _ in range(100):
+        doc = json.loads(rng.choice(bases).read_text())
+        doc = _mutate_json(rng, doc)
+        _check("config.json", lambda: from_hf_config(doc), failures)
+    # exhaustively: every top-level field of every fixture config set to every bad value
+    for base in bases:
+        doc = json.loads(base.read_text())
+        for key in sorted(doc):
+            for bad in BAD_VALUES:
+                spec = _check("config.json", lambda: from_hf_config({**doc, key: bad}), failures)
+                if spec is not None and spec.rope_theta is not None and not math.isfinite(spec.rope_theta):
+                    failures.append(f"config.json {base.name} {key}={bad!r}: non-finite rope_theta accepted")
+    _report(failures)
+
+
+# ------------------------------------------------------------------------------------ batch predictor
+BATCH_BASE = {"id": "r1", "model": "llama-7b", "gpu": "a100-80gb", "gpus": 16, "tp": 2, "pp": 2, "mbs": 1,
+              "gbs": 64, "seq_len": 2048, "recompute": "selective", "zero": 1, "dtype": "bf16"}
+
+
+def test_fuzz_batch_predictor():
+    from planner.cli_predict import predict_one, run_batch
+    from planner.requests import REQUEST_KEYS
+
+    rng = random.Random(SEED + 1)
+    keys = list(REQUEST_KEYS)
+    failures: list = []
+    lines = []
+    for i in range(250):
+        raw = dict(BATCH_BASE)
+        for _ in range(rng.randrange(1, 3)):
+            raw[rng.choice(keys)] = rng.choice(BAD_VALUES)
+        if i % 10 == 0:
+            raw[rng.choice(["ünknown", "TP", ""])] = 1
+        pred = _check("batch request", lambda: predict_one(raw), failures)
+        if pred is not None:
+            t = pred["iteration_time_s"]
+            if not (math.isfinite(t) and t > 0 and math.isfinite(pred["memory_gib_per_gpu"])):
+                failures.append(f"batch request {raw}: silent nonsense iteration_time_s={t}")
+        lines.append(_dumps(raw))
+    # exhaustively: every request key set to every bad value
+    for key in keys:
+        for bad in BAD_VALUES:
+            raw = {**BATCH_BASE, key: bad}
+            pred = _check("batch request", lambda: predict_one(raw), failures)
+            if pred is not None and not (math.isfinite(pred["iteration_time_s"]) and pred["iteration_time_s"] > 0):
+                failures.append(f"batch request {raw}: silent nonsense iteration_time_s={pred['iteration_time_s']}")
+    # whole lines: truncated JSON, random text, non-objects; each yields a record with 'error'
+    for _ in range(150):
+        line = _dumps(BATCH_BASE)
+        k = rng.randrange(3)
+        if k == 0:
+            line = line[:rng.randrange(len(line))]
+        elif k == 1:
+            line = "".join(chr(rng.randrange(32, 0x2FF)) for _ in range(rng.randrange(1, 60)))
+        else:
+            line = _dumps(rng.choice(BAD_VALUES))
+        lines.append(line)
+    recs = []
+    for line in lines:
+        def one(line=line):
+            recs.extend(run_batch([line]))
+        _check("batch line", one, failures)
+    assert len(recs) == sum(1 for x in lines if x.strip())
+    for rec in recs:
+        if "error" in rec:
+            assert rec["error"] and "\n" not in rec["error"]
+        else:
+            assert math.isfinite(rec["iteration_time_s"]) and rec["iteration_time_s"] > 0
+    _report(failures)
+
+
+# ------------------------------------------------------------------------------------ datasets
+def _tiny_dataset(tmp_path: Path) -> Path:
+    from costmodel.datasets.schema import Dataset, save_dataset
+    from costmodel.ops import FEATURES
+
+    kind = "gemm" if "gemm" in FEATURES else sorted(FEATURES)[0]
+    nf = len(FEATURES[kind])
+    rng = np.random.default_rng(0)
+    ds = Dataset(kind, "a100-80gb", rng.integers(1, 4096, size=(6, nf)).astype(float),
+                 np.array(["fwd", "bwd"] * 3, dtype=object), np.array(["bf16"] * 6, dtype=object),
+                 rng.uniform(1e-5, 1e-3, 6), meta={"notes": "fuzz base"})
+    return save_dataset(ds, tmp_path / "base" / "ds.csv")
+
+
+def test_fuzz_dataset_loader(tmp_path):
+    from costmodel.datasets.schema import load_dataset
+
+    base = _tiny_dataset(tmp_path)
+    csv_bytes, side_bytes = base.read_bytes(), base.with_suffix(".json").read_bytes()
+    load_dataset(base)  # the unmangled base loads
+    rng = random.Random(SEED + 2)
+    failures: list = []
+    target = tmp_path / "fz" / "ds.csv"
+    target.parent.mkdir()
+    for i in range(200):
+        csv_out, side_out = csv_bytes, side_bytes
+        if i % 3 == 0:
+            csv_out = _mutate_bytes(rng, csv_bytes)
+        elif i % 3 == 1:
+            side_out = _mutate_bytes(rng, side_bytes)
+        else:
+            side_out = _dumps(_mutate_json(rng, json.loads(side_bytes))).encode()
+        target.write_bytes(csv_out)
+        target.with_suffix(".json").write_bytes(side_out)
+        _check("dataset", lambda: load_dataset(target), failures)
+    _report(failures)
+
+
+# ------------------------------------------------------------------------------------ model artifacts
+def _small_artifact() -> tuple[Path, Path]:
+    """The smallest shipped model JSON with its sidecar (fast to mangle and parse)."""
+    from costmodel.regressors.io import sidecar_path
+
+    cands = [p for p in MODELS_DIR.glob("*/*.json")
+             if not p.name.endswith((".meta.json", ".interval.json")) and sidecar_path(p).is_file()]
+    assert cands, "no shipped artifacts under costmodel/data/models"
+    main = min(cands, key=lambda p: p.stat().st_size)
+    return main, sidecar_path(main)
+
+
+def test_fuzz_artifact_loader(tmp_path, monkeypatch):
+    from costmodel.regressors.io import sidecar_path
+    from costmodel.regressors.runtime import RuntimeRegressor
+
+    monkeypatch.setenv("PLANNER_CACHE_DIR", str(tmp_path / "cache"))
+    main, side = _small_artifact()
+    work = tmp_path / "m"
+    work.mkdir()
+    dst = work / main.name
+    shutil.copy(main, dst)
+    shutil.copy(side, sidecar_path(dst))
+    extra = json.loads(side.read_text()).get("extra_files", {})
+    for name in extra.values():
+        shutil.copy(main.with_name(name), work / name)
+    RuntimeRegressor(dst)  # the unmangled copy loads
+    main_bytes, side_bytes = main.read_bytes(), side.read_bytes()
+    main_doc = json.loads(main_bytes)
+    rng = random.Random(SEED + 3)
+    failures: list = []
+    for i in range(150):
+        m_out, s_out = main_bytes, side_bytes
+        k = i % 4
+        if k == 0:
+            m_out = _mutate_bytes(rng, main_bytes)
+        elif k == 1:
+            m_out = _dumps(_mutate_json(rng, main_doc)).encode()
+        elif k == 2:
+            s_out = _mutate_bytes(rng, side_bytes)
+        else:
+            s_out = _dumps(_mutate_json(rng, json.loads(side_bytes))).encode()
+        dst.write_bytes(m_out)
+        sidecar_path(dst).write_bytes(s_out)
+        _check("artifact", lambda: RuntimeRegressor(dst), failures)
+    # every sidecar field and every learner parameter set to every bad value, exhaustively
+    side_doc = json.loads(side_bytes)
+    dst.write_bytes(main_bytes)
+    for key in sorted(side_doc):
+        for bad in BAD_VALUES:
+            sidecar_path(dst).write_text(_dumps({**side_doc, key: bad}), encoding="utf-8")
+            _check("artifact", lambda: RuntimeRegressor(dst), failures)
+    sidecar_path(dst).write_bytes(side_bytes)
+    learner = main_doc["learner"]
+    for key in sorted(learner["learner_model_param"]):
+        for bad in BAD_VALUES:
+            doc = {**main_doc, "learner": {**learner, "learner_model_param": {**learner["learner_model_param"],
+                                                                                key: bad}}}
+            dst.write_text(_dumps(doc), encoding="utf-8")
+            _check("artifact", lambda: RuntimeRegressor(dst), failures)
+    _report(failures)
+
+
+# ------------------------------------------------------------------------------------ calibrations
+def test_fuzz_calibration_loader(tmp_path):
+    from planner.calibrate import identity, load_calibration, save_calibration
+
+    good = save_calibration(identity({"compute_scale": 1.2, "comm_scale": 0.9, "overlap_efficiency": 0.5,
+                                      "iteration_overhead_s": 0.1}, name="fuzzbase"), tmp_path)
+    load_calibration(good)
+    base_bytes = good.read_bytes()
+    base_doc = json.loads(base_bytes)
+    rng = random.Random(SEED + 4)
+    failures: list = []
+    f = tmp_path / "cal.json"
+    for i in range(150):
+        if i % 2:
+            f.write_bytes(_mutate_bytes(rng, base_bytes))
+        else:
+            doc = _mutate_json(rng, base_doc)
+            if rng.random() < 0.5 and isinstance(doc, dict):
+                doc["constants"] = {**base_doc["constants"], rng.choice(list(base_doc["constants"])):
+                                    rng.choice(BAD_VALUES)}
+            f.write_text(_dumps(doc), encoding="utf-8")
+        if i % 5 == 4:  # every top-level field or constant set to a bad value, in turn
+            k = i // 5
+            doc = dict(base_doc)
+            fields = sorted(doc) + [f"constants.{c}" for c in sorted(base_doc["constants"])]
+            field = fields[k % len(fields)]
+            bad = BAD_VALUES[k % len(BAD_VALUES)]
+            if field.startswith("constants."):
+                doc["constants"] = {**doc["constants"], field.split(".", 1)[1]: bad}
+            else:
+                doc[field] = bad
+            f.write_text(_dumps(doc), encoding="utf-8")
+        cal = _check("calibration", lambda: load_calibration(f), failures)
+        if cal is not None:
+            for name in ("compute_scale", "comm_scale", "overlap_efficiency", "iteration_overhead_s"):
+                v = cal.value(name)
+                if not math.isfinite(v):
+                    failures.append(f"calibration loaded a non-finite {name}={v}")
+    _report(failures)
+
+
+# ------------------------------------------------------------------------------------ run files
+def test_fuzz_run_loader(tmp_path):
+    from planner.validate import load_runs
+
+    base = (FIXTURES / "runs_small.csv").read_bytes()
+    rng = random.Random(SEED + 5)
+    failures: list = []
+    f = tmp_path / "runs.csv"
+    for _ in range(150):
+        f.write_bytes(_mutate_bytes(rng, base))
+        _check("run file", lambda: load_runs(f), failures)
+    _report(failures)
+
+
+# ------------------------------------------------------------------------------------ hardware files
+HW_TOML = b"""[gpus.fuzz-gpu]
+display_name = "Fuzz GPU"
+peak_tflops = { bf16 = 900.0, fp8 = 1800.0 }
+hbm_gb = 80
+hbm_bw_gbs = 3000.0
+nvlink_bw_gbs = 450.0
+default_cluster = "fuzz-node"
+
+[clusters.fuzz-node]
+gpu = "fuzz-gpu"
+gpus_per_node = 8
+intra_node_bw_gbs = 450.0
+intra_node_latency_us = 5.0
+inter_node_bw_gbs = 50.0
+inter_node_latency_us = 10.0
+"""
+
+HW_YAML = b"""gpus:
+  fuzz-gpu:
+    peak_tflops: {bf16: 900.0, fp8: 1800.0}
+    hbm_gb: 80
+    hbm_bw_gbs: 3000.0
+    nvlink_bw_gbs: 450.0
+    default_cluster: fuzz-node
+clusters:
+  fuzz-node:
+    gpu: fuzz-gpu
+    gpus_per_node: 8
+    intra_node_bw_gbs: 450.0
+    intra_node_latency_us: 5.0
+    inter_node_bw_gbs: 50.0
+    inter_node_latency_us: 10.0
+"""
+
+
+def test_fuzz_hardware_files(tmp_path):
+    import yaml
+
+    from planner.specs.catalogue import load_catalogue
+
+    for name, text in (("hw.toml", HW_TOML), ("hw.yaml", HW_YAML)):
+        p = tmp_path / "ok" / name
+        p.parent.mkdir(exist_ok=True)
+        p.write_bytes(text)
+        load_catalogue([p]).resolve("fuzz-gpu")  # the unmangled bases load
+    base_doc = yaml.safe_load(HW_YAML)
+    rng = random.Random(SEED + 6)
+    failures: list = []
+    for i in range(200):
+        # a fresh path each time: the catalogue is cached per (path, mtime)
+        if i % 3 == 0:
+            p = tmp_path / f"h{i}.toml"
+            p.write_bytes(_mutate_bytes(rng, HW_TOML))
+        elif i % 3 == 1:
+            p = tmp_path / f"h{i}.yaml"
+            p.write_bytes(_mutate_bytes(rng, HW_YAML))
+        else:
+            p = tmp_path / f"h{i}.yaml"
+            doc = base_doc
+            for _ in range(rng.randrange(1, 3)):
+                doc = _mutate_json(rng, doc)
+            p.write_text(yaml.safe_dump(doc, allow_unicode=True), encoding="utf-8")
+
+        def load(p=p):
+            cat = load_catalogue([p])
+            hw = cat.resolve("a100-80gb")
+            for g in cat.gpus.values():
+                assert all(math.isfinite(v) and v > 0 for v in g.peak_tflops.values()), g
+            return hw
+        _check("hardware file", load, failures)
+    _report(failures)
+
+
+# ------------------------------------------------------------------------------------ the CLI
+def test_fuzz_cli_batch_file(tmp_path):
+    """The CLI on mangled batch files / flags: exit 0 or 2, never a traceback."""
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    runner = CliRunner()
+    rng = random.Random(SEED + 7)
+    base = (_dumps(BATCH_BASE) + "\n").encode()
+    failures: list = []
+    for i in range(40):
+        f = tmp_path / f"b{i}.jsonl"
+        f.write_bytes(_mutate_bytes(rng, base * 2))
+        args = ["predict", "--batch", str(f)]
+        if i % 4 == 0:
+            args = ["predict", "--model", rng.choice(["llama-7b", "nope", "", str(f)]), "--gpu",
+                    rng.choice(["a100-80gb", "zz", "ü"]), "--gpus", rng.choice(["8", "-8", "0", "x", "1e3"]),
+                    "--tp", rng.choice(["2", "3", "-1", "0"])]
+        COUNTS["cli"] = COUNTS.get("cli", 0) + 1
+        t0 = time.monotonic()
+        res = runner.invoke(app, args)
+        if time.monotonic() - t0 > TIME_BOUND_S:
+            failures.append(f"cli {args}: slow")
+        out = res.output  # stdout and stderr together (click >= 8.2)
+        if res.exit_code not in (0, 2) or "Traceback" in out or (
+                res.exception is not None and not isinstance(res.exception, SystemExit)):
+            failures.append(f"cli {args}: exit {res.exit_code} {type(res.exception).__name__}: {out[-200:]}")
+        elif res.exit_code == 2 and len([x for x in out.strip().splitlines() if x.startswith("error")]) > 1:
+            failures.append(f"cli {args}: more than one error line: {out!r}")
+    _report(failures)
+
+
+def test_total_count():
+    """>= 1,000 malformed inputs were tried (run with the file; skipped when run alone)."""
+    if not COUNTS:
+        pytest.skip("run the whole file: the count is filled by the fuzz tests above")
+    print(f"malformed inputs tried: {sum(COUNTS.values())} {COUNTS}")
+    assert sum(COUNTS.values()) >= 1000, COUNTS

@@ -1,0 +1,242 @@
+"""Property-based tests over random valid models and plans (issue 6, item 2).
+
+Hypothesis draws small dense transformers (GPT- or Llama-style, 2..16 layers, hidden a multiple of
+64 up to 2048) and valid layouts on 'a100-80gb' / 'h100-sxm' (GPUs = TP x PP x DP with each factor
+in {1, 2, 4, 8}, MBS 1..4, GBS = MBS x DP x k). Every property is checked on 200 examples
+(``EXAMPLES``) with the default cost model (the shipped regressors, roofline where none exists).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from functools import lru_cache
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from costmodel.cost.roofline import RooflineCostModel
+from costmodel.memory import (_embedding_params_per_gpu, _head_params_per_gpu, layer_params_per_gpu,
+                              stage_params)
+from planner.cli_predict import run_batch
+from planner.predict import predict
+from planner.specs.catalogue import load_catalogue
+from planner.specs.hf_config import from_hf_config
+from planner.specs.plan import ParallelPlan
+from tests.helpers import gpt, llama
+
+EXAMPLES = 200
+SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+"""derandomize: the same examples on every run (a failure reproduces; results are seed-free)."""
+GPUS = ("a100-80gb", "h100-sxm")
+POW2 = (1, 2, 4, 8)
+REL = 1e-12
+ROOFLINE = RooflineCostModel()
+
+
+@lru_cache(maxsize=None)
+def hardware(gpu: str):
+    return load_catalogue().resolve(gpu)
+
+
+def _divisors(n: int, cap: int | None = None) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0 and (cap is None or d <= cap)]
+
+
+@st.composite
+def models(draw, layers=None, family=None):
+    """A small dense model; heads divide hidden/64 (head_dim a multiple of 64), KV heads divide heads."""
+    hidden = 64 * draw(st.integers(1, 32))
+    heads = draw(st.sampled_from(_divisors(hidden // 64)))
+    kv = draw(st.sampled_from(_divisors(heads)))
+    ffn = 64 * draw(st.integers(2, 128))
+    vocab = draw(st.integers(1000, 60000))
+    n = layers if layers is not None else draw(st.integers(2, 16))
+    fam = family or draw(st.sampled_from(("gpt", "llama")))
+    seq = draw(st.sampled_from((128, 256, 512, 1024, 2048)))
+    if fam == "gpt":
+        return gpt(layers=n, hidden=hidden, heads=heads, vocab=vocab, seq=seq, ffn_hidden_size=ffn)
+    return llama(layers=n, hidden=hidden, heads=heads, kv=kv, ffn=ffn, vocab=vocab, seq=seq)
+
+
+@st.composite
+def setups(draw, model_strategy=None, pp_choices=POW2, min_dp=1):
+    """(model, plan, gpu) with a valid plan: TP among the powers of 2 dividing heads and FFN."""
+    model = draw(model_strategy if model_strategy is not None else models())
+    tp = draw(st.sampled_from([t for t in POW2 if model.num_heads % t == 0 and model.ffn_hidden_size % t == 0
+                               and (model.num_kv_heads % t == 0 or t % model.num_kv_heads == 0)]))
+    pp = draw(st.sampled_from([p for p in pp_choices if model.num_layers % p == 0] or [1]))
+    dp = draw(st.sampled_from([d for d in POW2 if d >= min_dp]))
+    mbs = draw(st.integers(1, 4))
+    k = draw(st.integers(1, 8))
+    gpu = draw(st.sampled_from(GPUS))
+    gpus = tp * pp * dp
+    plan = ParallelPlan(world_size=gpus, gpus_per_node=min(hardware(gpu).cluster.gpus_per_node, gpus),
+                        global_batch_size=mbs * dp * k, seq_len=model.max_seq_len, tp=tp, pp=pp,
+                        micro_batch_size=mbs, recompute=draw(st.sampled_from(("none", "selective", "full"))),
+                        zero=draw(st.sampled_from((0, 1, 2, 3))))
+    assume(not plan.problems(model))
+    return model, plan, gpu
+
+
+def _with(plan: ParallelPlan, **kw) -> ParallelPlan:
+    """The plan with some fields changed and gpus_per_node kept consistent with the new GPU count."""
+    new = replace(plan, **kw)
+    gpn = max(plan.gpus_per_node, min(8, new.world_size)) if new.world_size > plan.gpus_per_node else plan.gpus_per_node
+    return replace(new, gpus_per_node=min(gpn, new.world_size))
+
+
+def _pred(model, plan, gpu):
+    return predict(model, plan, hardware(gpu))
+
+
+# ------------------------------------------------------------------------------------------ properties
+@SETTINGS
+@given(setups())
+def test_predictions_finite_and_positive(s):
+    model, plan, gpu = s
+    p = _pred(model, plan, gpu)
+    for name in ("iteration_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu",
+                 "hardware_tflops_per_gpu", "mfu", "memory_gib_per_gpu"):
+        v = getattr(p, name)
+        assert math.isfinite(v) and v > 0, (name, v)
+    assert 0.0 <= p.bubble_fraction < 1.0
+    assert all(math.isfinite(v) and v >= 0 for v in p.exposed_comm_s.values())
+    assert all(math.isfinite(v) and v >= 0 for k, v in p.memory.items() if k != "stage")
+    assert abs(sum(r["share"] for r in p.breakdown) - 1.0) < 1e-9
+
+
+@SETTINGS
+@given(st.integers(2, 15), st.integers(1, 8), st.data())
+def test_more_layers_never_faster(n, extra, data):
+    # pp = 1 so that any layer count is a valid plan. Checked on the analytical roofline cost model:
+    # with the shipped measured models it does NOT hold, because the a100-80gb optimizer regressor is
+    # not monotone in the parameter count (see test_measured_optimizer_time_monotone_in_params).
+    model, plan, gpu = data.draw(setups(models(layers=n), pp_choices=(1,)))
+    bigger = replace(model, num_layers=min(16, n + extra))
+    assume(bigger.num_layers > n)
+    t1 = predict(model, plan, hardware(gpu), cost_model=ROOFLINE).iteration_time_s
+    t2 = predict(bigger, plan, hardware(gpu), cost_model=ROOFLINE).iteration_time_s
+    assert t2 >= t1 * (1 - REL), (t1, t2)
+
+
+@pytest.mark.xfail(strict=True, reason="FINDING: the shipped a100-80gb optimizer regressor "
+                   "(costmodel/data/models/a100-80gb/optimizer.*) is not monotone in 'params' (e.g. 131 ms at "
+                   "70M params, 44 ms at 100M), so a 9-layer model predicts slower than the same model with 13 "
+                   "layers; strict: this test fails once the artifact is refitted monotone, then drop the mark")
+def test_measured_optimizer_time_monotone_in_params():
+    from dataclasses import replace as dc_replace
+
+    from costmodel.cost.measured import MeasuredCostModel
+    from costmodel.graph import build_graph
+
+    model = gpt(layers=9, hidden=576, heads=1, vocab=4151, seq=2048, ffn_hidden_size=2304)
+    graph = build_graph(model, ParallelPlan(world_size=1, gpus_per_node=1, global_batch_size=1, seq_len=2048))
+    (opt,) = [o for o in graph.stages[0].iteration_ops if o.kind == "optimizer"]
+    ops = [dc_replace(opt, features=(float(n),)) for n in (1e7, 2e7, 4e7, 6e7, 8e7, 1e8, 2e8, 4e8)]
+    t = MeasuredCostModel().predict(ops, hardware("a100-80gb")).time_s
+    assert all(b >= a for a, b in zip(t, t[1:])), list(t)
+
+
+@SETTINGS
+@given(setups(), st.integers(1, 8))
+def test_larger_global_batch_never_faster(s, more):
+    model, plan, gpu = s
+    unit = plan.micro_batch_size * plan.dp
+    big = replace(plan, global_batch_size=plan.global_batch_size + unit * more)
+    assume(not big.problems(model))
+    t1 = _pred(model, plan, gpu).iteration_time_s
+    t2 = _pred(model, big, gpu).iteration_time_s
+    assert t2 >= t1 * (1 - REL), (t1, t2)
+
+
+@SETTINGS
+@given(setups(), st.sampled_from(("tp", "pp")))
+def test_memory_never_grows_with_tp_or_pp(s, axis):
+    # DP and GBS stay fixed (so the micro-batch count and the ZeRO shard stay fixed); GPUs grow.
+    model, plan, gpu = s
+    bigger = _with(plan, **{axis: getattr(plan, axis) * 2}, world_size=plan.world_size * 2)
+    assume(not bigger.problems(model))
+    m1 = _pred(model, plan, gpu).memory_gib_per_gpu
+    m2 = _pred(model, bigger, gpu).memory_gib_per_gpu
+    assert m2 <= m1 * (1 + REL), (axis, m1, m2)
+
+
+def _zero_units_small(model, plan) -> bool:
+    """Every stage holds at least 3x its largest ZeRO working-set unit.
+
+    costmodel/memory.py (stage_memory, _stage_terms) documents that ZeRO-2/3 keep one unsharded unit
+    of gradients and ZeRO-3 two gathered units of parameters (FSDP prefetch), a unit being the
+    largest of one layer, the embedding or the head. On a stage with very few layers (or a large
+    embedding next to tiny layers) that working set can exceed what sharding saves, so a higher
+    ZeRO stage legitimately needs *more* memory: P/d + 2u > P when P < 2u d/(d-1). With a shard
+    group d >= 4 and P >= 3u on every stage the saving always wins, which is the regime where the
+    property is claimed. (Example outside it: a 2-layer Llama, h=512, V=50000, DP=4 needs 1.798 GiB
+    per GPU under ZeRO-2 and 1.815 GiB under ZeRO-3.)
+    """
+    unit = max(layer_params_per_gpu(model, plan.tp), _embedding_params_per_gpu(model, plan.tp),
+               _head_params_per_gpu(model, plan.tp, plan.pp))
+    return min(stage_params(model, plan)) >= 3 * unit
+
+
+@SETTINGS
+@given(setups(min_dp=4), st.integers(0, 2))
+def test_memory_never_grows_with_zero_stage(s, z):
+    model, plan, gpu = s
+    lo, hi = replace(plan, zero=z), replace(plan, zero=z + 1)
+    assume(_zero_units_small(model, plan))
+    m1 = _pred(model, lo, gpu).memory_gib_per_gpu
+    m2 = _pred(model, hi, gpu).memory_gib_per_gpu
+    assert m2 <= m1 * (1 + REL), (z, m1, m2)
+
+
+@SETTINGS
+@given(setups())
+def test_tokens_per_s_times_iteration_is_tokens(s):
+    model, plan, gpu = s
+    p = _pred(model, plan, gpu)
+    tokens = plan.global_batch_size * plan.seq_len
+    assert math.isclose(p.tokens_per_s * p.iteration_time_s, tokens, rel_tol=1e-12)
+    assert math.isclose(p.tokens_per_s_per_gpu * plan.world_size * p.iteration_time_s, tokens, rel_tol=1e-12)
+
+
+def _hf_config(model) -> dict:
+    """A Hugging Face config.json dict describing ``model`` (llama or gpt2 family)."""
+    if model.activation == "swiglu":
+        return {"model_type": "llama", "num_hidden_layers": model.num_layers, "hidden_size": model.hidden_size,
+                "num_attention_heads": model.num_heads, "num_key_value_heads": model.num_kv_heads,
+                "intermediate_size": model.ffn_hidden_size, "vocab_size": model.vocab_size,
+                "max_position_embeddings": model.max_seq_len}
+    return {"model_type": "gpt2", "n_layer": model.num_layers, "n_embd": model.hidden_size,
+            "n_head": model.num_heads, "n_inner": model.ffn_hidden_size, "vocab_size": model.vocab_size,
+            "n_positions": model.max_seq_len}
+
+
+@SETTINGS
+@given(setups())
+def test_batch_and_single_agree_exactly(s):
+    drawn, plan, gpu = s
+    cfg = _hf_config(drawn)
+    model = from_hf_config(cfg, name="prop")
+    assume(not plan.problems(model))
+    line = json.dumps({"id": "p", "model": cfg, "gpu": gpu, "gpus": plan.world_size, "tp": plan.tp, "pp": plan.pp,
+                       "mbs": plan.micro_batch_size, "gbs": plan.global_batch_size, "seq_len": plan.seq_len,
+                       "recompute": plan.recompute, "zero": plan.zero, "dtype": plan.dtype})
+    (rec,) = list(run_batch([line]))
+    assert "error" not in rec, rec
+    rec = json.loads(json.dumps(rec))  # what `planner predict --batch` writes
+    single = json.loads(json.dumps(_pred(model, plan, gpu).to_dict()))
+    for key, value in single.items():
+        assert rec[key] == value, key
+
+
+@SETTINGS
+@given(setups())
+def test_deterministic_across_calls(s):
+    model, plan, gpu = s
+    a = _pred(model, plan, gpu).to_dict()
+    b = _pred(replace(model), replace(plan), gpu).to_dict()
+    assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
