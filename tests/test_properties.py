@@ -112,22 +112,23 @@ def test_predictions_finite_and_positive(s):
 @SETTINGS
 @given(st.integers(2, 15), st.integers(1, 8), st.data())
 def test_more_layers_never_faster(n, extra, data):
-    # pp = 1 so that any layer count is a valid plan. Checked on the analytical roofline cost model:
-    # with the shipped measured models it does NOT hold, because the a100-80gb optimizer regressor is
-    # not monotone in the parameter count (see test_measured_optimizer_time_monotone_in_params).
+    # pp = 1 so that any layer count is a valid plan. Checked on the analytical cost model only: the
+    # measured tree ensembles are piecewise constant and not monotone between their samples (hypothesis
+    # finds deeper models predicted ~15 % faster than shallower ones on the default models), an open
+    # finding of issue #6 (monotone constraints in the regressors would fix it).
     model, plan, gpu = data.draw(setups(models(layers=n), pp_choices=(1,)))
     bigger = replace(model, num_layers=min(16, n + extra))
     assume(bigger.num_layers > n)
-    t1 = predict(model, plan, hardware(gpu), cost_model=ROOFLINE).iteration_time_s
-    t2 = predict(bigger, plan, hardware(gpu), cost_model=ROOFLINE).iteration_time_s
-    assert t2 >= t1 * (1 - REL), (t1, t2)
+    for cm in (ROOFLINE,):
+        t1 = predict(model, plan, hardware(gpu), cost_model=cm).iteration_time_s
+        t2 = predict(bigger, plan, hardware(gpu), cost_model=cm).iteration_time_s
+        assert t2 >= t1 * (1 - REL), (cm, t1, t2)
 
 
-@pytest.mark.xfail(strict=True, reason="FINDING: the shipped a100-80gb optimizer regressor "
-                   "(costmodel/data/models/a100-80gb/optimizer.*) is not monotone in 'params' (e.g. 131 ms at "
-                   "70M params, 44 ms at 100M), so a 9-layer model predicts slower than the same model with 13 "
-                   "layers; strict: this test fails once the artifact is refitted monotone, then drop the mark")
 def test_measured_optimizer_time_monotone_in_params():
+    """The shipped a100-80gb optimizer regressor (grouped-CV MAPE 59 %) is not monotone in 'params'
+    (131 ms at 70M, 44 ms at 100M); the measured cost model refuses models above MAX_CV_MAPE and uses the
+    roofline instead, so the default predictions are monotone again."""
     from dataclasses import replace as dc_replace
 
     from costmodel.cost.measured import MeasuredCostModel
@@ -137,8 +138,10 @@ def test_measured_optimizer_time_monotone_in_params():
     graph = build_graph(model, ParallelPlan(world_size=1, gpus_per_node=1, global_batch_size=1, seq_len=2048))
     (opt,) = [o for o in graph.stages[0].iteration_ops if o.kind == "optimizer"]
     ops = [dc_replace(opt, features=(float(n),)) for n in (1e7, 2e7, 4e7, 6e7, 8e7, 1e8, 2e8, 4e8)]
-    t = MeasuredCostModel().predict(ops, hardware("a100-80gb")).time_s
+    res = MeasuredCostModel().predict(ops, hardware("a100-80gb"))
+    t = res.time_s
     assert all(b >= a for a, b in zip(t, t[1:])), list(t)
+    assert any("not trusted" in w for w in res.warnings)
 
 
 @SETTINGS

@@ -30,6 +30,11 @@ from planner.errors import PlannerError
 from planner.specs.hardware import Hardware
 
 ENV_MODELS_DIR = "PLANNER_MODELS_DIR"
+MAX_CV_MAPE = 0.25
+"""Regressors whose grouped-CV MAPE is above this are not used; the analytical roofline applies, with a
+warning. Policy, not a fit: 25 % is the upper end of the roofline's own error on the measured samples
+(median |error| 8-21 % on GEMMs, 19-32 % on collectives over all message sizes; tests/test_roofline.py),
+so a learned model worse than that is not trusted over it."""
 
 
 def _shipped_dir() -> Path:
@@ -53,6 +58,10 @@ class _Entry:
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             raise PlannerError(f"model sidecar for {path} lacks device constants or ranges ({exc}); "
                                "re-run `planner fit`") from None
+        mape = (meta.get("cv") or {}).get("mape")
+        if isinstance(mape, (int, float)) and mape > MAX_CV_MAPE:
+            raise PlannerError(f"measured model {meta.get('gpu')}/{meta.get('kind')}.{meta.get('direction')} has "
+                               f"grouped-CV MAPE {100 * mape:.0f} % > {100 * MAX_CV_MAPE:.0f} %, not trusted")
         # an artifact fitted by an older version with other features (e.g. norm before its rms feature)
         kind, got = meta.get("kind"), meta.get("feature_names")
         if kind in FEATURES and got is not None and list(got) != list(feature_names(kind)):
