@@ -7,6 +7,8 @@ from typing import Optional
 
 import typer
 
+from planner import cli_options as O
+
 from planner.errors import PlannerError
 
 
@@ -53,24 +55,24 @@ def run_export(raw: dict, to: str, iterations: int | None, tokens: float | None,
 def register(app: typer.Typer) -> None:
     @app.command()
     def export(
-        model: Optional[str] = typer.Option(None, "--model", "-m", help="Preset name (see `planner models`) or path to a config.json."),
-        gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU key (see `planner gpus`)."),
-        gpus: Optional[int] = typer.Option(None, "--gpus", help="Total number of GPUs."),
-        gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", help="GPUs per node (default: node type's)."),
-        cluster: Optional[str] = typer.Option(None, "--cluster", help="Node type / cluster (see `planner gpus`)."),
-        tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree."),
-        pp: int = typer.Option(1, "--pp", help="Pipeline-parallel degree."),
-        cp: int = typer.Option(1, "--cp", help="Context-parallel degree."),
-        vpp: int = typer.Option(1, "--vpp", help="Virtual pipeline chunks per stage."),
-        mbs: int = typer.Option(1, "--mbs", help="Micro-batch size (sequences)."),
-        gbs: Optional[int] = typer.Option(None, "--gbs", help="Global batch size (sequences); default ~4M tokens."),
-        seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Sequence length (default: model's max)."),
-        recompute: str = typer.Option("selective", "--recompute", help="none | selective | full."),
-        sequence_parallel: bool = typer.Option(True, "--sequence-parallel/--no-sequence-parallel"),
-        zero: int = typer.Option(1, "--zero", help="ZeRO stage 0-3 (1 = distributed optimizer, 3 = FSDP)."),
-        dtype: str = typer.Option("bf16", "--dtype", help="bf16 | fp16 | fp8."),
-        layer_split: Optional[str] = typer.Option(None, "--layer-split", help="Uneven layers per stage, e.g. 9,8,8,7."),
-        hardware_file: list[str] = typer.Option([], "--hardware-file", help="TOML/YAML file adding GPUs/clusters."),
+        model: O.Model = None,
+        gpu: O.Gpu = None,
+        gpus: O.Gpus = None,
+        gpus_per_node: O.GpusPerNode = None,
+        cluster: O.Cluster = None,
+        tp: O.Tp = 1,
+        pp: O.Pp = 1,
+        cp: O.Cp = 1,
+        vpp: O.Vpp = 1,
+        mbs: O.Mbs = 1,
+        gbs: O.Gbs = None,
+        seq_len: O.SeqLen = None,
+        recompute: O.Recompute = "selective",
+        sequence_parallel: O.SequenceParallel = True,
+        zero: O.Zero = 1,
+        dtype: O.Dtype = "bf16",
+        layer_split: O.LayerSplit = None,
+        hardware_file: O.HardwareFile = [],
         to: str = typer.Option("all", "--to", help="megatron | nemo | torchtitan | slurm | all."),
         iterations: Optional[int] = typer.Option(None, "--iterations", help="Training iterations (optimizer steps)."),
         tokens: Optional[float] = typer.Option(None, "--tokens", help="Training tokens, e.g. 1e12 (-> iterations)."),
