@@ -82,9 +82,6 @@ def register(app: typer.Typer) -> None:
         if fmt not in ("table", "json", "md"):
             raise PlannerError(f"unknown --format {fmt!r}: use table, json or md")
         text = render_report(models or SHIPPED_MODELS_DIR, fmt)
-        if out is not None:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(text, encoding="utf-8")
-            typer.echo(f"wrote {out}")
-        else:
-            typer.echo(text, nl=False)
+        from planner.cli_options import write_or_print
+
+        write_or_print(text, out)

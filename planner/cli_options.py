@@ -24,3 +24,14 @@ Zero = Annotated[int, typer.Option("--zero", help="ZeRO stage 0-3 (1 = distribut
 Dtype = Annotated[str, typer.Option("--dtype", help="bf16 | fp16 | fp8 | fp32.")]
 LayerSplit = Annotated[Optional[str], typer.Option("--layer-split", help="Uneven layers per stage, e.g. 9,8,8,7.")]
 HardwareFile = Annotated[list[str], typer.Option("--hardware-file", help="TOML/YAML file adding GPUs/clusters.")]
+
+
+def write_or_print(text: str, out) -> None:
+    """A command's text output: to ``out`` (atomically, `planner.fileio`) with a note, else to stdout."""
+    if out is not None:
+        from planner.fileio import atomic_write_text
+
+        atomic_write_text(out, text)
+        typer.echo(f"wrote {out}")
+    else:
+        typer.echo(text, nl=False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Sequence
 
 import typer
 from rich.console import Console
@@ -88,11 +88,10 @@ def render_rich(report: ValidationReport, console: Console) -> None:
         console.print(f"{report.excluded_by_tier} runs left out by the tier filter.")
 
 
-def run_validate(runs: list[Path] | None, tiers: list[str] | None, fmt: str, out: Path | None,
-                 calibration: str | None = None) -> str | None:
-    """Load, predict and render; returns the text for json/md (None when printed as rich tables)."""
-    if fmt not in FORMATS:
-        raise PlannerError(f"unknown --format {fmt!r}: use one of {', '.join(FORMATS)}.")
+def predict_runs(runs: Sequence[Path] | None, tiers: Sequence[str] | None,
+                 calibration: str | None = None) -> tuple[list[Path], ValidationReport]:
+    """Load the run files (default: shared/validation/published_runs.csv), check the tier filter and
+    predict every run (with the named `planner calibrate` calibration when given)."""
     tiers = [t.upper() for t in tiers] if tiers else None
     bad = [t for t in tiers or () if t not in ("A", "B", "C")]
     if bad:
@@ -101,12 +100,21 @@ def run_validate(runs: list[Path] | None, tiers: list[str] | None, fmt: str, out
     rows = [row for f in files for row in load_runs(f)]
     predict_fn = None
     if calibration is not None:  # planner calibrate's constants (NAME or file)
+        from functools import partial
+
         from planner.calibrate import resolve_calibration
         from planner.predict import predict
 
-        cal = resolve_calibration(calibration)
-        predict_fn = lambda m, p, h: predict(m, p, h, calibration=cal)  # noqa: E731
-    report = validate(rows, predict_fn=predict_fn, tiers=tiers)
+        predict_fn = partial(predict, calibration=resolve_calibration(calibration))
+    return files, validate(rows, predict_fn=predict_fn, tiers=tiers)
+
+
+def run_validate(runs: list[Path] | None, tiers: list[str] | None, fmt: str, out: Path | None,
+                 calibration: str | None = None) -> str | None:
+    """Load, predict and render; returns the text for json/md (None when printed as rich tables)."""
+    if fmt not in FORMATS:
+        raise PlannerError(f"unknown --format {fmt!r}: use one of {', '.join(FORMATS)}.")
+    _, report = predict_runs(runs, tiers, calibration)
     if fmt == "json":
         return json.dumps(report.to_dict(), indent=2)
     if fmt == "md":
@@ -146,9 +154,6 @@ def register(app: typer.Typer) -> None:
         text = run_validate(runs, tier, fmt, out, calibration)
         if text is None:
             return
-        if out is not None:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(text, encoding="utf-8")
-            typer.echo(f"wrote {out}")
-        else:
-            typer.echo(text, nl=False)
+        from planner.cli_options import write_or_print
+
+        write_or_print(text, out)

@@ -83,25 +83,8 @@ def build_and_write(path: str | os.PathLike, runs: Sequence[Path] | None, tiers:
     """Load the run files (default: shared/validation/published_runs.csv), predict (with the named
     `planner calibrate` calibration when given), write the report. Tier handling and errors are
     those of `planner validate`."""
-    from planner.cli_validate import default_run_file
-    from planner.errors import PlannerError
-    from planner.validate import load_runs, validate
+    from planner.cli_validate import predict_runs
 
     md = report_path(path)
-    tiers = [t.upper() for t in tiers] if tiers else None
-    bad = [t for t in tiers or () if t not in ("A", "B", "C")]
-    if bad:
-        raise PlannerError(f"unknown --tier {bad[0]!r}: use A, B or C.")
-    files = list(runs) if runs else [default_run_file()]
-    rows = [row for f in files for row in load_runs(f)]
-    predict_fn = None
-    if calibration is not None:  # as planner.cli_validate.run_validate does
-        from planner.calibrate import resolve_calibration
-        from planner.predict import predict
-
-        cal = resolve_calibration(calibration)
-
-        def predict_fn(m, p, h):
-            return predict(m, p, h, calibration=cal)
-    report = validate(rows, predict_fn=predict_fn, tiers=tiers)
+    files, report = predict_runs(runs, tiers, calibration)
     return write_validation_report(md, report, files, command=command), report
