@@ -114,6 +114,24 @@ def _rms(model: ModelSpec) -> int:
     return 1 if model.norm == "rmsnorm" else 0
 
 
+def tp_boundary(name: str, entering: bool, plan: ParallelPlan, act: float, topo: tuple[int, int]) -> list[Op]:
+    """TP collectives at the edge of a Megatron tensor-parallel region (Shoeybi et al. 2019 §3, f/g
+    operators; Korthikanti et al. 2022 §4.2.2 with sequence parallelism), for one [s, b, h] activation.
+
+    Entering a column-parallel block: SP all-gathers the sequence shards (fwd) and reduce-scatters (bwd);
+    without SP the forward is an identity and the backward all-reduces the input gradient. Leaving a
+    row-parallel block: the mirror image (fwd all-reduce or SP reduce-scatter; bwd identity or SP all-gather).
+    """
+    t = plan.tp
+    if t == 1:
+        return []
+    if plan.sp:
+        first, second = ("all_gather", "reduce_scatter") if entering else ("reduce_scatter", "all_gather")
+        return [_coll(first, f"tp.{name}.{first.replace('_', '')}", "fwd", act, t, topo),
+                _coll(second, f"tp.{name}.{second.replace('_', '')}", "bwd", act, t, topo)]
+    return [_coll("all_reduce", f"tp.{name}.allreduce", "bwd" if entering else "fwd", act, t, topo)]
+
+
 def layer_operators(model: ModelSpec, plan: ParallelPlan) -> tuple[list[Op], list[Op]]:
     """(operators, overlapped communication) for one transformer layer and one micro-batch."""
     EB = elem_bytes(plan.dtype)
@@ -135,26 +153,10 @@ def layer_operators(model: ModelSpec, plan: ParallelPlan) -> tuple[list[Op], lis
     overlap: list[Op] = []
 
     def tp_enter(name: str) -> None:
-        # entering a column-parallel block: SP all-gathers the sequence shards (fwd), reduce-scatters (bwd);
-        # without SP the forward is an identity and the backward all-reduces the input gradient.
-        if t == 1:
-            return
-        if plan.sp:
-            ops.append(_coll("all_gather", f"tp.{name}.allgather", "fwd", act, t, tp_topo))
-            ops.append(_coll("reduce_scatter", f"tp.{name}.reducescatter", "bwd", act, t, tp_topo))
-        else:
-            ops.append(_coll("all_reduce", f"tp.{name}.allreduce", "bwd", act, t, tp_topo))
+        ops.extend(tp_boundary(name, True, plan, act, tp_topo))
 
     def tp_exit(name: str) -> None:
-        # leaving a row-parallel block: all-reduce (or SP reduce-scatter) of the partial sums (fwd);
-        # the backward is an identity (or SP all-gather).
-        if t == 1:
-            return
-        if plan.sp:
-            ops.append(_coll("reduce_scatter", f"tp.{name}.reducescatter", "fwd", act, t, tp_topo))
-            ops.append(_coll("all_gather", f"tp.{name}.allgather", "bwd", act, t, tp_topo))
-        else:
-            ops.append(_coll("all_reduce", f"tp.{name}.allreduce", "fwd", act, t, tp_topo))
+        ops.extend(tp_boundary(name, False, plan, act, tp_topo))
 
     norm_bytes = sp_tokens * h * EB
     rms = _rms(model)
@@ -254,12 +256,7 @@ def _head_ops(model: ModelSpec, plan: ParallelPlan) -> list[Op]:
            _mem("norm", "final_norm", "bwd", (sp_tokens, h, rms), 4 * norm_bytes, 16.0 * sp_tokens * h)]
     topo = group_topology(t, 1, plan.gpus_per_node)
     act = tokens * h * EB
-    if t > 1:
-        if plan.sp:
-            ops.append(_coll("all_gather", "tp.lm_head.allgather", "fwd", act, t, topo))
-            ops.append(_coll("reduce_scatter", "tp.lm_head.reducescatter", "bwd", act, t, topo))
-        else:
-            ops.append(_coll("all_reduce", "tp.lm_head.allreduce", "bwd", act, t, topo))
+    ops += tp_boundary("lm_head", True, plan, act, topo)
     ops += _gemm_fwd_bwd("lm_head", tokens, v, h, plan.dtype)
     # cross-entropy on fp32 logits: read logits, write softmax/grad (4 bytes each)
     ops.append(_mem("cross_entropy", "cross_entropy", "fwd", (tokens, v), 4.0 * 2 * tokens * v, 5.0 * tokens * v))
