@@ -370,13 +370,19 @@ def _aic_fingerprint(data: Path, rel_in_aic: str, system: str, folder: str) -> d
     return fp
 
 
+def _source_root(data: Path, folder: str) -> Path:
+    """``data/folder``, or a one-line error when the shared data has no such source."""
+    root = data / folder
+    if not root.is_dir():
+        raise PlannerError(f"no {folder} folder under {data}; point PLANNER_DATA_DIR at shared/data")
+    return root
+
+
 @register("aiconfigurator")
 def import_aiconfigurator(data: Path) -> list[Dataset]:
     """GEMM (bf16, per-tensor fp8), context attention (causal fwd) and single-node NCCL sweeps."""
     b = Builder("aiconfigurator")
-    root = data / "aiconfigurator"
-    if not root.is_dir():
-        raise PlannerError(f"no aiconfigurator folder under {data}; point PLANNER_DATA_DIR at shared/data")
+    root = _source_root(data, "aiconfigurator")
     skipped: dict[str, list[str]] = {"gemm": [], "context_attention": [], "nccl": []}
     for folder in ("gemm", "context_attention", "nccl"):
         for path in sorted((root / folder).glob("*.csv")):
@@ -565,9 +571,7 @@ def _ett_operator(b: Builder, data: Path, path: Path, op: str, system: str, gpu:
 def import_estimate_train_time(data: Path) -> list[Dataset]:
     """The seed paper's Perlmutter (A100) and Vista (GH200) operator and NCCL samples."""
     b = Builder("estimate-train-time")
-    root = data / "estimate-train-time"
-    if not root.is_dir():
-        raise PlannerError(f"no estimate-train-time folder under {data}; point PLANNER_DATA_DIR at shared/data")
+    root = _source_root(data, "estimate-train-time")
     ops = {"linear1", "linear2", "linear3", "linear4", "linear_final", "flash_atten", "layernorm", "RMSlayernorm",
            "gelu", "res_add", "RoPE", "embedding", "parallel_cross_entropy_128", "optimizer"}
     for system, (dev, gpu) in ETT_SYSTEMS.items():
@@ -709,9 +713,7 @@ def _vidur_network(b: Builder, data: Path, path: Path, gpu: str, fp: dict) -> No
 def import_vidur(data: Path) -> list[Dataset]:
     """vidur's inference-layer compute profiles (TP-sharded GEMMs, norms, ...) and DGX collectives."""
     b = Builder("vidur")
-    root = data / "vidur"
-    if not root.is_dir():
-        raise PlannerError(f"no vidur folder under {data}; point PLANNER_DATA_DIR at shared/data")
+    root = _source_root(data, "vidur")
     src = "github.com/microsoft/vidur @ 7d475133 (PROVENANCE.md)"
     for folder in sorted(p for p in (root / "compute").iterdir() if p.is_dir()):
         gpu = VIDUR_COMPUTE_GPU.get(folder.name)
@@ -762,9 +764,7 @@ def import_vidur(data: Path) -> list[Dataset]:
 def import_llmcompass(data: Path) -> list[Dataset]:
     """LLMCompass 'real hardware' A100 GEMMs as spot-check rows (role spot_check) of gemm on a100-80gb."""
     b = Builder("llmcompass-a100")
-    root = data / "llmcompass-a100"
-    if not root.is_dir():
-        raise PlannerError(f"no llmcompass-a100 folder under {data}; point PLANNER_DATA_DIR at shared/data")
+    root = _source_root(data, "llmcompass-a100")
     t = read_table(data, root / "matmul_A100.csv", ("M", "N", "K", "latency", "throughput"), strip=True)
     lat = []
     for i, v in enumerate(t.text("latency")):
