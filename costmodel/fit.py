@@ -32,6 +32,7 @@ from planner.errors import PlannerError
 from costmodel.regressors import REGISTRY
 from costmodel.regressors.artifacts import artifact_path, library_versions, read_index, write_index
 from costmodel.regressors.base import sidecar_path
+from costmodel.cost.roofline import dtype_bytes
 from costmodel.regressors.features import CPU_NOMINAL, REF_COL, DeviceConstants, build_features, feature_names
 from costmodel.regressors.selection import select, shape_groups
 
@@ -239,10 +240,49 @@ def fit_all(datasets: dict, out: Path, *, gpus=None, kinds=None, quick: bool = F
                 for name, c in chk.items():
                     log(f"check {gpu} {name}: MAPE {c['mape']:.1%} over {c['rows']} rows")
     index["models"] = {g: v for g, v in sorted(index["models"].items()) if v}
-    write_index(out, index)
     _write_cpu_hardware(datasets, out, log)
+    # the analytical fallback's error on the same samples, so the predict path can tell whether a
+    # regressor with a high CV error is still better than what would replace it (costmodel/cost/measured.py)
+    for kind, gpu in keys:
+        for name, entry in index["models"].get(gpu, {}).items():
+            if name.split(".")[0] == kind:
+                sub, _ = _training_subset(datasets[(kind, gpu)], name.split(".")[1])
+                fb = fallback_mape(sub, name.split(".")[1], out)
+                if fb is None:
+                    entry.pop("fallback_mape", None)
+                else:
+                    entry["fallback_mape"] = fb
+    write_index(out, index)
     log(f"wrote {out} in {time.perf_counter() - t_all:.0f} s")
     return index
+
+
+def fallback_mape(ds: Dataset, direction: str, out: Path) -> float | None:
+    """MAPE of the analytical roofline (the measured cost model's fallback) on the rows ``ds``.
+
+    In-sample for the roofline's few fitted efficiencies (costmodel/efficiency.py fits them from the
+    public data; for a CPU they are the GPUs' median); None when the device is not in the catalogue
+    (nor in ``out``/hardware.toml) or has no rows.
+    """
+    from costmodel.cost.roofline import RooflineCostModel
+    from costmodel.ops import Op
+    from costmodel.regressors.features import flops_bytes
+    from planner.specs.catalogue import load_catalogue
+
+    if len(ds) == 0:
+        return None
+    extra = [Path(out) / "hardware.toml"] if (Path(out) / "hardware.toml").is_file() else []
+    try:
+        hw = load_catalogue(extra).resolve(ds.gpu)
+    except PlannerError:
+        return None
+    backward = direction == "bwd"
+    db = np.array([dtype_bytes(d) for d in ds.dtype], dtype=float)
+    flops, byts = flops_bytes(ds.kind, ds.features, db, backward)
+    ops = [Op(ds.kind, ds.kind, direction, tuple(float(x) for x in f), flops=float(fl), bytes=float(b), dtype=str(d))
+           for f, fl, b, d in zip(ds.features, flops, byts, ds.dtype)]
+    pred = RooflineCostModel().predict(ops, hw).time_s
+    return float(np.mean(np.abs(pred / ds.time_s - 1.0)))
 
 
 def _write_cpu_hardware(datasets: dict, out: Path, log) -> None:

@@ -173,3 +173,53 @@ def test_shipped_load_and_predict_speed():
     cm.predict(ops, hw)
     warm = time.perf_counter() - t0
     assert np.all(r.time_s > 0) and cold < 2.0 and warm < 0.005, (cold, warm)
+
+
+# ---- the CV-error gate: a regressor worse than MAX_CV_MAPE is dropped unless the fallback is worse still
+def test_untrusted_reason_policy():
+    from costmodel.cost.measured import MAX_CV_MAPE, untrusted_reason
+
+    meta = {"gpu": "g", "kind": "norm", "direction": "bwd", "cv": {"mape": MAX_CV_MAPE + 0.03}}
+    assert untrusted_reason({**meta, "cv": {"mape": MAX_CV_MAPE}}, None) is None
+    assert "not trusted" in untrusted_reason(meta, None)
+    assert "not trusted" in untrusted_reason(meta, MAX_CV_MAPE)           # fallback better: dropped
+    assert untrusted_reason(meta, 0.9) is None                           # fallback worse: kept
+    assert "roofline's 20 %" in untrusted_reason(meta, 0.2)
+
+
+def test_fallback_mape_is_the_rooflines_error_on_the_rows():
+    from costmodel.cost.roofline import RooflineCostModel
+    from costmodel.datasets.schema import Dataset
+    from costmodel.fit import fallback_mape
+
+    hw = load_catalogue().resolve("a100-80gb")
+    raw = np.array([[1024, 1024, 1024], [4096, 2048, 512], [512, 8192, 4096]], dtype=float)
+    ops = [Op("gemm", "gemm", "fwd", tuple(r), flops=2.0 * np.prod(r), bytes=2.0 * (r[0] * r[2] + r[2] * r[1])
+              + 2.0 * r[0] * r[1], dtype="bf16") for r in raw]
+    roof = RooflineCostModel().predict(ops, hw).time_s
+    ds = Dataset("gemm", "a100-80gb", raw, ["fwd"] * 3, ["bf16"] * 3, 2.0 * roof)   # measured = 2x roofline
+    assert fallback_mape(ds, "fwd", Path("/nonexistent")) == pytest.approx(0.5, rel=1e-9)
+    assert fallback_mape(Dataset("gemm", "no-such-gpu", raw, ["fwd"] * 3, ["bf16"] * 3, roof), "fwd",
+                         Path("/nonexistent")) is None
+
+
+def test_gate_keeps_a_model_whose_fallback_is_worse(cpu_models, tmp_path):
+    import json
+    import shutil
+
+    from costmodel.cost.measured import MAX_CV_MAPE
+
+    for fb, kept in ((None, False), (MAX_CV_MAPE, False), (5.0, True)):
+        d = tmp_path / f"m{fb}"
+        shutil.copytree(cpu_models, d)
+        meta_p = d / "cpu" / "gemm.fwd.meta.json"
+        meta = json.loads(meta_p.read_text())
+        meta["cv"]["mape"] = MAX_CV_MAPE + 0.05
+        meta_p.write_text(json.dumps(meta))
+        idx = json.loads((d / "index.json").read_text())
+        idx["models"]["cpu"]["gemm.fwd"].pop("fallback_mape", None)
+        if fb is not None:
+            idx["models"]["cpu"]["gemm.fwd"]["fallback_mape"] = fb
+        (d / "index.json").write_text(json.dumps(idx))
+        r = MeasuredCostModel(d).predict([gemm(128, 256, 512)], CPU)
+        assert (r.method[0] == "xgboost:cpu/gemm") is kept, (fb, r.method)

@@ -31,10 +31,25 @@ from planner.specs.hardware import Hardware
 
 ENV_MODELS_DIR = "PLANNER_MODELS_DIR"
 MAX_CV_MAPE = 0.25
-"""Regressors whose grouped-CV MAPE is above this are not used; the analytical roofline applies, with a
-warning. Policy, not a fit: 25 % is the upper end of the roofline's own error on the measured samples
-(median |error| 8-21 % on GEMMs, 19-32 % on collectives over all message sizes; tests/test_roofline.py),
-so a learned model worse than that is not trusted over it."""
+"""Regressors whose grouped-CV MAPE is above this are not used unless the analytical roofline that would
+replace them is known to be worse on the same samples (the index's ``fallback_mape``, written by
+``planner fit``); otherwise the roofline applies, with a warning. Policy, not a fit: 25 % is the upper end
+of the roofline's own error on the measured GPU samples (median |error| 8-21 % on GEMMs, 19-32 % on
+collectives over all message sizes; tests/test_roofline.py), so a learned model worse than that is not
+trusted over it. On a device whose roofline has no efficiencies of its own (a profiled CPU borrows the
+GPUs' median) the fallback can be far worse, which ``fallback_mape`` shows."""
+
+
+def untrusted_reason(entry_meta: dict, fallback_mape: float | None) -> str | None:
+    """Why a regressor is not used (its CV error is too high and not better than the fallback's), or None."""
+    mape = (entry_meta.get("cv") or {}).get("mape")
+    if not isinstance(mape, (int, float)) or mape <= MAX_CV_MAPE:
+        return None
+    if isinstance(fallback_mape, (int, float)) and mape < fallback_mape:
+        return None
+    fb = "" if not isinstance(fallback_mape, (int, float)) else f" and the roofline's {100 * fallback_mape:.0f} %"
+    return (f"measured model {entry_meta.get('gpu')}/{entry_meta.get('kind')}.{entry_meta.get('direction')} has "
+            f"grouped-CV MAPE {100 * mape:.0f} % > {100 * MAX_CV_MAPE:.0f} %{fb}, not trusted")
 
 
 def _shipped_dir() -> Path:
@@ -46,7 +61,7 @@ def _shipped_dir() -> Path:
 class _Entry:
     """One loaded regressor and what the predict path needs from its sidecar."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, fallback_mape: float | None = None):
         from costmodel.regressors.features import DeviceConstants, feature_names
         from costmodel.regressors.runtime import RuntimeRegressor
 
@@ -58,10 +73,9 @@ class _Entry:
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             raise PlannerError(f"model sidecar for {path} lacks device constants or ranges ({exc}); "
                                "re-run `planner fit`") from None
-        mape = (meta.get("cv") or {}).get("mape")
-        if isinstance(mape, (int, float)) and mape > MAX_CV_MAPE:
-            raise PlannerError(f"measured model {meta.get('gpu')}/{meta.get('kind')}.{meta.get('direction')} has "
-                               f"grouped-CV MAPE {100 * mape:.0f} % > {100 * MAX_CV_MAPE:.0f} %, not trusted")
+        why = untrusted_reason(meta, fallback_mape)
+        if why:
+            raise PlannerError(why)
         # an artifact fitted by an older version with other features (e.g. norm before its rms feature)
         kind, got = meta.get("kind"), meta.get("feature_names")
         if kind in FEATURES and got is not None and list(got) != list(feature_names(kind)):
@@ -75,7 +89,8 @@ class _GpuModels:
     def __init__(self, gpu: str, root: Path | None, index: dict):
         self.gpu = gpu
         self.root = root
-        self.names = set(index.get("models", {}).get(gpu, {})) if root else set()
+        self.entries = dict(index.get("models", {}).get(gpu, {})) if root else {}
+        self.names = set(self.entries)
         self.derived = index.get("derived", {}).get(gpu, {}) if root else {}
         self.loaded: dict[str, _Entry | str] = {}
 
@@ -87,7 +102,8 @@ class _GpuModels:
         if got is None:
             kind, direction = name.split(".")
             try:
-                got = _Entry(self.root / self.gpu / f"{kind}.{direction}.json")
+                fb = self.entries.get(name, {}).get("fallback_mape") if isinstance(self.entries.get(name), dict) else None
+                got = _Entry(self.root / self.gpu / f"{kind}.{direction}.json", fb)
             except PlannerError as exc:
                 got = str(exc)
             self.loaded[name] = got
