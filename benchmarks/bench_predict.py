@@ -88,7 +88,9 @@ def main() -> None:
            "single": bench_single(a.n), "batch": bench_batch()}
     print(json.dumps(res, indent=2))
     if a.json:
-        Path(a.json).write_text(json.dumps(res, indent=2) + "\n")
+        from planner.fileio import atomic_write_text
+
+        atomic_write_text(a.json, json.dumps(res, indent=2) + "\n")
 
 
 if __name__ == "__main__":

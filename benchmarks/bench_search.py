@@ -106,7 +106,9 @@ def main() -> None:
     print(f"end to end: median {out['end_to_end']['median_s']:.2f} s", file=sys.stderr)
     text = json.dumps(out, indent=2)
     if args.out:
-        args.out.write_text(text + "\n")
+        from planner.fileio import atomic_write_text
+
+        atomic_write_text(args.out, text + "\n")
     print(text)
 
 

@@ -727,8 +727,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     data = args.data_dir or require_data_dir()
     text = dumps(build(data))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    from planner.fileio import atomic_write_text
+
+    atomic_write_text(args.out, text)
     print(f"wrote {args.out} ({len(text)} bytes)", file=sys.stderr)
     return 0
 

@@ -67,7 +67,10 @@ def _profile(device, plan, out, threads, ops, collectives, nproc, gpu_name, dtyp
     if device not in DEFAULT_PLANS:
         raise PlannerError(f"--device {device!r} must be cpu or cuda")
     compute_ops, coll_ops = parse_ops(ops)
-    the_plan = load_plan(plan or DEFAULT_PLANS[device])
+    if plan is not None and not plan.strip():
+        raise PlannerError("--plan is empty; name a built-in plan (cpu-tiny, cpu-small, cpu-workload, "
+                           "gpu-default) or a TOML path, or leave --plan out for the device's default.")
+    the_plan = load_plan(plan if plan is not None else DEFAULT_PLANS[device])
     require_torch()
     from costmodel.sampling.collectives import launch
     from costmodel.sampling.runner import check_device, run_plan, sample_counts

@@ -190,6 +190,7 @@ def register(app: typer.Typer) -> None:
         sampler: str = typer.Option("tpe", "--sampler", help="tpe | nsga2 | random."),
         storage: Optional[str] = typer.Option(None, "--storage", help="Optuna storage: sqlite:///F.db, journal:FILE, RDB URL."),
         study_name: Optional[str] = typer.Option(None, "--study-name", help="Study to create or resume (default storage sqlite:///planner.db)."),
+        resume: bool = typer.Option(False, "--resume", help="Finish the study's interrupted run (its remaining trials, same seed) instead of adding --trials."),
         top: int = typer.Option(10, "--top", "-k", help="Plans to print."),
         fmt: str = typer.Option("table", "--format", help="table | json | csv | md."),
         explain: Optional[int] = typer.Option(None, "--explain", help="Also explain the plan ranked N."),
@@ -209,7 +210,7 @@ def register(app: typer.Typer) -> None:
             result, problem = _run_search(model, gpu, gpus, nodes, nodes_range, cluster, gpus_per_node, space, tp, pp,
                                           cp, vpp, mbs, recompute, zero, sp, dtype, allow_tp_across_nodes, headroom,
                                           gbs, seq_len, tokens, price, objective, trials, exhaustive, seed, sampler,
-                                          storage, study_name, progress, hardware_file, jobs)
+                                          storage, study_name, progress, hardware_file, jobs, resume)
             if not result.records:
                 from planner.search.engine import no_fit_message
 
@@ -372,12 +373,16 @@ SIZE_DEFAULT_GPUS = ("a100-80gb", "h100-sxm")
 
 def _run_search(model, gpu, gpus, nodes, nodes_range, cluster, gpus_per_node, space, tp, pp, cp, vpp, mbs, recompute,
                 zero, sp, dtype, allow_tp_across_nodes, headroom, gbs, seq_len, tokens, price, objective, trials,
-                exhaustive, seed, sampler, storage, study_name, progress, hardware_file, jobs=0):
+                exhaustive, seed, sampler, storage, study_name, progress, hardware_file, jobs=0, resume=False):
     from planner.search.engine import search as run
     from planner.search.sizing import parse_prices, parse_tokens
     from planner.search.space import build_problem
     from planner.specs.presets import resolve_model
 
+    if resume and exhaustive:
+        raise PlannerError("--resume applies to Optuna studies; --exhaustive has nothing to resume (drop one).")
+    if resume and not study_name:
+        raise PlannerError("--resume needs --study-name (and the --storage) of the interrupted search.")
     sp_ = _space(space, tp, pp, cp, vpp, mbs, recompute, zero, sp, dtype, allow_tp_across_nodes, headroom)
     cat, hws = _hardwares(gpu, cluster, gpus_per_node, hardware_file)
     prices = parse_prices(price, list(cat.gpus))
@@ -389,7 +394,7 @@ def _run_search(model, gpu, gpus, nodes, nodes_range, cluster, gpus_per_node, sp
         bar.start()
     try:
         result = run(problem, objective, exhaustive=exhaustive, n_trials=trials, seed=seed, sampler=sampler,
-                     storage=storage, study_name=study_name, progress=update, jobs=_jobs(jobs))
+                     storage=storage, study_name=study_name, progress=update, jobs=_jobs(jobs), resume=resume)
     finally:
         if bar is not None:
             bar.stop()

@@ -499,7 +499,9 @@ def main(argv: list[str] | None = None) -> int:
             if not path.exists() or path.read_text() != text:
                 stale.append(name)
         else:
-            path.write_text(text)
+            from planner.fileio import atomic_write_text
+
+            atomic_write_text(path, text)
             print(f"wrote {path}")
     if stale:
         print(f"out of date: {', '.join(stale)}; run scripts/build_catalogue.py", file=sys.stderr)

@@ -319,3 +319,34 @@ def test_cold_cache_timing_is_per_kind(tmp_path):
     assert op_timing(plan, "gemm").flush_mb == 1 and op_timing(plan, "norm").flush_mb == 0
     m = time_fn(build(Sample("gemm", "fwd", "fp32", (64, 64, 64)), "cpu"), op_timing(plan, "gemm"), 1)
     assert m.number == 1 and m.repeats >= 3 and m.median_s > 0
+
+
+# ------------------------------------------------------------------------------------ faults (issue #6)
+@needs_torch
+def test_profile_killed_mid_sample_resumes_without_loss_or_duplicates(tmp_path):
+    """A real `planner profile` process SIGKILLed while writing its 3rd sample (fault injected: half the
+    line written, then SIGKILL); the re-run measures only the missing samples, keeps the finished ones."""
+    import os
+    import signal
+
+    from costmodel.sampling.journal import FAULT_ENV
+
+    cmd = [sys.executable, "-m", "planner.cli", "profile", "--device", "cpu", "--plan", "cpu-tiny", "--ops", "gemm",
+           "--threads", "1", "--no-collectives", "--no-progress", "--out", str(tmp_path)]
+    killed = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, FAULT_ENV: "3"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    journal = tmp_path / "journal" / "gemm.jsonl"
+    raw = journal.read_text()
+    assert not raw.endswith("\n")                                  # the torn line is there
+    done = {json.loads(x)["key"]: json.loads(x) for x in raw.splitlines()[1:-1]}
+    assert len(done) == 2 and not (tmp_path / "gemm.csv").exists()
+    ok = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0, ok.stderr
+    recs = [json.loads(x) for x in journal.read_text().splitlines()[1:]]
+    keys = [r["key"] for r in recs]
+    assert len(keys) == len(set(keys))                             # nothing measured twice
+    for k, r in done.items():                                      # finished samples kept as they were
+        assert next(x for x in recs if x["key"] == k) == r
+    ds = load_dataset(tmp_path / "gemm.csv")
+    assert len(ds) == len(keys) == len(expand(load_plan("cpu-tiny"), ops=["gemm"]))

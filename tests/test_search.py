@@ -199,6 +199,62 @@ def test_resume_after_kill(tmp_path):
     assert len(after) == len(snapshot) + 5
 
 
+def _ranking_csv(url: str, name: str, trials: int, seed: int, extra=(), env=None):
+    r = subprocess.run(_search_cmd(url, name, trials, seed) + ["--top", "50", *extra], cwd=REPO, capture_output=True,
+                       text=True, timeout=180, env=env)
+    return r
+
+
+@pytest.mark.parametrize("kill_at", [14, 52])  # in the TPE phase; in the local-search phase (60 x 0.75 = 45 on)
+def test_killed_search_resumes_to_the_uninterrupted_ranking(tmp_path, kill_at):
+    """SIGKILL mid-trial (fault injected at the kill_at-th trial), then --resume: no completed trial is lost
+    or repeated and the final ranking equals the uninterrupted run's with the same seed."""
+    from planner.search.engine import FAULT_ENV
+
+    trials, seed = 60, 5
+    ref = _ranking_csv(f"sqlite:///{tmp_path / 'ref.db'}", "s", trials, seed)
+    assert ref.returncode == 0, ref.stderr
+    url = f"sqlite:///{tmp_path / 'k.db'}"
+    killed = _ranking_csv(url, "s", trials, seed, env={**os.environ, FAULT_ENV: str(kill_at)})
+    assert killed.returncode == -signal.SIGKILL, (killed.returncode, killed.stderr)
+    before = {t.number: (t.params, t.value) for t in _study_trials(url, "s")}
+    assert len(before) == kill_at - 1
+    resumed = _ranking_csv(url, "s", 999, seed, extra=["--resume"])  # --trials is ignored with --resume
+    assert resumed.returncode == 0, resumed.stderr
+    after = _study_trials(url, "s")
+    assert all(before[t.number] == (t.params, t.value) for t in after if t.number in before)
+    assert len(after) == trials                       # the killed trial re-run once, nothing added
+    assert len({tuple(sorted(t.params.items())) for t in after}) == len(
+        {tuple(sorted(t.params.items())) for t in _study_trials(f"sqlite:///{tmp_path / 'ref.db'}", "s")})
+    assert resumed.stdout == ref.stdout               # the same ranked plans, in the same order
+
+
+def test_resume_without_a_study_is_a_clean_error(tmp_path):
+    r = _ranking_csv(f"sqlite:///{tmp_path / 'none.db'}", "nothing", 5, 1, extra=["--resume"])
+    assert r.returncode == 2 and "--resume needs an existing study" in r.stderr and "Traceback" not in r.stderr
+    r = subprocess.run(PLANNER + ["search", "--model", "llama-13b", "--gpus", "16", "--resume", "--exhaustive"],
+                       cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--resume" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_per_trial_seed_sampler_depends_only_on_seed_and_history():
+    import optuna
+
+    from planner.search.engine import _make_sampler
+
+    def run(n, kill_after=None):
+        study = optuna.create_study(sampler=_make_sampler("tpe", 3, False))
+        study.optimize(lambda t: (t.suggest_int("x", 0, 50) - 17) ** 2 + t.suggest_categorical("y", [1, 2, 3]),
+                       n_trials=n if kill_after is None else kill_after)
+        if kill_after is not None:  # a "new process": a fresh sampler object on the same history
+            study.sampler = _make_sampler("tpe", 3, False)
+            study.optimize(lambda t: (t.suggest_int("x", 0, 50) - 17) ** 2 + t.suggest_categorical("y", [1, 2, 3]),
+                           n_trials=n - kill_after)
+        return [t.params for t in study.trials]
+
+    assert run(25) == run(25, kill_after=12)
+
+
 @pytest.mark.parametrize("kind", ["sqlite", "journal"])
 def test_two_processes_share_one_storage(tmp_path, kind):
     url = f"sqlite:///{tmp_path / 's.db'}" if kind == "sqlite" else f"journal:{tmp_path / 's.journal'}"

@@ -114,9 +114,14 @@ def save_dataset(ds: Dataset, path: str | Path) -> Path:
     for i in range(len(ds)):
         w.writerow([ds.kind, ds.direction[i], ds.dtype[i], *(_fmt(v) for v in ds.features[i]),
                     repr(float(ds.time_s[i])), _fmt(ds.spread_s[i]), _fmt(ds.repeats[i]), int(ds.source_row[i])])
+    import hashlib
+
+    text = buf.getvalue()
+    # the sidecar names the CSV's hash: a crash between the two atomic writes leaves a pair that
+    # load_dataset refuses instead of mixing a new table with old metadata
     meta = {"units": {"time": "s", "bytes": "B"}, **ds.meta, "schema_version": SCHEMA_VERSION, "kind": ds.kind,
-            "gpu": ds.gpu, "rows": len(ds)}
-    _atomic_write(path, buf.getvalue())
+            "gpu": ds.gpu, "rows": len(ds), "csv_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}
+    _atomic_write(path, text)
     _atomic_write(path.with_suffix(".json"), json.dumps(meta, indent=2, sort_keys=True) + "\n")
     return path
 
@@ -143,6 +148,17 @@ def load_dataset(path: str | Path) -> Dataset:
     if not isinstance(gpu, str) or not gpu:
         raise PlannerError(f"dataset sidecar {side}: field 'gpu' must be a non-empty string")
     expected = [*BASE_COLUMNS, *FEATURES[kind], *TAIL_COLUMNS]
+    want = meta.get("csv_sha256")
+    if want is not None:
+        import hashlib
+
+        try:
+            got = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        except FileNotFoundError:
+            raise PlannerError(f"dataset {path} does not exist") from None
+        if got != want:
+            raise PlannerError(f"dataset {path} does not match its sidecar {side} (csv_sha256 differs: an "
+                               "interrupted or partial write, or an edit); re-run the command that wrote it")
     try:
         with open(path, encoding="utf-8", newline="") as fh:
             rows = list(csv.reader(fh))

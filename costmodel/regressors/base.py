@@ -130,12 +130,18 @@ class OperatorRegressor(RegressorMixin, BaseEstimator):
         path = Path(path)
         if path.suffix != ".json":
             raise ValueError(f"artifact path must end in .json, got {path}")
-        atomic_write_bytes(path, bytes(self.booster_.save_raw("json")))
+        import hashlib
+
+        raw = bytes(self.booster_.save_raw("json"))
+        atomic_write_bytes(path, raw)
+        hashes = {path.name: hashlib.sha256(raw).hexdigest()}
         extra_files = {}
         for infix, booster in self._extra_boosters().items():
             p = path.with_name(path.name[: -len(".json")] + f".{infix}.json")
-            atomic_write_bytes(p, bytes(booster.save_raw("json")))
+            raw = bytes(booster.save_raw("json"))
+            atomic_write_bytes(p, raw)
             extra_files[infix] = p.name
+            hashes[p.name] = hashlib.sha256(raw).hexdigest()
         side = {
             "format": ARTIFACT_FORMAT,
             "estimator": self.name,
@@ -144,6 +150,8 @@ class OperatorRegressor(RegressorMixin, BaseEstimator):
             "feature_ranges": self.feature_ranges_.tolist(),
             "model_file": path.name,
             "extra_files": extra_files,
+            # written last: a crash before it leaves model files that the old sidecar's hashes refuse
+            "file_sha256": hashes,
             **(meta or {}),
         }
         atomic_write_bytes(sidecar_path(path), dumps(side))
@@ -173,9 +181,17 @@ class OperatorRegressor(RegressorMixin, BaseEstimator):
             raise PlannerError(f"model sidecar {side_p} names unknown estimator {side.get('estimator')!r}; "
                                f"known: {', '.join(sorted(registry))}")
 
+        hashes = side.get("file_sha256") if isinstance(side.get("file_sha256"), dict) else {}
+
         def booster(p: Path):
             try:
                 raw = p.read_bytes()
+                if p.name in hashes:
+                    import hashlib
+
+                    if hashlib.sha256(raw).hexdigest() != hashes[p.name]:
+                        raise PlannerError(f"model file {p} does not match its sidecar's file_sha256 (an "
+                                           "interrupted or partial write, or an edit); re-run `planner fit`")
                 b = xgb.Booster()
                 b.load_model(bytearray(raw))
                 return b

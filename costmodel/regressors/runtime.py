@@ -174,7 +174,7 @@ def _decode(path: Path) -> dict | None:
         return None
 
 
-def load_tables(sources: dict) -> dict:
+def load_tables(sources: dict, expected_sha256: dict | None = None) -> dict:
     """TreeTables for {role: xgboost JSON path}, through a cache keyed by the files' SHA-256.
 
     The xgboost JSON is the artifact; the cache only saves parsing it again (about 10x faster to
@@ -186,6 +186,11 @@ def load_tables(sources: dict) -> dict:
             raws[role] = p.read_bytes()
         except FileNotFoundError:
             raise PlannerError(f"model file {p} is missing; re-run `planner fit`") from None
+    for role, p in sources.items():
+        want = (expected_sha256 or {}).get(p.name)
+        if want is not None and _sha256(raws[role]) != want:
+            raise PlannerError(f"model file {p} does not match its sidecar's file_sha256 (an interrupted or "
+                               "partial write, or an edit); re-run `planner fit`")
     key = _sha256(b"".join(_sha256(raws[r]).encode() + r.encode() for r in sorted(raws)))
     cached = cache_dir() / f"{key}.bin"
     tables = _decode(cached)
@@ -234,7 +239,8 @@ class RuntimeRegressor:
             sources = {"main": path}
             if "interval" in extra:
                 sources["interval"] = path.with_name(extra["interval"])
-            tables = load_tables(sources)
+            hashes = side.get("file_sha256")
+            tables = load_tables(sources, hashes if isinstance(hashes, dict) else None)
             self.trees = tables["main"]
             self.interval = tables.get("interval")
         except PlannerError:

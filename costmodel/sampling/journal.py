@@ -17,6 +17,11 @@ from pathlib import Path
 from costmodel.datasets.schema import _atomic_write
 from planner.errors import PlannerError
 
+FAULT_ENV = "PLANNER_FAULT_KILL_AT_SAMPLE"
+"""Fault injection for tests (tests/test_sampling.py): at this process's N-th appended sample, write half
+of its line and SIGKILL the process, the worst moment a real kill can hit."""
+_appended = [0]
+
 
 class Journal:
     """Append-only record of the finished samples of one kind in one output folder."""
@@ -73,7 +78,16 @@ class Journal:
     def append(self, record: dict) -> None:
         """Record one finished sample durably (one write, flush, fsync)."""
         record = {"type": "sample", **record}
-        self._fh.write(json.dumps(record, sort_keys=True) + "\n")
+        line = json.dumps(record, sort_keys=True) + "\n"
+        _appended[0] += 1
+        if os.environ.get(FAULT_ENV, "") == str(_appended[0]):
+            import signal
+
+            self._fh.write(line[: len(line) // 2])
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+            os.kill(os.getpid(), signal.SIGKILL)
+        self._fh.write(line)
         self._fh.flush()
         os.fsync(self._fh.fileno())
         self.records.setdefault(record["key"], record)

@@ -101,7 +101,10 @@ def result_to_row(result: dict, run_id: str, source: str = SOURCE) -> dict:
              f"{result['processes']} processes on {result['cores_available']} cores "
              f"({result['processes'] * result['threads']} cores used), median of {len(result['iteration_times_s'])} "
              f"iterations after {cfg.warmup} warm-up, p10..p90 = {result['p10_s']:.4g}..{result['p90_s']:.4g} s, "
-             f"min..max = {result['min_s']:.4g}..{result['max_s']:.4g} s; {cfg.num_microbatches} micro-batches "
+             f"min..max = {result['min_s']:.4g}..{result['max_s']:.4g} s"
+             + (f", pooled over {len(result['round_medians_s'])} rounds with medians "
+                f"{', '.join(f'{m:.4g}' for m in result['round_medians_s'])} s" if result.get("round_medians_s") else "")
+             + f"; {cfg.num_microbatches} micro-batches "
              f"per DP rank, schedule {result['schedule']}, DP gradient reduction {result['data_parallel']}; "
              f"loss {losses[0]:.4f} -> {losses[-1]:.4f}; AdamW lr={cfg.lr}, synthetic seeded tokens")
     row = {
@@ -144,7 +147,9 @@ def main(argv: list[str] | None = None) -> None:
     except WorkloadError as exc:
         raise SystemExit(str(exc)) from None
     if args["json_out"]:
-        Path(args["json_out"]).write_text(json.dumps(result, indent=1), encoding="utf-8")
+        from planner.fileio import atomic_write_text
+
+        atomic_write_text(args["json_out"], json.dumps(result, indent=1))
     path = write_runs_csv([result_to_row(result, args["id"])], args["runs_out"])
     print(f"median {result['median_s']:.4g} s (p10 {result['p10_s']:.4g}, p90 {result['p90_s']:.4g}); wrote {path}")
 

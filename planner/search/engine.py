@@ -8,6 +8,8 @@ Both evaluate candidates through :class:`planner.search.objective.Evaluator` and
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 import warnings
 from collections import Counter
@@ -201,17 +203,78 @@ def open_storage(url: str | None):
 def _make_sampler(name: str, seed: int | None, multi: bool):
     import optuna
 
+    from planner.search.samplers import PerTrialSeedSampler
+
     # Optuna >= 5 reads constraints set with Trial.set_constraint; older versions need constraints_func.
     kw = {} if _HAS_SET_CONSTRAINT() else {"constraints_func": _constraints}
     if name == "tpe":
         # multivariate TPE models the interaction of the degrees (TP x PP x MBS ...), which a
         # per-dimension (independent) TPE cannot.
-        return optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=TPE_STARTUP, **kw)
-    if name == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=seed, population_size=20, **kw)
-    if name == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    raise PlannerError(f"--sampler {name!r} is not one of {', '.join(SAMPLERS)}.")
+        def factory(s):
+            return optuna.samplers.TPESampler(seed=s, multivariate=True, n_startup_trials=TPE_STARTUP, **kw)
+    elif name == "nsga2":
+        def factory(s):
+            return optuna.samplers.NSGAIISampler(seed=s, population_size=20, **kw)
+    elif name == "random":
+        def factory(s):
+            return optuna.samplers.RandomSampler(seed=s)
+    else:
+        raise PlannerError(f"--sampler {name!r} is not one of {', '.join(SAMPLERS)}.")
+    # seeded per trial, so a killed and resumed study proposes what an uninterrupted one would
+    return PerTrialSeedSampler(factory, seed)
+
+
+OWNER_ATTR = "planner_owner"
+"""Trial user attribute ``host:pid`` of the process evaluating it (to find trials of killed processes)."""
+RUN_ATTR = "planner_run"
+"""Study user attribute: the trial budget of the latest run, so ``--resume`` can finish it."""
+FAULT_ENV = "PLANNER_FAULT_KILL_AT_TRIAL"
+"""Fault injection for tests (tests/test_search.py): SIGKILL this process while it evaluates the trial
+that would be the study's N-th finished one, leaving it RUNNING in the storage as a real crash does."""
+
+
+def _owner() -> str:
+    import socket
+
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _process_gone(owner: str) -> bool:
+    """True when ``owner`` (``host:pid``) is a process of this host that no longer exists."""
+    import socket
+
+    host, _, pid = owner.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False  # another machine's trial (or a foreign one): cannot tell, leave it
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def recover_stale_trials(study) -> int:
+    """Trials left RUNNING by a killed process of this host: mark them failed and queue their parameters
+    again, so the next run evaluates them first (nothing completed is lost or repeated). Returns how many."""
+    import optuna
+
+    n = 0
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        owner = t.user_attrs.get(OWNER_ATTR)
+        if not isinstance(owner, str) or not _process_gone(owner):
+            continue
+        study.tell(t.number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+        if t.params:
+            study.enqueue_trial(dict(t.params), user_attrs={"planner_recovered_from": t.number})
+        n += 1
+    return n
+
+
+def _fault_point() -> int | None:
+    v = os.environ.get(FAULT_ENV, "")
+    return int(v) if v.isdigit() else None
 
 
 def _constraints(trial) -> list[float]:
@@ -227,7 +290,7 @@ def _HAS_SET_CONSTRAINT() -> bool:
 def optuna_search(problem: SearchProblem, objective: str = "time", n_trials: int = DEFAULT_TRIALS,
                   seed: int | None = None, sampler: str = "tpe", storage: str | None = None,
                   study_name: str | None = None, cost_model: OperatorCostModel | None = None,
-                  progress: Progress | None = None) -> SearchResult:
+                  progress: Progress | None = None, resume: bool = False) -> SearchResult:
     """Run ``n_trials`` more trials of an Optuna study over the space's categorical dimensions.
 
     Each dimension is one categorical with choices fixed before the study
@@ -238,10 +301,17 @@ def optuna_search(problem: SearchProblem, objective: str = "time", n_trials: int
     kept in ``storage`` (default ``sqlite:///planner.db``); running again resumes and extends it, and
     several processes on one storage share it. The result holds the records of every completed
     trial of the study, not only this call's.
+
+    Trials left running by a killed process of this host are failed and their parameters queued again
+    (:func:`recover_stale_trials`). ``resume=True`` finishes the study's latest run instead of adding
+    ``n_trials``: it runs only the trials that run had left, with its seed and phases, so a search killed
+    mid-way and resumed ends with the same trials and ranking as an uninterrupted one.
     """
     _check_objective(problem, objective)
     if isinstance(n_trials, bool) or not isinstance(n_trials, int) or n_trials < 0:
         raise PlannerError(f"--trials must be a non-negative integer, got {n_trials!r}.")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32):
+        raise PlannerError(f"--seed must be an integer from 0 to {2**32 - 1} (numpy's seed range), got {seed!r}.")
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -266,8 +336,31 @@ def optuna_search(problem: SearchProblem, objective: str = "time", n_trials: int
     ev = Evaluator(problem, cost_model)
     done = [0]
     use_set_constraint = _HAS_SET_CONSTRAINT()
+    recover_stale_trials(study)
+    finished = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
+    if resume:
+        run = study.user_attrs.get(RUN_ATTR)
+        if not isinstance(run, dict) or storage is None:
+            raise PlannerError("--resume needs an existing study in --storage with --study-name that an earlier "
+                               "`planner search` run started; none was found.")
+        if run.get("seed") != seed or run.get("sampler") != sampler:
+            raise PlannerError(f"--resume must repeat the interrupted run's --seed {run.get('seed')} and --sampler "
+                               f"{run.get('sampler')} (got --seed {seed}, --sampler {sampler}).")
+        tpe_until, until = int(run["tpe_until"]), int(run["until"])
+        n_trials = max(0, until - finished)
+    else:
+        polish0 = 0 if multi or n_trials < 40 else int(n_trials * POLISH_FRACTION)
+        tpe_until, until = finished + n_trials - polish0, finished + n_trials
+        if storage is not None:
+            study.set_user_attr(RUN_ATTR, {"tpe_until": tpe_until, "until": until, "seed": seed, "sampler": sampler})
+    owner = _owner()
+    kill_at = _fault_point()
 
     def obj(trial):
+        trial.set_user_attr(OWNER_ATTR, owner)
+        if kill_at is not None and len(study.get_trials(deepcopy=False, states=(
+                optuna.trial.TrialState.COMPLETE,))) + 1 >= kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)  # fault injection: die mid-trial (tests only)
         e = ev.evaluate(suggest_candidate(trial, choices))
         trial.set_user_attr("constraint", [e.violation])
         if use_set_constraint:
@@ -287,8 +380,11 @@ def optuna_search(problem: SearchProblem, objective: str = "time", n_trials: int
             progress(done[0], n_trials)
 
     if choices and n_trials:
-        polish = 0 if multi or n_trials < 40 else int(n_trials * POLISH_FRACTION)
-        study.optimize(obj, n_trials=n_trials - polish, callbacks=[tick], gc_after_trial=False)
+        # phases by study-wide counts of finished trials, so a resumed run picks up where the killed one was
+        sample = max(0, tpe_until - finished)
+        polish = until - finished - sample
+        if sample:
+            study.optimize(obj, n_trials=sample, callbacks=[tick], gc_after_trial=False)
         left = _polish(study, obj, choices, polish, tick, ev) if polish else 0
         if left:
             study.optimize(obj, n_trials=left, callbacks=[tick], gc_after_trial=False)
@@ -349,6 +445,11 @@ def _polish(study, obj, choices: dict, budget: int, tick, ev: Evaluator) -> int:
             c = cands[t.number] = candidate_from_params(t.params, choices).canonical()
         return c
 
+    waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+    if waiting and budget > 0:  # a batch queued by a killed run: finish it first, as that run would have
+        n = min(len(waiting), budget)
+        study.optimize(obj, n_trials=n, callbacks=[tick], gc_after_trial=False)
+        budget -= n
     while budget > 0:
         trials = study.get_trials(deepcopy=False, states=states)
         seen = {cand(t) for t in trials}
@@ -375,11 +476,13 @@ def _polish(study, obj, choices: dict, budget: int, tick, ev: Evaluator) -> int:
 def search(problem: SearchProblem, objective: str = "time", *, exhaustive: bool = False, jobs: int = 1,
            n_trials: int = DEFAULT_TRIALS, seed: int | None = None, sampler: str = "tpe",
            storage: str | None = None, study_name: str | None = None,
-           cost_model: OperatorCostModel | None = None, progress: Progress | None = None) -> SearchResult:
+           cost_model: OperatorCostModel | None = None, progress: Progress | None = None,
+           resume: bool = False) -> SearchResult:
     """Run a search; ``result.records`` are the ranked feasible plans (for tables, reports, exports)."""
     if exhaustive:
         return exhaustive_search(problem, objective, cost_model, progress, jobs)
-    return optuna_search(problem, objective, n_trials, seed, sampler, storage, study_name, cost_model, progress)
+    return optuna_search(problem, objective, n_trials, seed, sampler, storage, study_name, cost_model, progress,
+                         resume)
 
 
 # ----------------------------------------------------------------------------- nothing fits

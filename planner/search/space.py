@@ -76,6 +76,9 @@ class SearchSpace:
         for k, v in changes.items():
             if k in DIMS:
                 changes[k] = _check_dim(k, v, "the command line")
+        h = changes.get("memory_headroom")
+        if h is not None and (isinstance(h, bool) or not isinstance(h, (int, float)) or not 0 <= h < 1):
+            raise PlannerError(f"--headroom must be a fraction in [0, 1) (e.g. 0.05), got {h!r}.")
         return dataclasses.replace(self, **changes)
 
 
