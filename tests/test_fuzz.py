@@ -495,14 +495,6 @@ def test_fuzz_cli_batch_file(tmp_path):
     _report(failures)
 
 
-def test_total_count():
-    """>= 1,000 malformed inputs were tried (run with the file; skipped when run alone)."""
-    if not COUNTS:
-        pytest.skip("run the whole file: the count is filled by the fuzz tests above")
-    print(f"malformed inputs tried: {sum(COUNTS.values())} {COUNTS}")
-    assert sum(COUNTS.values()) >= 1000, COUNTS
-
-
 # ------------------------------------------------------------------------ every flag of every command
 CLI_BASE = {
     "predict": ["--model", "llama-7b", "--gpu", "a100-80gb", "--gpus", "16", "--tp", "2", "--pp", "2", "--gbs", "64"],
@@ -589,3 +581,11 @@ def test_fuzz_every_cli_flag(tmp_path, monkeypatch):
 
 
 TIMES: dict[str, float] = {}
+
+
+def test_total_count():
+    """>= 1,000 malformed inputs were tried (run with the file; skipped when run alone)."""
+    if not COUNTS:
+        pytest.skip("run the whole file: the count is filled by the fuzz tests above")
+    print(f"malformed inputs tried: {sum(COUNTS.values())} {COUNTS}")
+    assert sum(COUNTS.values()) >= 1000, COUNTS
