@@ -79,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compare", default=None, help="an earlier cpu_runs.csv to check reproduction against")
     ap.add_argument("--skip-profile", action="store_true", help="reuse --work's models (re-measure runs only)")
     args = ap.parse_args(argv)
-    work, reports = ROOT / args.work, ROOT / args.reports
+    # paths relative to the repository (the commands run there), so reports name no machine's folders
+    work, reports = Path(os.path.relpath(ROOT / args.work, ROOT)), Path(os.path.relpath(ROOT / args.reports, ROOT))
     planner = [sys.executable, "-m", "planner.cli"]
     steps = {}
     if not args.skip_profile:
@@ -89,14 +90,14 @@ def main(argv: list[str] | None = None) -> int:
         steps["fit_s"] = _run(planner + ["fit", "--profile", str(work / "profile"), "--no-public", "--out",
                                          str(work / "models")])
     runs = reports / "cpu_runs.csv"
-    steps["runs_s"] = _run([sys.executable, str(ROOT / "benchmarks" / "cpu_validation.py"), "--rounds",
+    steps["runs_s"] = _run([sys.executable, "benchmarks/cpu_validation.py", "--rounds",
                             str(args.rounds), "--iters", str(args.iters), "--out", str(runs),
                             "--json-out", str(reports / "cpu_runs.json")])
     env = {**os.environ, "PLANNER_MODELS_DIR": str(work / "models")}
     steps["validate_s"] = _run(planner + ["validate", "--runs", str(runs), "--format", "json", "--out",
                                           str(work / "validation.json"), "--report",
                                           str(reports / "cpu-validation.md")], env=env)
-    val = json.loads((work / "validation.json").read_text(encoding="utf-8"))
+    val = json.loads((ROOT / work / "validation.json").read_text(encoding="utf-8"))
     rows = [r for r in val["rows"] if r.get("error") is not None]
     errs = [abs(r["error"]) for r in rows]
     summary = {
@@ -109,8 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         "errors_pct": {r["id"]: round(100 * r["error"], 2) for r in rows},
     }
     if args.compare:
-        summary["reproduction"] = compare(runs, Path(args.compare))
-    atomic_write_text(reports / "cpu_ground_truth.json", json.dumps(summary, indent=1) + "\n")
+        summary["reproduction"] = compare(ROOT / runs, Path(args.compare))
+    atomic_write_text(ROOT / reports / "cpu_ground_truth.json", json.dumps(summary, indent=1) + "\n")
     print(json.dumps({k: v for k, v in summary.items() if k != "reproduction"}, indent=1))
     for c in summary.get("reproduction", []):
         print(f"{c['id']}: previous {c['previous_s']:.4f} s, now {c['now_s']:.4f} s ({c['diff_pct']:+.1f} %), "

@@ -42,12 +42,12 @@ run size --model llama3-70b --tokens 2e12 --deadline 30d --gpu a100-80gb --gpu h
     --report reports/llama3-70b-size-2T-30d.md
 
 # 4. Validation: published runs and the CPU runs measured on this machine, predicted vs measured.
-#    The CPU rows need this machine's CPU cost model (planner profile + planner fit into
-#    profiles/cpu/models, see README); without it they are listed as skipped ("unknown GPU 'cpu'").
+#    The CPU rows need this machine's CPU cost model (profiles/cpu-gt/models, written by
+#    benchmarks/cpu_ground_truth.py with the runs); without it they are listed as skipped ("unknown GPU 'cpu'").
 runs=(--runs "$PUBLISHED")
 if [[ -f reports/cpu_runs.csv ]]; then runs+=(--runs reports/cpu_runs.csv); fi
-if [[ -z "${PLANNER_MODELS_DIR:-}" && -f profiles/cpu/models/index.json ]]; then
-    export PLANNER_MODELS_DIR=profiles/cpu/models
+if [[ -z "${PLANNER_MODELS_DIR:-}" && -f profiles/cpu-gt/models/index.json ]]; then
+    export PLANNER_MODELS_DIR=profiles/cpu-gt/models
 fi
 run validate "${runs[@]}" --report reports/validation.md
 
