@@ -118,6 +118,11 @@ def predict(model: ModelSpec, plan: ParallelPlan, hardware: Hardware,
     graph = build_graph(model, plan)
     bounds: list = []
     times, warnings = _cost_all(graph, hardware, cost_model, bounds)
+    unread = model.extra.get("unread_keys") if isinstance(model.extra, dict) else None
+    if unread:
+        shown = ", ".join(map(str, unread[:8])) + (f" and {len(unread) - 8} more" if len(unread) > 8 else "")
+        warnings = [f"{model.source or 'config.json'}: keys planner does not read, ignored: {shown} (check that "
+                    "they do not change the architecture)"] + list(warnings)
     if calibration is not None:
         times = calibration.scale_times(times)
         bounds = [calibration.scale_times(b) for b in bounds]

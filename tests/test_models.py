@@ -308,3 +308,24 @@ def test_cli_models_json():
 def test_cli_models_bad_format():
     result = CliRunner().invoke(app, ["models", "--format", "xml"])
     assert result.exit_code != 0
+
+
+# ---- unknown config.json keys (issue #6): ignored silently only when known to be irrelevant
+def test_unread_config_keys_are_named_in_a_warning():
+    import json
+
+    from planner.predict import predict
+    from planner.specs.catalogue import load_catalogue
+    from planner.specs.hf_config import from_hf_config
+    from planner.specs.plan import ParallelPlan
+
+    fx = Path(__file__).parent / "fixtures" / "hf_configs" / "llama2-7b.json"
+    data = json.loads(fx.read_text())
+    assert from_hf_config(dict(data)).extra.get("unread_keys") is None          # every key read or irrelevant
+    m = from_hf_config({**data, "num_experts": 8, "my_new_trick": True, "bos_token_id": 7, "n_null": None})
+    assert m.extra["unread_keys"] == ["my_new_trick", "num_experts"]             # irrelevant and null keys: silent
+    hw = load_catalogue().resolve("a100-80gb")
+    p = predict(m, ParallelPlan(world_size=8, gpus_per_node=8, global_batch_size=64, seq_len=2048, tp=2), hw)
+    assert any("keys planner does not read, ignored: my_new_trick, num_experts" in w for w in p.warnings)
+    qwen = from_hf_config(Path(__file__).parent / "fixtures" / "hf_configs" / "qwen2-7b.json")
+    assert "sliding_window" in qwen.extra["unread_keys"]                         # relevant at long sequences

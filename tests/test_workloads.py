@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+from pathlib import Path
 
 import pytest
 
@@ -169,3 +170,36 @@ def test_workload_uses_fused_adamw_and_cached_malloc():
     opt = make_adamw([torch.nn.Parameter(torch.zeros(4))], WorkloadConfig())
     assert opt.defaults.get("fused") or opt.defaults.get("foreach")
     assert isinstance(keep_freed_memory(), bool)
+
+
+# ---- benchmark helpers (benchmarks/cpu_validation.py, benchmarks/cpu_ground_truth.py): pure functions
+def _bench(name: str):
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_rounds_are_pooled_and_kept():
+    pool = _bench("cpu_validation").pool
+    a = {"iteration_times_s": [1.0, 2.0, 3.0], "median_s": 2.0, "x": 1}
+    b = {"iteration_times_s": [4.0, 5.0, 6.0], "median_s": 5.0, "x": 2}
+    got = pool([a, b])
+    assert got["iteration_times_s"] == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0] and got["median_s"] == 3.5
+    assert got["round_medians_s"] == [2.0, 5.0] and got["min_s"] == 1.0 and got["max_s"] == 6.0
+    assert got["p10_s"] == pytest.approx(1.5) and got["p90_s"] == pytest.approx(5.5) and got["x"] == 2
+
+
+def test_reproduction_check_against_an_earlier_run(tmp_path):
+    from costmodel.workloads.runner import write_runs_csv
+
+    compare = _bench("cpu_ground_truth").compare
+    old = write_runs_csv([{"id": "A", "measured_value": 1.0, "notes": ""},
+                          {"id": "B", "measured_value": 1.0, "notes": ""}], tmp_path / "old.csv")
+    new = write_runs_csv([{"id": "A", "measured_value": 1.05, "notes": "p10..p90 = 0.98..1.1 s, x"},
+                          {"id": "B", "measured_value": 1.3, "notes": "p10..p90 = 1.2..1.4 s"},
+                          {"id": "C", "measured_value": 2.0, "notes": ""}], tmp_path / "new.csv")
+    got = {c["id"]: c for c in compare(new, old)}
+    assert set(got) == {"A", "B"}
+    assert got["A"]["previous_inside_p10_p90"] and not got["B"]["previous_inside_p10_p90"]
+    assert got["B"]["diff_pct"] == pytest.approx(30.0)

@@ -34,12 +34,15 @@ def _finite_float(value: Any) -> float | None:
 class _Reader:
     """Typed access to one config dict; every error names the file (``where``) and the field."""
 
-    def __init__(self, data: dict, where: str, prefix: str = "") -> None:
+    def __init__(self, data: dict, where: str, prefix: str = "", seen: set | None = None) -> None:
         self.data = data
         self.where = where
         self.prefix = prefix
+        self.seen: set = set() if seen is None else seen
+        """Keys (with prefix) a parser looked at: the rest were not read (see :func:`unread_keys`)."""
 
     def _find(self, keys: tuple[str, ...]) -> tuple[str, Any]:
+        self.seen.update(self.prefix + k for k in keys)
         for key in keys:
             value = self.data.get(key)
             if value is not None:
@@ -103,16 +106,18 @@ class _Reader:
 
     def sub(self, key: str) -> "_Reader":
         """A nested object such as MPT's ``attn_config`` (absent -> empty)."""
+        self.seen.add(self.prefix + key)
         value = self.data.get(key)
         if value is None:
             value = {}
         if not isinstance(value, dict):
             raise self._bad(key, value, "a JSON object")
-        return _Reader(value, self.where, prefix=f"{self.prefix}{key}.")
+        return _Reader(value, self.where, prefix=f"{self.prefix}{key}.", seen=self.seen)
 
     def dropout(self, *keys: str, default: float = 0.0) -> bool:
         """True when any of the dropout probabilities is > 0."""
-        return any(self.float_(k, default=default) > 0 for k in keys)
+        values = [self.float_(k, default=default) for k in keys]  # every key read (and checked)
+        return any(v > 0 for v in values)
 
 
 # ----------------------------------------------------------------- shared mappings
@@ -372,6 +377,41 @@ SUPPORTED_MODEL_TYPES = tuple(_PARSERS)
 
 
 # -------------------------------------------------------------------- entry point
+IRRELEVANT_KEYS = frozenset({
+    # bookkeeping and tokenizer / generation settings of transformers' PretrainedConfig: they do not
+    # change the network a training step runs
+    "architectures", "auto_map", "transformers_version", "torch_dtype", "use_cache", "use_bfloat16",
+    "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id",
+    "forced_bos_token_id", "forced_eos_token_id", "tokenizer_class", "id2label", "label2id", "problem_type",
+    "finetuning_task", "task_specific_params", "prefix", "return_dict", "use_return_dict", "output_attentions",
+    "output_hidden_states", "output_scores", "return_dict_in_generate", "torchscript", "pruned_heads",
+    "chunk_size_feed_forward", "tf_legacy_loss", "bad_words_ids", "begin_suppress_tokens", "suppress_tokens",
+    "diversity_penalty", "do_sample", "early_stopping", "length_penalty", "max_length", "min_length",
+    "no_repeat_ngram_size", "num_beam_groups", "num_beams", "num_return_sequences", "repetition_penalty",
+    "temperature", "top_k", "top_p", "typical_p", "remove_invalid_values", "exponential_decay_length_penalty",
+    "encoder_no_repeat_ngram_size", "is_decoder", "add_cross_attention", "tie_encoder_decoder",
+    "cross_attention_hidden_size", "summary_type", "summary_use_proj", "summary_activation",
+    "summary_proj_to_labels", "summary_first_dropout",
+    # initialisation and numerics: same kernels, same time
+    "initializer_range", "init_std", "initializer_factor", "layer_norm_eps", "layer_norm_epsilon",
+    "rms_norm_eps", "norm_eps", "layernorm_epsilon", "pretraining_tp", "scale_attn_weights",
+    "reorder_and_upcast_attn", "scale_attn_by_inverse_layer_idx", "use_sliding_window", "logit_scale",
+    "attention_softmax_in_fp32", "slow_but_exact", "offset_alibi", "embedding_fraction",
+    "apply_residual_connection_post_layernorm", "unk_token_id", "tokenizer_name", "verbose", "init_device",
+    "init_config", "output_router_logits",
+    # kernel-fusion hints of the code base the model was trained with (planner costs its own kernels)
+    "bias_dropout_fusion", "masked_softmax_fusion", "skip_bias_add", "skip_bias_add_qkv",
+})
+"""config.json keys that do not affect a training step's time or memory: ignored without a warning.
+Any other key no parser reads is ignored with a warning naming it (:func:`unread_keys`)."""
+
+
+def unread_keys(data: dict, seen: set) -> list[str]:
+    """Top-level keys of ``data`` that no parser read and that are not known to be irrelevant."""
+    return sorted(k for k, v in data.items() if isinstance(k, str) and k not in seen and k not in IRRELEVANT_KEYS
+                  and not k.startswith("_") and v is not None)
+
+
 def load_json(path: Path) -> dict:
     """Read a config.json (a folder means its config.json); errors name the path and JSON position."""
     if path.is_dir():
@@ -418,5 +458,8 @@ def from_hf_config(cfg: dict | str | Path, name: str | None = None) -> ModelSpec
     fields, extra = parser(r, model_type)
     extra["model_type"] = model_type
     rope_theta = _rope_theta(r, extra) if fields["position_embedding"] == "rope" else None
+    unread = unread_keys(data, r.seen)
+    if unread:
+        extra["unread_keys"] = unread
     return ModelSpec(name=name or default_name or model_type, rope_theta=rope_theta, source=where,
                      extra=extra, **fields)
