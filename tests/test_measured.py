@@ -185,6 +185,10 @@ def test_untrusted_reason_policy():
     assert "not trusted" in untrusted_reason(meta, MAX_CV_MAPE)           # fallback better: dropped
     assert untrusted_reason(meta, 0.9) is None                           # fallback worse: kept
     assert "roofline's 20 %" in untrusted_reason(meta, 0.2)
+    from costmodel.cost.measured import MAX_CV_MAPE_ANY
+
+    awful = {**meta, "cv": {"mape": MAX_CV_MAPE_ANY + 0.01}}
+    assert "not trusted" in untrusted_reason(awful, 10.0)                # never, whatever the fallback
 
 
 def test_fallback_mape_is_the_rooflines_error_on_the_rows():
