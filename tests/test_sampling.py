@@ -292,6 +292,7 @@ def test_cli_imports_and_explains_without_torch():
     assert res.stderr.strip() == "error: torch is not installed: pip install 'planner[profile]'"
 
 
+@needs_torch
 def test_collectives_after_compute_mode(tmp_path):
     """compute_between_s > 0: each call is timed after a GEMM burst, one call per repeat, mean over ranks."""
     from costmodel.sampling.collectives import launch
@@ -304,6 +305,7 @@ def test_collectives_after_compute_mode(tmp_path):
     assert len(ds) == 1 and ds.time_s[0] > 0 and ds.meta["sampling"]["collectives"]["compute_between_s"] == 0.001
 
 
+@needs_torch
 def test_cold_cache_timing_is_per_kind(tmp_path):
     """[timing] flush_mb applies to every kind unless its [ops.<kind>] table overrides it; cold timing
     times single calls (number 1) and at least min_repeats of them."""
