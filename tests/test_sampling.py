@@ -352,3 +352,29 @@ def test_profile_killed_mid_sample_resumes_without_loss_or_duplicates(tmp_path):
         assert next(x for x in recs if x["key"] == k) == r
     ds = load_dataset(tmp_path / "gemm.csv")
     assert len(ds) == len(keys) == len(expand(load_plan("cpu-tiny"), ops=["gemm"]))
+
+
+@needs_torch
+def test_compute_burst_lasts_about_what_it_is_asked_for():
+    """The burst before each collective sample is calibrated on warm GEMMs (a cold calibration made the
+    plan's 2 ms burst a single 0.9 ms GEMM on the CPU, issue #4)."""
+    import time
+
+    import torch
+
+    from costmodel.sampling.collectives import _compute_burst
+
+    class Ctx:
+        dev = torch.device("cpu")
+
+        def __init__(self):
+            self.torch = torch
+
+        def sync(self):
+            pass
+
+    burst = _compute_burst(Ctx(), 0.02)
+    burst()
+    t0 = time.perf_counter()
+    burst()
+    assert time.perf_counter() - t0 >= 0.01  # at least half of the 20 ms asked for (the bug gave ~45 %)
