@@ -227,3 +227,23 @@ def test_gate_keeps_a_model_whose_fallback_is_worse(cpu_models, tmp_path):
         (d / "index.json").write_text(json.dumps(idx))
         r = MeasuredCostModel(d).predict([gemm(128, 256, 512)], CPU)
         assert (r.method[0] == "xgboost:cpu/gemm") is kept, (fb, r.method)
+
+
+def test_collective_regressor_is_not_extrapolated_across_nodes(tmp_path):
+    """A collective model sampled inside one node costs multi-node collectives with the alpha-beta
+    fallback (with a warning): the trees know nothing of the network."""
+    from costmodel.datasets.schema import Dataset
+    from costmodel.fit import fit_all
+
+    sizes = 2.0 ** np.arange(10, 30)
+    raw = np.array([[b, r, 1, r] for b in sizes for r in (2, 4)], dtype=float)
+    y = 1e-5 + raw[:, 0] / 50e9
+    ds = Dataset("all_reduce", "cpu", raw, ["fwd"] * len(y), ["fp32"] * len(y), y,
+                 meta={"sources": [{"path": "synthetic", "sha256": "0" * 64}]})
+    fit_all({("all_reduce", "cpu"): ds}, tmp_path, quick=True, log=lambda s: None)
+    cm = MeasuredCostModel(tmp_path)
+    inside = Op("all_reduce", "ar", "dp_comm", (2.0 ** 24, 4, 1, 4), bytes=2.0 ** 24)
+    across = Op("all_reduce", "ar", "dp_comm", (2.0 ** 24, 4, 2, 2), bytes=2.0 ** 24)
+    r = cm.predict([inside, across], CPU)
+    assert r.method[0] == "xgboost:cpu/all_reduce" and r.method[1].startswith("roofline")
+    assert any("all_reduce across nodes" in w for w in r.warnings)

@@ -172,6 +172,7 @@ class MeasuredCostModel(OperatorCostModel):
         warns: dict[str, None] = {}
         groups: dict[tuple, list[int]] = {}
         fb: list[int] = []
+        cross: dict[str, list[int]] = {}
         for i, op in enumerate(ops):
             hit = cache.get(op.key())
             if hit is not None:
@@ -181,8 +182,15 @@ class MeasuredCostModel(OperatorCostModel):
             plan = self._route(gm, op)
             if plan is None:
                 fb.append(i)
+            elif self._crosses_nodes(gm, plan[0], op):
+                cross.setdefault(plan[0], []).append(i)
             else:
                 groups.setdefault(plan, []).append(i)
+        for name, idx in cross.items():
+            self._fallback(ops, idx, hardware, t, lo, hi, method, warns, cache,
+                           (f"{name.split('.')[0]} across nodes: every measured {gpu} sample of it ran inside one "
+                            "node, so the regressor knows nothing of the network; using the analytical "
+                            "alpha-beta model",))
         for (name, factor, label, note), idx in groups.items():
             ent = gm.entry(name)
             if not isinstance(ent, _Entry):  # unusable artifact: flagged fallback, never a traceback
@@ -205,6 +213,16 @@ class MeasuredCostModel(OperatorCostModel):
                 extra = (f"no measured models for {gpu}: every operator uses the analytical roofline",)
             self._fallback(ops, fb, hardware, t, lo, hi, method, warns, cache, extra, per_kind=bool(gm.names))
         return CostResult(time_s=t, low_s=lo, high_s=hi, method=method, warnings=sorted(warns))
+
+    @staticmethod
+    def _crosses_nodes(gm: _GpuModels, name: str, op: Op) -> bool:
+        """A collective spanning several nodes, costed by a regressor whose samples all ran inside one node:
+        leaving the sampled range across the network tier is not extrapolation the trees can do."""
+        if op.kind not in COLLECTIVE_KINDS or op.features[2] <= 1:
+            return False
+        entry = gm.entries.get(name)
+        nodes = (entry.get("raw_feature_ranges") or {}).get("nodes") if isinstance(entry, dict) else None
+        return isinstance(nodes, (list, tuple)) and len(nodes) == 2 and float(nodes[1]) <= 1
 
     def _route(self, gm: _GpuModels, op: Op):
         """(model name, factor, method label, note) for ``op``, or None for the fallback."""
