@@ -25,7 +25,8 @@ import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from costmodel.regressors.io import atomic_write_bytes, dumps, sidecar_path  # noqa: F401 (re-exported)
+from costmodel.regressors.io import (atomic_write_bytes, check_model_file, dumps, sha256_hex,  # noqa: F401
+                                     sidecar_path)
 from planner.errors import PlannerError
 
 ARTIFACT_FORMAT = 1
@@ -130,18 +131,16 @@ class OperatorRegressor(RegressorMixin, BaseEstimator):
         path = Path(path)
         if path.suffix != ".json":
             raise ValueError(f"artifact path must end in .json, got {path}")
-        import hashlib
-
         raw = bytes(self.booster_.save_raw("json"))
         atomic_write_bytes(path, raw)
-        hashes = {path.name: hashlib.sha256(raw).hexdigest()}
+        hashes = {path.name: sha256_hex(raw)}
         extra_files = {}
         for infix, booster in self._extra_boosters().items():
             p = path.with_name(path.name[: -len(".json")] + f".{infix}.json")
             raw = bytes(booster.save_raw("json"))
             atomic_write_bytes(p, raw)
             extra_files[infix] = p.name
-            hashes[p.name] = hashlib.sha256(raw).hexdigest()
+            hashes[p.name] = sha256_hex(raw)
         side = {
             "format": ARTIFACT_FORMAT,
             "estimator": self.name,
@@ -186,12 +185,7 @@ class OperatorRegressor(RegressorMixin, BaseEstimator):
         def booster(p: Path):
             try:
                 raw = p.read_bytes()
-                if p.name in hashes:
-                    import hashlib
-
-                    if hashlib.sha256(raw).hexdigest() != hashes[p.name]:
-                        raise PlannerError(f"model file {p} does not match its sidecar's file_sha256 (an "
-                                           "interrupted or partial write, or an edit); re-run `planner fit`")
+                check_model_file(p, raw, hashes)
                 b = xgb.Booster()
                 b.load_model(bytearray(raw))
                 return b

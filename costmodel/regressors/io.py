@@ -3,6 +3,7 @@ pipeline and by the prediction-time loader alike."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -21,3 +22,20 @@ def dumps(obj) -> bytes:
     return (json.dumps(obj, indent=1, sort_keys=True) + "\n").encode()
 
 
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def check_model_file(path: Path, raw: bytes, expected: dict | None) -> str:
+    """SHA-256 of a model file's bytes; a PlannerError when the sidecar's ``file_sha256`` names another
+    (a crash between writing the model file and its sidecar, or an edit). Returns the digest."""
+    digest = sha256_hex(raw)
+    want = (expected or {}).get(Path(path).name)
+    if want is not None and digest != want:
+        from planner.errors import PlannerError
+
+        raise PlannerError(f"model file {path} does not match its sidecar's file_sha256 (an interrupted or "
+                           "partial write, or an edit); re-run `planner fit`")
+    return digest

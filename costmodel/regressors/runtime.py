@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from costmodel.regressors.io import sidecar_path
+from costmodel.regressors.io import check_model_file, sha256_hex, sidecar_path
 from planner.errors import PlannerError
 
 
@@ -141,12 +141,6 @@ def cache_dir() -> Path:
     return base / "trees"
 
 
-def _sha256(data: bytes) -> str:
-    import hashlib
-
-    return hashlib.sha256(data).hexdigest()
-
-
 def _encode(tables: dict) -> bytes:
     """Compact numpy form of tree tables: one JSON header line, then .npy-encoded arrays."""
     import io
@@ -186,12 +180,8 @@ def load_tables(sources: dict, expected_sha256: dict | None = None) -> dict:
             raws[role] = p.read_bytes()
         except FileNotFoundError:
             raise PlannerError(f"model file {p} is missing; re-run `planner fit`") from None
-    for role, p in sources.items():
-        want = (expected_sha256 or {}).get(p.name)
-        if want is not None and _sha256(raws[role]) != want:
-            raise PlannerError(f"model file {p} does not match its sidecar's file_sha256 (an interrupted or "
-                               "partial write, or an edit); re-run `planner fit`")
-    key = _sha256(b"".join(_sha256(raws[r]).encode() + r.encode() for r in sorted(raws)))
+    digests = {role: check_model_file(p, raws[role], expected_sha256) for role, p in sources.items()}
+    key = sha256_hex(b"".join(digests[r].encode() + r.encode() for r in sorted(raws)))
     cached = cache_dir() / f"{key}.bin"
     tables = _decode(cached)
     if tables is not None and set(tables) == set(sources):
