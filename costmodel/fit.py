@@ -193,6 +193,8 @@ def fit_all(datasets: dict, out: Path, *, gpus=None, kinds=None, quick: bool = F
                           "quick": quick}}
     keys = sorted(k for k in datasets if (gpus is None or k[1] in gpus) and (kinds is None or k[0] in kinds))
     t_all = time.perf_counter()
+    # first: fallback_mape below costs the CPU's roofline with these measured figures
+    _write_cpu_hardware(datasets, out, log)
     for gpu in sorted({g for _, g in keys}):
         index["models"].setdefault(gpu, {})
         index["skipped"][gpu] = {k: v for k, v in index["skipped"].get(gpu, {}).items()
@@ -219,6 +221,11 @@ def fit_all(datasets: dict, out: Path, *, gpus=None, kinds=None, quick: bool = F
             entry, fit_s = fit_one(sub, direction, out, quick=quick, max_rows=max_rows, seed=seed, n_jobs=n_jobs)
             if note:
                 entry["note"] = note
+            # the analytical fallback's error on the same samples, so the predict path can tell whether a
+            # regressor with a high CV error is still better than what would replace it (cost/measured.py)
+            fb = fallback_mape(sub, direction, out)
+            if fb is not None:
+                entry["fallback_mape"] = fb
             index["models"][gpu][name] = entry
             cv = entry["cv"]
             log(f"fit {gpu} {name}: {entry['estimator']} n={entry['n_samples']} CV MAPE {cv['mape']:.1%} "
@@ -240,18 +247,6 @@ def fit_all(datasets: dict, out: Path, *, gpus=None, kinds=None, quick: bool = F
                 for name, c in chk.items():
                     log(f"check {gpu} {name}: MAPE {c['mape']:.1%} over {c['rows']} rows")
     index["models"] = {g: v for g, v in sorted(index["models"].items()) if v}
-    _write_cpu_hardware(datasets, out, log)
-    # the analytical fallback's error on the same samples, so the predict path can tell whether a
-    # regressor with a high CV error is still better than what would replace it (costmodel/cost/measured.py)
-    for kind, gpu in keys:
-        for name, entry in index["models"].get(gpu, {}).items():
-            if name.split(".")[0] == kind:
-                sub, _ = _training_subset(datasets[(kind, gpu)], name.split(".")[1])
-                fb = fallback_mape(sub, name.split(".")[1], out)
-                if fb is None:
-                    entry.pop("fallback_mape", None)
-                else:
-                    entry["fallback_mape"] = fb
     write_index(out, index)
     log(f"wrote {out} in {time.perf_counter() - t_all:.0f} s")
     return index
