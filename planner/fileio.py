@@ -10,19 +10,17 @@ import uuid
 from pathlib import Path
 from typing import Iterator
 
+from planner.errors import PlannerError
+
 
 @contextlib.contextmanager
 def atomic_writer(path: str | os.PathLike, binary: bool = False) -> Iterator:
     """Open a temporary file beside ``path``; on success it replaces ``path``, on an exception it is
     removed and ``path`` is left untouched."""
     if not str(path).strip() or Path(path).name in ("", ".", ".."):
-        from planner.errors import PlannerError
-
         raise PlannerError(f"output path {str(path)!r} names no file; pass a file path such as reports/out.md.")
     path = Path(path)
     if path.is_dir():
-        from planner.errors import PlannerError
-
         raise PlannerError(f"output path {str(path)!r} is a folder; pass a file path inside it.")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp")

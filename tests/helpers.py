@@ -1,4 +1,8 @@
-"""Spec builders shared by tests (no presets: tests state the architecture they use)."""
+"""Spec builders shared by tests (no presets: tests state the architecture they use), and the source
+scanner of the static checks (tests/test_faults.py, tests/test_safety.py)."""
+
+import ast
+from pathlib import Path
 
 from planner.specs.model import ModelSpec
 from planner.specs.plan import ParallelPlan
@@ -23,3 +27,13 @@ def llama(layers=32, hidden=4096, heads=32, kv=32, ffn=11008, vocab=32000, seq=4
 
 def plan(gpus=8, gpn=8, gbs=64, seq=2048, **kw) -> ParallelPlan:
     return ParallelPlan(world_size=gpus, gpus_per_node=gpn, global_batch_size=gbs, seq_len=seq, **kw)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def python_sources(tops):
+    """(path relative to the repository, parsed AST) of every .py file under the folders ``tops``."""
+    for top in tops:
+        for p in sorted((ROOT / top).rglob("*.py")):
+            yield p.relative_to(ROOT).as_posix(), ast.parse(p.read_text(encoding="utf-8"))

@@ -25,6 +25,7 @@ import pytest
 
 from costmodel.datasets.schema import Dataset, load_dataset, save_dataset
 from planner.errors import PlannerError
+from tests.helpers import python_sources
 
 ROOT = Path(__file__).resolve().parents[1]
 SCANNED = ("planner", "costmodel", "scripts", "benchmarks")
@@ -54,14 +55,10 @@ def _writes(tree: ast.AST) -> list[int]:
 def test_every_writer_goes_through_fileio():
     offenders = []
     n_files = 0
-    for top in SCANNED:
-        for p in sorted((ROOT / top).rglob("*.py")):
-            rel = p.relative_to(ROOT).as_posix()
-            n_files += 1
-            if rel in ALLOWED:
-                continue
-            lines = _writes(ast.parse(p.read_text(encoding="utf-8")))
-            offenders += [f"{rel}:{n}" for n in lines]
+    for rel, tree in python_sources(SCANNED):
+        n_files += 1
+        if rel not in ALLOWED:
+            offenders += [f"{rel}:{n}" for n in _writes(tree)]
     assert n_files > 50
     assert not offenders, f"direct file writes (use planner.fileio.atomic_*): {offenders}"
 

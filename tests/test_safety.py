@@ -4,9 +4,9 @@ path is imported or executed. A static scan of the source, so a new loader canno
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import python_sources
+
 SCANNED = ("planner", "costmodel", "search_spaces", "scripts", "benchmarks")
 CODE_LOADING_MODULES = {"pickle", "cPickle", "dill", "cloudpickle", "joblib", "marshal", "shelve", "runpy"}
 IMPORT_MODULE_ALLOWED = {
@@ -54,11 +54,9 @@ def _problems(rel: str, tree: ast.AST) -> list[str]:
 
 def test_no_code_executing_loaders():
     problems, n = [], 0
-    for top in SCANNED:
-        for p in sorted((ROOT / top).rglob("*.py")):
-            n += 1
-            rel = p.relative_to(ROOT).as_posix()
-            problems += _problems(rel, ast.parse(p.read_text(encoding="utf-8")))
+    for rel, tree in python_sources(SCANNED):
+        n += 1
+        problems += _problems(rel, tree)
     assert n > 50
     assert not problems, problems
 

@@ -17,7 +17,6 @@ Prediction intervals (``low_s``/``high_s``) come from the ensembles; fallback ro
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Sequence
@@ -109,7 +108,8 @@ class _GpuModels:
         if got is None:
             kind, direction = name.split(".")
             try:
-                fb = self.entries.get(name, {}).get("fallback_mape") if isinstance(self.entries.get(name), dict) else None
+                entry = self.entries.get(name)
+                fb = entry.get("fallback_mape") if isinstance(entry, dict) else None
                 got = _Entry(self.root / self.gpu / f"{kind}.{direction}.json", fb)
             except PlannerError as exc:
                 got = str(exc)
