@@ -13,7 +13,9 @@ PyTorch runs on it (threads, vector units, turbo), so its entry is *measured*: w
 * ``gpus_per_node`` = the ranks of the collective sweep; intra-node bandwidth and latency = the
   best all-reduce bus bandwidth (nccl-tests convention, bytes/t x 2(n-1)/n) and the smallest
   all-reduce time measured. One machine has no inter-node tier: those fields repeat the intra-node
-  figures and say so.
+  figures and say so;
+* ``straggler_excess`` = the ranks' measured speed skew (costmodel/sampling/skew.py), when the profile
+  folder has a ``sync_skew.json``.
 """
 
 from __future__ import annotations
@@ -40,8 +42,12 @@ def _meminfo_gb() -> float | None:
     return None
 
 
-def derive(datasets: dict) -> dict | None:
-    """{'gpus': {...}, 'clusters': {...}} for the 'cpu' device, or None without CPU GEMM data."""
+def derive(datasets: dict, sync_skew: dict | None = None) -> dict | None:
+    """{'gpus': {...}, 'clusters': {...}} for the 'cpu' device, or None without CPU GEMM data.
+
+    ``sync_skew`` (costmodel/sampling/skew.load of the profile folders) adds the measured rank skew as
+    the cluster's ``straggler_excess``; without it the cluster has none (0).
+    """
     gemm: Dataset | None = datasets.get(("gemm", CPU_GPU_KEY))
     if gemm is None or not len(gemm):
         return None
@@ -94,6 +100,14 @@ def derive(datasets: dict) -> dict | None:
         "sources": {"intra_node_bw_gbs": "planner profile (all_reduce)",
                     "intra_node_latency_us": "planner profile (all_reduce)"},
     }}
+    if sync_skew is not None:
+        c = clusters[CPU_CLUSTER_KEY]
+        c["straggler_excess"] = round(float(sync_skew["excess"]), 5)
+        c["straggler_ranks"] = int(sync_skew["ranks"])
+        per = ", ".join(f"{s['segment_s'] * 1e3:g} ms {100 * s['excess']:.1f} %" for s in sync_skew["segments"])
+        c["sources"]["straggler_excess"] = "planner profile (sync_skew.json, costmodel/sampling/skew.py)"
+        c["notes"] += (f"; straggler_excess = pooled rank skew of identical GEMM segments on {c['straggler_ranks']} "
+                       f"ranks ({per})")
     assert math.isfinite(peak) and peak > 0
     return {"gpus": gpus, "clusters": clusters}
 

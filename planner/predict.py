@@ -89,7 +89,7 @@ def _category(name: str) -> str:
     for prefix, cat in (("tp.", "exposed TP comm"), ("cp.", "exposed CP comm"), ("zero3.", "exposed ZeRO comm"),
                         ("zero.", "exposed ZeRO comm"), ("dp.", "exposed DP comm"), ("pp.", "exposed PP comm"),
                         ("pipeline", "pipeline bubble"), ("optimizer", "optimizer"),
-                        ("framework", "framework overhead")):
+                        ("framework", "framework overhead"), ("sync.", "rank skew wait")):
         if name.startswith(prefix):
             return cat
     return "compute"
@@ -160,9 +160,42 @@ def _cost_all(graph: OperatorGraph, hardware: Hardware, cost_model: OperatorCost
     return times, list(res.warnings)
 
 
+def _straggler_wait(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph, times: dict, m: int,
+                    optimizer_s: list, warnings: list) -> float:
+    """Waiting for the slowest rank at the synchronisations of a multi-rank step (costmodel/sampling/skew.py).
+
+    Every rank's compute between two synchronisations (TP collectives, pipeline send/recv, the DP
+    gradient reduction, the next iteration's first collective after the optimizer) ends when the slowest
+    rank's does: the step pays E[max over ranks] of it where single-process samples measure the mean.
+    wait = straggler_excess x scale(n) x the compute of the slowest stage per iteration, where
+    straggler_excess = sum(max)/sum(mean) - 1 measured on ``straggler_ranks`` ranks and
+    scale(n) = E[max of n normals] / E[max of straggler_ranks normals] (Tippett 1925) for the n = world
+    size ranks that synchronise at least once per iteration. 0 without a measured excess or on one rank.
+    """
+    excess = hardware.cluster.straggler_excess
+    n = plan.world_size
+    if excess <= 0 or n <= 1:
+        return 0.0
+    from costmodel.ops import COLLECTIVE_KINDS
+    from costmodel.sampling.skew import rank_scale
+
+    def compute(ops: list[Op]) -> float:
+        return sum(times[o.key()] * o.count for o in ops
+                   if o.kind not in COLLECTIVE_KINDS and o.phase in ("fwd", "bwd", "recompute"))
+
+    per_stage = [m * (st.layers * compute(st.layer_ops) + compute(st.stage_ops)) + opt
+                 for st, opt in zip(graph.stages, optimizer_s)]
+    measured = hardware.cluster.straggler_ranks
+    if n > measured:
+        warnings.append(f"rank skew measured on {measured} ranks, extrapolated to {n} ranks assuming independent, "
+                        "normally distributed rank speeds (E[max of n normals], Tippett 1925)")
+    return excess * rank_scale(n, measured) * max(per_stage)
+
+
 def _compose(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph,
              times: dict, warnings: list, cost_name: str, calibration: Calibration | None = None,
              iteration_only: bool = False):
+    warnings = list(warnings)
     memo: dict[tuple, float] = {}
 
     def _sum_time(ops: list[Op], times: dict, phases: tuple[str, ...]) -> float:  # noqa: F811 (memoised)
@@ -215,6 +248,8 @@ def _compose(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, graph: Op
         slack += bwd[i] / plan.vpp
     crit = max(range(len(finish)), key=finish.__getitem__)
     iteration = max(pipe.time_s, finish[crit])
+    skew_wait = _straggler_wait(plan, hardware, graph, times, m, [t[1] for t in tails], warnings)
+    iteration += skew_wait
     if iteration_only:
         overhead = calibration.iteration_overhead_s if calibration is not None else 0.0
         return iteration + max(overhead, 0.0)
@@ -257,6 +292,7 @@ def _compose(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, graph: Op
         add("dp.param_allgather (exposed)", "zero_comm", tail * ea / tot if tot else 0.0)
         exposed["dp"] += tail * eg / tot if tot else 0.0
         exposed["zero"] += tail * ea / tot if tot else 0.0
+    add("sync.rank_skew_wait", "sync", skew_wait)
     if calibration is not None and calibration.iteration_overhead_s > 0:
         add("framework_overhead (calibrated)", "iteration", calibration.iteration_overhead_s)
         iteration += calibration.iteration_overhead_s

@@ -237,10 +237,18 @@ def test_gloo_collective_sweep_via_torchrun(tmp_path):
         assert len(ds) == 2 and np.all(ds.time_s > 0) and set(ds.direction) == {"fwd"}
         b, ranks, nodes, rpn = ds.features.T
         assert list(b) == [4096, 262144] and set(ranks) == {2} and set(nodes) == {1} and set(rpn) == {2}
+    # the plan's rank-skew measurement (costmodel/sampling/skew.py): both lengths timed, excess = pooled sums
+    from costmodel.sampling import skew
+
+    sk = skew.load([tmp_path])
+    assert sk["ranks"] == 2 and [s["segment_s"] for s in sk["segments"]] == [0.001, 0.003]
+    assert all(s["repeats"] >= 3 and s["sum_max_s"] >= s["sum_mean_s"] > 0 for s in sk["segments"])
+    assert sk["excess"] == pytest.approx(skew.pooled_excess(sk["segments"])) and sk["excess"] >= 0
     # resumable too: a second launch measures nothing new and rewrites the same rows
     (tmp_path / "all_reduce.csv").unlink()
     again = launch("cpu-tiny", tmp_path, nproc=2, progress=False, ops=["all_reduce"], timeout_s=120)
     np.testing.assert_array_equal(got["all_reduce"].time_s, load_dataset(again[0]).time_s)
+    assert skew.load([tmp_path])["unix_time"] == sk["unix_time"]  # same machine: not measured again
 
 
 # ----------------------------------------------------------------------------------------------- CLI

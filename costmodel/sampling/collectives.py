@@ -338,6 +338,34 @@ def _probe_impl(ctx: _Ctx, kinds: list[str]) -> tuple[dict, dict]:
     return impl, unsupported
 
 
+def _sync_skew(ctx: _Ctx, spec: dict, out: Path, ident: dict, fp: dict, resume: bool) -> None:
+    """Measure the ranks' speed skew (costmodel/sampling/skew.py) when the plan asks for it; rank 0 writes
+    ``sync_skew.json``. Skipped when a file of this machine (same identity) is there and resuming."""
+    import json
+
+    from costmodel.sampling import skew
+    from planner.fileio import atomic_write_text
+
+    segments = spec.get("skew_segments_s")
+    if not segments:
+        return
+    flag = [True]
+    if ctx.rank == 0 and resume and (out / skew.SKEW_FILE).is_file():
+        try:
+            old = json.loads((out / skew.SKEW_FILE).read_text(encoding="utf-8"))
+            flag = [not (isinstance(old, dict) and old.get("identity") == ident and old.get("ranks") == ctx.world)]
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            flag = [True]
+    ctx.dist.broadcast_object_list(flag, src=0)
+    if not flag[0]:
+        return
+    result = skew.measure(ctx, list(segments), float(spec.get("skew_seconds", 40)),
+                          lambda seconds: _compute_burst(ctx, seconds))
+    if ctx.rank == 0:
+        result.update(identity=ident, fingerprint=fp)
+        atomic_write_text(out / skew.SKEW_FILE, json.dumps(result, indent=1) + "\n")
+
+
 def worker(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m costmodel.sampling.collectives")
     ap.add_argument("--plan", required=True)
@@ -427,6 +455,7 @@ def _worker(a) -> int:
                                        "direction": "fwd", "impl": impl.get(kind, kind),
                                        "unix_time": round(time.time(), 3)})
             bar.advance(task)
+    _sync_skew(ctx, spec, Path(a.out), ident, fp, not a.no_resume)
     if ctx.rank == 0:
         for kind in kinds:
             recs = [journals[kind].records.get(key(k, b, r)) for k, b, r, _ in samples if k == kind]

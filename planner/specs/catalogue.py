@@ -71,6 +71,8 @@ CLUSTER_FIELDS = {
     "notes": ("str", "a string"),
 }
 CLUSTER_FIELDS["comm_overlaps_compute"] = ("bool", "true or false (false: communication shares the compute cores)")
+CLUSTER_FIELDS["straggler_excess"] = ("nonneg", "a number >= 0 (fraction, e.g. 0.05 for 5 %)")
+CLUSTER_FIELDS["straggler_ranks"] = ("int", "an integer > 0 (ranks the excess was measured on)")
 CLUSTER_REQUIRED = ("gpu", "gpus_per_node", "intra_node_bw_gbs", "intra_node_latency_us",
                     "inter_node_bw_gbs", "inter_node_latency_us")
 

@@ -90,6 +90,13 @@ class ClusterSpec:
     """Collectives run on their own engines (GPU copy engines / NCCL kernels on spare SMs) and can hide
     under compute. False where communication and compute share the same cores (gloo on a CPU host),
     so overlapped reductions are fully exposed."""
+    straggler_excess: float = 0.0
+    """E[max over ranks] / E[mean] - 1 of identical compute segments run at once by ``straggler_ranks``
+    ranks of one node: synchronous training waits for the slowest rank, so the timeline adds this
+    fraction of the compute between synchronisations (planner/predict.py). Measured by `planner profile`
+    (costmodel/sampling/skew.py); 0 where not measured (the catalogue's GPU clusters)."""
+    straggler_ranks: int = 2
+    """How many ranks ``straggler_excess`` was measured on."""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,138 @@
+"""Rank skew: how much longer a synchronous step runs than its average rank (issue #4).
+
+Ranks that synchronise (a TP all-reduce, a pipeline send/recv, the DP gradient reduction) all wait
+for the slowest: between two synchronisations the step pays E[max over ranks] of the compute segment,
+while an operator sampled in one process measures its mean. On a GPU node the difference is small;
+on a shared CPU VM it is not (2 vCPUs running identical GEMMs on this machine differ by 2-17 % in
+speed from moment to moment, issue #4), and every multi-process run was predicted too fast.
+
+Measured by the collective worker (``costmodel.sampling.collectives``), on the ranks it runs, when
+the plan's ``[collectives]`` table has ``skew_segments_s`` (segment lengths) and ``skew_seconds``
+(time budget): every repeat, all ranks pass a barrier and run the same GEMM segment of about that
+length; each rank times its own segment; the repeat's max and mean over ranks are summed. Lengths
+are interleaved (one repeat of each per round) so that drifts of the machine hit all of them alike,
+and each length gets an equal share of the budget. Recorded: per length and pooled,
+
+    excess = sum(max over ranks) / sum(mean over ranks) - 1,
+
+which ``planner fit`` writes into the CPU cluster as ``straggler_excess`` (costmodel/cpu_hardware.py)
+and the timeline adds as a wait of ``excess x`` the compute between synchronisations
+(planner/predict.py). For more ranks than measured the excess is scaled by the expected maximum of
+n standard normals relative to the measured count (:func:`expected_max_normal`): the assumption that
+rank speeds vary independently and normally, stated in the prediction's warnings.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+from planner.errors import PlannerError
+
+SKEW_FILE = "sync_skew.json"
+FORMAT = 1
+
+
+def expected_max_normal(n: int) -> float:
+    """E[max of n independent standard normals] (Tippett 1925, Biometrika 17: 364-387, Table; e_2 = 1/sqrt(pi)).
+
+    Numerical integral of x * n * phi(x) * Phi(x)^(n-1) on [-12, 12]; 0 for n = 1.
+    """
+    n = int(n)
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    if n == 1:
+        return 0.0
+    x = np.linspace(-12.0, 12.0, 48001)
+    phi = np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+    cdf = 0.5 * (1.0 + np.array([math.erf(v / math.sqrt(2.0)) for v in x]))
+    y = x * n * phi * cdf ** (n - 1)
+    return float(np.sum((y[1:] + y[:-1]) * 0.5 * np.diff(x)))
+
+
+def rank_scale(n: int, measured_ranks: int) -> float:
+    """Excess for ``n`` synchronising ranks relative to the ``measured_ranks`` it was measured on."""
+    if n <= 1:
+        return 0.0
+    return expected_max_normal(n) / expected_max_normal(max(2, measured_ranks))
+
+
+def pooled_excess(per_length: list[dict]) -> float:
+    """sum of the per-length max sums / sum of the mean sums - 1 (module docstring)."""
+    smax = sum(p["sum_max_s"] for p in per_length)
+    smean = sum(p["sum_mean_s"] for p in per_length)
+    if smean <= 0:
+        raise PlannerError("sync skew: no segment was timed")
+    return smax / smean - 1.0
+
+
+def measure(ctx, segments_s: list[float], seconds: float, burst_factory) -> dict:
+    """Run the skew measurement on every rank of ``ctx`` (all ranks call this); the summary dict.
+
+    ``burst_factory(seconds)`` returns a callable that runs about that much compute on this rank.
+    """
+    lengths = sorted({float(s) for s in segments_s})
+    if not lengths or min(lengths) <= 0 or seconds <= 0:
+        raise PlannerError("[collectives] skew_segments_s must hold lengths > 0 s and skew_seconds must be > 0")
+    bursts = [burst_factory(length) for length in lengths]
+    share = seconds / len(lengths)
+    repeats = [max(3, int(share / length)) for length in lengths]
+    acc = [{"segment_s": length, "repeats": 0, "sum_max_s": 0.0, "sum_mean_s": 0.0, "excess_per_repeat": []}
+           for length in lengths]
+    torch, dist = ctx.torch, ctx.dist
+    t_start = time.perf_counter()
+    for rnd in range(max(repeats)):
+        for i, burst in enumerate(bursts):
+            if rnd >= repeats[i]:
+                continue
+            ctx.barrier()
+            t0 = time.perf_counter()
+            burst()
+            ctx.sync()
+            d = time.perf_counter() - t0
+            t = torch.tensor([d, d], dtype=torch.float64, device=ctx.dev)
+            mx = t[:1].clone()
+            dist.all_reduce(mx, op=dist.ReduceOp.MAX)
+            sm = t[1:].clone()
+            dist.all_reduce(sm)
+            dmax, dmean = float(mx.item()), float(sm.item()) / ctx.world
+            a = acc[i]
+            a["repeats"] += 1
+            a["sum_max_s"] += dmax
+            a["sum_mean_s"] += dmean
+            a["excess_per_repeat"].append(dmax / dmean - 1.0)
+    per_length = []
+    for a in acc:
+        ex = np.asarray(a.pop("excess_per_repeat"))
+        p10, p90 = np.percentile(ex, [10, 90])
+        per_length.append({**a, "excess": a["sum_max_s"] / a["sum_mean_s"] - 1.0,
+                           "excess_p10": float(p10), "excess_p90": float(p90)})
+    return {"format": FORMAT, "ranks": ctx.world, "segments": per_length, "excess": pooled_excess(per_length),
+            "elapsed_s": round(time.perf_counter() - t_start, 3), "unix_time": round(time.time(), 3),
+            "method": "costmodel/sampling/skew.py: barrier, the same GEMM segment on every rank, "
+                      "sum(max over ranks) / sum(mean over ranks) - 1, lengths interleaved"}
+
+
+def load(dirs) -> dict | None:
+    """The ``sync_skew.json`` of the first of ``dirs`` that has one (validated), else None."""
+    for d in dirs or []:
+        path = Path(d) / SKEW_FILE
+        if not path.is_file():
+            continue
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise PlannerError(f"{path} is not readable JSON ({exc}); delete it and re-run `planner profile`") from None
+        ok = (isinstance(data, dict) and data.get("format") == FORMAT and isinstance(data.get("ranks"), int)
+              and data["ranks"] >= 2 and isinstance(data.get("excess"), (int, float))
+              and math.isfinite(data["excess"]) and 0.0 <= data["excess"] < 5.0
+              and isinstance(data.get("segments"), list) and data["segments"])
+        if not ok:
+            raise PlannerError(f"{path} is not a sync-skew file of format {FORMAT} (ranks >= 2, finite excess, "
+                               "segments); delete it and re-run `planner profile`")
+        return {**data, "path": str(path)}
+    return None
