@@ -206,7 +206,7 @@ def _compose(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, graph: Op
         return v
 
     m = graph.num_microbatches
-    fwd, bwd, tails_info = [], [], []
+    fwd, bwd = [], []
     per_layer_cache: dict[int, tuple] = {}
     for st in graph.stages:
         key = id(st.layer_ops)
