@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from costmodel.datasets.schema import load_dataset
 from costmodel.ops import COMPUTE_KINDS, FEATURES
-from costmodel.sampling.collectives import message_sizes, topology
+from costmodel.sampling.collectives import message_sizes, resolve_group_sizes, topology
 from costmodel.sampling.plan import DIRECTIONS, Timing, available_plans, design_points, expand, gflop, load_plan
 from planner.errors import PlannerError
 
@@ -99,6 +99,21 @@ def test_collective_helpers():
     assert topology([0, 1], hosts) == (1, 2)
     assert topology([0, 1, 2, 3], hosts) == (2, 2)
     assert topology([0, 2], hosts) == (2, 1)
+
+
+def test_group_sizes_dedupe_and_name_what_a_launch_cannot_sample(tmp_path):
+    # the cpu-workload plan names 2 and "world": one group on 2 ranks, two on 4
+    assert resolve_group_sizes([2, "world"], 2) == ([2], [])
+    assert resolve_group_sizes([2, "world"], 4) == ([2, 4], [])
+    assert resolve_group_sizes([2, 4, 8, "world"], 4) == ([2, 4], [8])
+    for bad in ([], [1], ["all"], [2.5], [True]):
+        with pytest.raises(PlannerError, match="group_sizes"):
+            resolve_group_sizes(bad, 4)
+    assert load_plan("cpu-workload").collectives["group_sizes"] == [2, "world"]
+    plan = tmp_path / "bad.toml"
+    plan.write_text('[collectives]\nops = ["all_reduce"]\ngroup_sizes = [1, "world"]\n')
+    with pytest.raises(PlannerError, match="group_sizes entry 1"):
+        load_plan(plan)
 
 
 # --------------------------------------------------------------------------------- real measuring

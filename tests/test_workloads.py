@@ -36,6 +36,8 @@ RUNS = {
     "gpt_dp2_m2": _with(GPT_LIKE, dp=2, num_microbatches=2),
     "llama_single_m4": _with(LLAMA_LIKE, num_microbatches=4),
     "llama_tp2_pp2_m4": _with(LLAMA_LIKE, tp=2, pp=2, num_microbatches=4),
+    "llama_tp2_dp2_m2": _with(LLAMA_LIKE, tp=2, dp=2, num_microbatches=2),
+    "gpt_dp2_pp2_m2": _with(GPT_LIKE, dp=2, pp=2, num_microbatches=2),
 }
 _cache: dict = {}
 
@@ -88,7 +90,8 @@ def test_run_file_has_published_schema_and_loads(tmp_path, shared_validation):
 
 # ------------------------------------------------------------------------------------------ torchrun
 @needs_torch
-@pytest.mark.parametrize("name", ["llama_tp2_m2", "gpt_pp2_m4", "gpt_dp2_m2", "llama_tp2_pp2_m4"])
+@pytest.mark.parametrize("name", ["llama_tp2_m2", "gpt_pp2_m4", "gpt_dp2_m2", "llama_tp2_pp2_m4", "llama_tp2_dp2_m2",
+                                  "gpt_dp2_pp2_m2"])
 def test_parallel_modes_run_and_loss_decreases(name):
     res = result(name)
     cfg = RUNS[name]
@@ -126,6 +129,18 @@ def test_mixed_tp_pp_matches_unsharded_model():
     mixed, ref = result("llama_tp2_pp2_m4")["losses"], result("llama_single_m4")["losses"]
     assert abs(mixed[0] - ref[0]) < 1e-5
     assert max(abs(a - b) for a, b in zip(mixed, ref)) < 1e-4
+
+
+@needs_torch
+def test_mixed_tp_dp_matches_the_same_global_batch():
+    mixed, ref = result("llama_tp2_dp2_m2")["losses"], result("llama_single_m4")["losses"]
+    assert max(abs(a - b) for a, b in zip(mixed, ref)) < 1e-4
+
+
+@needs_torch
+def test_mixed_dp_pp_matches_the_same_global_batch():
+    mixed, ref = result("gpt_dp2_pp2_m2")["losses"], result("gpt_single_m4")["losses"]
+    assert max(abs(a - b) for a, b in zip(mixed, ref)) < 1e-5
 
 
 @needs_torch

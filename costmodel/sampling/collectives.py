@@ -73,6 +73,25 @@ def message_sizes(spec) -> list[int]:
     return sizes
 
 
+def resolve_group_sizes(spec, world: int) -> tuple[list[int], list[int]]:
+    """The ``group_sizes`` entry of a plan for a launch of ``world`` ranks: (the distinct sizes to sample, in
+    the plan's order, ``"world"`` read as ``world``; the sizes larger than ``world``, which this launch cannot
+    sample). A plan may name 2 and ``"world"``: on 2 ranks they are the same group, sampled once."""
+    if not isinstance(spec, list) or not spec:
+        raise PlannerError('[collectives] group_sizes must be a non-empty list of integers >= 2 and/or "world"')
+    sizes, too_big = [], []
+    for g in spec:
+        if g == "world":
+            g = world
+        elif isinstance(g, bool) or not isinstance(g, int) or g < 2:
+            raise PlannerError(f'[collectives] group_sizes entry {g!r} is not an integer >= 2 or "world"')
+        if g > world:
+            too_big.append(g)
+        elif g not in sizes:
+            sizes.append(g)
+    return sizes, too_big
+
+
 def topology(ranks: list[int], hosts: list[str]) -> tuple[int, int]:
     """(nodes, ranks_per_node) of a group of global ranks, given each rank's host id."""
     counts = collections.Counter(hosts[r] for r in ranks)
@@ -398,11 +417,10 @@ def _worker(a) -> int:
     ctx = _Ctx(a.device, dtype)
     dist = ctx.dist
     sizes = message_sizes(spec.get("bytes", [1 << 20]))
-    group_sizes = []
-    for g in spec.get("group_sizes", ["world"]):
-        g = ctx.world if g == "world" else int(g)
-        if 2 <= g <= ctx.world and g not in group_sizes:
-            group_sizes.append(g)
+    group_sizes, too_big = resolve_group_sizes(spec.get("group_sizes", ["world"]), ctx.world)
+    if too_big and ctx.rank == 0:
+        print(f"note: group sizes {too_big} exceed the {ctx.world} launched ranks and are not sampled "
+              f"(launch with --nproc {max(too_big)} to sample them)", file=sys.stderr, flush=True)
     groups = {g: (None if g == ctx.world else dist.new_group(list(range(g)))) for g in group_sizes}
     same = [r for r in range(1, ctx.world) if ctx.hosts[r] == ctx.hosts[0]]
     other = [r for r in range(1, ctx.world) if ctx.hosts[r] != ctx.hosts[0]]

@@ -154,6 +154,13 @@ def load_plan(name_or_path: str | Path) -> Plan:
     for kind in coll.get("ops", []):
         if kind not in COLLECTIVE_KINDS:
             raise PlannerError(f"plan {path}: collective {kind!r} is not one of {', '.join(sorted(COLLECTIVE_KINDS))}")
+    if "group_sizes" in coll:
+        from costmodel.sampling.collectives import resolve_group_sizes
+
+        try:
+            resolve_group_sizes(coll["group_sizes"], world=1 << 30)  # syntax only; the launch knows its world
+        except PlannerError as exc:
+            raise PlannerError(f"plan {path}: {exc}") from None
     return Plan(raw.get("name", path.stem), path, hashlib.sha256(raw_bytes).hexdigest(),
                 raw.get("description", ""), dtype, Timing(**timing_raw), ops, coll)
 
