@@ -15,7 +15,9 @@ PyTorch runs on it (threads, vector units, turbo), so its entry is *measured*: w
   all-reduce time measured. One machine has no inter-node tier: those fields repeat the intra-node
   figures and say so;
 * ``straggler_excess`` = the ranks' measured speed skew (costmodel/sampling/skew.py), when the profile
-  folder has a ``sync_skew.json``.
+  folder has a ``sync_skew.json``;
+* ``corun_slowdown`` = per compute kind, how much slower it runs while every rank of the host runs it
+  (costmodel/sampling/corun.py), when the profile folder has a ``corun.json``.
 """
 
 from __future__ import annotations
@@ -42,11 +44,13 @@ def _meminfo_gb() -> float | None:
     return None
 
 
-def derive(datasets: dict, sync_skew: dict | None = None) -> dict | None:
+def derive(datasets: dict, sync_skew: dict | None = None, corun: dict | None = None) -> dict | None:
     """{'gpus': {...}, 'clusters': {...}} for the 'cpu' device, or None without CPU GEMM data.
 
     ``sync_skew`` (costmodel/sampling/skew.load of the profile folders) adds the measured rank skew as
-    the cluster's ``straggler_excess``; without it the cluster has none (0).
+    the cluster's ``straggler_excess``; without it the cluster has none (0). ``corun``
+    (costmodel/sampling/corun.load) adds the measured co-run slowdown per compute kind as
+    ``corun_slowdown``; without it the cluster has none (factor 1).
     """
     gemm: Dataset | None = datasets.get(("gemm", CPU_GPU_KEY))
     if gemm is None or not len(gemm):
@@ -108,6 +112,13 @@ def derive(datasets: dict, sync_skew: dict | None = None) -> dict | None:
         c["sources"]["straggler_excess"] = "planner profile (sync_skew.json, costmodel/sampling/skew.py)"
         c["notes"] += (f"; straggler_excess = pooled rank skew of identical GEMM segments on {c['straggler_ranks']} "
                        f"ranks ({per})")
+    if corun is not None:
+        c = clusters[CPU_CLUSTER_KEY]
+        c["corun_slowdown"] = {k: round(float(v), 4) for k, v in sorted(corun["slowdown"].items())}
+        c["corun_ranks"] = int(corun["ranks"])
+        c["sources"]["corun_slowdown"] = "planner profile (corun.json, costmodel/sampling/corun.py)"
+        per = ", ".join(f"{k} {v:.2f}" for k, v in c["corun_slowdown"].items())
+        c["notes"] += f"; corun_slowdown = time with all {c['corun_ranks']} ranks running an operator / alone ({per})"
     assert math.isfinite(peak) and peak > 0
     return {"gpus": gpus, "clusters": clusters}
 

@@ -183,11 +183,11 @@ def gemm_checks(ds: Dataset, model_path: Path) -> dict:
 
 def fit_all(datasets: dict, out: Path, *, gpus=None, kinds=None, quick: bool = False, max_rows: int = MAX_ROWS,
             seed: int = SEED, n_jobs: int = 2, log: Callable[[str], None] = print,
-            sync_skew: dict | None = None) -> dict:
+            sync_skew: dict | None = None, corun: dict | None = None) -> dict:
     """Fit every (kind, gpu, direction) with enough data; write artifacts and ``index.json``.
 
-    ``sync_skew``: the profile's rank-skew measurement (costmodel/sampling/skew.load), for the CPU's
-    hardware.toml."""
+    ``sync_skew`` / ``corun``: the profile's rank-skew and co-run measurements (costmodel/sampling/skew.load,
+    corun.load), for the CPU's hardware.toml."""
     out = Path(out)
     index = read_index(out) or {}
     index = {"format": INDEX_FORMAT, "models": index.get("models", {}), "skipped": index.get("skipped", {}),
@@ -198,7 +198,7 @@ def fit_all(datasets: dict, out: Path, *, gpus=None, kinds=None, quick: bool = F
     keys = sorted(k for k in datasets if (gpus is None or k[1] in gpus) and (kinds is None or k[0] in kinds))
     t_all = time.perf_counter()
     # first: fallback_mape below costs the CPU's roofline with these measured figures
-    _write_cpu_hardware(datasets, out, log, sync_skew)
+    _write_cpu_hardware(datasets, out, log, sync_skew, corun)
     for gpu in sorted({g for _, g in keys}):
         index["models"].setdefault(gpu, {})
         index["skipped"][gpu] = {k: v for k, v in index["skipped"].get(gpu, {}).items()
@@ -284,7 +284,8 @@ def fallback_mape(ds: Dataset, direction: str, out: Path) -> float | None:
     return float(np.mean(np.abs(pred / ds.time_s - 1.0)))
 
 
-def _write_cpu_hardware(datasets: dict, out: Path, log, sync_skew: dict | None = None) -> None:
+def _write_cpu_hardware(datasets: dict, out: Path, log, sync_skew: dict | None = None,
+                        corun: dict | None = None) -> None:
     """Beside CPU models, write the CPU's measured hardware figures (costmodel/cpu_hardware.py)."""
     if not any(k[1] == "cpu" for k in datasets):
         return
@@ -292,7 +293,7 @@ def _write_cpu_hardware(datasets: dict, out: Path, log, sync_skew: dict | None =
     from costmodel.regressors.io import atomic_write_bytes
 
     try:
-        entry = derive(datasets, sync_skew)
+        entry = derive(datasets, sync_skew, corun)
     except PlannerError as exc:
         log(f"no hardware.toml for the CPU: {exc}")
         return

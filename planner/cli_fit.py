@@ -44,11 +44,12 @@ def run_fit(data_dir: Path | None, profiles: list[Path] | None, out: Path | None
             raise PlannerError(f"no measured data for --gpu {missing[0]}; GPUs with data: "
                                f"{', '.join(sorted({k[1] for k in datasets}))}")
     out = Path(out) if out else SHIPPED_MODELS_DIR
+    from costmodel.sampling.corun import load as load_corun
     from costmodel.sampling.skew import load as load_skew
 
     return F.fit_all(datasets, out, gpus=set(gpus) if gpus else None, kinds=set(kind_list) if kind_list else None,
                      quick=quick, max_rows=max_rows or F.MAX_ROWS, n_jobs=jobs, log=typer.echo,
-                     sync_skew=load_skew(profiles))
+                     sync_skew=load_skew(profiles), corun=load_corun(profiles))
 
 
 def register(app: typer.Typer) -> None:

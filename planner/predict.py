@@ -118,6 +118,7 @@ def predict(model: ModelSpec, plan: ParallelPlan, hardware: Hardware,
     graph = build_graph(model, plan)
     bounds: list = []
     times, warnings = _cost_all(graph, hardware, cost_model, bounds)
+    times, bounds = _corun(plan, hardware, times, bounds, warnings)
     unread = model.extra.get("unread_keys") if isinstance(model.extra, dict) else None
     if unread:
         shown = ", ".join(map(str, unread[:8])) + (f" and {len(unread) - 8} more" if len(unread) > 8 else "")
@@ -158,6 +159,26 @@ def _cost_all(graph: OperatorGraph, hardware: Hardware, cost_model: OperatorCost
         bounds.append(dict(zip(unique.keys(), (float(x) for x in res.low_s))))
         bounds.append(dict(zip(unique.keys(), (float(x) for x in res.high_s))))
     return times, list(res.warnings)
+
+
+def _corun(plan: ParallelPlan, hardware: Hardware, times: dict, bounds: list, warnings: list) -> tuple[dict, list]:
+    """Ranks of one node slow each other down (shared memory bandwidth and caches): compute operator times,
+    sampled one process at a time, are multiplied by the cluster's measured ``corun_slowdown`` of their
+    kind when the plan puts more than one rank on a node (costmodel/sampling/corun.py). Applied to every
+    compute operator of the step, including those a pipeline stage runs while another stage idles in the
+    bubble (an upper bound there). Times and interval ends unchanged without a measurement (GPU clusters)."""
+    factors = hardware.cluster.corun_slowdown
+    ranks = min(plan.world_size, plan.gpus_per_node)
+    if not factors or ranks <= 1:
+        return times, bounds
+    if ranks != hardware.cluster.corun_ranks:
+        warnings.append(f"co-run slowdown measured with {hardware.cluster.corun_ranks} ranks per node, used "
+                        f"unchanged for {ranks}")
+
+    def scale(t: dict) -> dict:
+        return {k: v * factors.get(k[0], 1.0) for k, v in t.items()}  # Op.key()[0] is the kind
+
+    return scale(times), [scale(b) for b in bounds]
 
 
 def _straggler_wait(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph, times: dict, m: int,

@@ -259,11 +259,22 @@ def test_gloo_collective_sweep_via_torchrun(tmp_path):
     assert sk["ranks"] == 2 and [s["segment_s"] for s in sk["segments"]] == [0.001, 0.003]
     assert all(s["repeats"] >= 3 and s["sum_max_s"] >= s["sum_mean_s"] > 0 for s in sk["segments"])
     assert sk["excess"] == pytest.approx(skew.pooled_excess(sk["segments"])) and sk["excess"] >= 0
+    # the plan's co-run measurement (costmodel/sampling/corun.py): one shape per compute kind and direction,
+    # cold-cache single calls where the plan sweeps a buffer first, a factor per kind = ratio of the sums
+    from costmodel.sampling import corun
+
+    cr = corun.load([tmp_path])
+    plan = load_plan("cpu-tiny")
+    assert cr["ranks"] == 2 and set(cr["slowdown"]) == set(plan.ops)
+    assert {(r["kind"], r["direction"]) for r in cr["rows"]} == {(s.kind, s.direction) for s in expand(plan)}
+    assert all(r["calls"] >= 3 and r["alone_s"] > 0 and r["together_s"] > 0 for r in cr["rows"])
+    assert cr["slowdown"] == pytest.approx(corun.slowdown(cr["rows"]))
     # resumable too: a second launch measures nothing new and rewrites the same rows
     (tmp_path / "all_reduce.csv").unlink()
     again = launch("cpu-tiny", tmp_path, nproc=2, progress=False, ops=["all_reduce"], timeout_s=120)
     np.testing.assert_array_equal(got["all_reduce"].time_s, load_dataset(again[0]).time_s)
     assert skew.load([tmp_path])["unix_time"] == sk["unix_time"]  # same machine: not measured again
+    assert corun.load([tmp_path])["unix_time"] == cr["unix_time"]
 
 
 # ----------------------------------------------------------------------------------------------- CLI

@@ -206,15 +206,23 @@ def test_rounds_are_pooled_and_kept():
 
 
 def test_reproduction_check_against_an_earlier_run(tmp_path):
+    import json
+
     from costmodel.workloads.runner import write_runs_csv
 
     compare = _bench("cpu_ground_truth").compare
     old = write_runs_csv([{"id": "A", "measured_value": 1.0, "notes": ""},
                           {"id": "B", "measured_value": 1.0, "notes": ""}], tmp_path / "old.csv")
-    new = write_runs_csv([{"id": "A", "measured_value": 1.05, "notes": "p10..p90 = 0.98..1.1 s, x"},
-                          {"id": "B", "measured_value": 1.3, "notes": "p10..p90 = 1.2..1.4 s"},
-                          {"id": "C", "measured_value": 2.0, "notes": ""}], tmp_path / "new.csv")
+    new = tmp_path / "cpu_runs.json"  # the new run's raw results, as benchmarks/cpu_validation.py writes them
+    new.write_text(json.dumps([{"id": "A", "median_s": 1.05, "p10_s": 0.98, "p90_s": 1.1},
+                               {"id": "B", "median_s": 1.3, "p10_s": 1.2, "p90_s": 1.4},
+                               {"id": "C", "median_s": 2.0, "p10_s": 1.9, "p90_s": 2.1}]))
     got = {c["id"]: c for c in compare(new, old)}
     assert set(got) == {"A", "B"}
     assert got["A"]["previous_inside_p10_p90"] and not got["B"]["previous_inside_p10_p90"]
-    assert got["B"]["diff_pct"] == pytest.approx(30.0)
+    assert got["B"]["diff_pct"] == pytest.approx(30.0) and got["A"]["p90_s"] == 1.1
+    assert "error_pct" not in got["A"]
+    # with both runs' prediction errors: A's error moved 2 pp inside a +-5.7 % half spread, B's 9 pp outside +-7.7 %
+    got = {c["id"]: c for c in compare(new, old, {"A": -3.0, "B": 4.0, "C": 1.0}, {"A": -5.0, "B": -5.0})}
+    assert got["A"]["error_shift_pp"] == pytest.approx(2.0) and got["A"]["error_within_half_spread"]
+    assert got["B"]["half_spread_pct"] == pytest.approx(50 * 0.2 / 1.3) and not got["B"]["error_within_half_spread"]

@@ -22,11 +22,14 @@ the hostnames all ranks report), ranks_per_node = the most ranks of the group on
 
 ``[collectives]`` keys: ``ops`` (kinds), ``bytes`` (a list, or ``{min, max, factor}`` for a geometric
 series), ``group_sizes`` (ints and/or ``"world"``; groups are ranks 0..g-1), ``warmup``, ``repeats``,
-``target_region_s``, ``dtype`` (default fp32 on gloo, bf16 on NCCL), ``compute_between_s`` (default 0).
+``target_region_s``, ``dtype`` (default fp32 on gloo, bf16 on NCCL), ``compute_between_s`` (default 0),
+``barrier_between`` (default false), ``skew_segments_s`` / ``skew_seconds`` (costmodel/sampling/skew.py),
+``corun_seconds`` / ``corun_shapes`` (costmodel/sampling/corun.py).
 
 ``compute_between_s`` > 0 measures each call as a training step issues it, after a compute phase rather
-than back to back: every repeat, all ranks pass a barrier, run an untimed GEMM burst of about that many
-seconds, then time one call each; the per-repeat time is the *mean* over the group's ranks (with
+than back to back: every repeat, all ranks run an untimed GEMM burst of about that many seconds, then
+time one call each, with no barrier between repeats (as in a step; ``barrier_between = true`` puts one
+before every burst); the per-repeat time is the *mean* over the group's ranks (with
 arrival skew s the early rank waits s + latency and the late one the latency, and the mean s/2 + latency
 is what the slower rank adds to the step), and the recorded time is the mean over repeats (not the
 median: the times are bimodal, and a step pays the sum of its calls). On this 2-core VM, gloo all-reduces of 1 KB-256 KB took
@@ -274,26 +277,33 @@ def _compute_burst(ctx: _Ctx, seconds: float):
 
 
 def _time_after_compute(ctx: _Ctx, fn, member: bool, per_call: float, group_size: int, spec: dict) -> list:
-    """Per-repeat times of single calls issued after a compute burst (module docstring), mean over ranks."""
+    """Per-repeat times of single calls issued after a compute burst (module docstring), mean over ranks.
+
+    The repeats run as a training step issues its collectives: compute, collective, compute, ... with no
+    barrier in between (``barrier_between = true`` in the plan restores one before every repeat). A
+    barrier lines the ranks up before each burst; a step has none, so each call starts with the skew the
+    previous call left (a ring all-reduce releases its ranks one message apart). On the 2-core VM a
+    512 KiB gloo all-reduce after 5 ms of GEMMs took 1.98 / 2.23 / 2.61 ms with a barrier before each
+    burst and 2.27 / 2.69 / 3.17 ms without (three interleaved rounds), against 2.58-2.62 ms per call
+    inside the TP training step of the 4-layer validation model (perf_counter around every all-reduce,
+    issue #4). The per-rank times are summed over the ranks once, after the loop."""
     burst = _compute_burst(ctx, float(spec["compute_between_s"]))
-    times = []
+    aligned = bool(spec.get("barrier_between", False))
+    local = []
+    ctx.barrier()
     for _ in range(int(spec.get("repeats", 10))):
-        ctx.barrier()
+        if aligned:
+            ctx.barrier()
         burst()
         ctx.sync()
         t0 = time.perf_counter()
         if member:
             fn()
         ctx.sync()
-        dt = (time.perf_counter() - t0) / per_call if member else 0.0
-        times.append(_sum_over_ranks(ctx, dt) / group_size)
-    return times
-
-
-def _sum_over_ranks(ctx: _Ctx, x: float) -> float:
-    t = ctx.torch.tensor([x], dtype=ctx.torch.float64, device=ctx.dev)
+        local.append((time.perf_counter() - t0) / per_call if member else 0.0)
+    t = ctx.torch.tensor(local, dtype=ctx.torch.float64, device=ctx.dev)
     ctx.dist.all_reduce(t)
-    return float(t.item())
+    return (t / group_size).tolist()
 
 
 def _time(ctx: _Ctx, kind: str, nbytes: int, ranks: list[int], group, spec: dict, impl: dict) -> tuple:
@@ -357,32 +367,57 @@ def _probe_impl(ctx: _Ctx, kinds: list[str]) -> tuple[dict, dict]:
     return impl, unsupported
 
 
-def _sync_skew(ctx: _Ctx, spec: dict, out: Path, ident: dict, fp: dict, resume: bool) -> None:
-    """Measure the ranks' speed skew (costmodel/sampling/skew.py) when the plan asks for it; rank 0 writes
-    ``sync_skew.json``. Skipped when a file of this machine (same identity) is there and resuming."""
+def _needs_measuring(ctx: _Ctx, path: Path, ident: dict, resume: bool) -> bool:
+    """Whether a per-machine measurement file must be (re)made: not when resuming and ``path`` holds one of
+    this machine (same identity) on as many ranks. Rank 0 decides, every rank gets the answer."""
     import json
 
-    from costmodel.sampling import skew
-    from planner.fileio import atomic_write_text
-
-    segments = spec.get("skew_segments_s")
-    if not segments:
-        return
     flag = [True]
-    if ctx.rank == 0 and resume and (out / skew.SKEW_FILE).is_file():
+    if ctx.rank == 0 and resume and path.is_file():
         try:
-            old = json.loads((out / skew.SKEW_FILE).read_text(encoding="utf-8"))
+            old = json.loads(path.read_text(encoding="utf-8"))
             flag = [not (isinstance(old, dict) and old.get("identity") == ident and old.get("ranks") == ctx.world)]
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             flag = [True]
     ctx.dist.broadcast_object_list(flag, src=0)
-    if not flag[0]:
+    return bool(flag[0])
+
+
+def _write_measurement(ctx: _Ctx, path: Path, result: dict, ident: dict, fp: dict) -> None:
+    import json
+
+    from planner.fileio import atomic_write_text
+
+    if ctx.rank == 0:
+        result.update(identity=ident, fingerprint=fp)
+        atomic_write_text(path, json.dumps(result, indent=1) + "\n")
+
+
+def _sync_skew(ctx: _Ctx, spec: dict, out: Path, ident: dict, fp: dict, resume: bool) -> None:
+    """Measure the ranks' speed skew (costmodel/sampling/skew.py) when the plan asks for it; rank 0 writes
+    ``sync_skew.json``. Skipped when a file of this machine (same identity) is there and resuming."""
+    from costmodel.sampling import skew
+
+    segments = spec.get("skew_segments_s")
+    if not segments or not _needs_measuring(ctx, out / skew.SKEW_FILE, ident, resume):
         return
     result = skew.measure(ctx, list(segments), float(spec.get("skew_seconds", 40)),
                           lambda seconds: _compute_burst(ctx, seconds))
-    if ctx.rank == 0:
-        result.update(identity=ident, fingerprint=fp)
-        atomic_write_text(out / skew.SKEW_FILE, json.dumps(result, indent=1) + "\n")
+    _write_measurement(ctx, out / skew.SKEW_FILE, result, ident, fp)
+
+
+def _corun(ctx: _Ctx, plan, spec: dict, out: Path, ident: dict, fp: dict, resume: bool) -> None:
+    """Measure the co-run slowdown of the plan's compute operators (costmodel/sampling/corun.py) when the
+    plan asks for it; rank 0 writes ``corun.json``. Skipped like the skew file."""
+    from costmodel.sampling import corun
+    from costmodel.sampling.plan import expand, op_timing
+
+    seconds = float(spec.get("corun_seconds", 0) or 0)
+    if seconds <= 0 or not plan.ops or not _needs_measuring(ctx, out / corun.CORUN_FILE, ident, resume):
+        return
+    result = corun.measure(ctx, expand(plan), seconds, int(spec.get("corun_shapes", 4)), ctx.device,
+                           flush_mb=lambda kind: op_timing(plan, kind).flush_mb)
+    _write_measurement(ctx, out / corun.CORUN_FILE, result, ident, fp)
 
 
 def worker(argv: list[str] | None = None) -> int:
@@ -474,6 +509,7 @@ def _worker(a) -> int:
                                        "unix_time": round(time.time(), 3)})
             bar.advance(task)
     _sync_skew(ctx, spec, Path(a.out), ident, fp, not a.no_resume)
+    _corun(ctx, plan, spec, Path(a.out), ident, fp, not a.no_resume)
     if ctx.rank == 0:
         for kind in kinds:
             recs = [journals[kind].records.get(key(k, b, r)) for k, b, r, _ in samples if k == kind]

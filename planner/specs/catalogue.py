@@ -73,6 +73,9 @@ CLUSTER_FIELDS = {
 CLUSTER_FIELDS["comm_overlaps_compute"] = ("bool", "true or false (false: communication shares the compute cores)")
 CLUSTER_FIELDS["straggler_excess"] = ("nonneg", "a number >= 0 (fraction, e.g. 0.05 for 5 %)")
 CLUSTER_FIELDS["straggler_ranks"] = ("int", "an integer > 0 (ranks the excess was measured on)")
+CLUSTER_FIELDS["corun_slowdown"] = ("factors", "a table of compute kind = factor > 0 (time with every rank of "
+                                               "the node running it / alone)")
+CLUSTER_FIELDS["corun_ranks"] = ("int", "an integer > 0 (ranks the co-run slowdown was measured on)")
 CLUSTER_REQUIRED = ("gpu", "gpus_per_node", "intra_node_bw_gbs", "intra_node_latency_us",
                     "inter_node_bw_gbs", "inter_node_latency_us")
 
@@ -205,6 +208,20 @@ def _check_field(where: str, name: str, value, rules: dict):
                 raise PlannerError(f"{where}: field 'peak_tflops.{dtype}' = {tf!r} is invalid; it must be a "
                                    "number > 0 (dense TFLOP/s).")
             out[dtype] = float(tf)
+        return out
+    if kind == "factors":
+        from costmodel.ops import COMPUTE_KINDS
+
+        if not isinstance(value, dict):
+            raise bad()
+        out = {}
+        for op_kind, f in value.items():
+            if op_kind not in COMPUTE_KINDS:
+                raise PlannerError(f"{where}: field '{name}' has unknown compute kind {op_kind!r}; allowed are: "
+                                   f"{', '.join(sorted(COMPUTE_KINDS))}.")
+            if not _is_number(f) or f != f or f <= 0:
+                raise PlannerError(f"{where}: field '{name}.{op_kind}' = {f!r} is invalid; it must be a number > 0.")
+            out[op_kind] = float(f)
         return out
     if kind == "sources":
         if not isinstance(value, dict):

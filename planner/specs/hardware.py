@@ -97,6 +97,14 @@ class ClusterSpec:
     (costmodel/sampling/skew.py); 0 where not measured (the catalogue's GPU clusters)."""
     straggler_ranks: int = 2
     """How many ranks ``straggler_excess`` was measured on."""
+    corun_slowdown: dict = field(default_factory=dict, hash=False)
+    """Compute kind -> time with every rank of a node running the operator at once / time alone: ranks of
+    one node that share memory bandwidth and caches slow each other down, and the predictor multiplies
+    this into the kind's times when a plan puts more than one rank on a node (planner/predict.py).
+    Measured by `planner profile` (costmodel/sampling/corun.py); empty = factor 1 (the catalogue's GPU
+    clusters: each GPU has its own HBM; not measured)."""
+    corun_ranks: int = 2
+    """How many ranks ``corun_slowdown`` was measured on."""
 
 
 @dataclass(frozen=True)
