@@ -191,6 +191,11 @@ class _Ctx:
         else:
             self.dist.barrier()
 
+    def mean_over_ranks(self, x: float) -> float:
+        t = self.torch.tensor([x], dtype=self.torch.float64, device=self.dev)
+        self.dist.all_reduce(t)
+        return float(t.item()) / self.world
+
     def max_over_ranks(self, x: float) -> float:
         t = self.torch.tensor([x], dtype=self.torch.float64, device=self.dev)
         self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX)
@@ -256,7 +261,8 @@ def tensor_form(dist, kind: str) -> str | None:
 def _compute_burst(ctx: _Ctx, seconds: float):
     """An untimed GEMM workload of about ``seconds`` on this rank (calibrated once, on warm calls: timing the
     first calls, as this did before, counted their cold start and made a "2 ms" burst one 0.9 ms GEMM on
-    the CPU, issue #4)."""
+    the CPU, issue #4), the same number of GEMMs on every rank (the mean calibration over the ranks);
+    ``burst.reps`` is that number."""
     torch = ctx.torch
     a = torch.randn(256, 512, device=ctx.dev)
     w = torch.randn(512, 512, device=ctx.dev)
@@ -268,11 +274,18 @@ def _compute_burst(ctx: _Ctx, seconds: float):
         torch.nn.functional.linear(a, w)
     ctx.sync()
     one = max((time.perf_counter() - t0) / 10, 1e-6)
+    if getattr(ctx, "world", 1) > 1:
+        # every rank runs the same number of GEMMs, as every rank of a step runs the same layers: calibrated
+        # per rank, a hiccup during one rank's calibration gave the ranks bursts of different lengths, which
+        # the skew measurement then read as a systematic 16-32 % speed difference at one segment length
+        # (2 of 3 profiles on 2026-11-25, while the other lengths agreed on ~2 %)
+        one = ctx.mean_over_ranks(one)
     reps = max(1, round(seconds / one))
 
     def burst():
         for _ in range(reps):
             torch.nn.functional.linear(a, w)
+    burst.reps = reps
     return burst
 
 

@@ -73,17 +73,29 @@ def pooled_excess(per_length: list[dict]) -> float:
 def measure(ctx, segments_s: list[float], seconds: float, burst_factory) -> dict:
     """Run the skew measurement on every rank of ``ctx`` (all ranks call this); the summary dict.
 
-    ``burst_factory(seconds)`` returns a callable that runs about that much compute on this rank.
+    ``burst_factory(seconds)`` returns a callable that runs about that much compute on this rank, with a
+    ``reps`` attribute (its GEMM count) that must be equal on every rank: the segments are identical.
     """
     lengths = sorted({float(s) for s in segments_s})
     if not lengths or min(lengths) <= 0 or seconds <= 0:
         raise PlannerError("[collectives] skew_segments_s must hold lengths > 0 s and skew_seconds must be > 0")
     bursts = [burst_factory(length) for length in lengths]
+    torch, dist = ctx.torch, ctx.dist
+    reps = []
+    for burst in bursts:  # identical segments: the same GEMM count on every rank
+        n = getattr(burst, "reps", 0)
+        lo = torch.tensor([n], dtype=torch.float64, device=ctx.dev)
+        hi = lo.clone()
+        dist.all_reduce(lo, op=dist.ReduceOp.MIN)
+        dist.all_reduce(hi, op=dist.ReduceOp.MAX)
+        if lo.item() != hi.item():
+            raise PlannerError(f"sync skew: ranks would run different segments ({lo.item():.0f} vs {hi.item():.0f} "
+                               "GEMMs); the burst calibration must agree across ranks")
+        reps.append(int(n))
     share = seconds / len(lengths)
     repeats = [max(3, int(share / length)) for length in lengths]
-    acc = [{"segment_s": length, "repeats": 0, "sum_max_s": 0.0, "sum_mean_s": 0.0, "excess_per_repeat": []}
-           for length in lengths]
-    torch, dist = ctx.torch, ctx.dist
+    acc = [{"segment_s": length, "gemms_per_segment": n, "repeats": 0, "sum_max_s": 0.0, "sum_mean_s": 0.0,
+            "excess_per_repeat": []} for length, n in zip(lengths, reps)]
     t_start = time.perf_counter()
     for rnd in range(max(repeats)):
         for i, burst in enumerate(bursts):
