@@ -31,10 +31,8 @@ the predictor multiplies into that kind's operator times when a plan puts more t
 
 from __future__ import annotations
 
-import json
 import math
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -153,21 +151,13 @@ def measure(ctx, samples: list, seconds: float, per_group: int, device: str, flu
 
 def load(dirs) -> dict | None:
     """The ``corun.json`` of the first of ``dirs`` that has one (validated), else None."""
-    for d in dirs or []:
-        path = Path(d) / CORUN_FILE
-        if not path.is_file():
-            continue
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise PlannerError(f"{path} is not readable JSON ({exc}); delete it and re-run `planner profile`") from None
-        sd = data.get("slowdown") if isinstance(data, dict) else None
-        ok = (isinstance(data, dict) and data.get("format") == FORMAT and isinstance(data.get("ranks"), int)
-              and not isinstance(data.get("ranks"), bool) and data["ranks"] >= 2 and isinstance(sd, dict) and sd
-              and all(isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool)
-                      and math.isfinite(v) and 0.2 <= v <= 20.0 for k, v in sd.items()))
-        if not ok:
-            raise PlannerError(f"{path} is not a co-run file of format {FORMAT} (ranks >= 2, a slowdown per kind "
-                               "between 0.2 and 20); delete it and re-run `planner profile`")
-        return {**data, "path": str(path)}
-    return None
+    from costmodel.sampling.skew import read_measurement
+
+    def valid(data: dict) -> bool:
+        sd = data.get("slowdown")
+        return isinstance(sd, dict) and bool(sd) and all(
+            isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            and 0.2 <= v <= 20.0 for k, v in sd.items())
+
+    return read_measurement(dirs, CORUN_FILE, f"a co-run file of format {FORMAT} (ranks >= 2, a slowdown per kind "
+                                              "between 0.2 and 20)", valid)

@@ -129,22 +129,32 @@ def measure(ctx, segments_s: list[float], seconds: float, burst_factory) -> dict
                       "sum(max over ranks) / sum(mean over ranks) - 1, lengths interleaved"}
 
 
-def load(dirs) -> dict | None:
-    """The ``sync_skew.json`` of the first of ``dirs`` that has one (validated), else None."""
+def read_measurement(dirs, name: str, what: str, valid) -> dict | None:
+    """The measurement file ``name`` of the first of ``dirs`` that has one, checked by ``valid(data)``
+    (a JSON object of ranks >= 2 and the format is checked here), with its ``path``; None if none has it.
+    Shared by this module's ``sync_skew.json`` and costmodel/sampling/corun.py's ``corun.json``."""
     for d in dirs or []:
-        path = Path(d) / SKEW_FILE
+        path = Path(d) / name
         if not path.is_file():
             continue
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise PlannerError(f"{path} is not readable JSON ({exc}); delete it and re-run `planner profile`") from None
-        ok = (isinstance(data, dict) and data.get("format") == FORMAT and isinstance(data.get("ranks"), int)
-              and data["ranks"] >= 2 and isinstance(data.get("excess"), (int, float))
-              and math.isfinite(data["excess"]) and 0.0 <= data["excess"] < 5.0
-              and isinstance(data.get("segments"), list) and data["segments"])
-        if not ok:
-            raise PlannerError(f"{path} is not a sync-skew file of format {FORMAT} (ranks >= 2, finite excess, "
-                               "segments); delete it and re-run `planner profile`")
+        ranks = data.get("ranks") if isinstance(data, dict) else None
+        if not (isinstance(data, dict) and data.get("format") == FORMAT and isinstance(ranks, int)
+                and not isinstance(ranks, bool) and ranks >= 2 and valid(data)):
+            raise PlannerError(f"{path} is not {what}; delete it and re-run `planner profile`")
         return {**data, "path": str(path)}
     return None
+
+
+def load(dirs) -> dict | None:
+    """The ``sync_skew.json`` of the first of ``dirs`` that has one (validated), else None."""
+    def valid(data: dict) -> bool:
+        ex = data.get("excess")
+        return (isinstance(ex, (int, float)) and not isinstance(ex, bool) and math.isfinite(ex) and 0.0 <= ex < 5.0
+                and isinstance(data.get("segments"), list) and bool(data["segments"]))
+
+    return read_measurement(dirs, SKEW_FILE, f"a sync-skew file of format {FORMAT} (ranks >= 2, finite excess, "
+                                             "segments)", valid)
