@@ -191,10 +191,13 @@ class _Ctx:
         else:
             self.dist.barrier()
 
-    def mean_over_ranks(self, x: float) -> float:
+    def sum_over_ranks(self, x: float) -> float:
         t = self.torch.tensor([x], dtype=self.torch.float64, device=self.dev)
         self.dist.all_reduce(t)
-        return float(t.item()) / self.world
+        return float(t.item())
+
+    def mean_over_ranks(self, x: float) -> float:
+        return self.sum_over_ranks(x) / self.world
 
     def max_over_ranks(self, x: float) -> float:
         t = self.torch.tensor([x], dtype=self.torch.float64, device=self.dev)

@@ -91,7 +91,7 @@ def measure(ctx, samples: list, seconds: float, per_group: int, device: str, flu
     chosen = [s for group in pick_shapes(samples, per_group).values() for s in group]
     if not chosen:
         raise PlannerError("co-run measurement: the plan has no [ops] samples to run")
-    torch, dist = ctx.torch, ctx.dist
+    torch = ctx.torch
     share = seconds / len(chosen)
     rows = []
     t_start = time.perf_counter()
@@ -104,13 +104,13 @@ def measure(ctx, samples: list, seconds: float, per_group: int, device: str, flu
         t0 = time.perf_counter()
         fn()
         ctx.sync()
-        est = torch.tensor([max(time.perf_counter() - t0, 1e-7)], dtype=torch.float64, device=ctx.dev)
-        dist.all_reduce(est, op=dist.ReduceOp.MAX)  # every rank runs the same number of calls per block
-        one = float(est.item())
+        # every rank runs the same number of calls per block
+        one = ctx.max_over_ranks(max(time.perf_counter() - t0, 1e-7))
         mb = float(flush_mb(s.kind) or 0.0)
         if mb > 0:
-            buf = buffers.setdefault(mb, torch.empty(max(1, int(mb * 2**20 / 4)), dtype=torch.float32,
-                                                     device=ctx.dev))
+            if mb not in buffers:  # one sweep buffer per size, allocated once
+                buffers[mb] = torch.empty(max(1, int(mb * 2**20 / 4)), dtype=torch.float32, device=ctx.dev)
+            buf = buffers[mb]
             inner, flush_s = 1, mb * 2**20 / 10e9  # a sweep costs about this much at ~10 GB/s
         else:
             buf, inner, flush_s = None, max(1, min(1000, math.ceil(TARGET_BLOCK_S / one))), 0.0
@@ -132,12 +132,8 @@ def measure(ctx, samples: list, seconds: float, per_group: int, device: str, flu
             d = block() if ctx.rank == 0 else 0.0
             ctx.barrier()
             alone += d
-            d = torch.tensor([block()], dtype=torch.float64, device=ctx.dev)
-            dist.all_reduce(d)
-            together += float(d.item()) / ctx.world
-        a = torch.tensor([alone], dtype=torch.float64, device=ctx.dev)
-        dist.all_reduce(a)  # rank 0's sum (the others timed nothing): every rank returns the same result
-        alone = float(a.item())
+            together += ctx.mean_over_ranks(block())
+        alone = ctx.sum_over_ranks(alone)  # rank 0's sum (the others timed nothing): the same on every rank
         rows.append({"kind": s.kind, "direction": s.direction, "features": [int(f) for f in s.features],
                      "variant": s.variant, "flush_mb": mb, "calls": inner * rounds, "alone_s": alone,
                      "together_s": together, "ratio": together / alone if alone > 0 else None})
