@@ -171,6 +171,19 @@ def _is_number(v) -> bool:
         return False
 
 
+def _positive_table(where: str, name: str, table: dict, allowed, key_word: str, unit: str) -> dict:
+    """A table of ``allowed`` keys to numbers > 0 (peak_tflops by dtype, corun_slowdown by compute kind)."""
+    out = {}
+    for key, v in table.items():
+        if key not in allowed:
+            raise PlannerError(f"{where}: field '{name}' has unknown {key_word} {key!r}; allowed are: "
+                               f"{', '.join(allowed)}.")
+        if not _is_number(v) or v <= 0:
+            raise PlannerError(f"{where}: field '{name}.{key}' = {v!r} is invalid; it must be a number > 0{unit}.")
+        out[key] = float(v)
+    return out
+
+
 def _check_field(where: str, name: str, value, rules: dict):
     """Validate one field; return the value in canonical form."""
     if name not in rules:
@@ -196,33 +209,14 @@ def _check_field(where: str, name: str, value, rules: dict):
         if not isinstance(value, bool):
             raise bad()
         return value
-    if kind == "tflops":
+    if kind in ("tflops", "factors"):
         if not isinstance(value, dict):
             raise bad()
-        out = {}
-        for dtype, tf in value.items():
-            if dtype not in DTYPES:
-                raise PlannerError(f"{where}: field 'peak_tflops' has unknown dtype {dtype!r}; allowed are: "
-                                   f"{', '.join(DTYPES)}.")
-            if not _is_number(tf) or tf <= 0:
-                raise PlannerError(f"{where}: field 'peak_tflops.{dtype}' = {tf!r} is invalid; it must be a "
-                                   "number > 0 (dense TFLOP/s).")
-            out[dtype] = float(tf)
-        return out
-    if kind == "factors":
+        if kind == "tflops":
+            return _positive_table(where, name, value, DTYPES, "dtype", " (dense TFLOP/s)")
         from costmodel.ops import COMPUTE_KINDS
 
-        if not isinstance(value, dict):
-            raise bad()
-        out = {}
-        for op_kind, f in value.items():
-            if op_kind not in COMPUTE_KINDS:
-                raise PlannerError(f"{where}: field '{name}' has unknown compute kind {op_kind!r}; allowed are: "
-                                   f"{', '.join(sorted(COMPUTE_KINDS))}.")
-            if not _is_number(f) or f != f or f <= 0:
-                raise PlannerError(f"{where}: field '{name}.{op_kind}' = {f!r} is invalid; it must be a number > 0.")
-            out[op_kind] = float(f)
-        return out
+        return _positive_table(where, name, value, sorted(COMPUTE_KINDS), "compute kind", "")
     if kind == "sources":
         if not isinstance(value, dict):
             raise bad()
