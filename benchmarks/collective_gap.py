@@ -61,8 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     gaps = [float(g) for g in a.gaps.split(",") if g.strip()]
     if a.worker:
+        from costmodel.torchrun import exit_worker
+
         worker(a.bytes, gaps, a.repeats)
-        return 0
+        exit_worker(0)  # skip interpreter teardown (see exit_worker)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={a.nproc}",
            os.path.abspath(__file__), "--worker", "--bytes", str(a.bytes), "--gaps", a.gaps,

@@ -135,9 +135,9 @@ def launch(plan: str | Path, out_dir: str | Path, nproc: int = 2, device: str = 
     except subprocess.TimeoutExpired:
         raise PlannerError(f"collective sweep did not finish in {timeout_s:.0f} s; use a smaller plan") from None
     if res.returncode != 0:
-        errors = [ln for ln in res.stderr.splitlines() if ln.startswith("error: ")]
-        why = errors[0][7:] if errors else (res.stderr.strip().splitlines() or ["no output"])[-1]
-        raise PlannerError(f"collective sweep failed (torchrun exit {res.returncode}): {why}")
+        from costmodel.torchrun import failure_reason
+
+        raise PlannerError(f"collective sweep failed (torchrun exit {res.returncode}): {failure_reason(res.stderr)}")
     out = Path(out_dir)
     return [out / f"{k}.csv" for k in kinds if (out / f"{k}.csv").is_file()]
 
@@ -558,4 +558,6 @@ def _worker(a) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(worker())
+    from costmodel.torchrun import exit_worker
+
+    exit_worker(worker())  # results written, group destroyed: skip interpreter teardown (see exit_worker)

@@ -68,8 +68,11 @@ def launch_many(cfgs: list[WorkloadConfig], timeout_s: float = 600.0, allow_over
         except subprocess.TimeoutExpired as exc:
             raise WorkloadError(f"workload did not finish within {timeout_s:.0f} s: {cfgs[0].to_json()}") from exc
         if proc.returncode != 0 or not out.is_file():
+            from costmodel.torchrun import failure_reason
+
             tail = (proc.stdout + proc.stderr)[-3000:]
-            raise WorkloadError(f"workload failed (exit {proc.returncode}) for {cfgs[0].to_json()}:\n{tail}")
+            why = failure_reason(proc.stderr) if proc.returncode != 0 else "no results file written"
+            raise WorkloadError(f"workload failed (exit {proc.returncode}: {why}) for {cfgs[0].to_json()}:\n{tail}")
         return json.loads(out.read_text(encoding="utf-8"))
 
 

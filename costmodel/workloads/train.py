@@ -186,4 +186,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    from costmodel.torchrun import exit_worker
+
     main()
+    exit_worker(0)  # results written, group destroyed: skip interpreter teardown (see exit_worker)
