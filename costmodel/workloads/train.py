@@ -179,7 +179,8 @@ def main(argv: list[str] | None = None) -> None:
             atomic_write_text(args.out, json.dumps(results, indent=1))
         # every rank reaches teardown together: a pipeline rank that destroyed its gloo group while the
         # other was still busy died with "terminate called without an active exception" (SIGABRT) after
-        # the results were written, in about 1 of 10 PP launches on the 2-core VM (issue #4)
+        # the results were written, in about 1 of 10 PP launches on the 2-core VM (issue #4); the rarer
+        # abort during interpreter teardown is avoided by exit_worker (costmodel/torchrun.py)
         dist.barrier()
     finally:
         dist.destroy_process_group()
