@@ -211,14 +211,9 @@ def test_missing_file_raises(tmp_path):
         load_catalogue([tmp_path / "nope.toml"])
 
 
-def test_load_is_fast_when_cached():
-    import time
-
-    load_catalogue()
-    t = time.perf_counter()
-    for _ in range(100):
-        load_catalogue()
-    assert (time.perf_counter() - t) / 100 < 0.005
+def test_load_is_cached():
+    # served from the cache (its speed: benchmarks/bench_components.py)
+    assert load_catalogue() is load_catalogue()
 
 
 # ------------------------------------------------------------------------------------------ CLI

@@ -2,7 +2,6 @@
 
 import hashlib
 import math
-import time
 from pathlib import Path
 
 import numpy as np
@@ -173,9 +172,7 @@ def imported():
     d = data_dir()
     if d is None:
         pytest.skip("shared data not found: set PLANNER_DATA_DIR to ../shared/data to run this test")
-    t0 = time.perf_counter()
-    out = I.import_all(d)
-    return d, out, time.perf_counter() - t0
+    return d, I.import_all(d)  # its speed: benchmarks/bench_components.py (import_all_s)
 
 
 AIC_GPUS = ("a100-80gb", "h100-sxm", "h200", "b200", "gb200")
@@ -191,10 +188,9 @@ EXPECTED = (
 )
 
 
-def test_import_all_returns_every_expected_pair_quickly(imported):
-    _, out, seconds = imported
+def test_import_all_returns_every_expected_pair(imported):
+    _, out = imported
     assert set(out) == EXPECTED
-    assert seconds < 30
     for (kind, gpu), ds in out.items():
         assert (ds.kind, ds.gpu) == (kind, gpu) and len(ds) > 0
         assert ds.meta["sources"][-1]["dataset_rows"][1] == len(ds)
@@ -203,7 +199,7 @@ def test_import_all_returns_every_expected_pair_quickly(imported):
 
 
 def test_sidecars_carry_sha256_of_their_sources(imported):
-    d, out, _ = imported
+    d, out = imported
     paths = {}
     for ds in out.values():
         for s in ds.meta["sources"]:
@@ -218,7 +214,7 @@ def _drops(ds, name):
 
 
 def test_perlmutter_inter_node_filter(imported):
-    d, out, _ = imported
+    d, out = imported
     name = "filter_ett_perlmutter_inter_node"
     # counts verified by reading every Perlmutter nccl file with nodes > 1 (estimate-train-time PROVENANCE)
     assert _drops(out[("all_reduce", "a100-80gb")], name) == 11281
@@ -238,7 +234,7 @@ def test_perlmutter_inter_node_filter(imported):
 
 
 def test_vista_filters(imported):
-    d, out, _ = imported
+    d, out = imported
     assert _drops(out[("all_gather", "gh200")], "filter_ett_vista_allgather_large_4_8_nodes") == 2 * 195
     assert set(out[("all_gather", "gh200")].features[:, 2]) == {2}
     t = I.read_table(d, d / ETT / f"Vista/nccl/{VISTA}_allgather_large_fp16_8_1.csv",
@@ -258,7 +254,7 @@ def test_vista_filters(imported):
 
 
 def test_res_add_backward_filter(imported):
-    d, out, _ = imported
+    d, out = imported
     for gpu, (system, dev) in (("a100-80gb", ("Perlmutter", PERL)), ("gh200", ("Vista", VISTA))):
         ds = out[("residual_add", gpu)]
         assert _drops(ds, "filter_ett_res_add_backward") == 351  # PROVENANCE: res_add 351 / 351
@@ -282,7 +278,7 @@ def test_attention_kernel_filter(imported, gpu, dropped, kept):
 
 
 def test_aiconfigurator_mappings(imported):
-    _, out, _ = imported
+    _, out = imported
     g = out[("gemm", "a100-80gb")]
     # aiconfigurator/gemm/a100_sxm_bf16_gemm__sglang-0.5.10.csv line 2: 81,3584,8192,0.05631999837027656
     assert g.features[0].tolist() == [81, 3584, 8192] and g.time_s[0] == 0.05631999837027656 / 1000
@@ -298,7 +294,7 @@ def test_aiconfigurator_mappings(imported):
 
 
 def test_ett_mappings(imported):
-    d, out, _ = imported
+    d, out = imported
     g = out[("gemm", "a100-80gb")]
     # Perlmutter linear_final line 2: mp=1,b=2,l=1024,dim=5632,F=5085.6,B=10046.6 -> (2048, 50304, 5632)
     src = [s for s in g.meta["sources"] if s["path"].endswith(f"{PERL}_linear_final_fp16.csv")]
@@ -331,7 +327,7 @@ def test_ett_mappings(imported):
 
 
 def test_vidur_mappings(imported):
-    d, out, _ = imported
+    d, out = imported
     rel = "vidur/compute/a100/meta-llama/Llama-2-7b-hf/mlp.csv"
 
     def first(kind, column):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -160,19 +159,22 @@ def test_shipped_h100_gemm_within_cv_error(shared_data):
     assert mape <= entry["cv"]["mape"] * (1.25 if len(held) >= 400 else 1.0), (mape, entry["cv"])
 
 
-def test_shipped_load_and_predict_speed():
+def test_shipped_models_predict_and_a_repeat_is_served_from_the_cache(monkeypatch):
+    # speed of both calls: benchmarks/bench_components.py (measured_cold_s, measured_warm_s)
     hw = load_catalogue().resolve("h100-sxm")
     ops = [gemm(4096 * (i % 4 + 1), 4096, 1024 * (i % 5 + 1), dtype="bf16") for i in range(60)]
     ops += [Op("attention_fwd", "a", "fwd", (1, 4096, 4096, 32, 8, 128, 1)),
             Op("attention_bwd", "a", "bwd", (1, 4096, 4096, 32, 8, 128, 1))]
-    t0 = time.perf_counter()
     cm = MeasuredCostModel()
     r = cm.predict(ops, hw)
-    cold = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    cm.predict(ops, hw)
-    warm = time.perf_counter() - t0
-    assert np.all(r.time_s > 0) and cold < 2.0 and warm < 0.005, (cold, warm)
+    assert np.all(r.time_s > 0)
+
+    def uncached(*a, **k):
+        raise AssertionError("a repeated operator was costed again instead of read from the cache")
+    monkeypatch.setattr(cm, "_predict_group", uncached)
+    monkeypatch.setattr(cm, "_fallback", uncached)
+    again = cm.predict(ops, hw)
+    assert np.array_equal(again.time_s, r.time_s)
 
 
 # ---- the CV-error gate: a regressor worse than MAX_CV_MAPE is dropped unless the fallback is worse still

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 
 import pytest
 
@@ -395,14 +394,10 @@ def test_workspace_and_fit():
     assert mem.fits_in_memory(b, _gpu(total_gb + 0.01), headroom=0.0)
 
 
-def test_memory_per_gpu_is_fast():
+def test_memory_per_gpu_is_finite_and_repeatable():
+    # its speed: benchmarks/bench_components.py (memory_per_gpu_s)
     m = llama(layers=80, h=8192, a=64, kv=8, f=28672)
     p = plan(m, tp=8, pp=8, dp=4, vpp=2, m=32)
-    mem.memory_per_gpu(m, p)
-    n = 500
-    t0 = time.perf_counter()
-    for _ in range(n):
-        mem.memory_per_gpu(m, p)
-    per_call = (time.perf_counter() - t0) / n
-    assert per_call < 500e-6  # gross-regression guard; measured ~20 us on a laptop-class core
-    assert math.isfinite(mem.memory_per_gpu(m, p).total)
+    first = mem.memory_per_gpu(m, p)
+    assert math.isfinite(first.total) and first.total > 0
+    assert mem.memory_per_gpu(m, p) == first

@@ -3,7 +3,6 @@
 Hardware is built directly with figures from shared/data/hardware/{gpus,clusters}.yaml.
 """
 
-import time
 
 import numpy as np
 import pytest
@@ -153,13 +152,12 @@ def test_single_gpu_collective_is_free_and_gh200_has_inter_tier_only():
     assert 1.5e9 / 50e9 < t < 1.5e9 / (50e9 * 0.8)
 
 
-def test_prediction_is_fast_when_cached():
+def test_a_repeated_prediction_is_the_same():
+    # its speed when cached: benchmarks/bench_components.py (roofline_cached_s)
     m = RooflineCostModel()
     ops = [gemm(4096 + i, 4096, 4096) for i in range(60)] + \
           [Op("attention_fwd", "a", "fwd", (1, 4096, 4096, 32, 8, 128, 1))] * 10 + \
           [coll("all_reduce", 1e8 + i, 16, 2, 8) for i in range(30)]
-    m.predict(ops, H100)
-    t0 = time.perf_counter()
-    for _ in range(20):
-        m.predict(ops, H100)
-    assert (time.perf_counter() - t0) / 20 < 0.5e-3
+    first = m.predict(ops, H100)
+    assert np.array_equal(m.predict(ops, H100).time_s, first.time_s)
+    assert np.array_equal(RooflineCostModel().predict(ops, H100).time_s, first.time_s)  # the cache changes nothing
