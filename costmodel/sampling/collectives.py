@@ -204,6 +204,9 @@ class _Ctx:
         self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX)
         return float(t.item())
 
+    def min_over_ranks(self, x: float) -> float:
+        return -self.max_over_ranks(-x)
+
 
 def _op(ctx: _Ctx, kind: str, nbytes: int, ranks: list[int], group, impl: dict):
     """(statement, exact bytes) for one collective; ``impl[kind]`` records the API used."""
@@ -375,7 +378,7 @@ def _probe_impl(ctx: _Ctx, kinds: list[str]) -> tuple[dict, dict]:
             except (RuntimeError, AttributeError, NotImplementedError, ValueError) as exc:
                 ok = 0.0
                 err = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
-            if -ctx.max_over_ranks(-ok) > 0:  # min over ranks: supported everywhere
+            if ctx.min_over_ranks(ok) > 0:  # supported everywhere
                 impl[kind] = form
                 break
         else:

@@ -73,6 +73,9 @@ def pooled_excess(per_length: list[dict]) -> float:
 def measure(ctx, segments_s: list[float], seconds: float, burst_factory) -> dict:
     """Run the skew measurement on every rank of ``ctx`` (all ranks call this); the summary dict.
 
+    ``ctx``: the collective worker's context (costmodel/sampling/collectives._Ctx: ``barrier``, ``sync``,
+    ``world`` and the min / max / mean over ranks).
+
     ``burst_factory(seconds)`` returns a callable that runs about that much compute on this rank, with a
     ``reps`` attribute (its GEMM count) that must be equal on every rank: the segments are identical.
     """
@@ -80,16 +83,12 @@ def measure(ctx, segments_s: list[float], seconds: float, burst_factory) -> dict
     if not lengths or min(lengths) <= 0 or seconds <= 0:
         raise PlannerError("[collectives] skew_segments_s must hold lengths > 0 s and skew_seconds must be > 0")
     bursts = [burst_factory(length) for length in lengths]
-    torch, dist = ctx.torch, ctx.dist
     reps = []
     for burst in bursts:  # identical segments: the same GEMM count on every rank
         n = getattr(burst, "reps", 0)
-        lo = torch.tensor([n], dtype=torch.float64, device=ctx.dev)
-        hi = lo.clone()
-        dist.all_reduce(lo, op=dist.ReduceOp.MIN)
-        dist.all_reduce(hi, op=dist.ReduceOp.MAX)
-        if lo.item() != hi.item():
-            raise PlannerError(f"sync skew: ranks would run different segments ({lo.item():.0f} vs {hi.item():.0f} "
+        lo, hi = ctx.min_over_ranks(n), ctx.max_over_ranks(n)
+        if lo != hi:
+            raise PlannerError(f"sync skew: ranks would run different segments ({lo:.0f} vs {hi:.0f} "
                                "GEMMs); the burst calibration must agree across ranks")
         reps.append(int(n))
     share = seconds / len(lengths)
@@ -106,12 +105,7 @@ def measure(ctx, segments_s: list[float], seconds: float, burst_factory) -> dict
             burst()
             ctx.sync()
             d = time.perf_counter() - t0
-            t = torch.tensor([d, d], dtype=torch.float64, device=ctx.dev)
-            mx = t[:1].clone()
-            dist.all_reduce(mx, op=dist.ReduceOp.MAX)
-            sm = t[1:].clone()
-            dist.all_reduce(sm)
-            dmax, dmean = float(mx.item()), float(sm.item()) / ctx.world
+            dmax, dmean = ctx.max_over_ranks(d), ctx.mean_over_ranks(d)
             a = acc[i]
             a["repeats"] += 1
             a["sum_max_s"] += dmax
