@@ -45,12 +45,10 @@ def catalogue_cached() -> float:
 
 
 def _ops():
+    from costmodel.graph import _gemm
     from costmodel.ops import Op
 
-    def gemm(m, n, k):
-        return Op("gemm", "g", "fwd", (m, n, k), 2.0 * m * n * k, 2.0 * (m * k + k * n + m * n), "bf16")
-
-    ops = [gemm(4096 * (i % 4 + 1), 4096, 1024 * (i % 5 + 1)) for i in range(60)]
+    ops = [_gemm("g", "fwd", 4096 * (i % 4 + 1), 4096, 1024 * (i % 5 + 1), "bf16") for i in range(60)]
     ops += [Op("attention_fwd", "a", "fwd", (1, 4096, 4096, 32, 8, 128, 1)),
             Op("attention_bwd", "a", "bwd", (1, 4096, 4096, 32, 8, 128, 1))]
     return ops
@@ -72,11 +70,11 @@ def measured_cost_model() -> tuple[float, float]:
 
 def roofline_cached() -> float:
     from costmodel.cost.roofline import RooflineCostModel
-    from costmodel.ops import Op
+    from costmodel.graph import _coll
     from planner.specs.catalogue import load_catalogue
 
     hw = load_catalogue().resolve("h100-sxm")
-    ops = _ops() + [Op("all_reduce", "c", "fwd", (1e8 + i, 16, 2, 8), 0.0, 1e8 + i, "bf16") for i in range(30)]
+    ops = _ops() + [_coll("all_reduce", "c", "fwd", 1e8 + i, 16, (2, 8)) for i in range(30)]
     m = RooflineCostModel()
     return _per_call(lambda: m.predict(ops, hw), 20)
 
