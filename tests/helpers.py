@@ -1,7 +1,8 @@
 """Spec builders shared by tests (no presets: tests state the architecture they use), and the source
-scanner of the static checks (tests/test_faults.py, tests/test_safety.py)."""
+scanner of the static checks (tests/test_faults.py, tests/test_safety.py), and a JSON file writer."""
 
 import ast
+import json
 from pathlib import Path
 
 from planner.specs.model import ModelSpec
@@ -37,3 +38,10 @@ def python_sources(tops):
     for top in tops:
         for p in sorted((ROOT / top).rglob("*.py")):
             yield p.relative_to(ROOT).as_posix(), ast.parse(p.read_text(encoding="utf-8"))
+
+
+def write_json(folder: Path, name: str, data: dict, **over) -> Path:
+    """Write ``data`` with the fields of ``over`` replaced as ``folder/name``; returns ``folder`` (the
+    profile folder the measurement loaders read)."""
+    (folder / name).write_text(json.dumps({**data, **over}))
+    return folder

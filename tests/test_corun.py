@@ -2,7 +2,6 @@
 (issue #4; costmodel/sampling/corun.py)."""
 
 import dataclasses
-import json
 
 import pytest
 
@@ -11,7 +10,7 @@ from costmodel.sampling.plan import Sample, expand, load_plan
 from planner.errors import PlannerError
 from planner.predict import predict
 from planner.specs.catalogue import load_catalogue
-from tests.helpers import llama, plan
+from tests.helpers import llama, plan, write_json
 
 
 def test_pick_shapes_spreads_over_sizes_per_kind_and_direction():
@@ -36,9 +35,7 @@ def test_slowdown_is_ratio_of_sums_per_kind():
 
 def _corun_file(tmp_path, **over):
     data = {"format": 1, "ranks": 2, "slowdown": {"gemm": 1.03, "residual_add": 1.4}, "rows": []}
-    data.update(over)
-    (tmp_path / corun.CORUN_FILE).write_text(json.dumps(data))
-    return tmp_path
+    return write_json(tmp_path, corun.CORUN_FILE, data, **over)
 
 
 def test_load_validates(tmp_path):

@@ -1,7 +1,6 @@
 """Rank skew (straggler) term: measurement file, CPU hardware figure, timeline wait (issue #4)."""
 
 import dataclasses
-import json
 import math
 
 import pytest
@@ -10,7 +9,7 @@ from costmodel.sampling import skew
 from planner.errors import PlannerError
 from planner.predict import predict
 from planner.specs.catalogue import load_catalogue
-from tests.helpers import llama, plan
+from tests.helpers import llama, plan, write_json
 
 
 @pytest.mark.parametrize("n, expected", [(1, 0.0), (2, 1 / math.sqrt(math.pi)), (3, 0.8463), (4, 1.0294),
@@ -36,9 +35,7 @@ def test_pooled_excess_is_ratio_of_sums():
 def _skew_file(tmp_path, **over):
     data = {"format": 1, "ranks": 2, "excess": 0.07,
             "segments": [{"segment_s": 0.002, "repeats": 10, "sum_max_s": 0.0214, "sum_mean_s": 0.02, "excess": 0.07}]}
-    data.update(over)
-    (tmp_path / skew.SKEW_FILE).write_text(json.dumps(data))
-    return tmp_path
+    return write_json(tmp_path, skew.SKEW_FILE, data, **over)
 
 
 def test_load_validates(tmp_path):
