@@ -39,7 +39,7 @@ def _per_call(fn, n: int, rounds: int = 5) -> float:
 
 
 def catalogue_cached() -> float:
-    from planner.specs.catalogue import load_catalogue
+    from costmodel.core.specs.catalogue import load_catalogue
 
     return _per_call(load_catalogue, 100)
 
@@ -57,7 +57,7 @@ def _ops():
 def measured_cost_model() -> tuple[float, float]:
     """(cold: load the shipped regressors and predict 62 operators; warm: the same 62 again), seconds."""
     from costmodel.cost.measured import MeasuredCostModel
-    from planner.specs.catalogue import load_catalogue
+    from costmodel.core.specs.catalogue import load_catalogue
 
     hw = load_catalogue().resolve("h100-sxm")
     ops = _ops()
@@ -71,7 +71,7 @@ def measured_cost_model() -> tuple[float, float]:
 def roofline_cached() -> float:
     from costmodel.cost.roofline import RooflineCostModel
     from costmodel.graph import _coll
-    from planner.specs.catalogue import load_catalogue
+    from costmodel.core.specs.catalogue import load_catalogue
 
     hw = load_catalogue().resolve("h100-sxm")
     ops = _ops() + [_coll("all_reduce", "c", "fwd", 1e8 + i, 16, (2, 8)) for i in range(30)]
@@ -81,8 +81,8 @@ def roofline_cached() -> float:
 
 def memory_per_gpu() -> float:
     from costmodel import memory as mem
-    from planner.specs.plan import ParallelPlan
-    from planner.specs.presets import get_preset
+    from costmodel.core.specs.plan import ParallelPlan
+    from costmodel.core.specs.presets import get_preset
 
     m = get_preset("llama-70b")
     p = ParallelPlan(world_size=256, gpus_per_node=8, global_batch_size=128, seq_len=2048, tp=8, pp=8, vpp=2,
@@ -100,7 +100,7 @@ def pipeline_closed_form() -> float:
 
 def import_all() -> float | None:
     from costmodel.datasets import importers
-    from planner.paths import data_dir
+    from costmodel.core.paths import data_dir
 
     d = data_dir()
     if d is None:
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
            "results": [{"name": n, "what": w, "budget_s": b, "time_s": t} for n, w, b, t in rows],
            "missed": missed}
     if a.json:
-        from planner.fileio import atomic_write_text
+        from costmodel.core.fileio import atomic_write_text
 
         atomic_write_text(a.json, json.dumps(res, indent=2) + "\n")
     return 1 if missed else 0

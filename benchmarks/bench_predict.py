@@ -88,7 +88,7 @@ def main() -> None:
            "single": bench_single(a.n), "batch": bench_batch()}
     print(json.dumps(res, indent=2))
     if a.json:
-        from planner.fileio import atomic_write_text
+        from costmodel.core.fileio import atomic_write_text
 
         atomic_write_text(a.json, json.dumps(res, indent=2) + "\n")
 

@@ -83,8 +83,8 @@ def main() -> None:
     from costmodel.cost.roofline import RooflineCostModel
     from planner.predict import default_cost_model
     from planner.search.space import build_problem, load_space, make_target
-    from planner.specs.catalogue import load_catalogue
-    from planner.specs.presets import resolve_model
+    from costmodel.core.specs.catalogue import load_catalogue
+    from costmodel.core.specs.presets import resolve_model
 
     cm = default_cost_model() if args.cost_model == "default" else RooflineCostModel()
     out = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}, "cost_model": cm.name,
@@ -106,7 +106,7 @@ def main() -> None:
     print(f"end to end: median {out['end_to_end']['median_s']:.2f} s", file=sys.stderr)
     text = json.dumps(out, indent=2)
     if args.out:
-        from planner.fileio import atomic_write_text
+        from costmodel.core.fileio import atomic_write_text
 
         atomic_write_text(args.out, text + "\n")
     print(text)

@@ -37,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from planner.fileio import atomic_write_text  # noqa: E402
+from costmodel.core.fileio import atomic_write_text  # noqa: E402
 
 
 def _run(cmd: list[str], env: dict | None = None) -> float:

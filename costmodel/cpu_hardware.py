@@ -27,7 +27,7 @@ import math
 import numpy as np
 
 from costmodel.datasets.schema import Dataset
-from planner.errors import PlannerError
+from costmodel.core.errors import PlannerError
 
 CPU_GPU_KEY = "cpu"
 CPU_CLUSTER_KEY = "cpu-host"

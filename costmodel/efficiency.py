@@ -719,15 +719,15 @@ def dumps(table: dict) -> str:
 
 
 def main(argv=None) -> int:
-    from planner.paths import require_data_dir
+    from costmodel.core.paths import require_data_dir
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data-dir", type=Path, default=None, help="shared/data folder (default: planner.paths)")
+    ap.add_argument("--data-dir", type=Path, default=None, help="shared/data folder (default: costmodel.core.paths)")
     ap.add_argument("--out", type=Path, default=OUT_DEFAULT)
     args = ap.parse_args(argv)
     data = args.data_dir or require_data_dir()
     text = dumps(build(data))
-    from planner.fileio import atomic_write_text
+    from costmodel.core.fileio import atomic_write_text
 
     atomic_write_text(args.out, text)
     print(f"wrote {args.out} ({len(text)} bytes)", file=sys.stderr)

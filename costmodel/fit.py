@@ -27,8 +27,8 @@ from typing import Callable
 import numpy as np
 
 from costmodel.datasets.schema import Dataset
-from costmodel.ops import FEATURES
-from planner.errors import PlannerError
+from costmodel.core.kinds import FEATURES
+from costmodel.core.errors import PlannerError
 from costmodel.regressors import REGISTRY
 from costmodel.regressors.artifacts import artifact_path, library_versions, read_index, write_index
 from costmodel.regressors.base import sidecar_path
@@ -54,7 +54,7 @@ def device_constants(gpu: str) -> tuple[DeviceConstants, str]:
     """(constants, where they came from) for a catalogue GPU or the CPU."""
     if gpu == "cpu":
         return CPU_NOMINAL, "nominal CPU normalisers (costmodel.regressors.features.CPU_NOMINAL)"
-    from planner.specs.catalogue import load_catalogue
+    from costmodel.core.specs.catalogue import load_catalogue
 
     return DeviceConstants.from_hardware(load_catalogue().resolve(gpu)), f"catalogue entry {gpu} (default cluster)"
 
@@ -266,7 +266,7 @@ def fallback_mape(ds: Dataset, direction: str, out: Path) -> float | None:
     from costmodel.cost.roofline import RooflineCostModel
     from costmodel.ops import Op
     from costmodel.regressors.features import flops_bytes
-    from planner.specs.catalogue import load_catalogue
+    from costmodel.core.specs.catalogue import load_catalogue
 
     if len(ds) == 0:
         return None
@@ -359,7 +359,7 @@ def _why(kind: str, entry: dict) -> str:
 def report_rows(models_dir: Path) -> list[dict]:
     idx = read_index(Path(models_dir))
     if not idx:
-        from planner.errors import PlannerError
+        from costmodel.core.errors import PlannerError
 
         raise PlannerError(f"no model index in {models_dir}; run `planner fit --out {models_dir}` first")
     rows = []
@@ -405,7 +405,7 @@ def render_report(models_dir: Path, fmt: str = "table") -> str:
                 lines.append(f"not met: {r['gpu']} {r['kind']} {r['direction']}: {r['why']}")
         return "\n".join(lines) + "\n"
     if fmt != "md":
-        from planner.errors import PlannerError
+        from costmodel.core.errors import PlannerError
 
         raise PlannerError(f"unknown report format {fmt!r}; use table, json or md")
     out = ["# Measured operator cost models: cross-validation report", "",

@@ -8,7 +8,7 @@ h x F matrices) and F != 4h; for GPT-3-style models it reduces exactly to eq. 3.
 
 from __future__ import annotations
 
-from planner.specs.model import ModelSpec
+from costmodel.core.specs.model import ModelSpec
 
 
 def forward_flops_per_token_layer(model: ModelSpec, seq_len: int) -> tuple[float, float]:

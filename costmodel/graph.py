@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from costmodel.ops import Op
-from planner.specs.model import ModelSpec
-from planner.specs.plan import ParallelPlan
+from costmodel.core.specs.model import ModelSpec
+from costmodel.core.specs.plan import ParallelPlan
 
 ACT_BYTES = 2  # bf16/fp16 activations and weights (bytes per element), a definition of the dtype
 FP32_BYTES = 4  # fp32 element (pure fp32 training)

@@ -51,9 +51,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.specs.hardware import GPUSpec
-from planner.specs.model import ModelSpec
-from planner.specs.plan import ParallelPlan
+from costmodel.core.specs.hardware import GPUSpec
+from costmodel.core.specs.model import ModelSpec
+from costmodel.core.specs.plan import ParallelPlan
 
 # ----------------------------------------------------------------------------- constants
 BYTES_PARAM = 2.0

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from planner.errors import PlannerError
+from costmodel.core.errors import PlannerError
 
 
 @dataclass(frozen=True)

@@ -32,9 +32,9 @@ from pathlib import Path
 
 import numpy as np
 
-from costmodel.ops import COLLECTIVE_KINDS
-from planner.errors import PlannerError
-from planner.fileio import atomic_write_text
+from costmodel.core.kinds import COLLECTIVE_KINDS
+from costmodel.core.errors import PlannerError
+from costmodel.core.fileio import atomic_write_text
 from planner.validate import RunRow, compare, load_runs, parallelism_kind, row_to_inputs
 
 SCHEMA_VERSION = 1

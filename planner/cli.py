@@ -1,7 +1,7 @@
 """The `planner` command line (typer).
 
 Each command group lives in its own module with a ``register(app)`` function; this file only
-assembles them and turns :class:`~planner.errors.PlannerError` into one line + exit code 2.
+assembles them and turns :class:`~costmodel.core.errors.PlannerError` into one line + exit code 2.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 
 import typer
 
-from planner.errors import PlannerError
+from costmodel.core.errors import PlannerError
 
 app = typer.Typer(
     add_completion=False,

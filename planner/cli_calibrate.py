@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from planner.errors import PlannerError
+from costmodel.core.errors import PlannerError
 
 FORMATS = ("table", "json")
 

@@ -10,8 +10,8 @@ from typing import List, Optional
 
 import typer
 
-from planner.errors import PlannerError
-from planner.specs.catalogue import Catalogue, load_catalogue
+from costmodel.core.errors import PlannerError
+from costmodel.core.specs.catalogue import Catalogue, load_catalogue
 
 
 class OutputFormat(str, Enum):

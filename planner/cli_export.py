@@ -9,7 +9,7 @@ import typer
 
 from planner import cli_options as O
 
-from planner.errors import PlannerError
+from costmodel.core.errors import PlannerError
 
 
 def _err(message: str) -> typer.Exit:
@@ -18,8 +18,8 @@ def _err(message: str) -> typer.Exit:
 
 
 def write_atomic(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (planner.fileio)."""
-    from planner.fileio import atomic_write_text
+    """Write ``text`` to ``path`` atomically (costmodel.core.fileio)."""
+    from costmodel.core.fileio import atomic_write_text
 
     atomic_write_text(path, text)
 

@@ -8,13 +8,13 @@ from typing import Annotated
 
 import typer
 
-from planner.errors import PlannerError
+from costmodel.core.errors import PlannerError
 
 
 def run_fit(data_dir: Path | None, profiles: list[Path] | None, out: Path | None, gpus: list[str] | None,
             kinds: str | None, quick: bool, no_public: bool, max_rows: int | None, jobs: int) -> dict:
     from costmodel import fit as F
-    from costmodel.ops import FEATURES
+    from costmodel.core.kinds import FEATURES
     from costmodel.regressors.artifacts import SHIPPED_MODELS_DIR
 
     kind_list = [k.strip() for k in kinds.split(",") if k.strip()] if kinds else None
@@ -24,7 +24,7 @@ def run_fit(data_dir: Path | None, profiles: list[Path] | None, out: Path | None
     datasets: dict = {}
     if not no_public:
         from costmodel.datasets.importers import import_all
-        from planner.paths import require_data_dir
+        from costmodel.core.paths import require_data_dir
 
         datasets.update(import_all(Path(data_dir) if data_dir else require_data_dir()))
     if profiles:
@@ -55,7 +55,7 @@ def run_fit(data_dir: Path | None, profiles: list[Path] | None, out: Path | None
 def register(app: typer.Typer) -> None:
     @app.command("fit")
     def fit_cmd(
-        data_dir: Annotated[Path | None, typer.Option("--data-dir", help="shared/data folder (default: planner.paths).")] = None,
+        data_dir: Annotated[Path | None, typer.Option("--data-dir", help="shared/data folder (default: costmodel.core.paths).")] = None,
         profile: Annotated[list[Path] | None, typer.Option("--profile", help="Dataset folder(s) written by `planner profile` (repeatable).")] = None,
         out: Annotated[Path | None, typer.Option("--out", help="Models folder (default: the shipped costmodel/data/models).")] = None,
         gpu: Annotated[list[str] | None, typer.Option("--gpu", help="Only these GPUs (repeatable), e.g. h100-sxm or cpu.")] = None,

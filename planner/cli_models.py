@@ -9,8 +9,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from planner.specs.model import ModelSpec
-from planner.specs.presets import get_preset, preset_names
+from costmodel.core.specs.model import ModelSpec
+from costmodel.core.specs.presets import get_preset, preset_names
 
 
 class OutputFormat(str, Enum):

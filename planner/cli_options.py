@@ -27,9 +27,9 @@ HardwareFile = Annotated[list[str], typer.Option("--hardware-file", help="TOML/Y
 
 
 def write_or_print(text: str, out) -> None:
-    """A command's text output: to ``out`` (atomically, `planner.fileio`) with a note, else to stdout."""
+    """A command's text output: to ``out`` (atomically, `costmodel.core.fileio`) with a note, else to stdout."""
     if out is not None:
-        from planner.fileio import atomic_write_text
+        from costmodel.core.fileio import atomic_write_text
 
         atomic_write_text(out, text)
         typer.echo(f"wrote {out}")

@@ -10,7 +10,7 @@ import typer
 
 from planner import cli_options as O
 
-from planner.errors import PlannerError
+from costmodel.core.errors import PlannerError
 
 FORMATS = ("table", "json", "jsonl")
 

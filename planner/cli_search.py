@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from planner.errors import PlannerError
+from costmodel.core.errors import PlannerError
 
 DEFAULT_GPU = "a100-80gb"
 """GPU used when --gpu is not given (the issue's reference case: llama-13b on 128 A100-80GB)."""
@@ -60,7 +60,7 @@ def _space(name: str, tp, pp, cp, vpp, mbs, recompute, zero, sp, dtype, allow_tp
 
 
 def _hardwares(gpu: list[str], cluster: str | None, gpus_per_node: int | None, hardware_file: list[str]):
-    from planner.specs.catalogue import load_catalogue
+    from costmodel.core.specs.catalogue import load_catalogue
 
     cat = load_catalogue(tuple(hardware_file))
     names = gpu or ([None] if cluster else [DEFAULT_GPU])
@@ -290,7 +290,7 @@ def register(app: typer.Typer) -> None:
         from planner.search.records import FORMATS, rank
         from planner.search.sizing import compare as run_compare, parse_prices, parse_tokens
         from planner.search.space import load_space
-        from planner.specs.presets import resolve_model
+        from costmodel.core.specs.presets import resolve_model
 
         if fmt not in FORMATS:
             raise _err(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
@@ -338,7 +338,7 @@ def register(app: typer.Typer) -> None:
         """Smallest allocation (nodes of which GPU) that trains the tokens before the deadline; also the cheapest."""
         from planner.search.sizing import parse_deadline, parse_prices, parse_tokens, size as run_size
         from planner.search.space import load_space
-        from planner.specs.presets import resolve_model
+        from costmodel.core.specs.presets import resolve_model
 
         if fmt not in ("table", "json"):
             raise _err(f"--format {fmt!r} is not one of table, json")
@@ -377,7 +377,7 @@ def _run_search(model, gpu, gpus, nodes, nodes_range, cluster, gpus_per_node, sp
     from planner.search.engine import search as run
     from planner.search.sizing import parse_prices, parse_tokens
     from planner.search.space import build_problem
-    from planner.specs.presets import resolve_model
+    from costmodel.core.specs.presets import resolve_model
 
     if resume and exhaustive:
         raise PlannerError("--resume applies to Optuna studies; --exhaustive has nothing to resume (drop one).")

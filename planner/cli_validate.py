@@ -12,8 +12,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from planner.errors import PlannerError
-from planner.paths import validation_dir
+from costmodel.core.errors import PlannerError
+from costmodel.core.paths import validation_dir
 from planner.validate import METRIC_UNITS, ValidationReport, load_runs, validate
 
 RUN_FILE_NAME = "published_runs.csv"

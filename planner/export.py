@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from planner.errors import PlannerError
-from planner.specs.hardware import Hardware
-from planner.specs.model import ModelSpec
-from planner.specs.plan import ParallelPlan
+from costmodel.core.errors import PlannerError
+from costmodel.core.specs.hardware import Hardware
+from costmodel.core.specs.model import ModelSpec
+from costmodel.core.specs.plan import ParallelPlan
 
 if TYPE_CHECKING:  # planner.predict pulls in the cost model; exports only read a finished Prediction
     from planner.predict import Prediction

@@ -19,9 +19,9 @@ from costmodel.graph import GRAD_REDUCE_BYTES, OperatorGraph, build_graph
 from costmodel.memory import MemoryBreakdown, fits_in_memory, memory_per_gpu
 from costmodel.ops import Op
 from costmodel.timeline import pipeline_time
-from planner.specs.hardware import Hardware
-from planner.specs.model import ModelSpec
-from planner.specs.plan import ParallelPlan
+from costmodel.core.specs.hardware import Hardware
+from costmodel.core.specs.model import ModelSpec
+from costmodel.core.specs.plan import ParallelPlan
 
 if TYPE_CHECKING:
     from planner.calibrate import Calibration
@@ -197,7 +197,7 @@ def _straggler_wait(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph
     n = plan.world_size
     if excess <= 0 or n <= 1:
         return 0.0
-    from costmodel.ops import COLLECTIVE_KINDS
+    from costmodel.core.kinds import COLLECTIVE_KINDS
     from costmodel.sampling.skew import rank_scale
 
     def compute(ops: list[Op]) -> float:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from planner.errors import PlannerError
-from planner.specs.hardware import Hardware
-from planner.specs.model import ModelSpec
-from planner.specs.plan import DTYPES, RECOMPUTE_MODES, ParallelPlan
+from costmodel.core.errors import PlannerError
+from costmodel.core.specs.hardware import Hardware
+from costmodel.core.specs.model import ModelSpec
+from costmodel.core.specs.plan import DTYPES, RECOMPUTE_MODES, ParallelPlan
 
 DEFAULT_BATCH_TOKENS = 4 * 1024 * 1024
 """Default global batch in tokens when none is given: 4M tokens, the batch of Llama 2
@@ -77,8 +77,8 @@ def _check_type(key: str, value: object) -> object:
 
 def build_request(raw: dict, hardware_files: tuple = ()) -> Request:
     """Validate a request dict (batch-line keys) and resolve model, plan and hardware."""
-    from planner.specs.catalogue import load_catalogue
-    from planner.specs.presets import resolve_model
+    from costmodel.core.specs.catalogue import load_catalogue
+    from costmodel.core.specs.presets import resolve_model
 
     if not isinstance(raw, dict):
         raise PlannerError("each request must be a JSON object with keys model, gpu, gpus")

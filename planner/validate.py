@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from planner.errors import PlannerError
-from planner.specs.model import ModelSpec
-from planner.specs.plan import ParallelPlan
+from costmodel.core.errors import PlannerError
+from costmodel.core.specs.model import ModelSpec
+from costmodel.core.specs.plan import ParallelPlan
 
 INT_COLUMNS = ("n_layers", "hidden", "n_heads", "n_kv_heads", "ffn_hidden", "vocab", "seq_len", "n_gpus",
                "gpus_per_node", "tp", "pp", "dp", "cp", "ep", "vp", "mbs", "gbs")
@@ -43,7 +43,7 @@ HFU_SOURCE_PREFIXES = ("NARAY21", "KORTHI22", "MLM-", "BLOOM")
 # hidden/attention dropout 0.1 (Megatron-LM examples/pretrain_gpt*.sh of that time); Korthikanti et al. eq. 1
 # counts the dropout masks in activation memory.
 DROPOUT_SOURCE_PREFIXES = ("NARAY21", "KORTHI22", "MLM-")
-# 8-GPU node types of the hardware catalogue (planner.specs.catalogue) used for 8-GPU-per-node runs: the
+# 8-GPU node types of the hardware catalogue (costmodel.core.specs.catalogue) used for 8-GPU-per-node runs: the
 # published clusters are DGX/HGX-class nodes (Selene DGX A100, DGX H100, Grand Teton, HGX H200).
 NODE_TYPES_8GPU = {"a100-40gb": "dgx-a100", "a100-80gb": "dgx-a100", "h100-sxm": "dgx-h100", "h200": "hgx-h200",
                    "b200": "dgx-b200", "mi300x": "mi300x-8gpu"}
@@ -552,7 +552,7 @@ def _default_predict():
 
 def _default_hardware():
     try:
-        from planner.specs.catalogue import load_catalogue
+        from costmodel.core.specs.catalogue import load_catalogue
     except ImportError as exc:
         raise PlannerError(f"hardware catalogue is not available ({exc}).") from exc
     catalogue = load_catalogue()

@@ -2,7 +2,7 @@
 
 Inputs (read-only, never copied): ``<data>/hardware/gpus.yaml``, ``clusters.yaml`` (every number
 there cites a source id) and, for small-message collective latencies, the nccl-tests tables in
-``<data>/aiconfigurator/nccl/``. ``<data>`` is found by :func:`planner.paths.data_dir`.
+``<data>/aiconfigurator/nccl/``. ``<data>`` is found by :func:`costmodel.core.paths.data_dir`.
 
 Outputs: ``gpus.toml``, ``clusters.toml``, ``sources.toml`` beside :mod:`search_spaces`. The output is
 deterministic (fixed key order, no timestamps), so ``tests/test_catalogue.py`` can check that the
@@ -481,10 +481,10 @@ def render(data: Path) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(REPO_ROOT))
-    from planner.paths import data_dir
+    from costmodel.core.paths import data_dir
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=None, help="shared/data folder (default: planner.paths.data_dir())")
+    ap.add_argument("--data", type=Path, default=None, help="shared/data folder (default: costmodel.core.paths.data_dir())")
     ap.add_argument("--out", type=Path, default=OUT_DIR)
     ap.add_argument("--check", action="store_true", help="exit 1 if the files on disk differ from a fresh build")
     args = ap.parse_args(argv)
@@ -499,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
             if not path.exists() or path.read_text() != text:
                 stale.append(name)
         else:
-            from planner.fileio import atomic_write_text
+            from costmodel.core.fileio import atomic_write_text
 
             atomic_write_text(path, text)
             print(f"wrote {path}")

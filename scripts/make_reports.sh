@@ -17,7 +17,7 @@ fi
 # repository so the command recorded in reports/validation.md is the same on every machine.
 PUBLISHED=../shared/validation/published_runs.csv
 if [[ ! -f "$PUBLISHED" ]]; then
-    found=$("$(dirname "$PLANNER")/python" -c 'from planner.paths import validation_dir as v; import os; d = v(); print(os.path.relpath(d / "published_runs.csv") if d else "")' 2>/dev/null || true)
+    found=$("$(dirname "$PLANNER")/python" -c 'from costmodel.core.paths import validation_dir as v; import os; d = v(); print(os.path.relpath(d / "published_runs.csv") if d else "")' 2>/dev/null || true)
     PUBLISHED=${found:-$PUBLISHED}
 fi
 

@@ -1,6 +1,6 @@
 import pytest
 
-from planner.paths import data_dir, validation_dir
+from costmodel.core.paths import data_dir, validation_dir
 
 
 @pytest.fixture

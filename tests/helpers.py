@@ -5,8 +5,8 @@ import ast
 import json
 from pathlib import Path
 
-from planner.specs.model import ModelSpec
-from planner.specs.plan import ParallelPlan
+from costmodel.core.specs.model import ModelSpec
+from costmodel.core.specs.plan import ParallelPlan
 
 
 def gpt(layers=96, hidden=12288, heads=96, vocab=51200, seq=2048, **kw) -> ModelSpec:

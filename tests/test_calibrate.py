@@ -11,7 +11,7 @@ from costmodel.cost.roofline import RooflineCostModel
 from costmodel.workloads.runner import write_runs_csv
 from planner import calibrate as C
 from planner.cli import app
-from planner.errors import PlannerError
+from costmodel.core.errors import PlannerError
 from planner.validate import _default_hardware, load_runs, row_to_inputs
 from tests.helpers import llama, plan
 

@@ -11,8 +11,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from planner.errors import PlannerError
-from planner.specs.catalogue import ENV_VAR, catalogue_dir, load_catalogue
+from costmodel.core.errors import PlannerError
+from costmodel.core.specs.catalogue import ENV_VAR, catalogue_dir, load_catalogue
 
 REPO = Path(__file__).resolve().parent.parent
 GPU_KEYS = ["a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "gh200", "gh200-144gb", "b200", "gb200",

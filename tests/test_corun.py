@@ -7,9 +7,9 @@ import pytest
 
 from costmodel.sampling import corun
 from costmodel.sampling.plan import Sample, expand, load_plan
-from planner.errors import PlannerError
+from costmodel.core.errors import PlannerError
 from planner.predict import predict
-from planner.specs.catalogue import load_catalogue
+from costmodel.core.specs.catalogue import load_catalogue
 from tests.helpers import llama, plan, write_json
 
 

@@ -11,11 +11,11 @@ import yaml
 from typer.testing import CliRunner
 
 from planner.cli import app
-from planner.errors import PlannerError
+from costmodel.core.errors import PlannerError
 from planner.export import (STARTUP_ALLOWANCE_S, export_plan, format_slurm_time, iterations_for_tokens,
                             slurm_time_seconds)
 from planner.predict import predict
-from planner.specs.catalogue import load_catalogue
+from costmodel.core.specs.catalogue import load_catalogue
 from tests.helpers import gpt, llama, plan
 
 runner = CliRunner()

@@ -1,6 +1,6 @@
 """Faults (issue #6): a process killed while writing never leaves a file that later loads half-written.
 
-* Every writer in planner/, costmodel/, scripts/ and benchmarks/ goes through planner/fileio.py (a static
+* Every writer in planner/, costmodel/, scripts/ and benchmarks/ goes through costmodel/core/fileio.py (a static
   scan of the source; the sampling journal is the one append-only exception, with torn-line recovery
   tested in tests/test_sampling.py).
 * A real process is SIGKILLed at the worst moments of an atomic write (after the data is written and
@@ -24,12 +24,12 @@ import numpy as np
 import pytest
 
 from costmodel.datasets.schema import Dataset, load_dataset, save_dataset
-from planner.errors import PlannerError
+from costmodel.core.errors import PlannerError
 from tests.helpers import python_sources
 
 ROOT = Path(__file__).resolve().parents[1]
 SCANNED = ("planner", "costmodel", "scripts", "benchmarks")
-ALLOWED = {"planner/fileio.py", "costmodel/sampling/journal.py"}
+ALLOWED = {"costmodel/core/fileio.py", "costmodel/sampling/journal.py"}
 """The atomic-write implementation itself, and the append-only sampling journal."""
 
 
@@ -60,7 +60,7 @@ def test_every_writer_goes_through_fileio():
         if rel not in ALLOWED:
             offenders += [f"{rel}:{n}" for n in _writes(tree)]
     assert n_files > 50
-    assert not offenders, f"direct file writes (use planner.fileio.atomic_*): {offenders}"
+    assert not offenders, f"direct file writes (use costmodel.core.fileio.atomic_*): {offenders}"
 
 
 def test_scanner_finds_direct_writes():
@@ -77,7 +77,7 @@ def _tiny_ds(scale: float = 1.0) -> Dataset:
 
 WRITERS = {
     # name: (python that writes version `v` of the file at `path`, python that loads it and prints a token)
-    "report": ("from planner.fileio import atomic_write_text; atomic_write_text(path, f'# report v{v}\\n' * 20000)",
+    "report": ("from costmodel.core.fileio import atomic_write_text; atomic_write_text(path, f'# report v{v}\\n' * 20000)",
                "print(open(path, encoding='utf-8').read().splitlines()[0])"),
     "dataset": ("from tests.test_faults import _tiny_ds; from costmodel.datasets.schema import save_dataset; "
                 "save_dataset(_tiny_ds(v), path)",

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from planner.errors import PlannerError
+from costmodel.core.errors import PlannerError
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MODELS_DIR = Path(__file__).resolve().parents[1] / "costmodel" / "data" / "models"
@@ -142,7 +142,7 @@ def _dumps(obj: object) -> str:
 
 # ------------------------------------------------------------------------------------ config.json
 def test_fuzz_hf_config(tmp_path):
-    from planner.specs.hf_config import from_hf_config
+    from costmodel.core.specs.hf_config import from_hf_config
 
     rng = random.Random(SEED)
     bases = sorted(FIXTURES.glob("hf_configs/*.json"))
@@ -235,7 +235,7 @@ def test_fuzz_batch_predictor():
 # ------------------------------------------------------------------------------------ datasets
 def _tiny_dataset(tmp_path: Path) -> Path:
     from costmodel.datasets.schema import Dataset, save_dataset
-    from costmodel.ops import FEATURES
+    from costmodel.core.kinds import FEATURES
 
     kind = "gemm" if "gemm" in FEATURES else sorted(FEATURES)[0]
     nf = len(FEATURES[kind])
@@ -427,7 +427,7 @@ clusters:
 def test_fuzz_hardware_files(tmp_path):
     import yaml
 
-    from planner.specs.catalogue import load_catalogue
+    from costmodel.core.specs.catalogue import load_catalogue
 
     for name, text in (("hw.toml", HW_TOML), ("hw.yaml", HW_YAML)):
         p = tmp_path / "ok" / name

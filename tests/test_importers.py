@@ -10,8 +10,8 @@ import pytest
 from costmodel.datasets import filters as F
 from costmodel.datasets import importers as I
 from costmodel.datasets.schema import load_dataset, save_dataset
-from planner.errors import PlannerError
-from planner.paths import data_dir
+from costmodel.core.errors import PlannerError
+from costmodel.core.paths import data_dir
 
 ETT = "estimate-train-time"
 PERL = "NVIDIAA100-SXM4-80GB"

@@ -2,7 +2,7 @@ import math
 
 from costmodel.cost.roofline import RooflineCostModel, inter_latency_steps
 from costmodel.ops import Op
-from planner.specs.catalogue import load_catalogue
+from costmodel.core.specs.catalogue import load_catalogue
 
 
 def test_inter_node_latency_grows_with_group_size():

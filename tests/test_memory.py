@@ -7,9 +7,9 @@ import math
 import pytest
 
 from costmodel import memory as mem
-from planner.specs.hardware import GPUSpec
-from planner.specs.model import ModelSpec
-from planner.specs.plan import ParallelPlan
+from costmodel.core.specs.hardware import GPUSpec
+from costmodel.core.specs.model import ModelSpec
+from costmodel.core.specs.plan import ParallelPlan
 
 GIB = 2 ** 30
 

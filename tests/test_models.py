@@ -9,9 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from planner.cli import app
-from planner.errors import PlannerError
-from planner.specs.hf_config import SUPPORTED_MODEL_TYPES, from_hf_config
-from planner.specs.presets import get_preset, preset_names, resolve_model
+from costmodel.core.errors import PlannerError
+from costmodel.core.specs.hf_config import SUPPORTED_MODEL_TYPES, from_hf_config
+from costmodel.core.specs.presets import get_preset, preset_names, resolve_model
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
 
@@ -315,9 +315,9 @@ def test_unread_config_keys_are_named_in_a_warning():
     import json
 
     from planner.predict import predict
-    from planner.specs.catalogue import load_catalogue
-    from planner.specs.hf_config import from_hf_config
-    from planner.specs.plan import ParallelPlan
+    from costmodel.core.specs.catalogue import load_catalogue
+    from costmodel.core.specs.hf_config import from_hf_config
+    from costmodel.core.specs.plan import ParallelPlan
 
     fx = Path(__file__).parent / "fixtures" / "hf_configs" / "llama2-7b.json"
     data = json.loads(fx.read_text())

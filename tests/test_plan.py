@@ -1,6 +1,6 @@
 import pytest
 
-from planner.errors import PlanError
+from costmodel.core.errors import PlanError
 from tests.helpers import llama, plan
 
 
@@ -41,7 +41,7 @@ def test_gqa_kv_heads_and_tp():
 def test_bad_values(field, value):
     kw = dict(world_size=8, gpus_per_node=8, global_batch_size=8, seq_len=1024)
     kw[field] = value
-    from planner.specs.plan import ParallelPlan
+    from costmodel.core.specs.plan import ParallelPlan
     with pytest.raises(PlanError):
         ParallelPlan(**kw).validate(llama())
 

@@ -7,7 +7,7 @@ from typer.testing import CliRunner
 from planner.cli import app
 from planner.predict import predict
 from planner.requests import build_request
-from planner.specs.catalogue import load_catalogue
+from costmodel.core.specs.catalogue import load_catalogue
 from tests.helpers import llama, plan
 
 runner = CliRunner()

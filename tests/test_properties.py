@@ -22,9 +22,9 @@ from costmodel.memory import (_embedding_params_per_gpu, _head_params_per_gpu, l
                               stage_params)
 from planner.cli_predict import run_batch
 from planner.predict import predict
-from planner.specs.catalogue import load_catalogue
-from planner.specs.hf_config import from_hf_config
-from planner.specs.plan import ParallelPlan
+from costmodel.core.specs.catalogue import load_catalogue
+from costmodel.core.specs.hf_config import from_hf_config
+from costmodel.core.specs.plan import ParallelPlan
 from tests.helpers import gpt, llama
 
 EXAMPLES = 200

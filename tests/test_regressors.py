@@ -8,7 +8,7 @@ from sklearn.base import clone
 from sklearn.model_selection import GroupKFold, cross_validate
 
 from costmodel.datasets.schema import Dataset
-from costmodel.ops import FEATURES
+from costmodel.core.kinds import FEATURES
 from costmodel.regressors import REGISTRY, OperatorRegressor, register
 from costmodel.regressors.features import CPU_NOMINAL, build_features, feature_names
 from costmodel.regressors.selection import select, shape_groups

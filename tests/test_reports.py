@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from planner.errors import PlannerError
+from costmodel.core.errors import PlannerError
 from planner.reports import markdown as M
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -71,8 +71,8 @@ def tiny_space(tmp_path_factory) -> Path:
 def search_result(tiny_space):
     from planner.search.engine import search
     from planner.search.space import build_problem, load_space, make_target
-    from planner.specs.catalogue import load_catalogue
-    from planner.specs.presets import resolve_model
+    from costmodel.core.specs.catalogue import load_catalogue
+    from costmodel.core.specs.presets import resolve_model
 
     hw = load_catalogue().resolve("a100-80gb", None, None)
     problem = build_problem(resolve_model("llama-7b"), [make_target(hw, 16)], load_space(str(tiny_space)))

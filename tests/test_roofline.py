@@ -10,7 +10,7 @@ import pytest
 from costmodel import efficiency as E
 from costmodel.cost.roofline import RooflineCostModel
 from costmodel.ops import Op
-from planner.specs.hardware import ClusterSpec, GPUSpec, Hardware
+from costmodel.core.specs.hardware import ClusterSpec, GPUSpec, Hardware
 
 
 def _hw(name, peak, hbm_bw, gpn, intra_bw, inter_bw):
@@ -128,7 +128,7 @@ def test_gpu_without_data_gets_warning():
 
 
 def test_every_kind_supported_and_positive():
-    from costmodel.ops import FEATURES
+    from costmodel.core.kinds import FEATURES
 
     m = RooflineCostModel()
     feats = {"gemm": (1024, 1024, 1024), "attention_fwd": (1, 2048, 2048, 32, 8, 128, 1),

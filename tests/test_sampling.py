@@ -16,10 +16,10 @@ import pytest
 from typer.testing import CliRunner
 
 from costmodel.datasets.schema import load_dataset
-from costmodel.ops import COMPUTE_KINDS, FEATURES
+from costmodel.core.kinds import COMPUTE_KINDS, FEATURES
 from costmodel.sampling.collectives import message_sizes, resolve_group_sizes, topology
 from costmodel.sampling.plan import DIRECTIONS, Timing, available_plans, design_points, expand, gflop, load_plan
-from planner.errors import PlannerError
+from costmodel.core.errors import PlannerError
 
 ROOT = Path(__file__).resolve().parents[1]
 

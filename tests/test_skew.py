@@ -6,9 +6,9 @@ import math
 import pytest
 
 from costmodel.sampling import skew
-from planner.errors import PlannerError
+from costmodel.core.errors import PlannerError
 from planner.predict import predict
-from planner.specs.catalogue import load_catalogue
+from costmodel.core.specs.catalogue import load_catalogue
 from tests.helpers import llama, plan, write_json
 
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from costmodel.timeline import pipeline_time, simulate_1f1b
-from planner.errors import PlannerError
+from costmodel.core.errors import PlannerError
 
 
 def test_uniform_1f1b_hand_computed():

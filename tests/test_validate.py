@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 import planner.validate as V
 from planner.cli_validate import register
-from planner.errors import PlannerError
+from costmodel.core.errors import PlannerError
 
 FIXTURE = Path(__file__).parent / "fixtures" / "runs_small.csv"
 """Synthetic rows in the published-runs schema (invented values; id prefixes drive source-specific rules)."""
@@ -245,7 +245,7 @@ def test_cli_without_run_file(monkeypatch):
 def _real_predict_importable() -> bool:
     try:
         importlib.import_module("planner.predict")
-        importlib.import_module("planner.specs.catalogue")
+        importlib.import_module("costmodel.core.specs.catalogue")
     except ImportError:
         return False
     return True

@@ -9,7 +9,7 @@ from typing import Sequence
 import numpy as np
 
 from costmodel.ops import Op
-from planner.specs.hardware import Hardware
+from costmodel.core.specs.hardware import Hardware
 
 
 @dataclass

@@ -24,9 +24,10 @@ from typing import Sequence
 import numpy as np
 
 from costmodel.cost.base import CostResult, OperatorCostModel
-from costmodel.ops import COLLECTIVE_KINDS, FEATURES, Op
-from planner.errors import PlannerError
-from planner.specs.hardware import Hardware
+from costmodel.core.kinds import COLLECTIVE_KINDS, FEATURES
+from costmodel.ops import Op
+from costmodel.core.errors import PlannerError
+from costmodel.core.specs.hardware import Hardware
 
 ENV_MODELS_DIR = "PLANNER_MODELS_DIR"
 MAX_CV_MAPE = 0.25

@@ -36,8 +36,9 @@ from typing import Sequence
 import numpy as np
 
 from costmodel.cost.base import CostResult, OperatorCostModel
-from costmodel.ops import COLLECTIVE_KINDS, FEATURES, Op
-from planner.specs.hardware import Hardware
+from costmodel.core.kinds import COLLECTIVE_KINDS, FEATURES
+from costmodel.ops import Op
+from costmodel.core.specs.hardware import Hardware
 
 TABLE_PATH = Path(__file__).resolve().parent.parent / "data" / "efficiency.json"
 

@@ -37,8 +37,8 @@ import numpy as np
 
 from costmodel.datasets import filters as F
 from costmodel.datasets.schema import Dataset, save_dataset
-from costmodel.ops import FEATURES
-from planner.errors import PlannerError
+from costmodel.core.kinds import FEATURES
+from costmodel.core.errors import PlannerError
 
 Importer = Callable[[Path], list[Dataset]]
 ROLES = ("train", "spot_check", "composite_bwd")
@@ -787,11 +787,11 @@ def import_llmcompass(data: Path) -> list[Dataset]:
 # ----------------------------------------------------------------------------------------------
 
 def import_all(data_dir: Path | None = None, progress: bool = False) -> dict[tuple[str, str], Dataset]:
-    """Run every registered importer on ``data_dir`` (default: planner.paths) -> {(kind, gpu): Dataset}.
+    """Run every registered importer on ``data_dir`` (default: costmodel.core.paths) -> {(kind, gpu): Dataset}.
 
     Datasets of the same (kind, gpu) from several importers are concatenated in registry order.
     """
-    from planner.paths import require_data_dir
+    from costmodel.core.paths import require_data_dir
 
     data = Path(data_dir) if data_dir is not None else require_data_dir()
     data = data.resolve()

@@ -2,7 +2,7 @@
 
 ``NAME.csv`` columns (in this order):
 
-* ``kind``       operator kind (a key of :data:`costmodel.ops.FEATURES`)
+* ``kind``       operator kind (a key of :data:`costmodel.core.kinds.FEATURES`)
 * ``direction``  ``fwd`` or ``bwd``
 * ``dtype``      ``bf16``, ``fp16``, ``fp8`` or ``fp32``
 * one column per feature of the kind, named as in ``FEATURES[kind]`` (a file holds one kind)
@@ -29,9 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
-from costmodel.ops import FEATURES
-from planner.errors import PlannerError
-from planner.fileio import atomic_write_text
+from costmodel.core.kinds import FEATURES
+from costmodel.core.errors import PlannerError
+from costmodel.core.fileio import atomic_write_text
 
 SCHEMA_VERSION = 1
 BASE_COLUMNS = ("kind", "direction", "dtype")

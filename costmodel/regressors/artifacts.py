@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 from costmodel.regressors.io import atomic_write_bytes, dumps
-from planner.errors import PlannerError
+from costmodel.core.errors import PlannerError
 
 SHIPPED_MODELS_DIR = Path(__file__).resolve().parent.parent / "data" / "models"
 INDEX = "index.json"

@@ -27,7 +27,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from costmodel.regressors.io import (atomic_write_bytes, check_model_file, dumps, sha256_hex,  # noqa: F401
                                      sidecar_path)
-from planner.errors import PlannerError
+from costmodel.core.errors import PlannerError
 
 ARTIFACT_FORMAT = 1
 """Version of the sidecar layout written by :meth:`OperatorRegressor.save`."""

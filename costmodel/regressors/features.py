@@ -27,7 +27,7 @@ import numpy as np
 
 from costmodel.cost.roofline import (attention_bytes, attention_fwd_flops, busbw_factor, dtype_bytes, gemm_bytes,
                                      gemm_flops, mem_bytes)
-from costmodel.ops import COLLECTIVE_KINDS, FEATURES
+from costmodel.core.kinds import COLLECTIVE_KINDS, FEATURES
 
 ATTENTION_BWD_FLOP_FACTOR = 2.5
 """Backward FLOPs of fused attention / forward FLOPs (FlashAttention-2, Dao 2023, §4.1: the backward

@@ -14,7 +14,7 @@ def sidecar_path(path: str | Path) -> Path:
     return p.with_name(p.name[: -len(".json")] + ".meta.json" if p.name.endswith(".json") else p.name + ".meta.json")
 
 
-from planner.fileio import atomic_write_bytes  # noqa: E402,F401 (the one implementation)
+from costmodel.core.fileio import atomic_write_bytes  # noqa: E402,F401 (the one implementation)
 
 
 def dumps(obj) -> bytes:
@@ -34,7 +34,7 @@ def check_model_file(path: Path, raw: bytes, expected: dict | None) -> str:
     digest = sha256_hex(raw)
     want = (expected or {}).get(Path(path).name)
     if want is not None and digest != want:
-        from planner.errors import PlannerError
+        from costmodel.core.errors import PlannerError
 
         raise PlannerError(f"model file {path} does not match its sidecar's file_sha256 (an interrupted or "
                            "partial write, or an edit); re-run `planner fit`")

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from costmodel.regressors.io import check_model_file, sha256_hex, sidecar_path
-from planner.errors import PlannerError
+from costmodel.core.errors import PlannerError
 
 
 RUNTIME_FORMAT = 2

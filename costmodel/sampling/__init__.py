@@ -18,7 +18,7 @@ TORCH_MISSING = "torch is not installed: pip install 'planner[profile]'"
 
 def require_torch():
     """Import and return torch, or raise the one-line PlannerError telling how to install it."""
-    from planner.errors import PlannerError
+    from costmodel.core.errors import PlannerError
 
     try:
         import torch

@@ -50,8 +50,8 @@ from pathlib import Path
 
 import numpy as np
 
-from costmodel.ops import COLLECTIVE_KINDS
-from planner.errors import PlannerError
+from costmodel.core.kinds import COLLECTIVE_KINDS
+from costmodel.core.errors import PlannerError
 
 ORDER = ("all_reduce", "all_gather", "reduce_scatter", "send_recv", "all_to_all")
 ELEMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -405,7 +405,7 @@ def _needs_measuring(ctx: _Ctx, path: Path, ident: dict, resume: bool) -> bool:
 def _write_measurement(ctx: _Ctx, path: Path, result: dict, ident: dict, fp: dict) -> None:
     import json
 
-    from planner.fileio import atomic_write_text
+    from costmodel.core.fileio import atomic_write_text
 
     if ctx.rank == 0:
         result.update(identity=ident, fingerprint=fp)

@@ -36,7 +36,7 @@ import time
 
 import numpy as np
 
-from planner.errors import PlannerError
+from costmodel.core.errors import PlannerError
 
 CORUN_FILE = "corun.json"
 FORMAT = 1

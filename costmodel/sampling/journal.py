@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 
 from costmodel.datasets.schema import _atomic_write
-from planner.errors import PlannerError
+from costmodel.core.errors import PlannerError
 
 FAULT_ENV = "PLANNER_FAULT_KILL_AT_SAMPLE"
 """Fault injection for tests (tests/test_sampling.py): at this process's N-th appended sample, write half

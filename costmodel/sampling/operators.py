@@ -32,7 +32,7 @@ from typing import Callable
 import numpy as np
 
 from costmodel.sampling.plan import Sample, Timing
-from planner.errors import PlannerError
+from costmodel.core.errors import PlannerError
 
 SEED = 0  # inputs are N(0, 1) (ids uniform) from this seed: reproducible, and value-independent kernels
 
@@ -146,7 +146,7 @@ def build(s: Sample, device: str) -> Callable[[], object]:
 
 
 def _names(kind: str) -> tuple[str, ...]:
-    from costmodel.ops import FEATURES
+    from costmodel.core.kinds import FEATURES
 
     return FEATURES[kind]
 

@@ -7,7 +7,7 @@ A plan has top-level ``name``, ``description``, ``dtype`` (compute dtype), a ``[
 
 * ``design``: ``"grid"`` (cartesian product of the feature lists) or ``"lhs"`` (Latin hypercube of
   ``samples`` points, seeded by ``seed``; McKay, Beckman & Conover 1979)
-* one key per feature of the kind (``costmodel.ops.FEATURES``): a number (fixed), a list (grid axis /
+* one key per feature of the kind (``costmodel.core.kinds.FEATURES``): a number (fixed), a list (grid axis /
   stratified choice), ``{min, max, log, multiple_of}`` (a continuous LHS axis, log-uniform when
   ``log``) or ``"=other"`` (same value as feature ``other``, e.g. ``seq_kv = "=seq_q"``)
 * ``directions``: subset of the kind's directions (default: all it has)
@@ -30,8 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from costmodel.ops import COLLECTIVE_KINDS, COMPUTE_KINDS, FEATURES
-from planner.errors import PlannerError
+from costmodel.core.kinds import COLLECTIVE_KINDS, COMPUTE_KINDS, FEATURES
+from costmodel.core.errors import PlannerError
 
 PLANS_DIR = Path(__file__).parent / "plans"
 DIRECTIONS = {  # directions each kind has in the operator graph (costmodel/graph.py)

@@ -18,12 +18,12 @@ from pathlib import Path
 import numpy as np
 
 from costmodel.datasets.schema import Dataset, save_dataset
-from costmodel.ops import COMPUTE_KINDS
+from costmodel.core.kinds import COMPUTE_KINDS
 from costmodel.sampling import require_torch
 from costmodel.sampling.fingerprint import busy_warning, fingerprint, identity
 from costmodel.sampling.journal import Journal
 from costmodel.sampling.plan import FP32_KINDS, Plan, Sample, expand, load_plan, op_timing
-from planner.errors import PlannerError
+from costmodel.core.errors import PlannerError
 
 JOURNAL_DIR = "journal"
 
@@ -40,7 +40,7 @@ def check_device(device: str, gpu_name: str | None) -> str:
     if not gpu_name:
         raise PlannerError("--device cuda needs --gpu-name KEY (the GPU's catalogue key, e.g. h100-sxm; "
                            "see `planner gpus`)")
-    from planner.specs.catalogue import load_catalogue, normalize
+    from costmodel.core.specs.catalogue import load_catalogue, normalize
 
     load_catalogue().gpu(gpu_name)  # raises the one-line error for an unknown key
     return normalize(gpu_name)

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from planner.errors import PlannerError
+from costmodel.core.errors import PlannerError
 
 SKEW_FILE = "sync_skew.json"
 FORMAT = 1

@@ -125,7 +125,7 @@ def result_to_row(result: dict, run_id: str, source: str = SOURCE) -> dict:
 
 def write_runs_csv(rows: list[dict], path: str | Path) -> Path:
     """Write rows with the published-runs header (atomic replace)."""
-    from planner.fileio import atomic_writer
+    from costmodel.core.fileio import atomic_writer
 
     path = Path(path)
     with atomic_writer(path) as fh:
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> None:
     except WorkloadError as exc:
         raise SystemExit(str(exc)) from None
     if args["json_out"]:
-        from planner.fileio import atomic_write_text
+        from costmodel.core.fileio import atomic_write_text
 
         atomic_write_text(args["json_out"], json.dumps(result, indent=1))
     path = write_runs_csv([result_to_row(result, args["id"])], args["runs_out"])

@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
                 raise SystemExit(f"launched {dist.get_world_size()} processes but tp*pp*dp = {cfg.world_size}")
             results.append(run(cfg))
         if dist.get_rank() == 0:
-            from planner.fileio import atomic_write_text
+            from costmodel.core.fileio import atomic_write_text
 
             atomic_write_text(args.out, json.dumps(results, indent=1))
         # every rank reaches teardown together: a pipeline rank that destroyed its gloo group while the

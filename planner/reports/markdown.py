@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from planner.errors import PlannerError
+from costmodel.core.errors import PlannerError
 
 
 @dataclass
@@ -43,7 +43,7 @@ def sibling(md_path: Path, suffix: str) -> Path:
     return md_path.with_name(f"{md_path.stem}_{suffix}.png")
 
 
-from planner.fileio import atomic_write_bytes, atomic_write_text, atomic_writer  # noqa: E402,F401 (re-exported)
+from costmodel.core.fileio import atomic_write_bytes, atomic_write_text, atomic_writer  # noqa: E402,F401 (re-exported)
 
 
 def command_line(argv: Sequence[str] | None = None) -> str:

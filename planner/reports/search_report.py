@@ -20,8 +20,8 @@ from costmodel.cost.base import OperatorCostModel
 from planner.reports.markdown import (ReportFiles, atomic_write_bytes, atomic_write_text, command_line, header,
                                       image_link, md_table, report_path, sibling)
 from planner.search.records import PlanRecord, human_duration, pareto_front, rank, to_markdown
-from planner.specs.hardware import Hardware
-from planner.specs.model import ModelSpec
+from costmodel.core.specs.hardware import Hardware
+from costmodel.core.specs.model import ModelSpec
 
 BREAKDOWN_PLANS = 10
 """Most plans drawn in the breakdown plot (one bar each)."""

@@ -18,7 +18,7 @@ from typing import Callable
 
 from costmodel.cost.base import OperatorCostModel
 from costmodel.memory import fits_in_memory, memory_per_gpu
-from planner.errors import PlannerError
+from costmodel.core.errors import PlannerError
 from planner.search.objective import OBJECTIVES, Evaluator, _reason_kind, objective_values
 from planner.search.records import PlanRecord, rank
 from planner.search.space import (Candidate, SearchProblem, candidate_plan, default_global_batch,

@@ -10,9 +10,9 @@ from __future__ import annotations
 from costmodel.cost.base import OperatorCostModel
 from costmodel.graph import build_graph
 from planner.predict import default_cost_model, predict
-from planner.specs.hardware import Hardware
-from planner.specs.model import ModelSpec
-from planner.specs.plan import ParallelPlan
+from costmodel.core.specs.hardware import Hardware
+from costmodel.core.specs.model import ModelSpec
+from costmodel.core.specs.plan import ParallelPlan
 
 
 def explain_plan(model: ModelSpec, plan: ParallelPlan, hardware: Hardware,

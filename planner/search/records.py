@@ -12,7 +12,7 @@ import io
 import json
 from dataclasses import dataclass
 
-from planner.specs.plan import ParallelPlan
+from costmodel.core.specs.plan import ParallelPlan
 
 GIB = 1024**3
 

@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Iterator, NamedTuple
 
 from costmodel.memory import DEFAULT_HEADROOM
-from planner.errors import PlannerError
+from costmodel.core.errors import PlannerError
 from planner.requests import DEFAULT_BATCH_TOKENS
-from planner.specs.hardware import Hardware
-from planner.specs.model import ModelSpec
-from planner.specs.plan import DTYPES, RECOMPUTE_MODES, ParallelPlan
+from costmodel.core.specs.hardware import Hardware
+from costmodel.core.specs.model import ModelSpec
+from costmodel.core.specs.plan import DTYPES, RECOMPUTE_MODES, ParallelPlan
 
 INT_DIMS = ("tp", "pp", "cp", "vpp", "mbs")
 """Dimensions holding positive integers."""

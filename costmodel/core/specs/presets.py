@@ -12,10 +12,10 @@ from dataclasses import fields
 from functools import lru_cache
 from pathlib import Path
 
-from planner.errors import PlannerError
-from planner.paths import REPO_ROOT
-from planner.specs.hf_config import from_hf_config
-from planner.specs.model import ModelSpec
+from costmodel.core.errors import PlannerError
+from costmodel.core.paths import REPO_ROOT
+from costmodel.core.specs.hf_config import from_hf_config
+from costmodel.core.specs.model import ModelSpec
 
 MODELS_DIR = REPO_ROOT / "search_spaces" / "models"
 """Folder of the preset files (one ``<name>.toml`` per model)."""
@@ -31,7 +31,7 @@ def _load_preset(path: Path) -> ModelSpec:
     unknown = sorted(set(data) - _SPEC_FIELDS)
     if unknown:
         raise PlannerError(f"model preset {path} has unknown keys {', '.join(unknown)}; use ModelSpec field "
-                           "names (see planner/specs/model.py) or put them under [extra].")
+                           "names (see costmodel/core/specs/model.py) or put them under [extra].")
     if not str(data.get("source", "")).strip():
         raise PlannerError(f"model preset {path} has no 'source'; name the config.json or paper table "
                            "the numbers come from.")

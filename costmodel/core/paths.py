@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 def _normalize(p: Path) -> Path | None:
@@ -41,7 +41,7 @@ def validation_dir() -> Path | None:
 
 
 def require_data_dir() -> Path:
-    from planner.errors import PlannerError
+    from costmodel.core.errors import PlannerError
 
     d = data_dir()
     if d is None:

@@ -10,7 +10,7 @@ import uuid
 from pathlib import Path
 from typing import Iterator
 
-from planner.errors import PlannerError
+from costmodel.core.errors import PlannerError
 
 
 @contextlib.contextmanager

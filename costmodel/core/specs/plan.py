@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from planner.errors import PlanError
-from planner.specs.model import ModelSpec
+from costmodel.core.errors import PlanError
+from costmodel.core.specs.model import ModelSpec
 
 RECOMPUTE_MODES = ("none", "selective", "full")
 DTYPES = ("bf16", "fp16", "fp8", "fp32")

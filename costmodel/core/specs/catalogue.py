@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from planner.errors import PlannerError
-from planner.specs.hardware import ClusterSpec, GPUSpec, Hardware
+from costmodel.core.errors import PlannerError
+from costmodel.core.specs.hardware import ClusterSpec, GPUSpec, Hardware
 
 ENV_VAR = "PLANNER_HARDWARE_FILES"
 DTYPES = ("bf16", "fp16", "fp8", "tf32", "fp32")
@@ -214,7 +214,7 @@ def _check_field(where: str, name: str, value, rules: dict):
             raise bad()
         if kind == "tflops":
             return _positive_table(where, name, value, DTYPES, "dtype", " (dense TFLOP/s)")
-        from costmodel.ops import COMPUTE_KINDS
+        from costmodel.core.kinds import COMPUTE_KINDS
 
         return _positive_table(where, name, value, sorted(COMPUTE_KINDS), "compute kind", "")
     if kind == "sources":

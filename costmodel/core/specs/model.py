@@ -1,14 +1,14 @@
 """Model architecture spec (`ModelSpec`).
 
 Loading from Hugging Face ``config.json`` and the shipped presets lives in
-:mod:`planner.specs.hf_config` and :mod:`planner.specs.presets`.
+:mod:`costmodel.core.specs.hf_config` and :mod:`costmodel.core.specs.presets`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from planner.errors import PlannerError
+from costmodel.core.errors import PlannerError
 
 ACTIVATIONS = ("gelu", "swiglu", "squared_relu", "relu")
 NORMS = ("layernorm", "rmsnorm")

@@ -14,8 +14,8 @@ import math
 from pathlib import Path
 from typing import Any, Callable
 
-from planner.errors import PlannerError
-from planner.specs.model import ModelSpec
+from costmodel.core.errors import PlannerError
+from costmodel.core.specs.model import ModelSpec
 
 _MISSING = object()
 

@@ -1,7 +1,7 @@
 """Hardware inputs: a GPU type and the node/cluster it sits in.
 
 The catalogue itself is data (``search_spaces/hardware/*.toml``); loading and user overrides live in
-:mod:`planner.specs.catalogue`.
+:mod:`costmodel.core.specs.catalogue`.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class GPUSpec:
             for alt in ("bf16", "fp16"):
                 if alt in table:
                     return table[alt] * 1e12
-        from planner.errors import PlannerError
+        from costmodel.core.errors import PlannerError
 
         raise PlannerError(f"{self.name} has no {dtype} peak in the catalogue (it has {', '.join(sorted(table))}); "
                            f"use --dtype {sorted(table)[0]} or add the figure in a --hardware-file")
