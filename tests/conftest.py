@@ -1,19 +1,14 @@
 import pytest
 
 from costmodel.core.paths import data_dir, validation_dir
+from tests.helpers import require_shared
 
 
 @pytest.fixture
 def shared_data():
-    d = data_dir()
-    if d is None:
-        pytest.skip("shared data not found: set PLANNER_DATA_DIR to ../shared/data to run this test")
-    return d
+    return require_shared(data_dir(), "shared data")
 
 
 @pytest.fixture
 def shared_validation():
-    d = validation_dir()
-    if d is None:
-        pytest.skip("shared/validation not found: set PLANNER_DATA_DIR to ../shared/data to run this test")
-    return d
+    return require_shared(validation_dir(), "shared/validation")

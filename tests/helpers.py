@@ -1,9 +1,13 @@
-"""Spec builders shared by tests (no presets: tests state the architecture they use), and the source
-scanner of the static checks (tests/test_faults.py, tests/test_safety.py), and a JSON file writer."""
+"""Spec builders shared by tests (no presets: tests state the architecture they use), the source
+scanner of the static checks (tests/test_faults.py, tests/test_safety.py), a JSON file writer, and
+``require_shared`` (the one skip of the data-backed tests)."""
 
 import ast
 import json
+import os
 from pathlib import Path
+
+import pytest
 
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
@@ -31,6 +35,25 @@ def plan(gpus=8, gpn=8, gbs=64, seq=2048, **kw) -> ParallelPlan:
 
 
 ROOT = Path(__file__).resolve().parents[1]
+
+SHARED_HINT = "set PLANNER_DATA_DIR to ../shared/data to run this test"
+
+
+def in_ci() -> bool:
+    """True when the environment says CI (``CI=true``, ``1`` or ``yes``, as CI services set it)."""
+    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+
+
+def require_shared(found: Path | None, what: str = "shared data") -> Path:
+    """``found`` (a folder of the shared data), or stop the test when it is None: a skip on a
+    developer's machine, a failure under ``CI=true`` (CI must run the data-backed tests, so a missing
+    ../shared/data is an error there, not a silent skip). Every data-backed test goes through this."""
+    if found is None:
+        message = f"{what} not found: {SHARED_HINT}"
+        if in_ci():
+            pytest.fail(f"{message} (CI=true: data-backed tests must run in CI)", pytrace=False)
+        pytest.skip(message)
+    return found
 
 
 def python_sources(tops):

@@ -12,6 +12,7 @@ from costmodel.datasets import importers as I
 from costmodel.datasets.schema import load_dataset, save_dataset
 from costmodel.core.errors import PlannerError
 from costmodel.core.paths import data_dir
+from tests.helpers import require_shared
 
 ETT = "estimate-train-time"
 PERL = "NVIDIAA100-SXM4-80GB"
@@ -169,9 +170,7 @@ def test_registry_refuses_duplicate_names():
 
 @pytest.fixture(scope="module")
 def imported():
-    d = data_dir()
-    if d is None:
-        pytest.skip("shared data not found: set PLANNER_DATA_DIR to ../shared/data to run this test")
+    d = require_shared(data_dir(), "shared data")
     return d, I.import_all(d)  # its speed: benchmarks/bench_components.py (import_all_s)
 
 
