@@ -8,7 +8,7 @@ import contextlib
 import os
 import uuid
 from pathlib import Path
-from typing import Iterator
+from typing import IO, Any, Iterator
 
 from costmodel.core.errors import PlannerError
 
@@ -27,7 +27,8 @@ def atomic_writer(path: str | os.PathLike, binary: bool = False) -> Iterator:
     # mode 0o666 less the umask, as an ordinary open() would give (mkstemp would make it 0o600)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
     try:
-        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8", "newline": ""})) as fh:
+        fh: IO[Any] = os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8", newline="")
+        with fh:
             yield fh
             fh.flush()
             os.fsync(fh.fileno())

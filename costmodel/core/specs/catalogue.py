@@ -118,7 +118,11 @@ class Catalogue:
         if gpu is None and cluster is None:
             raise PlannerError("no hardware given; pass --gpu and/or --cluster (see `planner gpus`).")
         g = self.gpu(gpu) if gpu is not None else None
-        c = self.cluster(cluster) if cluster is not None else self.cluster(g.default_cluster)
+        if cluster is not None:
+            c = self.cluster(cluster)
+        else:
+            assert g is not None  # gpu is not None here: both None was refused above
+            c = self.cluster(g.default_cluster)
         if g is None:
             g = self.gpu(c.gpu)
         if gpus_per_node is not None:
@@ -300,7 +304,8 @@ def _build(raw_gpus: dict, raw_clusters: dict, sources: dict) -> Catalogue:
 @functools.lru_cache(maxsize=1)
 def _builtin_raw() -> tuple[dict, dict, dict]:
     d = catalogue_dir()
-    gpus, clusters = {}, {}
+    gpus: dict[str, dict] = {}
+    clusters: dict[str, dict] = {}
     _merge(gpus, "gpus", _read(d / "gpus.toml").get("gpus", {}), str(d / "gpus.toml"), GPU_FIELDS)
     _merge(clusters, "clusters", _read(d / "clusters.toml").get("clusters", {}), str(d / "clusters.toml"),
            CLUSTER_FIELDS)
