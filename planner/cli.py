@@ -1,17 +1,29 @@
 """The `planner` command line (typer).
 
-Each command group lives in its own module with a ``register(app)`` function; this file only
-assembles them and turns :class:`~costmodel.core.errors.PlannerError` into one line + exit code 2.
+Each command group lives in its own module with a ``register(app)`` function; this file imports
+them by name (a missing or broken module is an ImportError, never a silently missing command),
+registers them in the order of :data:`COMMAND_MODULES`, and turns
+:class:`~costmodel.core.errors.PlannerError` into one line + exit code 2.
 """
 
 from __future__ import annotations
 
-import importlib
 import sys
 
 import typer
 
 from costmodel.core.errors import PlannerError
+from planner import (
+    cli_calibrate,
+    cli_catalogue,
+    cli_export,
+    cli_fit,
+    cli_models,
+    cli_predict,
+    cli_profile,
+    cli_search,
+    cli_validate,
+)
 
 app = typer.Typer(
     add_completion=False,
@@ -21,37 +33,26 @@ app = typer.Typer(
 )
 
 
-
 @app.callback()
 def _root() -> None:
     """Predict LLM training iteration time, memory and cost per token; search parallel layouts."""
 
 
-# Modules that add commands. A module listed here must define register(app).
+# The modules that add commands, in the order of `planner --help`; each defines register(app).
 COMMAND_MODULES = (
-    "planner.cli_predict",
-    "planner.cli_catalogue",
-    "planner.cli_models",
-    "planner.cli_validate",
-    "planner.cli_search",
-    "planner.cli_export",
-    "planner.cli_profile",
-    "planner.cli_fit",
-    "planner.cli_calibrate",
+    cli_predict,
+    cli_catalogue,
+    cli_models,
+    cli_validate,
+    cli_search,
+    cli_export,
+    cli_profile,
+    cli_fit,
+    cli_calibrate,
 )
 
-for _mod in COMMAND_MODULES:
-    try:
-        importlib.import_module(_mod).register(app)
-    except ModuleNotFoundError as exc:  # a command module not written yet must not break the others
-        if exc.name != _mod:
-            raise
-
-
-def fail(message: str) -> "typer.Exit":
-    """Print one line to stderr and return the exit (code 2) to raise."""
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(code=2)
+for _module in COMMAND_MODULES:
+    _module.register(app)
 
 
 def main(argv: list[str] | None = None) -> None:
