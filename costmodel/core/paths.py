@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from costmodel.core.errors import PlannerError
+
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 
 
@@ -41,8 +43,6 @@ def validation_dir() -> Path | None:
 
 
 def require_data_dir() -> Path:
-    from costmodel.core.errors import PlannerError
-
     d = data_dir()
     if d is None:
         raise PlannerError("shared data folder not found: set PLANNER_DATA_DIR to the folder that holds "

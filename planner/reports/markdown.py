@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Sequence
 
 from costmodel.core.errors import PlannerError
+from costmodel.core.fileio import atomic_write_bytes, atomic_write_text, atomic_writer  # noqa: F401 (re-exported)
+from planner import __version__
 
 
 @dataclass
@@ -42,8 +44,6 @@ def sibling(md_path: Path, suffix: str) -> Path:
     """``reports/NAME.md`` + ``'pareto'`` -> ``reports/NAME_pareto.png``."""
     return md_path.with_name(f"{md_path.stem}_{suffix}.png")
 
-
-from costmodel.core.fileio import atomic_write_bytes, atomic_write_text, atomic_writer  # noqa: E402,F401 (re-exported)
 
 
 def command_line(argv: Sequence[str] | None = None) -> str:
@@ -73,8 +73,6 @@ def image_link(alt: str, image: Path, md_path: Path) -> str:
 
 def header(title: str, command: str, cost_models: Sequence[str], extra: Sequence[str] = ()) -> str:
     """Title, the command in a code block, the planner version and the cost model(s) used."""
-    from planner import __version__
-
     models = ", ".join(sorted(set(cost_models))) or "-"
     lines = [f"# {title}", "", "Produced by:", "", "```sh", command, "```", "",
              f"planner {__version__}; operator cost model: {models}."]

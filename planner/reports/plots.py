@@ -13,6 +13,8 @@ import io
 import math
 from typing import Sequence
 
+import numpy as np
+
 BREAKDOWN_CATEGORIES = ("compute", "pipeline bubble", "exposed TP comm", "exposed CP comm", "exposed PP comm",
                         "exposed DP comm", "exposed ZeRO comm", "optimizer")
 """Time categories of a plan, the names planner.predict._category gives operator rows, in stacking order."""
@@ -24,8 +26,9 @@ DPI = 110
 
 
 def _figure(width: float, height: float):
+    # deferred: matplotlib (~0.3 s) is loaded only when a report with plots is written
     from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # deferred: as above
 
     fig = Figure(figsize=(width, height), dpi=DPI)
     FigureCanvasAgg(fig)
@@ -39,7 +42,7 @@ def _png(fig) -> bytes:
 
 
 def _palette(n: int) -> list:
-    from matplotlib import colormaps
+    from matplotlib import colormaps  # deferred: matplotlib only for plots
 
     cmap = colormaps["tab10" if n <= 10 else "tab20"]
     return [cmap(i % cmap.N) for i in range(n)]
@@ -119,8 +122,6 @@ _METRIC_MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 def validation_png(points: Sequence[tuple[str, str, float, float]], title: str) -> bytes:
     """Log-log scatter of (source, metric, measured, predicted), coloured by source and shaped by
     metric, with the y = x line and the +-10 % and +-20 % bands around it."""
-    import numpy as np
-
     pts = [p for p in points if p[2] > 0 and p[3] > 0 and math.isfinite(p[2]) and math.isfinite(p[3])]
     fig = _figure(8.0, 6.0)
     ax = fig.add_subplot()
@@ -140,7 +141,7 @@ def validation_png(points: Sequence[tuple[str, str, float, float]], title: str) 
             if sel:
                 ax.scatter([a for a, _ in sel], [b for _, b in sel], s=28, color=colours[s], marker=markers[m],
                            edgecolors="black", linewidths=0.4, zorder=3)
-    from matplotlib.lines import Line2D
+    from matplotlib.lines import Line2D  # deferred: matplotlib only for plots
 
     handles, labels = ax.get_legend_handles_labels()
     handles += [Line2D([], [], linestyle="", marker="o", color=colours[s], markeredgecolor="black",

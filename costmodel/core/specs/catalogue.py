@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+import search_spaces
 from costmodel.core.errors import PlannerError
+from costmodel.core.kinds import COMPUTE_KINDS
 from costmodel.core.specs.hardware import ClusterSpec, GPUSpec, Hardware
 
 ENV_VAR = "PLANNER_HARDWARE_FILES"
@@ -28,8 +30,6 @@ DTYPES = ("bf16", "fp16", "fp8", "tf32", "fp32")
 
 def catalogue_dir() -> Path:
     """Folder of the built-in TOML files (inside the installed ``search_spaces`` package)."""
-    import search_spaces
-
     for base in search_spaces.__path__:  # works for a regular and a namespace (editable) package
         if (Path(base) / "hardware" / "gpus.toml").is_file():
             return Path(base) / "hardware"
@@ -149,7 +149,7 @@ def _read(path: Path) -> dict:
         except (tomllib.TOMLDecodeError, RecursionError) as exc:
             raise PlannerError(f"hardware file {path} is not valid TOML ({exc}); fix the syntax.") from None
     elif suffix in (".yaml", ".yml"):
-        import yaml
+        import yaml  # deferred: only user YAML hardware files need the YAML parser
 
         try:
             data = yaml.safe_load(text)
@@ -218,8 +218,6 @@ def _check_field(where: str, name: str, value, rules: dict):
             raise bad()
         if kind == "tflops":
             return _positive_table(where, name, value, DTYPES, "dtype", " (dense TFLOP/s)")
-        from costmodel.core.kinds import COMPUTE_KINDS
-
         return _positive_table(where, name, value, sorted(COMPUTE_KINDS), "compute kind", "")
     if kind == "sources":
         if not isinstance(value, dict):

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from costmodel.core.errors import PlannerError
+
 
 @dataclass(frozen=True)
 class GPUSpec:
@@ -55,8 +57,6 @@ class GPUSpec:
             for alt in ("bf16", "fp16"):
                 if alt in table:
                     return table[alt] * 1e12
-        from costmodel.core.errors import PlannerError
-
         raise PlannerError(f"{self.name} has no {dtype} peak in the catalogue (it has {', '.join(sorted(table))}); "
                            f"use --dtype {sorted(table)[0]} or add the figure in a --hardware-file")
 
