@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from abc import abstractmethod
+from abc import ABC, abstractmethod
 from pathlib import Path
 
 import numpy as np
@@ -43,11 +43,11 @@ def register(cls: type["OperatorRegressor"]) -> type["OperatorRegressor"]:
     return cls
 
 
-class OperatorRegressor(RegressorMixin, BaseEstimator):
+class OperatorRegressor(RegressorMixin, BaseEstimator, ABC):
     """Abstract tree-ensemble regressor of operator time (seconds).
 
     Subclasses define ``name``, ``__init__`` (storing parameters only), :meth:`_fit_z`,
-    :meth:`_predict_z` and :meth:`_interval_z`.
+    :meth:`_predict_z` and :meth:`_interval_z` (abstract: a subclass missing one cannot be instantiated).
     """
 
     name = "abstract"
