@@ -23,6 +23,7 @@ PyTorch runs on it (threads, vector units, turbo), so its entry is *measured*: w
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -81,7 +82,9 @@ def derive(datasets: dict, sync_skew: dict | None = None, corun: dict | None = N
         "sources": {"peak_tflops": "planner profile (gemm)", "hbm_bw_gbs": "planner profile (residual_add)",
                     "hbm_gb": "/proc/meminfo"},
     }}
-    ranks, bus, lat = 2, None, None
+    ranks = 2
+    bus: float | None = None
+    lat = 0.0
     ar = datasets.get(("all_reduce", CPU_GPU_KEY))
     if ar is not None and len(ar):
         nbytes, n = ar.features[:, 0], ar.features[:, 1]
@@ -93,7 +96,7 @@ def derive(datasets: dict, sync_skew: dict | None = None, corun: dict | None = N
     if bus is None:
         raise PlannerError("the CPU profile has no all_reduce samples, needed for the host's bandwidth and latency: "
                            "re-run `planner profile --device cpu --collectives`")
-    clusters = {CPU_CLUSTER_KEY: {
+    clusters: dict[str, dict[str, Any]] = {CPU_CLUSTER_KEY: {
         "display_name": "this machine (gloo over loopback, one process per core)",
         "gpu": CPU_GPU_KEY, "gpus_per_node": ranks,
         "intra_node_bw_gbs": round(bus, 4), "intra_node_latency_us": round(max(lat, 1e-3), 3),

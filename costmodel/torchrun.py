@@ -48,7 +48,7 @@ def failure_reason(stderr: str) -> str:
     if _ROOT_CAUSE in lines:
         block = lines[lines.index(_ROOT_CAUSE) + 1:]
         block = block[:next((i for i, ln in enumerate(block) if ln and set(ln) <= {"=", "-"}), len(block))]
-        fields = dict(m.groups() for m in (re.match(r"^\s+(\w+)\s*:\s*(.*)$", ln) for ln in block) if m)
+        fields = {m.group(1): m.group(2) for m in (re.match(r"^\s+(\w+)\s*:\s*(.*)$", ln) for ln in block) if m}
         rank = re.match(r"(\d+)", fields.get("rank", ""))
         code = re.match(r"(-?\d+)\b.*?(?:\((SIG\w+)\))?\s*$", fields.get("exitcode", ""))
         if rank and code:
