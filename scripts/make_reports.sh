@@ -42,11 +42,11 @@ run size --model llama3-70b --tokens 2e12 --deadline 30d --gpu a100-80gb --gpu h
     --report reports/llama3-70b-size-2T-30d.md
 
 # 4. Validation: published runs and the CPU runs measured on this machine, predicted vs measured.
-#    CPU_RUNS: the run file of a CPU ground-truth run (default: the latest checked-in one, reports/run10);
+#    CPU_RUNS: the run file of a CPU ground-truth run (default: the latest checked-in one, reports/cpu-runs/run10);
 #    its rows need the CPU cost model fitted in that run (PLANNER_MODELS_DIR, e.g. profiles/cpu-gt10/models,
 #    written by benchmarks/cpu_ground_truth.py, not in git); without it they are listed as skipped
 #    ("unknown GPU 'cpu'").
-CPU_RUNS=${CPU_RUNS:-reports/run10/cpu_runs.csv}
+CPU_RUNS=${CPU_RUNS:-reports/cpu-runs/run10/cpu_runs.csv}
 runs=(--runs "$PUBLISHED")
 if [[ -f "$CPU_RUNS" ]]; then runs+=(--runs "$CPU_RUNS"); fi
 if [[ -z "${PLANNER_MODELS_DIR:-}" && -f profiles/cpu-gt10/models/index.json ]]; then
