@@ -17,8 +17,9 @@ from typer.testing import CliRunner
 
 from costmodel.datasets.schema import load_dataset
 from costmodel.core.kinds import COMPUTE_KINDS, FEATURES
-from costmodel.sampling.collectives import message_sizes, resolve_group_sizes, topology
-from costmodel.sampling.plan import DIRECTIONS, Timing, available_plans, design_points, expand, gflop, load_plan
+from costmodel.sampling.collectives import topology
+from costmodel.sampling.plan import (DIRECTIONS, Timing, available_plans, design_points, expand, gflop, load_plan,
+                                     message_sizes, resolve_group_sizes)
 from costmodel.core.errors import PlannerError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -391,28 +392,34 @@ def test_profile_killed_mid_sample_resumes_without_loss_or_duplicates(tmp_path):
     assert len(ds) == len(keys) == len(expand(load_plan("cpu-tiny"), ops=["gemm"]))
 
 
-@needs_torch
-def test_compute_burst_lasts_about_what_it_is_asked_for():
+def test_compute_burst_is_calibrated_on_warm_gemms(monkeypatch):
     """The burst before each collective sample is calibrated on warm GEMMs (a cold calibration made the
-    plan's 2 ms burst a single 0.9 ms GEMM on the CPU, issue #4)."""
-    import time
+    plan's 2 ms burst a single 0.9 ms GEMM on the CPU, issue #4). A fake clock and a fake GEMM whose
+    first call is cold (10 ms, then 1 ms each): a 20 ms burst must be 20 warm GEMMs (timing the cold call
+    too would give round(20 / 1.9) = 11)."""
+    from types import SimpleNamespace
 
-    import torch
+    from costmodel.sampling import collectives
 
-    from costmodel.sampling.collectives import _compute_burst
+    clock, calls = [0.0], [0]
+
+    def linear(a, w):
+        calls[0] += 1
+        clock[0] += 0.010 if calls[0] == 1 else 0.001
+
+    fake_torch = SimpleNamespace(randn=lambda *a, **k: None,
+                                 nn=SimpleNamespace(functional=SimpleNamespace(linear=linear)))
+    monkeypatch.setattr(collectives, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
 
     class Ctx:
-        dev = torch.device("cpu")
-
-        def __init__(self):
-            self.torch = torch
+        dev = None
+        torch = fake_torch
 
         def sync(self):
             pass
 
-    burst = _compute_burst(Ctx(), 0.02)
-    assert burst.reps >= 1
+    burst = collectives._compute_burst(Ctx(), 0.02)
+    assert burst.reps == 20
+    before, t0 = calls[0], clock[0]
     burst()
-    t0 = time.perf_counter()
-    burst()
-    assert time.perf_counter() - t0 >= 0.01  # at least half of the 20 ms asked for (the bug gave ~45 %)
+    assert calls[0] - before == 20 and clock[0] - t0 == pytest.approx(0.02)

@@ -13,15 +13,15 @@ The only part of the project that imports torch, and only lazily (inside functio
 * :mod:`~costmodel.sampling.fingerprint` -- the environment fingerprint stored with every dataset
 """
 
+from costmodel.core.errors import PlannerError
+
 TORCH_MISSING = "torch is not installed: pip install 'planner[profile]'"
 
 
 def require_torch():
     """Import and return torch, or raise the one-line PlannerError telling how to install it."""
-    from costmodel.core.errors import PlannerError
-
     try:
-        import torch
+        import torch  # deferred: torch is optional (planner[profile]); only the sampling harness imports it
     except ImportError:
         raise PlannerError(TORCH_MISSING) from None
     return torch

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import json
 import math
 import os
 import subprocess
@@ -50,49 +51,20 @@ from pathlib import Path
 
 import numpy as np
 
-from costmodel.core.kinds import COLLECTIVE_KINDS
 from costmodel.core.errors import PlannerError
+from costmodel.core.fileio import atomic_write_text
+from costmodel.core.kinds import COLLECTIVE_KINDS
+from costmodel.datasets.schema import Dataset, save_dataset
+from costmodel.sampling import corun, require_torch, skew
+from costmodel.sampling.fingerprint import fingerprint, host_hash, identity
+from costmodel.sampling.journal import Journal
+from costmodel.sampling.operators import torch_dtype
+from costmodel.sampling.plan import expand, load_plan, message_sizes, op_timing, resolve_group_sizes
+from costmodel.sampling.runner import JOURNAL_DIR, check_device, progress_bar
+from costmodel.torchrun import exit_worker, failure_reason
 
 ORDER = ("all_reduce", "all_gather", "reduce_scatter", "send_recv", "all_to_all")
 ELEMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
-
-
-def message_sizes(spec) -> list[int]:
-    """The ``bytes`` entry of a plan: a list, or ``{min, max, factor}`` (min, min*factor, ... <= max)."""
-    if isinstance(spec, list):
-        sizes = [int(x) for x in spec]
-    elif isinstance(spec, dict) and {"min", "max"} <= set(spec):
-        factor = float(spec.get("factor", 2))
-        if factor <= 1:
-            raise PlannerError("[collectives] bytes.factor must be > 1")
-        sizes, b = [], float(spec["min"])
-        while b <= float(spec["max"]) * (1 + 1e-9):
-            sizes.append(int(round(b)))
-            b *= factor
-    else:
-        raise PlannerError("[collectives] bytes must be a list or {min, max, factor}")
-    if not sizes or min(sizes) <= 0:
-        raise PlannerError("[collectives] bytes must hold positive sizes")
-    return sizes
-
-
-def resolve_group_sizes(spec, world: int) -> tuple[list[int], list[int]]:
-    """The ``group_sizes`` entry of a plan for a launch of ``world`` ranks: (the distinct sizes to sample, in
-    the plan's order, ``"world"`` read as ``world``; the sizes larger than ``world``, which this launch cannot
-    sample). A plan may name 2 and ``"world"``: on 2 ranks they are the same group, sampled once."""
-    if not isinstance(spec, list) or not spec:
-        raise PlannerError('[collectives] group_sizes must be a non-empty list of integers >= 2 and/or "world"')
-    sizes, too_big = [], []
-    for g in spec:
-        if g == "world":
-            g = world
-        elif isinstance(g, bool) or not isinstance(g, int) or g < 2:
-            raise PlannerError(f'[collectives] group_sizes entry {g!r} is not an integer >= 2 or "world"')
-        if g > world:
-            too_big.append(g)
-        elif g not in sizes:
-            sizes.append(g)
-    return sizes, too_big
 
 
 def topology(ranks: list[int], hosts: list[str]) -> tuple[int, int]:
@@ -106,9 +78,6 @@ def launch(plan: str | Path, out_dir: str | Path, nproc: int = 2, device: str = 
            resume: bool = True, progress: bool = True, ops: list[str] | None = None,
            timeout_s: float | None = None) -> list[Path]:
     """Run the collective sweep of ``plan`` with ``nproc`` local processes via torchrun; returns dataset paths."""
-    from costmodel.sampling import require_torch
-    from costmodel.sampling.plan import load_plan
-
     torch = require_torch()
     p = load_plan(plan)
     kinds = _kinds(p.collectives, ops)
@@ -135,8 +104,6 @@ def launch(plan: str | Path, out_dir: str | Path, nproc: int = 2, device: str = 
     except subprocess.TimeoutExpired:
         raise PlannerError(f"collective sweep did not finish in {timeout_s:.0f} s; use a smaller plan") from None
     if res.returncode != 0:
-        from costmodel.torchrun import failure_reason
-
         raise PlannerError(f"collective sweep failed (torchrun exit {res.returncode}): {failure_reason(res.stderr)}")
     out = Path(out_dir)
     return [out / f"{k}.csv" for k in kinds if (out / f"{k}.csv").is_file()]
@@ -159,8 +126,8 @@ class _Ctx:
     """Per-process state of the worker."""
 
     def __init__(self, device: str, dtype: str) -> None:
-        import torch
-        import torch.distributed as dist
+        import torch  # deferred: torch is optional (planner[profile]); the worker runs under torchrun
+        import torch.distributed as dist  # deferred: as torch
 
         self.torch, self.dist = torch, dist
         self.device = device
@@ -171,9 +138,6 @@ class _Ctx:
         self.backend = dist.get_backend()
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.dev = torch.device("cuda", torch.cuda.current_device()) if self.cuda else torch.device("cpu")
-        from costmodel.sampling.fingerprint import host_hash
-        from costmodel.sampling.operators import torch_dtype
-
         hosts: list = [None] * self.world
         dist.all_gather_object(hosts, host_hash())
         self.hosts = hosts
@@ -389,8 +353,6 @@ def _probe_impl(ctx: _Ctx, kinds: list[str]) -> tuple[dict, dict]:
 def _needs_measuring(ctx: _Ctx, path: Path, ident: dict, resume: bool) -> bool:
     """Whether a per-machine measurement file must be (re)made: not when resuming and ``path`` holds one of
     this machine (same identity) on as many ranks. Rank 0 decides, every rank gets the answer."""
-    import json
-
     flag = [True]
     if ctx.rank == 0 and resume and path.is_file():
         try:
@@ -403,10 +365,6 @@ def _needs_measuring(ctx: _Ctx, path: Path, ident: dict, resume: bool) -> bool:
 
 
 def _write_measurement(ctx: _Ctx, path: Path, result: dict, ident: dict, fp: dict) -> None:
-    import json
-
-    from costmodel.core.fileio import atomic_write_text
-
     if ctx.rank == 0:
         result.update(identity=ident, fingerprint=fp)
         atomic_write_text(path, json.dumps(result, indent=1) + "\n")
@@ -415,8 +373,6 @@ def _write_measurement(ctx: _Ctx, path: Path, result: dict, ident: dict, fp: dic
 def _sync_skew(ctx: _Ctx, spec: dict, out: Path, ident: dict, fp: dict, resume: bool) -> None:
     """Measure the ranks' speed skew (costmodel/sampling/skew.py) when the plan asks for it; rank 0 writes
     ``sync_skew.json``. Skipped when a file of this machine (same identity) is there and resuming."""
-    from costmodel.sampling import skew
-
     segments = spec.get("skew_segments_s")
     if not segments or not _needs_measuring(ctx, out / skew.SKEW_FILE, ident, resume):
         return
@@ -428,9 +384,6 @@ def _sync_skew(ctx: _Ctx, spec: dict, out: Path, ident: dict, fp: dict, resume: 
 def _corun(ctx: _Ctx, plan, spec: dict, out: Path, ident: dict, fp: dict, resume: bool) -> None:
     """Measure the co-run slowdown of the plan's compute operators (costmodel/sampling/corun.py) when the
     plan asks for it; rank 0 writes ``corun.json``. Skipped like the skew file."""
-    from costmodel.sampling import corun
-    from costmodel.sampling.plan import expand, op_timing
-
     seconds = float(spec.get("corun_seconds", 0) or 0)
     if seconds <= 0 or not plan.ops or not _needs_measuring(ctx, out / corun.CORUN_FILE, ident, resume):
         return
@@ -457,12 +410,6 @@ def worker(argv: list[str] | None = None) -> int:
 
 
 def _worker(a) -> int:
-    from costmodel.datasets.schema import Dataset, save_dataset
-    from costmodel.sampling.fingerprint import fingerprint, identity
-    from costmodel.sampling.journal import Journal
-    from costmodel.sampling.plan import load_plan
-    from costmodel.sampling.runner import JOURNAL_DIR, _progress, check_device
-
     plan = load_plan(a.plan)
     spec = plan.collectives
     kinds = _kinds(spec, a.ops.split(",") if a.ops else None)
@@ -507,7 +454,7 @@ def _worker(a) -> int:
         todo_flags = [[key(k, b, r) not in journals[k] for k, b, r, _ in samples]]
     dist.broadcast_object_list(todo_flags, src=0)
     todo = [s for s, flag in zip(samples, todo_flags[0]) if flag]
-    bar = _progress(ctx.rank == 0 and not a.no_progress)
+    bar = progress_bar(ctx.rank == 0 and not a.no_progress)
     after_compute = float(spec.get("compute_between_s", 0) or 0) > 0
     with bar:
         task = bar.add_task("collectives", total=len(samples), completed=len(samples) - len(todo))
@@ -561,6 +508,4 @@ def _worker(a) -> int:
 
 
 if __name__ == "__main__":
-    from costmodel.torchrun import exit_worker
-
     exit_worker(worker())  # results written, group destroyed: skip interpreter teardown (see exit_worker)

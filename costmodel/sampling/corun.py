@@ -37,6 +37,8 @@ import time
 import numpy as np
 
 from costmodel.core.errors import PlannerError
+from costmodel.sampling.operators import build
+from costmodel.sampling.skew import read_measurement
 
 CORUN_FILE = "corun.json"
 FORMAT = 1
@@ -84,8 +86,6 @@ def measure(ctx, samples: list, seconds: float, per_group: int, device: str, flu
     > 0 the operator is timed as it was sampled, one call after an untimed sweep of that many MiB on every
     rank that runs it (the sweep's memory traffic is what the ranks of a step contend for); else in warm,
     back-to-back blocks of about TARGET_BLOCK_S."""
-    from costmodel.sampling.operators import build
-
     if seconds <= 0 or per_group < 1:
         raise PlannerError("[collectives] corun_seconds must be > 0 and corun_shapes >= 1")
     chosen = [s for group in pick_shapes(samples, per_group).values() for s in group]
@@ -147,8 +147,6 @@ def measure(ctx, samples: list, seconds: float, per_group: int, device: str, flu
 
 def load(dirs) -> dict | None:
     """The ``corun.json`` of the first of ``dirs`` that has one (validated), else None."""
-    from costmodel.sampling.skew import read_measurement
-
     def valid(data: dict) -> bool:
         sd = data.get("slowdown")
         return isinstance(sd, dict) and bool(sd) and all(

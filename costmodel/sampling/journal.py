@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from pathlib import Path
 
 from costmodel.datasets.schema import _atomic_write
@@ -81,8 +82,6 @@ class Journal:
         line = json.dumps(record, sort_keys=True) + "\n"
         _appended[0] += 1
         if os.environ.get(FAULT_ENV, "") == str(_appended[0]):
-            import signal
-
             self._fh.write(line[: len(line) // 2])
             self._fh.flush()
             os.fsync(self._fh.fileno())

@@ -26,11 +26,13 @@ timed instead, each after an untimed sweep of a buffer of that size (cold caches
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
+from costmodel.core.kinds import FEATURES
 from costmodel.sampling.plan import Sample, Timing
 from costmodel.core.errors import PlannerError
 
@@ -50,7 +52,7 @@ class Measured:
 
 
 def torch_dtype(name: str):
-    import torch
+    import torch  # deferred: torch is optional (planner[profile])
 
     table = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
     if name not in table:
@@ -60,7 +62,7 @@ def torch_dtype(name: str):
 
 def _bwd(out, inputs: list, gen) -> Callable[[], object]:
     """Backward-only statement over a graph built once (see module docstring)."""
-    import torch
+    import torch  # deferred: torch is optional (planner[profile])
 
     grad = torch.randn(out.shape, dtype=out.dtype, device=out.device, generator=gen)
     return lambda: torch.autograd.grad(out, inputs, grad, retain_graph=True)
@@ -68,8 +70,8 @@ def _bwd(out, inputs: list, gen) -> Callable[[], object]:
 
 def build(s: Sample, device: str) -> Callable[[], object]:
     """The statement to time for sample ``s`` (inputs allocated on ``device``)."""
-    import torch
-    import torch.nn.functional as F
+    import torch  # deferred: torch is optional (planner[profile])
+    import torch.nn.functional as F  # deferred: torch is optional (planner[profile])
 
     gen = torch.Generator(device=device).manual_seed(SEED)
     dt = torch_dtype(s.dtype)
@@ -146,14 +148,12 @@ def build(s: Sample, device: str) -> Callable[[], object]:
 
 
 def _names(kind: str) -> tuple[str, ...]:
-    from costmodel.core.kinds import FEATURES
-
     return FEATURES[kind]
 
 
 def _attention(f: dict, rand, bwd: bool, gen) -> Callable[[], object]:
     """SDPA with q [b, heads, seq_q, d], k/v [b, kv_heads, seq_kv, d]; GQA via enable_gqa."""
-    import torch.nn.functional as F
+    import torch.nn.functional as F  # deferred: torch is optional (planner[profile])
 
     b, sq, skv, h, kvh, d = (f[k] for k in ("batch", "seq_q", "seq_kv", "heads", "kv_heads", "head_dim"))
     q, k, v = rand(b, h, sq, d, grad=bwd), rand(b, kvh, skv, d, grad=bwd), rand(b, kvh, skv, d, grad=bwd)
@@ -163,7 +163,7 @@ def _attention(f: dict, rand, bwd: bool, gen) -> Callable[[], object]:
     elif f["causal"]:
         # queries are the last seq_q positions of seq_kv (context-parallel chunk / decoding):
         # bottom-right aligned causal mask, as FlashAttention >= 2.1 defines causal for seq_q != seq_kv
-        from torch.nn.attention.bias import causal_lower_right
+        from torch.nn.attention.bias import causal_lower_right  # deferred: torch is optional (planner[profile])
 
         kw["attn_mask"] = causal_lower_right(sq, skv)
     fn = lambda: F.scaled_dot_product_attention(q, k, v, **kw)  # noqa: E731
@@ -176,7 +176,7 @@ ADAM_TENSORS = 4
 
 def _adamw(params: int, device: str, gen) -> Callable[[], object]:
     """AdamW step over ``params`` fp32 parameters with gradients (fused kernel where torch has one)."""
-    import torch
+    import torch  # deferred: torch is optional (planner[profile])
 
     sizes = [params // ADAM_TENSORS + (1 if i < params % ADAM_TENSORS else 0) for i in range(ADAM_TENSORS)]
     ps = [torch.nn.Parameter(torch.randn(n, device=device, generator=gen)) for n in sizes if n > 0]
@@ -192,7 +192,7 @@ def _adamw(params: int, device: str, gen) -> Callable[[], object]:
 
 def adam_impl(device: str) -> str:
     """Which AdamW implementation :func:`_adamw` uses on ``device`` (recorded in the dataset notes)."""
-    import torch
+    import torch  # deferred: torch is optional (planner[profile])
 
     p = torch.nn.Parameter(torch.zeros(4, device=device))
     p.grad = torch.zeros(4, device=device)
@@ -218,9 +218,7 @@ def _time_cold(fn: Callable[[], object], timing: Timing, threads: int) -> Measur
     (2 MiB L2 per core) a [256,256] x [256,1024] GEMM took 0.90-1.04 ms back to back, 1.26 ms after a
     64 MiB sweep and 1.30 ms inside the model-S training step (perf_counter around F.linear, issue #4).
     """
-    import time
-
-    import torch
+    import torch  # deferred: torch is optional (planner[profile])
 
     torch.set_num_threads(threads)
     buf = torch.empty(max(1, int(timing.flush_mb * 2**20 / 4)), dtype=torch.float32)
@@ -241,7 +239,7 @@ def _time_cold(fn: Callable[[], object], timing: Timing, threads: int) -> Measur
 
 def time_fn(fn: Callable[[], object], timing: Timing, threads: int) -> Measured:
     """Median / spread of the time per call of ``fn`` (see module docstring for the method)."""
-    from torch.utils.benchmark import Timer
+    from torch.utils.benchmark import Timer  # deferred: torch is optional (planner[profile])
 
     for _ in range(max(0, timing.warmup)):
         fn()
@@ -273,7 +271,7 @@ def measure(s: Sample, device: str, timing: Timing, threads: int) -> Measured:
     finally:
         del fn
         if device == "cuda":
-            import torch
+            import torch  # deferred: torch is optional (planner[profile])
 
             torch.cuda.empty_cache()
 
@@ -287,8 +285,8 @@ def gemm_backward_check(m: int, n: int, k: int, dtype: str = "fp32", device: str
     The three are measured in turn ``rounds`` times and each keeps its fastest median, so a burst of
     load from other processes on a shared machine does not land on one of them only.
     """
-    import torch
-    import torch.nn.functional as F
+    import torch  # deferred: torch is optional (planner[profile])
+    import torch.nn.functional as F  # deferred: torch is optional (planner[profile])
 
     gen = torch.Generator(device=device).manual_seed(SEED)
     dt = torch_dtype(dtype)

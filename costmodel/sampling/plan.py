@@ -155,14 +155,51 @@ def load_plan(name_or_path: str | Path) -> Plan:
         if kind not in COLLECTIVE_KINDS:
             raise PlannerError(f"plan {path}: collective {kind!r} is not one of {', '.join(sorted(COLLECTIVE_KINDS))}")
     if "group_sizes" in coll:
-        from costmodel.sampling.collectives import resolve_group_sizes
-
         try:
             resolve_group_sizes(coll["group_sizes"], world=1 << 30)  # syntax only; the launch knows its world
         except PlannerError as exc:
             raise PlannerError(f"plan {path}: {exc}") from None
     return Plan(raw.get("name", path.stem), path, hashlib.sha256(raw_bytes).hexdigest(),
                 raw.get("description", ""), dtype, Timing(**timing_raw), ops, coll)
+
+
+# ---------------------------------------------------------------------------- the [collectives] table
+def message_sizes(spec) -> list[int]:
+    """The ``bytes`` entry of a plan: a list, or ``{min, max, factor}`` (min, min*factor, ... <= max)."""
+    if isinstance(spec, list):
+        sizes = [int(x) for x in spec]
+    elif isinstance(spec, dict) and {"min", "max"} <= set(spec):
+        factor = float(spec.get("factor", 2))
+        if factor <= 1:
+            raise PlannerError("[collectives] bytes.factor must be > 1")
+        sizes, b = [], float(spec["min"])
+        while b <= float(spec["max"]) * (1 + 1e-9):
+            sizes.append(int(round(b)))
+            b *= factor
+    else:
+        raise PlannerError("[collectives] bytes must be a list or {min, max, factor}")
+    if not sizes or min(sizes) <= 0:
+        raise PlannerError("[collectives] bytes must hold positive sizes")
+    return sizes
+
+
+def resolve_group_sizes(spec, world: int) -> tuple[list[int], list[int]]:
+    """The ``group_sizes`` entry of a plan for a launch of ``world`` ranks: (the distinct sizes to sample, in
+    the plan's order, ``"world"`` read as ``world``; the sizes larger than ``world``, which this launch cannot
+    sample). A plan may name 2 and ``"world"``: on 2 ranks they are the same group, sampled once."""
+    if not isinstance(spec, list) or not spec:
+        raise PlannerError('[collectives] group_sizes must be a non-empty list of integers >= 2 and/or "world"')
+    sizes, too_big = [], []
+    for g in spec:
+        if g == "world":
+            g = world
+        elif isinstance(g, bool) or not isinstance(g, int) or g < 2:
+            raise PlannerError(f'[collectives] group_sizes entry {g!r} is not an integer >= 2 or "world"')
+        if g > world:
+            too_big.append(g)
+        elif g not in sizes:
+            sizes.append(g)
+    return sizes, too_big
 
 
 # ------------------------------------------------------------------------------------------ designs

@@ -12,16 +12,19 @@ datasets from the journal every ``timing.checkpoint_every`` new samples and at t
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from costmodel.datasets.schema import Dataset, save_dataset
+from costmodel.core.specs.catalogue import load_catalogue, normalize
+from costmodel.datasets.schema import Dataset, load_dataset, save_dataset
 from costmodel.core.kinds import COMPUTE_KINDS
 from costmodel.sampling import require_torch
 from costmodel.sampling.fingerprint import busy_warning, fingerprint, identity
 from costmodel.sampling.journal import Journal
+from costmodel.sampling.operators import adam_impl, measure
 from costmodel.sampling.plan import FP32_KINDS, Plan, Sample, expand, load_plan, op_timing
 from costmodel.core.errors import PlannerError
 
@@ -40,8 +43,6 @@ def check_device(device: str, gpu_name: str | None) -> str:
     if not gpu_name:
         raise PlannerError("--device cuda needs --gpu-name KEY (the GPU's catalogue key, e.g. h100-sxm; "
                            "see `planner gpus`)")
-    from costmodel.core.specs.catalogue import load_catalogue, normalize
-
     load_catalogue().gpu(gpu_name)  # raises the one-line error for an unknown key
     return normalize(gpu_name)
 
@@ -116,15 +117,11 @@ def run_plan(plan_path: str | Path, out_dir: str | Path, device: str = "cpu", th
     ident = identity(fp)
     warning = busy_warning(fp) if device == "cpu" else None
     if warning and progress:
-        import sys
-
         print(warning, file=sys.stderr, flush=True)
     out = Path(out_dir)
     by_kind: dict[str, list[Sample]] = {}
     for s in samples:
         by_kind.setdefault(s.kind, []).append(s)
-    from costmodel.sampling.operators import adam_impl, measure
-
     adam = adam_impl(device) if "optimizer" in by_kind else None
     journals = {k: Journal(out / JOURNAL_DIR / f"{k}.jsonl", k, ident, resume) for k in by_kind}
     metas = {k: _meta(plan, k, fp, device, journals[k].path, adam) for k in by_kind}
@@ -138,7 +135,7 @@ def run_plan(plan_path: str | Path, out_dir: str | Path, device: str = "cpu", th
                 paths.append(save_dataset(ds, out / f"{k}.csv"))
         return paths
 
-    bar = _progress(progress)
+    bar = progress_bar(progress)
     try:
         with bar:
             task = bar.add_task("profiling", total=len(samples), completed=len(samples) - len(todo))
@@ -165,9 +162,10 @@ def run_plan(plan_path: str | Path, out_dir: str | Path, device: str = "cpu", th
             j.close()
 
 
-def _progress(enabled: bool):
+def progress_bar(enabled: bool):
     if not enabled:
         return _NullProgress()
+    # deferred: rich.progress is only needed when a bar is shown
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
         TimeRemainingColumn
 
@@ -188,6 +186,4 @@ class _NullProgress(contextlib.nullcontext):
 
 def sample_counts(paths: list[Path]) -> dict[str, int]:
     """Rows per dataset file (for the CLI summary)."""
-    from costmodel.datasets.schema import load_dataset
-
     return {Path(p).stem: len(load_dataset(p)) for p in paths}
