@@ -2,13 +2,13 @@
 
 Hardware is built directly with figures from shared/data/hardware/{gpus,clusters}.yaml.
 """
-
+import copy
 
 import numpy as np
 import pytest
 
 from costmodel import efficiency as E
-from costmodel.cost.roofline import RooflineCostModel
+from costmodel.cost.roofline import RooflineCostModel, gemm_bytes, gemm_flops, load_table
 from costmodel.ops import Op
 from costmodel.core.specs.hardware import ClusterSpec, GPUSpec, Hardware
 
@@ -44,12 +44,24 @@ def _median_err(model, ops, measured, hw):
 
 
 @pytest.mark.parametrize("hw,system", [(H100, "h100_sxm"), (A100, "a100_sxm"), (B200, "b200_sxm")])
-def test_gemm_accuracy_on_measured_sample(shared_data, hw, system):
+def test_gemm_accuracy_on_held_out_shapes(shared_data, hw, system):
+    """The GEMM efficiency table is refitted (costmodel.efficiency.fit_gemm_table, as the shipped table
+    is) on 80 % of the measured shapes and scored on the other 20 %, which it never saw."""
     t = E.read_table(E._one(shared_data, f"aiconfigurator/gemm/{system}_bf16_gemm__*.csv"))
-    idx = np.arange(0, E.nrows(t), 37)  # a deterministic ~1,000-row sample
-    ops = [gemm(int(t["m"][i]), int(t["n"][i]), int(t["k"][i])) for i in idx]
-    err = _median_err(RooflineCostModel(), ops, t["latency_ms"][idx] * 1e-3, hw)
-    # actual (checked-in table): h100 0.088, a100 0.12, b200 0.21 (median |pred/meas - 1|)
+    m, n, k = (np.asarray(t[c], dtype=np.int64) for c in ("m", "n", "k"))
+    held = (m * 31 + n * 17 + k * 7) % 5 == 0  # by shape: a held-out shape has no row in the fit
+    assert 0.1 < held.mean() < 0.3
+    seconds = np.asarray(t["latency_ms"], dtype=float) * 1e-3
+    table = copy.deepcopy(load_table())
+    den = table["gpus"][hw.gpu.name]["denominators"]
+    flops, nbytes = gemm_flops(m, n, k), gemm_bytes(m, n, k, "bf16")
+    fit = E.fit_gemm_table(flops[~held], nbytes[~held], seconds[~held], den["bf16_tflops"] * 1e12,
+                           den["hbm_bw_gbs"] * 1e9, float(seconds[~held].min()))
+    table["gpus"][hw.gpu.name]["gemm"]["bf16"].update(fit)
+    idx = np.flatnonzero(held)
+    ops = [gemm(int(m[i]), int(n[i]), int(k[i])) for i in idx]
+    err = _median_err(RooflineCostModel(table), ops, seconds[idx], hw)
+    # actual median |pred/meas - 1| on the held-out shapes: h100 0.082, a100 0.13, b200 0.16
     assert err < 0.25, err
 
 
