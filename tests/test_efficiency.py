@@ -1,5 +1,7 @@
-"""The efficiency fit: filters drop exactly the documented rows; the table is sane and reproducible."""
+"""The efficiency fit: filters drop exactly the documented rows (and the fit records them); the table is sane and
+reproducible."""
 
+import functools
 import json
 from pathlib import Path
 
@@ -7,6 +9,10 @@ import numpy as np
 import pytest
 
 from costmodel import efficiency as E
+from costmodel import efficiency_samples as S
+from costmodel.core.errors import PlannerError
+from costmodel.datasets import filters
+from costmodel.datasets.importers import ETT_SYSTEMS, ett_partition_vocab, read_table
 
 TABLE = Path(E.__file__).resolve().parent / "data" / "efficiency.json"
 ETT = "estimate-train-time"
@@ -44,50 +50,59 @@ def test_every_measured_entry_records_sources_with_sha256():
         assert entry["attention_fwd"]["sources"]
 
 
+def _read(data, rel, header):
+    return read_table(data, data / rel, header)
+
+
+ETT_OP = ("mp", "b", "h", "l", "dim", "F_dur(us)", "B_dur(us)")
+ETT_NCCL = ("shape", "nodes", "GPUsPerNode", "dur(us)")
+
+
 def test_vista_flash_atten_backward_filter(shared_data):
-    t = E.read_table(shared_data / ETT / "Vista/operator/NVIDIAGH200120GB_flash_atten_fp16.csv")
-    assert E.nrows(t) == 4068  # PROVENANCE: flash_atten rows GH200 4068
+    t = _read(shared_data, f"{ETT}/Vista/operator/NVIDIAGH200120GB_flash_atten_fp16.csv", ETT_OP)
+    assert t.n == 4068  # PROVENANCE: flash_atten rows GH200 4068
     # the provenance claim that justifies the filter: backward < forward in ~97 % of rows
-    frac = float(np.mean(t["B_dur(us)"] < t["F_dur(us)"]))
+    frac = float(np.mean(t.num("B_dur(us)") < t.num("F_dur(us)")))
     assert 0.96 <= frac <= 0.98
-    assert E.nrows(E.filter_ett_vista_flash_atten_backward(t)) == 0
+    keep, dropped = filters.filter_ett_vista_flash_atten_backward(t)
+    assert not keep.any() and dropped == 4068
 
 
 def test_res_add_backward_filter(shared_data):
-    for system, gpu in E.ETT_GPU_STRING.items():
-        t = E.read_table(shared_data / ETT / f"{system}/operator/{gpu}_res_add_fp16.csv")
-        assert E.nrows(t) == 351  # PROVENANCE: res_add 351 / 351
-        assert np.array_equal(t["B_dur(us)"], t["F_dur(us)"])  # "B_dur is just a copy of F_dur"
-        assert E.nrows(E.filter_ett_res_add_backward(t)) == 0
+    for system, (dev, _) in ETT_SYSTEMS.items():
+        t = _read(shared_data, f"{ETT}/{system}/operator/{dev}_res_add_fp16.csv", ("b", "l", "dim", *ETT_OP[-2:]))
+        assert t.n == 351  # PROVENANCE: res_add 351 / 351
+        assert np.array_equal(t.num("B_dur(us)"), t.num("F_dur(us)"))  # "B_dur is just a copy of F_dur"
+        keep, dropped = filters.filter_ett_res_add_backward(t)
+        assert not keep.any() and dropped == 351
 
 
 def test_perlmutter_inter_node_filter_drops_exactly_multi_node_rows(shared_data):
     dropped = kept = 0
     for p in sorted((shared_data / ETT / "Perlmutter/nccl").glob("*_fp16_*_*.csv")):
-        t = E.read_table(p)
+        t = read_table(shared_data, p, ETT_NCCL)
         nodes = int(p.stem.split("_")[-2])
-        f = E.filter_ett_perlmutter_inter_node(t)
+        keep, n_dropped = filters.filter_ett_perlmutter_inter_node(t)
         if nodes > 1:
-            assert E.nrows(f) == 0
-            dropped += E.nrows(t)
+            assert not keep.any() and n_dropped == t.n
+            dropped += t.n
             # the documented symptom: all-reduce busbw far below the 25 GB/s Slingshot NIC
             if "allreduce" in p.name and int(p.stem.split("_")[-1]) == 1:
-                busbw = 2 * t["shape"] * 2 * (nodes - 1) / nodes / (t["dur(us)"] * 1e-6) / 1e9
+                busbw = 2 * t.num("shape") * 2 * (nodes - 1) / nodes / (t.num("dur(us)") * 1e-6) / 1e9
                 assert np.median(busbw) < 5
         else:
-            assert E.nrows(f) == E.nrows(t)
-            kept += E.nrows(t)
+            assert keep.all() and n_dropped == 0
+            kept += t.n
     assert dropped > 0 and kept > 0
 
 
 def test_vista_allgather_filter_drops_4_and_8_nodes(shared_data):
-    folder = shared_data / ETT / "Vista/nccl"
     for nodes in (2, 4, 8):
-        t = E.read_table(folder / f"NVIDIAGH200120GB_allgather_large_fp16_{nodes}_1.csv")
-        f = E.filter_ett_vista_allgather_large_4_8_nodes(t)
-        assert E.nrows(f) == (E.nrows(t) if nodes == 2 else 0)
+        t = _read(shared_data, f"{ETT}/Vista/nccl/NVIDIAGH200120GB_allgather_large_fp16_{nodes}_1.csv", ETT_NCCL)
+        keep, _ = filters.filter_ett_vista_allgather_large_4_8_nodes(t)
+        assert keep.sum() == (t.n if nodes == 2 else 0)
         if nodes == 8:  # the documented impossible values: algbw in the thousands of GB/s
-            algbw = 2 * t["shape"] * nodes / (t["dur(us)"] * 1e-6) / 1e9
+            algbw = 2 * t.num("shape") * nodes / (t.num("dur(us)") * 1e-6) / 1e9
             assert algbw.max() > 5000
 
 
@@ -96,17 +111,65 @@ def test_vista_allgather_filter_drops_4_and_8_nodes(shared_data):
     ("b200_sxm", 17341, 13703), ("gb200", 16865, 13227)])
 def test_attention_kernel_filter_counts(shared_data, system, before, after):
     # counts from aiconfigurator/PROVENANCE.md, context_attention table
-    p = E._one(shared_data, f"aiconfigurator/context_attention/{system}_bf16_context_attention__*.csv")
-    t = E.read_table(p)
-    assert E.nrows(t) == before
-    f = E.filter_aic_default_attention_kernel(t, system)
-    assert E.nrows(f) == after
-    shapes = set(zip(f["batch_size"], f["isl"], f["num_heads"], f["num_key_value_heads"], f["head_dim"]))
+    (p,) = (shared_data / "aiconfigurator/context_attention").glob(f"{system}_bf16_context_attention__*.csv")
+    t = read_table(shared_data, p, ("kernel_source", "batch_size", "isl", "num_heads", "num_key_value_heads",
+                                    "head_dim", "latency_ms"))
+    assert t.n == before
+    keep, dropped = filters.filter_aic_default_attention_kernel(t, system)
+    assert keep.sum() == after and dropped == before - after
+    shapes = set(zip(*(t.num(c)[keep] for c in ("batch_size", "isl", "num_heads", "num_key_value_heads",
+                                                  "head_dim"))))
     assert len(shapes) == after  # one row per shape after the filter
 
 
-def test_fit_is_deterministic_and_matches_checked_in_table(shared_data):
-    text = E.dumps(E.build(shared_data))
+@functools.cache
+def _build(data):
+    return E.build(data)
+
+
+@pytest.fixture
+def fitted(shared_data):
+    return _build(shared_data)  # built once per session: the table tests below only read it
+
+
+def _sources(node):
+    for path, value in _walk(node):
+        if path and path[-1] == "sources":
+            yield from value
+
+
+def test_fit_records_the_filters_it_applies(fitted):
+    gpus = fitted["gpus"]
+    # every Perlmutter collective row passed filter_ett_perlmutter_inter_node: multi-node files keep 0 rows
+    perl = list(_sources(gpus["a100-80gb"]["collectives_crosscheck_perlmutter_intra"]))
+    assert perl and all(s["filters"] == ["filter_ett_perlmutter_inter_node"] for s in perl)
+    assert all(s["rows_after"] == s["rows_before"] for s in perl)  # files with > 1 node (0 rows) are not listed
+    # Vista: all-gather at 4 and 8 nodes dropped, so only n = 2 is fitted; flash-attention backward unusable
+    inter = gpus["gh200"]["collectives"]["inter"]
+    assert set(inter["all_gather"]) == {"2"} and set(inter["all_reduce"]) == {"2", "4", "8"}
+    assert all(s["filters"] == ["filter_ett_vista_allgather_large_4_8_nodes"] 
+               for v in inter["all_gather"].values() for s in v["sources"])
+    assert "attention_bwd_fwd_ratio" not in gpus["gh200"]
+    (bwd,) = gpus["gh200"]["attention_bwd_fwd_ratio_unavailable"]["sources"]
+    assert (bwd["rows_before"], bwd["rows_after"], bwd["filters"]) == (4068, 0, ["filter_ett_vista_flash_atten_backward"])
+    # res_add backward dropped: the variant keeps its forward rows only
+    (fwd, back) = gpus["a100-80gb"]["memory"]["residual_add"]["variants"]["estimate-train-time:res_add"]["sources"]
+    assert (fwd["rows_after"], back["rows_after"], back["filters"]) == (351, 0, ["filter_ett_res_add_backward"])
+    # aiconfigurator attention: only the default kernel
+    for gpu, after in (("h100-sxm", 13703), ("gb200", 13227)):
+        (src,) = gpus[gpu]["attention_fwd"]["sources"]
+        assert src["rows_after"] == after and src["filters"] == ["filter_aic_default_attention_kernel"]
+
+
+def test_cross_entropy_bytes_use_the_unpadded_vocab():
+    padded = ett_partition_vocab([1, 2, 4, 8])
+    assert S._ett_cross_entropy_vocab(padded).tolist() == [50257, 50257 / 2, 50257 / 4, 50257 / 8]
+    with pytest.raises(PlannerError):
+        S._ett_cross_entropy_vocab(np.array([50257.0]))
+
+
+def test_fit_is_deterministic_and_matches_checked_in_table(shared_data, fitted):
+    text = E.dumps(fitted)
     assert text == E.dumps(E.build(shared_data))
     assert text == TABLE.read_text(), "re-run `python -m costmodel.efficiency` and check in the output"
 

@@ -9,6 +9,7 @@ import pytest
 
 from costmodel import efficiency as E
 from costmodel.cost.roofline import RooflineCostModel, gemm_bytes, gemm_flops, load_table
+from costmodel.datasets.importers import read_table
 from costmodel.ops import Op
 from costmodel.core.specs.hardware import ClusterSpec, GPUSpec, Hardware
 
@@ -38,6 +39,12 @@ def coll(kind, nbytes, ranks, nodes, rpn):
     return Op(kind, "c", "dp_comm", (nbytes, ranks, nodes, rpn))
 
 
+def _csv(data, pattern, header):
+    """The one source file matching ``pattern``, read with the importers' header check."""
+    (path,) = sorted(data.glob(pattern))
+    return read_table(data, path, header)
+
+
 def _median_err(model, ops, measured, hw):
     pred = model.predict(ops, hw).time_s
     return float(np.median(np.abs(pred / np.asarray(measured) - 1)))
@@ -47,7 +54,7 @@ def _median_err(model, ops, measured, hw):
 def test_gemm_accuracy_on_held_out_shapes(shared_data, hw, system):
     """The GEMM efficiency table is refitted (costmodel.efficiency.fit_gemm_table, as the shipped table
     is) on 80 % of the measured shapes and scored on the other 20 %, which it never saw."""
-    t = E.read_table(E._one(shared_data, f"aiconfigurator/gemm/{system}_bf16_gemm__*.csv"))
+    t = _csv(shared_data, f"aiconfigurator/gemm/{system}_bf16_gemm__*.csv", ("m", "n", "k", "latency_ms"))
     m, n, k = (np.asarray(t[c], dtype=np.int64) for c in ("m", "n", "k"))
     held = (m * 31 + n * 17 + k * 7) % 5 == 0  # by shape: a held-out shape has no row in the fit
     assert 0.1 < held.mean() < 0.3
@@ -66,7 +73,8 @@ def test_gemm_accuracy_on_held_out_shapes(shared_data, hw, system):
 
 
 def test_ett_linear_accuracy_gh200(shared_data):
-    t = E.read_table(shared_data / "estimate-train-time/Vista/operator/NVIDIAGH200120GB_linear3_fp16.csv")
+    t = _csv(shared_data, "estimate-train-time/Vista/operator/NVIDIAGH200120GB_linear3_fp16.csv",
+             ("mp", "b", "l", "dim", "F_dur(us)", "B_dur(us)"))
     ops = [gemm(int(l * b), int(4 * d / mp), int(d), "fp16") for l, b, d, mp in zip(t["l"], t["b"], t["dim"], t["mp"])]
     err = _median_err(RooflineCostModel(), ops, t["F_dur(us)"] * 1e-6, GH200)
     assert err < 0.25, err  # actual 0.042
@@ -74,7 +82,8 @@ def test_ett_linear_accuracy_gh200(shared_data):
 
 @pytest.mark.parametrize("hw,system", [(H100, "h100_sxm"), (A100, "a100_sxm")])
 def test_intra_node_collective_accuracy(shared_data, hw, system):
-    t = E.read_table(E._one(shared_data, f"aiconfigurator/nccl/{system}_nccl_fp16__*.csv"))
+    t = _csv(shared_data, f"aiconfigurator/nccl/{system}_nccl_fp16__*.csv",
+             ("op_name", "num_gpus", "message_size", "latency_ms"))
     sel = 2 * t["message_size"] >= E.LARGE_MESSAGE_BYTES
     ops = [coll(E.AIC_NCCL_OPS[o], 2 * s, int(n), 1, int(n))
            for o, n, s in zip(t["op_name"][sel], t["num_gpus"][sel], t["message_size"][sel])]
@@ -85,7 +94,8 @@ def test_intra_node_collective_accuracy(shared_data, hw, system):
 def test_inter_node_allreduce_accuracy_vista(shared_data):
     ops, meas = [], []
     for nodes in (2, 4, 8):
-        t = E.read_table(shared_data / f"estimate-train-time/Vista/nccl/NVIDIAGH200120GB_allreduce_fp16_{nodes}_1.csv")
+        t = _csv(shared_data, f"estimate-train-time/Vista/nccl/NVIDIAGH200120GB_allreduce_fp16_{nodes}_1.csv",
+                 ("shape", "nodes", "GPUsPerNode", "dur(us)"))
         ops += [coll("all_reduce", 2 * s, nodes, nodes, 1) for s in t["shape"]]
         meas += list(t["dur(us)"] * 1e-6)
     err = _median_err(RooflineCostModel(), ops, meas, GH200)

@@ -3,7 +3,8 @@
 Every filter takes a table (column name -> numpy array, one entry per source row; numeric columns as
 floats) and returns ``(keep, dropped)``: a boolean mask of the rows to keep and how many rows it drops.
 Each docstring quotes the PROVENANCE line that justifies it. The importers
-(:mod:`costmodel.datasets.importers`) and the efficiency fit (:mod:`costmodel.efficiency`) both use them.
+(:mod:`costmodel.datasets.importers`) apply them; the efficiency fit (:mod:`costmodel.efficiency`) fits from
+the imported datasets, so they apply there too.
 """
 
 from __future__ import annotations

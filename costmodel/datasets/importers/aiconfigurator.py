@@ -6,8 +6,6 @@ import json
 import re
 from pathlib import Path
 
-import numpy as np
-
 from costmodel.core.errors import PlannerError
 from costmodel.datasets import filters as F
 from costmodel.datasets.importers.builder import Builder

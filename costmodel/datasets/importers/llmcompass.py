@@ -12,6 +12,9 @@ from costmodel.datasets.importers.builder import Builder
 from costmodel.datasets.importers.registry import register, source_root
 from costmodel.datasets.importers.table import read_table
 from costmodel.datasets.schema import Dataset
+LLMCOMPASS_GPU = "a100-80gb"
+"""The catalogue GPU of LLMCompass's 'real hardware' A100 files (80 GB assumed from the simulator config)."""
+
 
 @register("llmcompass-a100")
 def import_llmcompass(data: Path) -> list[Dataset]:
@@ -27,9 +30,9 @@ def import_llmcompass(data: Path) -> list[Dataset]:
         lat.append(float(m[1]) * 1e-3)
     fp = {"device": "Real NVIDIA A100 (plot legend); SKU, software and timing method not stated (simulator "
                     "config A100_80GB_fp16)", "source": "github.com/PrincetonUniversity/LLMCompass @ 2e015fd2"}
-    b.add(t, "gemm", "a100-80gb", "fwd", "fp16", {"m": t.num("M"), "n": t.num("N"), "k": t.num("K")},
+    b.add(t, "gemm", LLMCOMPASS_GPU, "fwd", "fp16", {"m": t.num("M"), "n": t.num("N"), "k": t.num("K")},
           np.array(lat), column="latency", fingerprint=fp, role="spot_check")
-    b.note([("gemm", "a100-80gb")], "llmcompass-a100 matmul rows (role spot_check): an independent A100 check, "
+    b.note([("gemm", LLMCOMPASS_GPU)], "llmcompass-a100 matmul rows (role spot_check): an independent A100 check, "
                                     "fp16 and 80 GB assumed from the simulator config; hold them out of fits. "
                                     "softmax/layernorm/gelu files not imported (throughput only, no time per call)")
     return b.datasets()
