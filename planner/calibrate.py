@@ -1,7 +1,7 @@
 """Calibration: fit a few composition-level constants of one cluster to its measured runs.
 
 A trace-free counterpart of trace-driven tools: the user measures whole iterations of their own
-cluster (run files in the published-run schema, :mod:`planner.validate`), and planner fits at most
+cluster (run files in the published-run schema, :mod:`planner.validation.runs`), and planner fits at most
 four constants that act on the *composition* (never on single runs):
 
 * ``compute_scale``  multiplies every compute-operator time (systematic kernel-efficiency bias),
@@ -35,7 +35,8 @@ import numpy as np
 from costmodel.core.kinds import COLLECTIVE_KINDS
 from costmodel.core.errors import PlannerError
 from costmodel.core.fileio import atomic_write_text
-from planner.validate import RunRow, compare, load_runs, parallelism_kind, row_to_inputs
+from planner.validation.compare import compare
+from planner.validation.runs import RunRow, default_hardware, load_runs, parallelism_kind, row_to_inputs
 
 SCHEMA_VERSION = 1
 DEFAULT_DIR = Path("calibrations")
@@ -260,7 +261,7 @@ class PreparedRun:
         return _compose(self.model, self.plan, self.hardware, self.graph, times, self.warnings, self.cost_name, cal)
 
     def predicted_value(self, cal: Calibration | None) -> float:
-        """Prediction in the row's measured metric (planner.validate.compare)."""
+        """Prediction in the row's measured metric (planner.validation.compare.compare)."""
         return compare(self.row, self.predict(cal), self.hardware)[0]
 
 
@@ -269,10 +270,9 @@ def prepare_runs(rows: Iterable[RunRow], cost_model=None, hardware_fn: Callable 
     """(prepared runs, [(run id, reason)] of rows that cannot be predicted)."""
     from costmodel.graph import build_graph
     from planner.predict import _cost_all, default_cost_model
-    from planner.validate import _default_hardware
 
     cost_model = cost_model or default_cost_model()
-    hardware_fn = hardware_fn or _default_hardware()
+    hardware_fn = hardware_fn or default_hardware()
     prepared, skipped, hw_cache = [], [], {}
     for row in rows:
         if row.skip_reason:

@@ -12,7 +12,7 @@ from costmodel.workloads.runner import write_runs_csv
 from planner import calibrate as C
 from planner.cli import app
 from costmodel.core.errors import PlannerError
-from planner.validate import _default_hardware, load_runs, row_to_inputs
+from planner.validation.runs import default_hardware, load_runs, row_to_inputs
 from tests.helpers import llama, plan
 
 # The constants the synthetic "cluster" has; the fit must find them again.
@@ -50,7 +50,7 @@ def synthetic_runs(tmp_path_factory, roofline):
     """Run file whose measured times are predict(..., calibration=TRUE) x (1 + 1 % noise, seed 0)."""
     d = tmp_path_factory.mktemp("cal")
     path = write_runs_csv(_rows(), d / "runs.csv")
-    hw_fn, truth = _default_hardware(), C.identity(TRUE, name="truth")
+    hw_fn, truth = default_hardware(), C.identity(TRUE, name="truth")
     rng = np.random.default_rng(0)
     measured = []
     for row in load_runs(path):
@@ -127,7 +127,7 @@ def _dp_plan():
 
 
 def test_no_calibration_is_exactly_uncalibrated(roofline):
-    hw = _default_hardware()("a100-80gb", 8, "dgx-a100")
+    hw = default_hardware()("a100-80gb", 8, "dgx-a100")
     m, p = _dp_plan()
     base = P.predict(m, p, hw, roofline).to_dict()
     assert P.predict(m, p, hw, roofline, calibration=None).to_dict() == base
@@ -135,7 +135,7 @@ def test_no_calibration_is_exactly_uncalibrated(roofline):
 
 
 def test_constants_act_where_they_should(roofline):
-    hw = _default_hardware()("a100-80gb", 8, "dgx-a100")
+    hw = default_hardware()("a100-80gb", 8, "dgx-a100")
     m, p = _dp_plan()
     base = P.predict(m, p, hw, roofline)
     over = P.predict(m, p, hw, roofline, calibration=C.identity({"iteration_overhead_s": 0.5}))

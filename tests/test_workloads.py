@@ -1,5 +1,5 @@
 """The real CPU training workload (costmodel.workloads): every parallel mode runs under torchrun/gloo,
-the losses of sharded layouts equal the unsharded model's, and the run file loads in planner.validate."""
+the losses of sharded layouts equal the unsharded model's, and the run file loads in planner.validation.runs."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from costmodel.workloads.config import WorkloadConfig
 from costmodel.workloads.runner import (RUN_COLUMNS, WorkloadError, launch, launch_many, result_to_row,
                                         write_runs_csv)
-from planner.validate import load_runs, map_gpu
+from planner.validation.runs import load_runs, map_gpu
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed (pip install torch to run the workload)")

@@ -87,7 +87,7 @@ def model_name(cfg: WorkloadConfig) -> str:
 
 
 def arch_notes(cfg: WorkloadConfig) -> str:
-    """Architecture words that planner.validate reads (activation, norm, position); no bias, untied."""
+    """Architecture words that planner.validation.runs reads (activation, norm, position); no bias, untied."""
     pos = "RoPE" if cfg.position == "rope" else "learned abs pos emb"
     act = "SwiGLU" if cfg.activation == "swiglu" else "GELU"
     norm = "RMSNorm" if cfg.norm == "rmsnorm" else "LayerNorm"

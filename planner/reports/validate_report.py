@@ -1,26 +1,86 @@
 """Markdown report of `planner validate --report PATH.md`: predicted vs measured.
 
-The tables are planner.cli_validate's Markdown rendering (per-row table, error summaries by
-source / GPU / parallelism kind / tier / metric, skipped runs, assumptions); above them, a log-log
-scatter of predicted vs measured (``NAME_scatter.png`` beside the .md) with the y = x line and the
-+-10 % and +-20 % bands. No date is written, so the same run files give the same report.
+:func:`report_tables` gives every table of a validation (per-row table, error summaries by source / GPU /
+parallelism kind / tier / metric, skipped runs, assumptions); ``planner validate`` prints them (rich or
+Markdown) and the report writes them as Markdown. Above them, the report has a log-log scatter of
+predicted vs measured (``NAME_scatter.png`` beside the .md) with the y = x line and the +-10 % and +-20 %
+bands. No date is written, so the same run files give the same report.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Sequence
 
-from planner.reports.markdown import (ReportFiles, atomic_write_bytes, atomic_write_text, command_line, header,
-                                      image_link, report_path, sibling)
-from planner.validate import ValidationReport
+from planner.predict import default_cost_model
+from planner.reports.markdown import (
+    ReportFiles,
+    atomic_write_bytes,
+    atomic_write_text,
+    command_line,
+    header,
+    image_link,
+    report_path,
+    sibling,
+)
+from planner.validation.report import ValidationReport, validate_files
+from planner.validation.runs import METRIC_UNITS
 
 
 def _cost_model_name() -> str:
-    from planner.predict import default_cost_model
-
     return default_cost_model().name
+
+
+def _num(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v:+.1f}"
+
+
+def report_tables(report: ValidationReport) -> list[tuple[str, list[str], list[list[str]]]]:
+    """(title, headers, rows) for every table of the report; shared by the rich and Markdown output."""
+    tables = []
+    pred = report.predicted
+    rows = []
+    for r in pred:
+        lay = r.layout
+        split = "/".join(str(lay[k]) for k in ("tp", "pp", "dp", "cp", "vp"))
+        rows.append([r.id, r.model, r.gpu, str(r.n_gpus), split,
+                     str(lay["mbs"]), str(lay["gbs"]), f"{r.metric} [{METRIC_UNITS[r.metric]}]",
+                     _num(r.measured), _num(r.predicted), _pct(100 * r.error), r.tier])
+    tables.append((f"Predicted vs measured ({len(pred)} runs)",
+                   ["id", "model", "GPU", "GPUs [#]", "TP/PP/DP/CP/VP", "MBS [seq]", "GBS [seq]",
+                    "metric [unit]", "measured [unit]", "predicted [unit]", "error [%]", "tier"], rows))
+    rows = [[s.group, s.value, str(s.n), f"{s.mape_pct:.1f}", f"{s.median_abs_pct:.1f}", f"{s.p90_abs_pct:.1f}",
+             _pct(s.bias_pct)] for s in report.summaries]
+    tables.append(("Error summary (error = (predicted - measured) / measured)",
+                   ["group", "value", "n [runs]", "MAPE [%]", "median |err| [%]", "p90 |err| [%]", "bias [%]"],
+                   rows))
+    skipped = report.skipped
+    tables.append((f"Skipped runs ({len(skipped)})", ["id", "model", "reason"],
+                   [[r.id, r.model, r.skip_reason] for r in skipped]))
+    notes = [[r.id, "; ".join(r.assumptions) or "-", "; ".join(r.warnings) or "-"]
+             for r in report.rows if r.assumptions or r.warnings]
+    tables.append((f"Assumptions and warnings per run ({len(notes)})", ["id", "assumptions", "warnings"], notes))
+    return tables
+
+
+def render_markdown(report: ValidationReport) -> str:
+    """The report's tables as Markdown (``planner validate --format md`` and the report body)."""
+    out = []
+    for title, headers, rows in report_tables(report):
+        out += [f"### {title}", "", "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+        out += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
+        out.append("")
+    if report.excluded_by_tier:
+        out.append(f"{report.excluded_by_tier} runs left out by the tier filter.")
+    return "\n".join(out) + "\n"
 
 
 def _shown(f: str | os.PathLike) -> str:
@@ -38,8 +98,7 @@ def validation_report_text(md: Path, report: ValidationReport, run_files: Sequen
                            *, command: str | None = None, cost_model: str | None = None
                            ) -> tuple[str, list[tuple[Path, bytes]]]:
     """(Markdown, [(png path, png bytes)]) of a validation report; nothing is written."""
-    from planner.cli_validate import render_markdown
-    from planner.reports.plots import validation_png
+    from planner.reports.plots import validation_png  # deferred: matplotlib, only when a report is written
 
     pred = report.predicted
     extra = ["", "Run files: " + ", ".join(f"`{_shown(f)}`" for f in run_files) + "; error = "
@@ -78,13 +137,11 @@ def write_validation_report(path: str | os.PathLike, report: ValidationReport, r
 
 
 def build_and_write(path: str | os.PathLike, runs: Sequence[Path] | None, tiers: Sequence[str] | None,
-                    *, command: str | None = None, calibration: str | None = None
+                    *, command: str | None = None, predict_fn: Callable | None = None
                     ) -> tuple[ReportFiles, ValidationReport]:
-    """Load the run files (default: shared/validation/published_runs.csv), predict (with the named
-    `planner calibrate` calibration when given), write the report. Tier handling and errors are
-    those of `planner validate`."""
-    from planner.cli_validate import predict_runs
-
+    """Load the run files (default: shared/validation/published_runs.csv), predict (with ``predict_fn``,
+    e.g. a calibrated predict, when given), write the report. Tier handling and errors are those of
+    `planner validate` (:func:`planner.validation.report.validate_files`)."""
     md = report_path(path)
-    files, report = predict_runs(runs, tiers, calibration)
+    files, report = validate_files(runs, tiers, predict_fn)
     return write_validation_report(md, report, files, command=command), report

@@ -1,10 +1,11 @@
-"""Whole-iteration predictions against measured, published training runs.
+"""Run files: the published-runs CSV schema, parsing its free text, and mapping a row to planner inputs.
 
-The run file is ``shared/validation/published_runs.csv`` (its README defines every column and metric).
-Pipeline: :func:`load_runs` parses rows (unusable rows are kept with a ``skip_reason``),
-:func:`row_to_inputs` turns a row into planner inputs and records every assumption it had to make,
-:func:`compare` puts a prediction into the row's measured metric, and :func:`validate` builds a
-:class:`ValidationReport` with per-row errors and grouped summaries (MAPE, median, p90, bias).
+The run file is ``shared/validation/published_runs.csv`` (its README defines every column and metric) or a
+user's own file with the same header. :func:`load_runs` parses rows (unusable rows are kept with a
+``skip_reason``); :func:`row_to_inputs` turns a row into a ModelSpec and ParallelPlan and records every
+assumption it had to make; :func:`default_hardware` resolves the row's GPU and node type in the hardware
+catalogue. Rules specific to a published source come from :mod:`planner.validation.sources` (matched on the
+row's ``source`` text, never on its id).
 """
 
 from __future__ import annotations
@@ -12,15 +13,15 @@ from __future__ import annotations
 import csv
 import math
 import re
-from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from costmodel.core.errors import PlannerError
+from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
+from planner.validation.sources import Rule, source_rule
 
 INT_COLUMNS = ("n_layers", "hidden", "n_heads", "n_kv_heads", "ffn_hidden", "vocab", "seq_len", "n_gpus",
                "gpus_per_node", "tp", "pp", "dp", "cp", "ep", "vp", "mbs", "gbs")
@@ -36,13 +37,6 @@ METRIC_UNITS = {
     "tflops_per_gpu": "TFLOP/s/GPU",
     "mfu": "% of dense bf16 peak",
 }
-# Sources whose tflops_per_gpu counts the recompute forward pass (HFU-like): shared/validation/README.md,
-# "Metric meanings" (Narayanan / Megatron-2020/2021 and BLOOM logs). All other sources report model FLOPs.
-HFU_SOURCE_PREFIXES = ("NARAY21", "KORTHI22", "MLM-", "BLOOM")
-# Megatron-LM 2020-2022 runs (Narayanan 2021, Korthikanti 2022, Megatron-LM README tables) trained GPT with
-# hidden/attention dropout 0.1 (Megatron-LM examples/pretrain_gpt*.sh of that time); Korthikanti et al. eq. 1
-# counts the dropout masks in activation memory.
-DROPOUT_SOURCE_PREFIXES = ("NARAY21", "KORTHI22", "MLM-")
 # 8-GPU node types of the hardware catalogue (costmodel.core.specs.catalogue) used for 8-GPU-per-node runs: the
 # published clusters are DGX/HGX-class nodes (Selene DGX A100, DGX H100, Grand Teton, HGX H200).
 NODE_TYPES_8GPU = {"a100-40gb": "dgx-a100", "a100-80gb": "dgx-a100", "h100-sxm": "dgx-h100", "h200": "hgx-h200",
@@ -80,8 +74,12 @@ class RunRow:
 
     @property
     def prefix(self) -> str:
-        """Source prefix of the id (``NARAY21T2-003`` -> ``NARAY21T2``)."""
+        """Id prefix (``NARAY21T2-003`` -> ``NARAY21T2``): a label to group rows by, never a rule's key."""
         return self.id.rsplit("-", 1)[0]
+
+    def rule(self, name: str) -> Rule | None:
+        """Rule ``name`` of the published source this row names in its ``source`` column (None otherwise)."""
+        return source_rule(self.source, name)
 
     def get(self, name: str) -> int | None:
         return self.values.get(name)
@@ -202,7 +200,7 @@ def map_gpu(gpu: str) -> tuple[str, str]:
                 f"A100 memory not stated ({gpu!r}), used a100-40gb as the row implies"
             return "a100-40gb", note
         return "a100-80gb", f"A100 memory not stated ({gpu!r}), assumed a100-80gb"
-    raise PlannerError(f"unknown GPU {gpu!r}: add a mapping in planner.validate.map_gpu")
+    raise PlannerError(f"unknown GPU {gpu!r}: add a mapping in planner.validation.runs.map_gpu")
 
 
 def _arch(row: RunRow, notes: list[str]) -> dict:
@@ -240,9 +238,10 @@ def _arch(row: RunRow, notes: list[str]) -> dict:
         notes.append(f"position embedding not stated, assumed {pos}")
     if gpt:
         notes.append("GPT family: biased linears and tied input/output embeddings assumed (Megatron GPT defaults)")
-    dropout = row.prefix.startswith(DROPOUT_SOURCE_PREFIXES)
-    if dropout:
-        notes.append("dropout assumed active (Megatron-LM GPT scripts of 2020-2022)")
+    dropout_rule = row.rule("dropout")
+    dropout = dropout_rule is not None
+    if dropout_rule is not None:
+        notes.append(dropout_rule.assumption)
     return dict(activation=act, norm=norm, position_embedding=pos, linear_bias=gpt, tied_embeddings=gpt,
                 dropout=dropout)
 
@@ -407,209 +406,8 @@ def parallelism_kind(plan: ParallelPlan) -> str:
     return "+".join(parts) or "single"
 
 
-# ------------------------------------------------------------------------------------------ compare
-def uses_fp8_peak(row: RunRow) -> bool:
-    """MFU divided by the FP8 peak (DGXC recipes, shared/validation/README.md) rather than bf16."""
-    t = row.text["notes"].lower()
-    return "fp8 peak" in t or "fp8-peak" in t or "dgxc" in t
-
-
-def compare(row: RunRow, prediction, hardware=None) -> tuple[float, float]:
-    """(predicted value in the row's measured_metric, signed relative error (pred - meas) / meas).
-
-    ``hardware`` is needed only for MFU rows with FP8-peak denominators.
-    """
-    metric = row.measured_metric
-    if metric == "iteration_time_s":
-        pred = prediction.iteration_time_s
-    elif metric == "tokens_per_s_per_gpu":
-        pred = prediction.tokens_per_s_per_gpu
-    elif metric == "tflops_per_gpu":
-        hfu = row.prefix.startswith(HFU_SOURCE_PREFIXES)
-        pred = prediction.hardware_tflops_per_gpu if hfu else prediction.model_tflops_per_gpu
-    elif metric == "mfu":
-        pred = 100.0 * prediction.mfu
-        if uses_fp8_peak(row):
-            if hardware is None:
-                raise PlannerError(f"row {row.id}: FP8-peak MFU needs the hardware peaks to convert")
-            peaks = hardware.gpu.peak_tflops
-            if "bf16" not in peaks or "fp8" not in peaks:
-                raise PlannerError(f"row {row.id}: FP8-peak MFU needs bf16 and fp8 peaks of {hardware.gpu.name}")
-            pred *= peaks["bf16"] / peaks["fp8"]
-    else:
-        raise PlannerError(f"row {row.id}: unknown measured_metric {metric!r}")
-    pred = float(pred)
-    return pred, (pred - row.measured_value) / row.measured_value
-
-
-# ------------------------------------------------------------------------------------------ report
-@dataclass
-class RowResult:
-    """One row of the validation report."""
-
-    id: str
-    """Run id."""
-    source: str
-    """Source prefix of the id."""
-    model: str
-    """Model name."""
-    gpu: str
-    """Catalogue GPU key ('' when unmapped)."""
-    cluster: str
-    """Catalogue node type used ('' = the GPU's default)."""
-    n_gpus: int | None
-    """GPUs in the run."""
-    layout: dict
-    """tp, pp, dp, cp, vp, mbs, gbs as used for the prediction (empty when skipped before mapping)."""
-    kind: str
-    """Parallelism kind, e.g. TP+PP+DP."""
-    metric: str
-    """Measured metric name."""
-    measured: float | None
-    """Published value."""
-    predicted: float | None = None
-    """Predicted value in the same metric (None when skipped)."""
-    error: float | None = None
-    """Signed relative error (pred - meas) / meas (fraction, None when skipped)."""
-    tier: str = ""
-    """A/B/C."""
-    assumptions: list = field(default_factory=list)
-    """Assumptions made to map the row."""
-    warnings: list = field(default_factory=list)
-    """Prediction warnings."""
-    skip_reason: str = ""
-    """Why the row was not predicted ('' when predicted)."""
-
-
-@dataclass
-class GroupSummary:
-    """Error statistics of one group of predicted rows (all figures in percent)."""
-
-    group: str
-    """Grouping key, e.g. 'gpu'."""
-    value: str
-    """Group value, e.g. 'a100-80gb'."""
-    n: int
-    """Predicted rows in the group."""
-    mape_pct: float
-    """Mean absolute percentage error."""
-    median_abs_pct: float
-    """Median absolute percentage error."""
-    p90_abs_pct: float
-    """90th percentile of the absolute percentage error (numpy linear interpolation)."""
-    bias_pct: float
-    """Mean signed percentage error (> 0: predictions too high)."""
-
-
-@dataclass
-class ValidationReport:
-    """Per-row results and grouped error summaries."""
-
-    rows: list
-    """RowResult for every selected row (predicted and skipped)."""
-    summaries: list
-    """GroupSummary list: groups source, gpu, kind, tier, metric, then overall."""
-    excluded_by_tier: int = 0
-    """Rows left out because their tier was not selected."""
-
-    @property
-    def predicted(self) -> list:
-        return [r for r in self.rows if not r.skip_reason]
-
-    @property
-    def skipped(self) -> list:
-        return [r for r in self.rows if r.skip_reason]
-
-    def overall(self) -> GroupSummary | None:
-        return next((s for s in self.summaries if s.group == "overall"), None)
-
-    def to_dict(self) -> dict:
-        return {"rows": [asdict(r) for r in self.rows], "summaries": [asdict(s) for s in self.summaries],
-                "excluded_by_tier": self.excluded_by_tier}
-
-
-def summarize(errors: Iterable[float], group: str = "overall", value: str = "all") -> GroupSummary:
-    """MAPE, median, p90 of |error| and mean signed error, all in percent."""
-    e = np.asarray(list(errors), dtype=float) * 100.0
-    if e.size == 0:
-        raise PlannerError(f"no predicted rows in group {group}={value}")
-    a = np.abs(e)
-    return GroupSummary(group=group, value=value, n=int(e.size), mape_pct=float(a.mean()),
-                        median_abs_pct=float(np.median(a)), p90_abs_pct=float(np.percentile(a, 90)),
-                        bias_pct=float(e.mean()))
-
-
-SUMMARY_GROUPS = ("source", "gpu", "kind", "tier", "metric")
-
-
-def _default_predict():
-    try:
-        from planner.predict import predict
-    except ImportError as exc:
-        raise PlannerError(f"planner.predict is not available ({exc}); install the full planner package.") from exc
-    return predict
-
-
-def _default_hardware():
-    try:
-        from costmodel.core.specs.catalogue import load_catalogue
-    except ImportError as exc:
-        raise PlannerError(f"hardware catalogue is not available ({exc}).") from exc
+def default_hardware() -> Callable:
+    """``hardware_fn(gpu_key, gpus_per_node, cluster)`` resolving a row's GPU (and node type, '' = the
+    GPU's default) in the hardware catalogue: the Hardware that validation and calibration predict with."""
     catalogue = load_catalogue()
     return lambda gpu_key, gpus_per_node, cluster=None: catalogue.resolve(gpu_key, cluster or None, gpus_per_node)
-
-
-def validate(rows: list[RunRow], predict_fn: Callable | None = None, tiers: Iterable[str] | None = None,
-             hardware_fn: Callable | None = None) -> ValidationReport:
-    """Predict every usable row (of the selected tiers, when ``tiers`` is given) and summarise the errors.
-
-    ``predict_fn(model, plan, hardware)`` defaults to :func:`planner.predict.predict`;
-    ``hardware_fn(gpu_key, gpus_per_node, cluster)`` defaults to the hardware catalogue.
-    """
-    if tiers is None:  # no filter: every row, including users' runs without a TIER= tag
-        selected = list(rows)
-    else:
-        tiers = tuple(t.upper() for t in tiers)
-        selected = [r for r in rows if r.tier in tiers]
-    usable = [r for r in selected if not r.skip_reason]
-    if usable:
-        predict_fn = predict_fn or _default_predict()
-        hardware_fn = hardware_fn or _default_hardware()
-    hw_cache: dict = {}
-    results = []
-    for row in selected:
-        res = RowResult(id=row.id, source=row.prefix, model=row.model_name, gpu="", cluster="",
-                        n_gpus=row.get("n_gpus"),
-                        layout={}, kind="", metric=row.measured_metric, measured=row.measured_value,
-                        tier=row.tier, skip_reason=row.skip_reason)
-        results.append(res)
-        if row.skip_reason:
-            res.assumptions = list(row.assumptions)
-            continue
-        model, plan, gpu_key, gpn = row_to_inputs(row)
-        res.assumptions = list(row.assumptions)
-        res.gpu, res.kind, res.cluster = gpu_key, parallelism_kind(plan), row.cluster
-        res.layout = {"tp": plan.tp, "pp": plan.pp, "dp": plan.dp, "cp": plan.cp, "vp": plan.vpp,
-                      "mbs": plan.micro_batch_size, "gbs": plan.global_batch_size}
-        try:
-            key = (gpu_key, gpn, row.cluster)
-            if key not in hw_cache:
-                hw_cache[key] = hardware_fn(gpu_key, gpn, row.cluster)
-            hardware = hw_cache[key]
-            prediction = predict_fn(model, plan, hardware)
-            res.predicted, res.error = compare(row, prediction, hardware)
-        except (PlannerError, NotImplementedError) as exc:
-            res.skip_reason = f"prediction failed: {exc}"
-            continue
-        res.warnings = list(getattr(prediction, "warnings", []) or [])
-        if getattr(prediction, "fits_in_memory", True) is False:
-            res.warnings.append(f"predicted not to fit in memory "
-                                f"({prediction.memory_gib_per_gpu:.1f} GiB/GPU) although the run was measured")
-    done = [r for r in results if not r.skip_reason]
-    summaries = []
-    for group in SUMMARY_GROUPS:
-        for value in sorted({getattr(r, group) for r in done}):
-            summaries.append(summarize([r.error for r in done if getattr(r, group) == value], group, value))
-    if done:
-        summaries.append(summarize([r.error for r in done]))
-    return ValidationReport(rows=results, summaries=summaries, excluded_by_tier=len(rows) - len(selected))

@@ -1,0 +1,48 @@
+"""A prediction in a run row's measured metric, and its signed relative error.
+
+Metric meanings differ between sources (shared/validation/README.md, "Metric meanings"): a published
+source whose ``tflops_per_gpu`` counts the recompute forward pass (rule ``tflops_counts_recompute`` of
+:mod:`planner.validation.sources`) is compared with hardware FLOPs, every other row with model FLOPs; MFU
+rows whose notes say the FP8 peak was the denominator are converted from planner's bf16-peak MFU.
+"""
+
+from __future__ import annotations
+
+from costmodel.core.errors import PlannerError
+from planner.validation.runs import RunRow
+
+
+def uses_fp8_peak(row: RunRow) -> bool:
+    """MFU divided by the FP8 peak (DGXC recipes, shared/validation/README.md) rather than bf16."""
+    t = row.text["notes"].lower()
+    return "fp8 peak" in t or "fp8-peak" in t or "dgxc" in t
+
+
+def compare(row: RunRow, prediction, hardware=None) -> tuple[float, float]:
+    """(predicted value in the row's measured_metric, signed relative error (pred - meas) / meas).
+
+    ``hardware`` is needed only for MFU rows with FP8-peak denominators.
+    """
+    metric, measured = row.measured_metric, row.measured_value
+    if measured is None:
+        raise PlannerError(f"row {row.id}: no measured value to compare with")
+    if metric == "iteration_time_s":
+        pred = prediction.iteration_time_s
+    elif metric == "tokens_per_s_per_gpu":
+        pred = prediction.tokens_per_s_per_gpu
+    elif metric == "tflops_per_gpu":
+        hfu = row.rule("tflops_counts_recompute") is not None
+        pred = prediction.hardware_tflops_per_gpu if hfu else prediction.model_tflops_per_gpu
+    elif metric == "mfu":
+        pred = 100.0 * prediction.mfu
+        if uses_fp8_peak(row):
+            if hardware is None:
+                raise PlannerError(f"row {row.id}: FP8-peak MFU needs the hardware peaks to convert")
+            peaks = hardware.gpu.peak_tflops
+            if "bf16" not in peaks or "fp8" not in peaks:
+                raise PlannerError(f"row {row.id}: FP8-peak MFU needs bf16 and fp8 peaks of {hardware.gpu.name}")
+            pred *= peaks["bf16"] / peaks["fp8"]
+    else:
+        raise PlannerError(f"row {row.id}: unknown measured_metric {metric!r}")
+    pred = float(pred)
+    return pred, (pred - measured) / measured

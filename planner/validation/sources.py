@@ -1,0 +1,126 @@
+"""Rules of the published sources, read from ``search_spaces/validation/published_sources.toml``.
+
+A published source (e.g. Narayanan et al. SC21 Table 1) may need a rule that its rows do not state: its
+``tflops_per_gpu`` counts the recompute forward pass, or its runs trained with dropout. Such rules live in
+the shipped TOML file, one table per source with the exact ``source`` texts of its rows and each rule's
+assumption and citation. A run row gets a rule only when its ``source`` column is one of those texts; the
+row id plays no part, so a user's own run file gets no rule unless it names a published source.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import search_spaces
+from costmodel.core.errors import PlannerError
+
+FILE_NAME = "published_sources.toml"
+
+RULES = {
+    "tflops_counts_recompute": "tflops_per_gpu counts the recompute forward pass (HFU-like): compared with "
+                               "the predicted hardware FLOPs instead of model FLOPs",
+    "dropout": "the runs trained with dropout active: the model is built with dropout",
+}
+"""Rule name -> what it changes. A rule not listed here is an error in the TOML file."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One source-specific rule."""
+
+    name: str
+    """One of the RULES keys."""
+    assumption: str
+    """The assumption the rule makes (the dropout rule's text is listed among a row's assumptions)."""
+    citation: str
+    """Where the assumption comes from."""
+
+
+@dataclass(frozen=True)
+class PublishedSource:
+    """One published source: the ``source`` texts of its rows and its rules."""
+
+    key: str
+    """Table name, the id prefix of the source's rows (e.g. ``NARAY21``)."""
+    sources: tuple[str, ...]
+    """Exact texts of the run file's ``source`` column that name this publication."""
+    rules: dict[str, Rule] = field(default_factory=dict)
+    """Rule name -> Rule."""
+
+
+def sources_file() -> Path:
+    """The shipped ``search_spaces/validation/published_sources.toml``."""
+    for base in search_spaces.__path__:  # a namespace package under an editable install: search every path
+        path = Path(base) / "validation" / FILE_NAME
+        if path.is_file():
+            return path
+    raise PlannerError(f"the published-source rules (search_spaces/validation/{FILE_NAME}) are missing; "
+                       "reinstall planner.")
+
+
+def _text(value, where: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise PlannerError(f"{where} must be a non-empty string")
+    return value.strip()
+
+
+def parse_sources(data: dict, where: str = FILE_NAME) -> dict[str, PublishedSource]:
+    """Table name -> PublishedSource from the parsed TOML; PlannerError naming the bad entry."""
+    out: dict[str, PublishedSource] = {}
+    owner: dict[str, str] = {}
+    for key, table in data.items():
+        if not isinstance(table, dict):
+            raise PlannerError(f"{where}: [{key}] must be a table with a `sources` list")
+        unknown = set(table) - {"sources", "rules"}
+        if unknown:
+            raise PlannerError(f"{where}: [{key}] has unknown key {sorted(unknown)[0]!r}; use sources and rules")
+        texts = table.get("sources")
+        if not isinstance(texts, list) or not texts:
+            raise PlannerError(f"{where}: [{key}] needs a non-empty `sources` list")
+        texts = tuple(_text(t, f"{where}: [{key}] sources entry") for t in texts)
+        for t in texts:
+            if t in owner:
+                raise PlannerError(f"{where}: source {t!r} is listed in both [{owner[t]}] and [{key}]")
+            owner[t] = key
+        rules = {}
+        for name, rule in (table.get("rules") or {}).items():
+            if name not in RULES:
+                raise PlannerError(f"{where}: [{key}.rules.{name}] is not a known rule; use one of "
+                                   f"{', '.join(RULES)}")
+            if not isinstance(rule, dict) or set(rule) != {"assumption", "citation"}:
+                raise PlannerError(f"{where}: [{key}.rules.{name}] needs exactly `assumption` and `citation`")
+            rules[name] = Rule(name, _text(rule["assumption"], f"{where}: [{key}.rules.{name}] assumption"),
+                               _text(rule["citation"], f"{where}: [{key}.rules.{name}] citation"))
+        out[key] = PublishedSource(key, texts, rules)
+    return out
+
+
+def load_sources(path: str | Path) -> dict[str, PublishedSource]:
+    """Read and check a published-source rules file."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise PlannerError(f"{path}: cannot read the published-source rules ({exc})") from None
+    return parse_sources(data, str(path))
+
+
+@lru_cache(maxsize=1)
+def _by_source_text() -> dict[str, PublishedSource]:
+    return {text: src for src in load_sources(sources_file()).values() for text in src.sources}
+
+
+def published_source(source: str) -> PublishedSource | None:
+    """The published source whose ``sources`` list holds exactly ``source`` (stripped), else None."""
+    return _by_source_text().get(source.strip())
+
+
+def source_rule(source: str, name: str) -> Rule | None:
+    """Rule ``name`` of the published source named by ``source``; None for other sources (users' files)."""
+    if name not in RULES:
+        raise PlannerError(f"unknown source rule {name!r}; use one of {', '.join(RULES)}")
+    src = published_source(source)
+    return None if src is None else src.rules.get(name)
