@@ -20,20 +20,27 @@ GPUs that have both (:func:`attention_bwd_ratio`).
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from costmodel.datasets.schema import Dataset
-from costmodel.core.kinds import FEATURES
 from costmodel.core.errors import PlannerError
+from costmodel.core.kinds import FEATURES
+from costmodel.core.specs.catalogue import load_catalogue
+from costmodel.cost.roofline import RooflineCostModel, dtype_bytes
+from costmodel.cpu_hardware import derive, to_toml
+from costmodel.datasets.importers import role_mask
+from costmodel.datasets.schema import Dataset, load_dataset
+from costmodel.ops import Op
 from costmodel.regressors import REGISTRY
 from costmodel.regressors.artifacts import artifact_path, library_versions, read_index, write_index
-from costmodel.regressors.base import sidecar_path
-from costmodel.cost.roofline import dtype_bytes
-from costmodel.regressors.features import CPU_NOMINAL, REF_COL, DeviceConstants, build_features, feature_names
+from costmodel.regressors.base import OperatorRegressor, sidecar_path
+from costmodel.regressors.features import (CPU_NOMINAL, REF_COL, DeviceConstants, build_features, feature_names,
+                                           flops_bytes)
+from costmodel.regressors.io import atomic_write_bytes
 from costmodel.regressors.selection import select, shape_groups
 
 MIN_SAMPLES = 20
@@ -54,7 +61,6 @@ def device_constants(gpu: str) -> tuple[DeviceConstants, str]:
     """(constants, where they came from) for a catalogue GPU or the CPU."""
     if gpu == "cpu":
         return CPU_NOMINAL, "nominal CPU normalisers (costmodel.regressors.features.CPU_NOMINAL)"
-    from costmodel.core.specs.catalogue import load_catalogue
 
     return DeviceConstants.from_hardware(load_catalogue().resolve(gpu)), f"catalogue entry {gpu} (default cluster)"
 
@@ -96,7 +102,6 @@ def _role(ds: Dataset, role: str) -> np.ndarray:
     srcs = ds.meta.get("sources", []) or []
     if not srcs or not all(isinstance(s, dict) and "role" in s and "dataset_rows" in s for s in srcs):
         return np.full(len(ds), role == "train")
-    from costmodel.datasets.importers import role_mask
 
     return role_mask(ds, role)
 
@@ -157,8 +162,6 @@ def _ape_summary(pred, meas) -> dict:
 def gemm_checks(ds: Dataset, model_path: Path) -> dict:
     """Checks of the forward GEMM model on rows it never saw: 'backward GEMM = dgrad (m,k,n) + wgrad
     (n,k,m)' on the composite backward rows, and the independent spot-check rows (role spot_check)."""
-    from costmodel.regressors.base import OperatorRegressor
-
     out: dict = {}
     if not model_path.exists():
         return out
@@ -263,11 +266,6 @@ def fallback_mape(ds: Dataset, direction: str, out: Path) -> float | None:
     public data; for a CPU they are the GPUs' median); None when the device is not in the catalogue
     (nor in ``out``/hardware.toml) or has no rows.
     """
-    from costmodel.cost.roofline import RooflineCostModel
-    from costmodel.ops import Op
-    from costmodel.regressors.features import flops_bytes
-    from costmodel.core.specs.catalogue import load_catalogue
-
     if len(ds) == 0:
         return None
     extra = [Path(out) / "hardware.toml"] if (Path(out) / "hardware.toml").is_file() else []
@@ -289,8 +287,6 @@ def _write_cpu_hardware(datasets: dict, out: Path, log, sync_skew: dict | None =
     """Beside CPU models, write the CPU's measured hardware figures (costmodel/cpu_hardware.py)."""
     if not any(k[1] == "cpu" for k in datasets):
         return
-    from costmodel.cpu_hardware import derive, to_toml
-    from costmodel.regressors.io import atomic_write_bytes
 
     try:
         entry = derive(datasets, sync_skew, corun)
@@ -304,8 +300,6 @@ def _write_cpu_hardware(datasets: dict, out: Path, log, sync_skew: dict | None =
 
 def dataset_dirs_to_datasets(dirs) -> dict:
     """Every dataset (``*.csv`` + sidecar) under the given folders (``planner profile`` output)."""
-    from costmodel.datasets.schema import load_dataset
-
     out: dict = {}
     for d in dirs:
         for p in sorted(Path(d).rglob("*.csv")):
@@ -359,8 +353,6 @@ def _why(kind: str, entry: dict) -> str:
 def report_rows(models_dir: Path) -> list[dict]:
     idx = read_index(Path(models_dir))
     if not idx:
-        from costmodel.core.errors import PlannerError
-
         raise PlannerError(f"no model index in {models_dir}; run `planner fit --out {models_dir}` first")
     rows = []
     for gpu, models in sorted(idx.get("models", {}).items()):
@@ -386,8 +378,6 @@ def render_report(models_dir: Path, fmt: str = "table") -> str:
     rows = report_rows(models_dir)
     idx = read_index(Path(models_dir))
     if fmt == "json":
-        import json
-
         return json.dumps({"models": rows, "skipped": idx.get("skipped", {}), "derived": idx.get("derived", {}),
                            "checks": idx.get("checks", {}), "libraries": idx.get("libraries", {})},
                           indent=1, sort_keys=True) + "\n"
@@ -405,8 +395,6 @@ def render_report(models_dir: Path, fmt: str = "table") -> str:
                 lines.append(f"not met: {r['gpu']} {r['kind']} {r['direction']}: {r['why']}")
         return "\n".join(lines) + "\n"
     if fmt != "md":
-        from costmodel.core.errors import PlannerError
-
         raise PlannerError(f"unknown report format {fmt!r}; use table, json or md")
     out = ["# Measured operator cost models: cross-validation report", "",
            "Generated by `planner costmodel report --format md` from `costmodel/data/models/index.json` "
