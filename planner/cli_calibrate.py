@@ -8,8 +8,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
 
 from costmodel.core.errors import PlannerError
+from planner.calibrate import CONSTANTS, calibrate_files
 
 FORMATS = ("table", "json")
 
@@ -27,12 +31,6 @@ def _pc(v: float | None) -> str:
 
 def render_table(cal, path: Path | None) -> str:
     """Plain-text report: constants with uncertainty, before/after error (held-out and in-sample)."""
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-
-    from planner.calibrate import CONSTANTS
-
     buf = io.StringIO()
     con = Console(file=buf, width=200, no_color=True, force_terminal=False)
     n_runs = sum(len(f["run_ids"]) for f in cal.fitted_on)
@@ -85,7 +83,6 @@ def register(app: typer.Typer) -> None:
         fmt: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
     ) -> None:
         """Fit a few composition constants (compute/comm scale, overlap, overhead) to your measured runs."""
-        from planner.calibrate import calibrate_files
 
         if fmt not in FORMATS:
             raise PlannerError(f"unknown --format {fmt!r}: use one of {', '.join(FORMATS)}.")

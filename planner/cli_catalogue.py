@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
+from rich.console import Console
+from rich.table import Table
 
 from costmodel.core.errors import PlannerError
 from costmodel.core.specs.catalogue import Catalogue, load_catalogue
@@ -32,8 +34,6 @@ def _price(price: float | None, date: str) -> str:
 
 
 def _tables(cat: Catalogue):
-    from rich.table import Table
-
     gpus = Table(title="GPUs (dense peak; sources: planner gpus --format json)")
     for header in ("name", "bf16 [TFLOP/s]", "fp8 [TFLOP/s]", "HBM [GB]", "HBM [GB/s]", "NVLink [GB/s/dir]",
                    "price [$/GPU-h] (date)", "measured data"):
@@ -75,8 +75,6 @@ def gpus_command(
     if format == OutputFormat.json:
         typer.echo(json.dumps(catalogue_json(cat), indent=2))
         return
-    from rich.console import Console
-
     console = Console()
     for table in _tables(cat):
         console.print(table)

@@ -7,9 +7,12 @@ from typing import Optional
 
 import typer
 
-from planner import cli_options as O
-
 from costmodel.core.errors import PlannerError
+from costmodel.core.fileio import atomic_write_text
+from planner import cli_options as O
+from planner.export import FORMATS, export_plan, iterations_for_tokens
+from planner.predict import predict
+from planner.requests import PlanRequest
 
 
 def _err(message: str) -> typer.Exit:
@@ -19,17 +22,13 @@ def _err(message: str) -> typer.Exit:
 
 def write_atomic(path: str, text: str) -> None:
     """Write ``text`` to ``path`` atomically (costmodel.core.fileio)."""
-    from costmodel.core.fileio import atomic_write_text
-
     atomic_write_text(path, text)
 
 
-def run_export(raw: dict, to: str, iterations: int | None, tokens: float | None, margin: float, job_name: str,
+def run_export(request: PlanRequest | dict, to: str, iterations: int | None, tokens: float | None, margin: float, job_name: str,
                cpus_per_task: int | None, hardware_files: tuple = ()) -> tuple[str, list[str]]:
-    """Build the request, predict, export. Returns (text, warnings); raises PlannerError on bad input."""
-    from planner.export import FORMATS, export_plan, iterations_for_tokens
-    from planner.predict import predict
-    from planner.requests import build_request
+    """Check the export options, then predict and export the plan (a PlanRequest or its batch-line dict).
+    Returns (text, warnings); raises PlannerError on bad input."""
 
     if to not in FORMATS:  # before the (slower) prediction
         raise PlannerError(f"--to {to!r} is not one of {', '.join(FORMATS)}")
@@ -39,7 +38,7 @@ def run_export(raw: dict, to: str, iterations: int | None, tokens: float | None,
         raise PlannerError(f"--iterations {iterations} must be a positive integer")
     if tokens is not None and not (math.isfinite(tokens) and tokens > 0):
         raise PlannerError(f"--tokens {tokens!r} must be a positive number, e.g. 1e12")
-    req = build_request(raw, hardware_files)
+    req = (request if isinstance(request, PlanRequest) else PlanRequest.from_dict(request)).resolve(hardware_files)
     if tokens is not None:
         iterations = iterations_for_tokens(tokens, req.plan)
     pred = predict(req.model, req.plan, req.hardware)
@@ -60,17 +59,17 @@ def register(app: typer.Typer) -> None:
         gpus: O.Gpus = None,
         gpus_per_node: O.GpusPerNode = None,
         cluster: O.Cluster = None,
-        tp: O.Tp = 1,
-        pp: O.Pp = 1,
-        cp: O.Cp = 1,
-        vpp: O.Vpp = 1,
-        mbs: O.Mbs = 1,
+        tp: O.Tp = PlanRequest.tp,
+        pp: O.Pp = PlanRequest.pp,
+        cp: O.Cp = PlanRequest.cp,
+        vpp: O.Vpp = PlanRequest.vpp,
+        mbs: O.Mbs = PlanRequest.mbs,
         gbs: O.Gbs = None,
         seq_len: O.SeqLen = None,
-        recompute: O.Recompute = "selective",
-        sequence_parallel: O.SequenceParallel = True,
-        zero: O.Zero = 1,
-        dtype: O.Dtype = "bf16",
+        recompute: O.Recompute = PlanRequest.recompute,
+        sequence_parallel: O.SequenceParallel = PlanRequest.sequence_parallel,
+        zero: O.Zero = PlanRequest.zero,
+        dtype: O.Dtype = PlanRequest.dtype,
         layer_split: O.LayerSplit = None,
         hardware_file: O.HardwareFile = [],
         to: str = typer.Option("all", "--to", help="megatron | nemo | torchtitan | slurm | all."),
@@ -82,20 +81,8 @@ def register(app: typer.Typer) -> None:
         out: Optional[str] = typer.Option(None, "--out", help="Write to this file (atomically) instead of stdout."),
     ) -> None:
         """Write launcher settings for one plan: Megatron-LM flags, NeMo YAML, torchtitan TOML, Slurm script."""
-        missing = [n for n, v in (("--model", model), ("--gpu", gpu), ("--gpus", gpus)) if v is None]
-        if missing:
-            raise _err(f"missing {', '.join(missing)}; e.g. planner export --model llama-13b --gpu a100-80gb "
-                       "--gpus 128 --tp 2 --pp 4 --to megatron")
-        split = None
-        if layer_split is not None:
-            try:
-                split = [int(x) for x in layer_split.split(",")]
-            except ValueError:
-                raise _err(f"--layer-split {layer_split!r} must be comma-separated integers, e.g. 9,8,8,7")
-        raw = {"layer_split": split, "model": model, "gpu": gpu, "gpus": gpus, "gpus_per_node": gpus_per_node,
-               "cluster": cluster, "tp": tp, "pp": pp, "cp": cp, "vpp": vpp, "mbs": mbs, "gbs": gbs,
-               "seq_len": seq_len, "recompute": recompute, "sequence_parallel": sequence_parallel, "zero": zero,
-               "dtype": dtype}
+        raw = O.plan_flags(locals(), "planner export --model llama-13b --gpu a100-80gb --gpus 128 --tp 2 --pp 4 "
+                                     "--to megatron")
         try:
             text, warnings = run_export(raw, to, iterations, tokens, margin, job_name, cpus_per_task,
                                         tuple(hardware_file))

@@ -9,13 +9,15 @@ from typing import Annotated
 import typer
 
 from costmodel.core.errors import PlannerError
+from costmodel.core.kinds import FEATURES
+from costmodel.core.paths import require_data_dir
+from costmodel.regressors.artifacts import SHIPPED_MODELS_DIR
+from planner.cli_options import write_or_print
 
 
 def run_fit(data_dir: Path | None, profiles: list[Path] | None, out: Path | None, gpus: list[str] | None,
             kinds: str | None, quick: bool, no_public: bool, max_rows: int | None, jobs: int) -> dict:
-    from costmodel import fit as F
-    from costmodel.core.kinds import FEATURES
-    from costmodel.regressors.artifacts import SHIPPED_MODELS_DIR
+    from costmodel import fit as F  # deferred: the fitting stack (xgboost, sklearn) takes seconds to import
 
     kind_list = [k.strip() for k in kinds.split(",") if k.strip()] if kinds else None
     bad = [k for k in kind_list or [] if k not in FEATURES]
@@ -23,8 +25,7 @@ def run_fit(data_dir: Path | None, profiles: list[Path] | None, out: Path | None
         raise PlannerError(f"unknown --kinds {bad[0]!r}; choose among {', '.join(FEATURES)}")
     datasets: dict = {}
     if not no_public:
-        from costmodel.datasets.importers import import_all
-        from costmodel.core.paths import require_data_dir
+        from costmodel.datasets.importers import import_all  # deferred: the importers load only when fitting
 
         datasets.update(import_all(Path(data_dir) if data_dir else require_data_dir()))
     if profiles:
@@ -44,6 +45,7 @@ def run_fit(data_dir: Path | None, profiles: list[Path] | None, out: Path | None
             raise PlannerError(f"no measured data for --gpu {missing[0]}; GPUs with data: "
                                f"{', '.join(sorted({k[1] for k in datasets}))}")
     out = Path(out) if out else SHIPPED_MODELS_DIR
+    # deferred: the sampling readers load only when fitting
     from costmodel.sampling.corun import load as load_corun
     from costmodel.sampling.skew import load as load_skew
 
@@ -80,12 +82,9 @@ def register(app: typer.Typer) -> None:
         out: Annotated[Path | None, typer.Option("--out", help="Write the report to this file.")] = None,
     ) -> None:
         """Per (GPU, operator): samples, grouped-CV MAPE, median and p90 error, ranges, winning model."""
-        from costmodel.fit import render_report
-        from costmodel.regressors.artifacts import SHIPPED_MODELS_DIR
+        from costmodel.fit import render_report  # deferred: the fitting stack (xgboost, sklearn) is slow to import
 
         if fmt not in ("table", "json", "md"):
             raise PlannerError(f"unknown --format {fmt!r}: use table, json or md")
         text = render_report(models or SHIPPED_MODELS_DIR, fmt)
-        from planner.cli_options import write_or_print
-
         write_or_print(text, out)

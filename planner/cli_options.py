@@ -1,4 +1,9 @@
-"""Typer option declarations shared by every command that takes one parallel plan (predict, export)."""
+"""Typer option declarations, each declared once and shared by every command that takes it.
+
+The plan-request options (``--model`` .. ``--layer-split``) name the fields of
+:class:`planner.requests.PlanRequest`; a command takes them with the dataclass's defaults, e.g.
+``tp: O.Tp = PlanRequest.tp``, and turns them into a request with :func:`plan_request`.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,17 @@ from typing import Annotated, Optional
 
 import typer
 
+from costmodel.core.fileio import atomic_write_text
+from planner.requests import REQUEST_KEYS, PlanRequest
+
+DEFAULT_GPU = "a100-80gb"
+"""GPU used by `planner search` and `planner explain` when --gpu is not given (the issue's reference
+case: llama-13b on 128 A100-80GB)."""
+
+SIZE_DEFAULT_GPUS = ("a100-80gb", "h100-sxm")
+"""GPU types `planner size` considers without --gpu (kept short: each type costs several searches)."""
+
+# ---------------------------------------------------------------- one plan (PlanRequest fields)
 Model = Annotated[Optional[str], typer.Option("--model", "-m", help="Preset name (see `planner models`) or path to a config.json.")]
 Gpu = Annotated[Optional[str], typer.Option("--gpu", help="GPU key (see `planner gpus`).")]
 Gpus = Annotated[Optional[int], typer.Option("--gpus", help="Total number of GPUs.")]
@@ -25,12 +41,63 @@ Dtype = Annotated[str, typer.Option("--dtype", help="bf16 | fp16 | fp8 | fp32.")
 LayerSplit = Annotated[Optional[str], typer.Option("--layer-split", help="Uneven layers per stage, e.g. 9,8,8,7.")]
 HardwareFile = Annotated[list[str], typer.Option("--hardware-file", help="TOML/YAML file adding GPUs/clusters.")]
 
+# ---------------------------------------------------------------- allocations and spaces (search, compare, size)
+# `planner search` takes --tp .. --dtype as lists of choices that replace its space's (e.g. --tp 1,2,4).
+SearchGpuList = Annotated[list[str], typer.Option("--gpu", help=f"GPU key (repeat for several; default {DEFAULT_GPU}; see `planner gpus`).")]
+CompareGpuList = Annotated[list[str], typer.Option("--gpu", help="GPU keys to compare (repeat; at least two are useful).")]
+SizeGpuList = Annotated[list[str], typer.Option("--gpu", help=f"GPU types to consider (repeat; default: {', '.join(SIZE_DEFAULT_GPUS)}).")]
+AllocGpus = Annotated[Optional[int], typer.Option("--gpus", help="Total GPUs (a multiple of GPUs per node).")]
+Nodes = Annotated[Optional[int], typer.Option("--nodes", help="Nodes of each GPU type.")]
+NodesRange = Annotated[Optional[str], typer.Option("--nodes-range", help="Node counts: A:B doubling, A:B:STEP, or 4,8,16.")]
+TpChoices = Annotated[Optional[str], typer.Option("--tp", help="TP degrees, e.g. 1,2,4,8.")]
+PpChoices = Annotated[Optional[str], typer.Option("--pp", help="PP degrees.")]
+CpChoices = Annotated[Optional[str], typer.Option("--cp", help="CP degrees.")]
+VppChoices = Annotated[Optional[str], typer.Option("--vpp", help="Virtual pipeline chunks per stage.")]
+MbsChoices = Annotated[Optional[str], typer.Option("--mbs", help="Micro-batch sizes.")]
+RecomputeChoices = Annotated[Optional[str], typer.Option("--recompute", help="Recompute modes: none,selective,full.")]
+ZeroChoices = Annotated[Optional[str], typer.Option("--zero", help="ZeRO stages, e.g. 1,3.")]
+SpChoices = Annotated[Optional[str], typer.Option("--sp", help="Sequence parallelism values: true,false.")]
+DtypeChoices = Annotated[Optional[str], typer.Option("--dtype", help="GEMM precisions: bf16,fp8.")]
+AllowTpAcrossNodes = Annotated[bool, typer.Option("--allow-tp-across-nodes", help="Let TP groups span nodes.")]
+Headroom = Annotated[Optional[float], typer.Option("--headroom", help="HBM fraction kept free (default 0.05).")]
+TokenBudget = Annotated[Optional[str], typer.Option("--tokens", help="Training token budget, e.g. 1e12 or 2T.")]
+Price = Annotated[list[str], typer.Option("--price", help="GPU=USD per GPU-hour, e.g. gh200=2.1 (repeatable).")]
+Space = Annotated[str, typer.Option("--space", help="Search-space preset (default, megatron, fsdp) or TOML file.")]
+Report = Annotated[Optional[str], typer.Option("--report", help="Also write a Markdown report with PNG plots, e.g. reports/NAME.md.")]
+
+
+def _err(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code=2)
+
+
+def plan_flags(flags: dict, example: str) -> dict:
+    """The batch-line dict of a command's plan flags (``flags`` maps parameter names to values, e.g.
+    the command's ``locals()``; names that are not PlanRequest fields are ignored). Missing
+    --model/--gpu/--gpus and a malformed --layer-split exit 2 with one line (``example`` shows a
+    complete command)."""
+    missing = [f"--{n}" for n in ("model", "gpu", "gpus") if flags.get(n) is None]
+    if missing:
+        raise _err(f"missing {', '.join(missing)}; e.g. {example}")
+    raw = {k: flags[k] for k in REQUEST_KEYS if k in flags}
+    text = raw.get("layer_split")
+    if text is not None:
+        try:
+            raw["layer_split"] = [int(x) for x in text.split(",")]
+        except ValueError:
+            raise _err(f"--layer-split {text!r} must be comma-separated integers, e.g. 9,8,8,7") from None
+    return raw
+
+
+def plan_request(flags: dict, example: str) -> PlanRequest:
+    """The PlanRequest named by a command's plan flags (see :func:`plan_flags`); a bad value raises
+    PlannerError naming the key."""
+    return PlanRequest.from_dict(plan_flags(flags, example))
+
 
 def write_or_print(text: str, out) -> None:
     """A command's text output: to ``out`` (atomically, `costmodel.core.fileio`) with a note, else to stdout."""
     if out is not None:
-        from costmodel.core.fileio import atomic_write_text
-
         atomic_write_text(out, text)
         typer.echo(f"wrote {out}")
     else:

@@ -7,10 +7,15 @@ import sys
 from typing import Optional
 
 import typer
-
-from planner import cli_options as O
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
 
 from costmodel.core.errors import PlannerError
+from planner import cli_options as O
+from planner.calibrate import resolve_calibration
+from planner.predict import predict
+from planner.requests import PlanRequest
 
 FORMATS = ("table", "json", "jsonl")
 
@@ -20,25 +25,29 @@ def _err(message: str) -> typer.Exit:
     return typer.Exit(code=2)
 
 
-def predict_one(raw: dict, hardware_files: tuple = (), calibration=None) -> dict:
-    """Predict one request dict; returns the JSON-ready record (raises PlannerError on bad input)."""
-    from planner.predict import predict
-    from planner.requests import build_request
-
-    req = build_request(raw, hardware_files)
-    pred = predict(req.model, req.plan, req.hardware, calibration=calibration)
-    out = {"id": raw.get("id")} if isinstance(raw, dict) and "id" in raw else {}
-    out.update(pred.to_dict())
+def predict_request(req: PlanRequest, hardware_files: tuple = (), calibration=None) -> dict:
+    """Predict one PlanRequest; returns the JSON-ready record without ``id`` (raises PlannerError on bad input)."""
+    res = req.resolve(hardware_files)
+    pred = predict(res.model, res.plan, res.hardware, calibration=calibration)
+    out = pred.to_dict()
     if calibration is not None:
         out["calibration"] = calibration.name
-    out["plan"] = {"model": req.model.name, "gpu": req.hardware.gpu.name, "cluster": req.hardware.cluster.name,
-                   "gpus": req.plan.world_size, "gpus_per_node": req.plan.gpus_per_node, "tp": req.plan.tp,
-                   "pp": req.plan.pp, "dp": req.plan.dp, "cp": req.plan.cp, "vpp": req.plan.vpp,
-                   "mbs": req.plan.micro_batch_size, "gbs": req.plan.global_batch_size,
-                   "seq_len": req.plan.seq_len, "num_microbatches": req.plan.num_microbatches,
-                   "recompute": req.plan.recompute, "sequence_parallel": req.plan.sp, "zero": req.plan.zero,
-                   "dtype": req.plan.dtype}
+    plan = res.plan
+    out["plan"] = {"model": res.model.name, "gpu": res.hardware.gpu.name, "cluster": res.hardware.cluster.name,
+                   "gpus": plan.world_size, "gpus_per_node": plan.gpus_per_node, "tp": plan.tp,
+                   "pp": plan.pp, "dp": plan.dp, "cp": plan.cp, "vpp": plan.vpp,
+                   "mbs": plan.micro_batch_size, "gbs": plan.global_batch_size,
+                   "seq_len": plan.seq_len, "num_microbatches": plan.num_microbatches,
+                   "recompute": plan.recompute, "sequence_parallel": plan.sp, "zero": plan.zero,
+                   "dtype": plan.dtype}
     return out
+
+
+def predict_one(raw: dict, hardware_files: tuple = (), calibration=None) -> dict:
+    """Predict one batch-line dict; returns the JSON-ready record, ``id`` first when the line has one
+    (raises PlannerError on bad input)."""
+    rec = predict_request(PlanRequest.from_dict(raw), hardware_files, calibration)
+    return {"id": raw.get("id"), **rec} if isinstance(raw, dict) and "id" in raw else rec
 
 
 def run_batch(lines, hardware_files: tuple = (), calibration=None):
@@ -62,10 +71,6 @@ def run_batch(lines, hardware_files: tuple = (), calibration=None):
 
 
 def _render_table(rec: dict) -> None:
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-
     con = Console()
     p = rec["plan"]
     con.print(f"[bold]{p['model']}[/] on {p['gpus']} x {p['gpu']} ({p['cluster']}, {p['gpus_per_node']}/node)  "
@@ -113,17 +118,17 @@ def register(app: typer.Typer) -> None:
         gpus: O.Gpus = None,
         gpus_per_node: O.GpusPerNode = None,
         cluster: O.Cluster = None,
-        tp: O.Tp = 1,
-        pp: O.Pp = 1,
-        cp: O.Cp = 1,
-        vpp: O.Vpp = 1,
-        mbs: O.Mbs = 1,
+        tp: O.Tp = PlanRequest.tp,
+        pp: O.Pp = PlanRequest.pp,
+        cp: O.Cp = PlanRequest.cp,
+        vpp: O.Vpp = PlanRequest.vpp,
+        mbs: O.Mbs = PlanRequest.mbs,
         gbs: O.Gbs = None,
         seq_len: O.SeqLen = None,
-        recompute: O.Recompute = "selective",
-        sequence_parallel: O.SequenceParallel = True,
-        zero: O.Zero = 1,
-        dtype: O.Dtype = "bf16",
+        recompute: O.Recompute = PlanRequest.recompute,
+        sequence_parallel: O.SequenceParallel = PlanRequest.sequence_parallel,
+        zero: O.Zero = PlanRequest.zero,
+        dtype: O.Dtype = PlanRequest.dtype,
         layer_split: O.LayerSplit = None,
         batch: Optional[str] = typer.Option(None, "--batch", help="JSONL file of requests ('-' = stdin)."),
         fmt: str = typer.Option("table", "--format", help="table | json (single plan); jsonl (batch)."),
@@ -136,7 +141,6 @@ def register(app: typer.Typer) -> None:
         hw_files = tuple(hardware_file)
         cal = None
         if calibration is not None:
-            from planner.calibrate import resolve_calibration
             try:
                 cal = resolve_calibration(calibration)
             except PlannerError as exc:
@@ -155,20 +159,9 @@ def register(app: typer.Typer) -> None:
                 except UnicodeDecodeError:
                     raise _err(f"batch file {batch} is not UTF-8 text; pass a JSONL file")
             return
-        missing = [n for n, v in (("--model", model), ("--gpu", gpu), ("--gpus", gpus)) if v is None]
-        if missing:
-            raise _err(f"missing {', '.join(missing)}; e.g. planner predict --model llama-13b --gpu a100-80gb --gpus 128 --tp 2 --pp 2")
-        split = None
-        if layer_split is not None:
-            try:
-                split = [int(x) for x in layer_split.split(",")]
-            except ValueError:
-                raise _err(f"--layer-split {layer_split!r} must be comma-separated integers, e.g. 9,8,8,7")
-        raw = {"layer_split": split, "model": model, "gpu": gpu, "gpus": gpus, "gpus_per_node": gpus_per_node, "cluster": cluster,
-               "tp": tp, "pp": pp, "cp": cp, "vpp": vpp, "mbs": mbs, "gbs": gbs, "seq_len": seq_len,
-               "recompute": recompute, "sequence_parallel": sequence_parallel, "zero": zero, "dtype": dtype}
         try:
-            rec = predict_one(raw, hw_files, cal)
+            req = O.plan_request(locals(), "planner predict --model llama-13b --gpu a100-80gb --gpus 128 --tp 2 --pp 2")
+            rec = predict_request(req, hw_files, cal)
         except PlannerError as exc:
             raise _err(str(exc))
         if fmt in ("json", "jsonl"):

@@ -61,6 +61,7 @@ def profile(
 
 
 def _profile(device, plan, out, threads, ops, collectives, nproc, gpu_name, dtype, resume, progress) -> None:
+    # deferred: the sampling modules load numpy and torch helpers only when profiling
     from costmodel.sampling import require_torch
     from costmodel.sampling.plan import load_plan
 
@@ -72,6 +73,7 @@ def _profile(device, plan, out, threads, ops, collectives, nproc, gpu_name, dtyp
                            "gpu-default) or a TOML path, or leave --plan out for the device's default.")
     the_plan = load_plan(plan if plan is not None else DEFAULT_PLANS[device])
     require_torch()
+    # deferred: after require_torch(), so a missing torch is one clear error, not an ImportError
     from costmodel.sampling.collectives import launch
     from costmodel.sampling.runner import check_device, run_plan, sample_counts
 

@@ -3,15 +3,104 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
+from dataclasses import dataclass, fields
 from typing import Optional
 
 import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
 from costmodel.core.errors import PlannerError
+from costmodel.core.specs.catalogue import load_catalogue
+from costmodel.core.specs.presets import resolve_model
+from planner import cli_options as O
+from planner.cli_options import DEFAULT_GPU, SIZE_DEFAULT_GPUS
+from planner.reports.markdown import report_path
+from planner.requests import PlanRequest
 
-DEFAULT_GPU = "a100-80gb"
-"""GPU used when --gpu is not given (the issue's reference case: llama-13b on 128 A100-80GB)."""
+
+@dataclass(frozen=True, kw_only=True)
+class SearchRequest:
+    """One `planner search` run: the model and per-plan settings, the allocation, the space, the optimiser."""
+
+    model: str
+    """Preset name or path to a config.json (as PlanRequest.model)."""
+    gpu: tuple[str, ...] = ()
+    """GPU keys to search (empty: DEFAULT_GPU, or the --cluster's GPU)."""
+    gpus: int | None = None
+    """Total GPUs of each GPU type (exactly one of gpus, nodes, nodes_range)."""
+    nodes: int | None = None
+    """Nodes of each GPU type."""
+    nodes_range: str | None = None
+    """Node counts to search: A:B doubling, A:B:STEP, or a list 4,8,16."""
+    cluster: str | None = None
+    """Node type (as PlanRequest.cluster)."""
+    gpus_per_node: int | None = None
+    """GPUs per node (as PlanRequest.gpus_per_node)."""
+    space: str = "default"
+    """Search-space preset (default, megatron, fsdp) or TOML file."""
+    tp: str | None = None
+    """TP degrees replacing the space's, e.g. "1,2,4,8"."""
+    pp: str | None = None
+    """PP degrees replacing the space's."""
+    cp: str | None = None
+    """CP degrees replacing the space's."""
+    vpp: str | None = None
+    """Virtual pipeline chunks per stage replacing the space's."""
+    mbs: str | None = None
+    """Micro-batch sizes replacing the space's."""
+    recompute: str | None = None
+    """Recompute modes replacing the space's, e.g. "none,selective,full"."""
+    zero: str | None = None
+    """ZeRO stages replacing the space's, e.g. "1,3"."""
+    sp: str | None = None
+    """Sequence-parallelism values replacing the space's, e.g. "true,false"."""
+    dtype: str | None = None
+    """GEMM precisions replacing the space's, e.g. "bf16,fp8"."""
+    allow_tp_across_nodes: bool = False
+    """Let TP groups span nodes."""
+    headroom: float | None = None
+    """HBM fraction kept free (None: the space's)."""
+    gbs: int | None = None
+    """Global batch size in sequences (as PlanRequest.gbs)."""
+    seq_len: int | None = None
+    """Sequence length (as PlanRequest.seq_len)."""
+    tokens: str | None = None
+    """Training token budget, e.g. "1e12" or "2T" (for time and cost to train)."""
+    price: tuple[str, ...] = ()
+    """GPU=USD per GPU-hour overrides."""
+    objective: str = "time"
+    """time | cost | pareto."""
+    trials: int = 200
+    """Optuna trials to run (added to a resumed study)."""
+    exhaustive: bool = False
+    """Evaluate every valid plan instead of sampling."""
+    jobs: int = 0
+    """Processes for exhaustive search (0 = one per CPU core, at most 4)."""
+    seed: int | None = None
+    """Sampler seed."""
+    sampler: str = "tpe"
+    """tpe | nsga2 | random."""
+    storage: str | None = None
+    """Optuna storage URL or journal file."""
+    study_name: str | None = None
+    """Optuna study to create or resume."""
+    resume: bool = False
+    """Finish the study's interrupted run instead of adding trials."""
+    progress: bool = True
+    """Show a progress bar on stderr (terminals only)."""
+    hardware_file: tuple[str, ...] = ()
+    """TOML/YAML files adding GPUs/clusters."""
+
+    @classmethod
+    def from_flags(cls, flags: dict) -> SearchRequest:
+        """The request named by a command's parameters (e.g. its ``locals()``; other names are ignored)."""
+        vals = {f.name: flags[f.name] for f in fields(cls) if f.name in flags}
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in vals.items()})
 
 
 def _err(message: str) -> typer.Exit:
@@ -47,21 +136,19 @@ def _bool_list(text: str | None) -> list[bool] | None:
     return out
 
 
-def _space(name: str, tp, pp, cp, vpp, mbs, recompute, zero, sp, dtype, allow_tp_across_nodes: bool,
-           headroom: float | None):
-    from planner.search.space import load_space
+def _space(r: SearchRequest):
+    from planner.search.space import load_space  # deferred: the planner.search package loads only for search commands
 
-    space = load_space(name)
-    return space.override(tp=_int_list("--tp", tp), pp=_int_list("--pp", pp), cp=_int_list("--cp", cp),
-                          vpp=_int_list("--vpp", vpp), mbs=_int_list("--mbs", mbs), recompute=_str_list(recompute),
-                          zero=_int_list("--zero", zero), sequence_parallel=_bool_list(sp), dtype=_str_list(dtype),
-                          allow_tp_across_nodes=True if allow_tp_across_nodes else None,
-                          memory_headroom=headroom)
+    space = load_space(r.space)
+    return space.override(tp=_int_list("--tp", r.tp), pp=_int_list("--pp", r.pp), cp=_int_list("--cp", r.cp),
+                          vpp=_int_list("--vpp", r.vpp), mbs=_int_list("--mbs", r.mbs),
+                          recompute=_str_list(r.recompute), zero=_int_list("--zero", r.zero),
+                          sequence_parallel=_bool_list(r.sp), dtype=_str_list(r.dtype),
+                          allow_tp_across_nodes=True if r.allow_tp_across_nodes else None,
+                          memory_headroom=r.headroom)
 
 
-def _hardwares(gpu: list[str], cluster: str | None, gpus_per_node: int | None, hardware_file: list[str]):
-    from costmodel.core.specs.catalogue import load_catalogue
-
+def _hardwares(gpu, cluster: str | None, gpus_per_node: int | None, hardware_file):
     cat = load_catalogue(tuple(hardware_file))
     names = gpu or ([None] if cluster else [DEFAULT_GPU])
     return cat, [cat.resolve(g, cluster, gpus_per_node) for g in names]
@@ -90,6 +177,7 @@ def _node_range(text: str) -> list[int]:
 
 
 def _targets(hws, gpus: int | None, nodes: int | None, nodes_range: str | None):
+    # deferred: the planner.search package (engine, samplers) loads only for search commands
     from planner.search.space import make_target
 
     given = [x is not None for x in (gpus, nodes, nodes_range)]
@@ -112,9 +200,6 @@ def _targets(hws, gpus: int | None, nodes: int | None, nodes_range: str | None):
 
 def _progress_bar(description: str):
     """A rich progress bar on stderr (shown only on a terminal) and the callback feeding it."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     console = Console(stderr=True)
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    console=console, transient=True, disable=not console.is_terminal)
@@ -127,6 +212,7 @@ def _progress_bar(description: str):
 
 
 def _emit(records, fmt: str, model, meta: dict, title: str) -> None:
+    # deferred: the planner.search package (engine, samplers) loads only for search commands
     from planner.search.records import rich_table, to_csv, to_json, to_markdown
 
     if fmt == "json":
@@ -136,52 +222,35 @@ def _emit(records, fmt: str, model, meta: dict, title: str) -> None:
     elif fmt == "md":
         sys.stdout.write(to_markdown(records))
     else:
-        from rich.console import Console
-
         Console(width=None if sys.stdout.isatty() else 200).print(rich_table(records, title))
-
-
-OPT = {
-    "model": typer.Option(..., "--model", "-m", help="Preset name (see `planner models`) or path to a config.json."),
-    "gpu": typer.Option([], "--gpu", help=f"GPU key (repeat for several; default {DEFAULT_GPU}; see `planner gpus`)."),
-    "cluster": typer.Option(None, "--cluster", help="Node type (see `planner gpus`)."),
-    "gpn": typer.Option(None, "--gpus-per-node", help="GPUs per node (default: the node type's)."),
-    "gbs": typer.Option(None, "--gbs", help="Global batch size in sequences (default ~4M tokens)."),
-    "seq": typer.Option(None, "--seq-len", help="Sequence length (default: the model's max)."),
-    "tokens": typer.Option(None, "--tokens", help="Training token budget, e.g. 1e12 or 2T."),
-    "price": typer.Option([], "--price", help="GPU=USD per GPU-hour, e.g. gh200=2.1 (repeatable)."),
-    "space": typer.Option("default", "--space", help="Search-space preset (default, megatron, fsdp) or TOML file."),
-    "hw": typer.Option([], "--hardware-file", help="TOML/YAML file adding GPUs/clusters."),
-    "report": typer.Option(None, "--report", help="Also write a Markdown report with PNG plots, e.g. reports/NAME.md."),
-}
 
 
 def register(app: typer.Typer) -> None:
     @app.command()
     def search(
-        model: str = OPT["model"],
-        gpu: list[str] = OPT["gpu"],
-        gpus: Optional[int] = typer.Option(None, "--gpus", help="Total GPUs (a multiple of GPUs per node)."),
-        nodes: Optional[int] = typer.Option(None, "--nodes", help="Nodes of each GPU type."),
-        nodes_range: Optional[str] = typer.Option(None, "--nodes-range", help="Node counts: A:B doubling, A:B:STEP, or 4,8,16."),
-        cluster: Optional[str] = OPT["cluster"],
-        gpus_per_node: Optional[int] = OPT["gpn"],
-        space: str = OPT["space"],
-        tp: Optional[str] = typer.Option(None, "--tp", help="TP degrees, e.g. 1,2,4,8."),
-        pp: Optional[str] = typer.Option(None, "--pp", help="PP degrees."),
-        cp: Optional[str] = typer.Option(None, "--cp", help="CP degrees."),
-        vpp: Optional[str] = typer.Option(None, "--vpp", help="Virtual pipeline chunks per stage."),
-        mbs: Optional[str] = typer.Option(None, "--mbs", help="Micro-batch sizes."),
-        recompute: Optional[str] = typer.Option(None, "--recompute", help="Recompute modes: none,selective,full."),
-        zero: Optional[str] = typer.Option(None, "--zero", help="ZeRO stages, e.g. 1,3."),
-        sp: Optional[str] = typer.Option(None, "--sp", help="Sequence parallelism values: true,false."),
-        dtype: Optional[str] = typer.Option(None, "--dtype", help="GEMM precisions: bf16,fp8."),
-        allow_tp_across_nodes: bool = typer.Option(False, "--allow-tp-across-nodes", help="Let TP groups span nodes."),
-        headroom: Optional[float] = typer.Option(None, "--headroom", help="HBM fraction kept free (default 0.05)."),
-        gbs: Optional[int] = OPT["gbs"],
-        seq_len: Optional[int] = OPT["seq"],
-        tokens: Optional[str] = OPT["tokens"],
-        price: list[str] = OPT["price"],
+        model: O.Model,
+        gpu: O.SearchGpuList = [],
+        gpus: O.AllocGpus = None,
+        nodes: O.Nodes = None,
+        nodes_range: O.NodesRange = None,
+        cluster: O.Cluster = None,
+        gpus_per_node: O.GpusPerNode = None,
+        space: O.Space = "default",
+        tp: O.TpChoices = None,
+        pp: O.PpChoices = None,
+        cp: O.CpChoices = None,
+        vpp: O.VppChoices = None,
+        mbs: O.MbsChoices = None,
+        recompute: O.RecomputeChoices = None,
+        zero: O.ZeroChoices = None,
+        sp: O.SpChoices = None,
+        dtype: O.DtypeChoices = None,
+        allow_tp_across_nodes: O.AllowTpAcrossNodes = False,
+        headroom: O.Headroom = None,
+        gbs: O.Gbs = None,
+        seq_len: O.SeqLen = None,
+        tokens: O.TokenBudget = None,
+        price: O.Price = [],
         objective: str = typer.Option("time", "--objective", help="time | cost | pareto (time and $/Mtoken)."),
         trials: int = typer.Option(200, "--trials", help="Optuna trials to run (added to a resumed study)."),
         exhaustive: bool = typer.Option(False, "--exhaustive", help="Evaluate every valid plan instead of sampling."),
@@ -195,10 +264,11 @@ def register(app: typer.Typer) -> None:
         fmt: str = typer.Option("table", "--format", help="table | json | csv | md."),
         explain: Optional[int] = typer.Option(None, "--explain", help="Also explain the plan ranked N."),
         progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar on stderr (terminals only)."),
-        hardware_file: list[str] = OPT["hw"],
-        report: Optional[str] = OPT["report"],
+        hardware_file: O.HardwareFile = [],
+        report: O.Report = None,
     ) -> None:
         """Search parallel layouts (Optuna or exhaustive) and print the ranked plans."""
+        # deferred: the planner.search package (engine, samplers) loads only for search commands
         from planner.search.records import FORMATS
 
         if fmt not in FORMATS:
@@ -207,11 +277,9 @@ def register(app: typer.Typer) -> None:
             raise _err(f"--top must be a positive integer, got {top}")
         try:
             _check_report(report)
-            result, problem = _run_search(model, gpu, gpus, nodes, nodes_range, cluster, gpus_per_node, space, tp, pp,
-                                          cp, vpp, mbs, recompute, zero, sp, dtype, allow_tp_across_nodes, headroom,
-                                          gbs, seq_len, tokens, price, objective, trials, exhaustive, seed, sampler,
-                                          storage, study_name, progress, hardware_file, jobs, resume)
+            result, problem = _run_search(SearchRequest.from_flags(locals()))
             if not result.records:
+                # deferred: the planner.search package (engine, samplers) loads only for search commands
                 from planner.search.engine import no_fit_message
 
                 raise PlannerError(no_fit_message(result, gbs is not None))
@@ -235,6 +303,7 @@ def register(app: typer.Typer) -> None:
                           and t.world_size == rec.gpus)
                 _explain_out(problem.model, rec.to_plan(), hw, "json" if fmt == "json" else "table")
             if report is not None:
+                # deferred: the report writer loads matplotlib
                 from planner.reports.search_report import write_search_report
 
                 _write_report(lambda: write_search_report(report, result, top=top))
@@ -243,54 +312,57 @@ def register(app: typer.Typer) -> None:
 
     @app.command("explain")
     def explain_cmd(
-        model: str = OPT["model"],
-        gpu: str = typer.Option(DEFAULT_GPU, "--gpu", help="GPU key (see `planner gpus`)."),
-        gpus: int = typer.Option(..., "--gpus", help="Total GPUs."),
-        cluster: Optional[str] = OPT["cluster"],
-        gpus_per_node: Optional[int] = OPT["gpn"],
-        tp: int = typer.Option(1, "--tp"), pp: int = typer.Option(1, "--pp"), cp: int = typer.Option(1, "--cp"),
-        vpp: int = typer.Option(1, "--vpp"), mbs: int = typer.Option(1, "--mbs"),
-        gbs: Optional[int] = OPT["gbs"], seq_len: Optional[int] = OPT["seq"],
-        recompute: str = typer.Option("selective", "--recompute"),
-        sequence_parallel: bool = typer.Option(True, "--sequence-parallel/--no-sequence-parallel"),
-        zero: int = typer.Option(1, "--zero"), dtype: str = typer.Option("bf16", "--dtype"),
+        model: O.Model = ...,
+        gpu: O.Gpu = DEFAULT_GPU,
+        gpus: O.Gpus = ...,
+        cluster: O.Cluster = None,
+        gpus_per_node: O.GpusPerNode = None,
+        tp: O.Tp = PlanRequest.tp,
+        pp: O.Pp = PlanRequest.pp,
+        cp: O.Cp = PlanRequest.cp,
+        vpp: O.Vpp = PlanRequest.vpp,
+        mbs: O.Mbs = PlanRequest.mbs,
+        gbs: O.Gbs = None,
+        seq_len: O.SeqLen = None,
+        recompute: O.Recompute = PlanRequest.recompute,
+        sequence_parallel: O.SequenceParallel = PlanRequest.sequence_parallel,
+        zero: O.Zero = PlanRequest.zero,
+        dtype: O.Dtype = PlanRequest.dtype,
+        layer_split: O.LayerSplit = None,
         fmt: str = typer.Option("table", "--format", help="table | json."),
         top: int = typer.Option(15, "--top", help="Operators per table."),
-        hardware_file: list[str] = OPT["hw"],
+        hardware_file: O.HardwareFile = [],
     ) -> None:
         """Operator breakdown of one plan by pipeline stage and phase."""
-        from planner.requests import build_request
-
         if fmt not in ("table", "json"):
             raise _err(f"--format {fmt!r} is not one of table, json")
-        raw = {"model": model, "gpu": gpu, "gpus": gpus, "cluster": cluster, "gpus_per_node": gpus_per_node,
-               "tp": tp, "pp": pp, "cp": cp, "vpp": vpp, "mbs": mbs, "gbs": gbs, "seq_len": seq_len,
-               "recompute": recompute, "sequence_parallel": sequence_parallel, "zero": zero, "dtype": dtype}
         try:
-            req = build_request(raw, tuple(hardware_file))
-            _explain_out(req.model, req.plan, req.hardware, fmt, top)
+            req = O.plan_request(locals(), "planner explain --model llama-13b --gpus 128 --tp 2 --pp 4")
+            res = req.resolve(tuple(hardware_file))
+            _explain_out(res.model, res.plan, res.hardware, fmt, top)
         except PlannerError as exc:
             raise _err(str(exc))
 
     @app.command()
     def compare(
-        model: str = OPT["model"],
-        gpu: list[str] = typer.Option([], "--gpu", help="GPU keys to compare (repeat; at least two are useful)."),
-        gpus: Optional[int] = typer.Option(None, "--gpus", help="Total GPUs of each type."),
-        nodes: Optional[int] = typer.Option(None, "--nodes", help="Nodes of each type instead of --gpus."),
-        tokens: Optional[str] = OPT["tokens"],
-        price: list[str] = OPT["price"],
-        space: str = OPT["space"],
-        gbs: Optional[int] = OPT["gbs"], seq_len: Optional[int] = OPT["seq"],
+        model: O.Model,
+        gpu: O.CompareGpuList = [],
+        gpus: O.AllocGpus = None,
+        nodes: O.Nodes = None,
+        tokens: O.TokenBudget = None,
+        price: O.Price = [],
+        space: O.Space = "default",
+        gbs: O.Gbs = None,
+        seq_len: O.SeqLen = None,
         fmt: str = typer.Option("table", "--format", help="table | json | csv | md."),
-        hardware_file: list[str] = OPT["hw"],
-        report: Optional[str] = OPT["report"],
+        hardware_file: O.HardwareFile = [],
+        report: O.Report = None,
     ) -> None:
         """Best plan per GPU type: time/iteration, tokens/s, $ per Mtoken, time and cost to train."""
+        # deferred: the planner.search package (engine, samplers) loads only for search commands
         from planner.search.records import FORMATS, rank
         from planner.search.sizing import compare as run_compare, parse_prices, parse_tokens
         from planner.search.space import load_space
-        from costmodel.core.specs.presets import resolve_model
 
         if fmt not in FORMATS:
             raise _err(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
@@ -314,6 +386,7 @@ def register(app: typer.Typer) -> None:
         else:
             _compare_table(m, rows, tok)
         if report is not None and best:
+            # deferred: the report writer loads matplotlib
             from planner.reports.search_report import write_compare_report
 
             _write_report(lambda: write_compare_report(report, rows, m, tokens=tok))
@@ -322,23 +395,24 @@ def register(app: typer.Typer) -> None:
 
     @app.command("size")
     def size_cmd(
-        model: str = OPT["model"],
-        tokens: str = typer.Option(..., "--tokens", help="Training token budget, e.g. 2e12 or 2T."),
+        model: O.Model,
+        tokens: O.TokenBudget,
         deadline: str = typer.Option(..., "--deadline", help="Wall-clock limit: 72h, 30d, 3w."),
-        gpu: list[str] = typer.Option([], "--gpu", help="GPU types to consider (repeat; default: a100-80gb, h100-sxm)."),
+        gpu: O.SizeGpuList = [],
         max_gpus: int = typer.Option(16384, "--max-gpus", help="Largest allocation considered."),
         budget: Optional[float] = typer.Option(None, "--budget", help="Largest cost in USD."),
-        price: list[str] = OPT["price"],
-        space: str = OPT["space"],
-        gbs: Optional[int] = OPT["gbs"], seq_len: Optional[int] = OPT["seq"],
+        price: O.Price = [],
+        space: O.Space = "default",
+        gbs: O.Gbs = None,
+        seq_len: O.SeqLen = None,
         fmt: str = typer.Option("table", "--format", help="table | json."),
-        hardware_file: list[str] = OPT["hw"],
-        report: Optional[str] = OPT["report"],
+        hardware_file: O.HardwareFile = [],
+        report: O.Report = None,
     ) -> None:
         """Smallest allocation (nodes of which GPU) that trains the tokens before the deadline; also the cheapest."""
+        # deferred: the planner.search package (engine, samplers) loads only for search commands
         from planner.search.sizing import parse_deadline, parse_prices, parse_tokens, size as run_size
         from planner.search.space import load_space
-        from costmodel.core.specs.presets import resolve_model
 
         if fmt not in ("table", "json"):
             raise _err(f"--format {fmt!r} is not one of table, json")
@@ -362,39 +436,36 @@ def register(app: typer.Typer) -> None:
         else:
             _size_table(m, tok, seconds, res)
         if report is not None:
+            # deferred: the report writer loads matplotlib
             from planner.reports.search_report import write_size_report
 
             _write_report(lambda: write_size_report(report, res, m, tok, seconds, hws))
 
 
-SIZE_DEFAULT_GPUS = ("a100-80gb", "h100-sxm")
-"""GPU types `planner size` considers without --gpu (kept short: each type costs several searches)."""
-
-
-def _run_search(model, gpu, gpus, nodes, nodes_range, cluster, gpus_per_node, space, tp, pp, cp, vpp, mbs, recompute,
-                zero, sp, dtype, allow_tp_across_nodes, headroom, gbs, seq_len, tokens, price, objective, trials,
-                exhaustive, seed, sampler, storage, study_name, progress, hardware_file, jobs=0, resume=False):
+def _run_search(r: SearchRequest):
+    """Build the search problem of ``r`` and run it (with a progress bar when asked); returns (result, problem)."""
+    # deferred: the planner.search package (engine, samplers) loads only for search commands
     from planner.search.engine import search as run
     from planner.search.sizing import parse_prices, parse_tokens
     from planner.search.space import build_problem
-    from costmodel.core.specs.presets import resolve_model
 
-    if resume and exhaustive:
+    if r.resume and r.exhaustive:
         raise PlannerError("--resume applies to Optuna studies; --exhaustive has nothing to resume (drop one).")
-    if resume and not study_name:
+    if r.resume and not r.study_name:
         raise PlannerError("--resume needs --study-name (and the --storage) of the interrupted search.")
-    sp_ = _space(space, tp, pp, cp, vpp, mbs, recompute, zero, sp, dtype, allow_tp_across_nodes, headroom)
-    cat, hws = _hardwares(gpu, cluster, gpus_per_node, hardware_file)
-    prices = parse_prices(price, list(cat.gpus))
-    m = resolve_model(model)
-    problem = build_problem(m, _targets(hws, gpus, nodes, nodes_range), sp_, gbs=gbs, seq_len=seq_len,
-                            tokens=parse_tokens(tokens) if tokens is not None else None, prices=prices)
-    bar, update = _progress_bar("exhaustive" if exhaustive else "optuna") if progress else (None, None)
+    space = _space(r)
+    cat, hws = _hardwares(list(r.gpu), r.cluster, r.gpus_per_node, r.hardware_file)
+    prices = parse_prices(list(r.price), list(cat.gpus))
+    m = resolve_model(r.model)
+    problem = build_problem(m, _targets(hws, r.gpus, r.nodes, r.nodes_range), space, gbs=r.gbs, seq_len=r.seq_len,
+                            tokens=parse_tokens(r.tokens) if r.tokens is not None else None, prices=prices)
+    bar, update = _progress_bar("exhaustive" if r.exhaustive else "optuna") if r.progress else (None, None)
     if bar is not None:
         bar.start()
     try:
-        result = run(problem, objective, exhaustive=exhaustive, n_trials=trials, seed=seed, sampler=sampler,
-                     storage=storage, study_name=study_name, progress=update, jobs=_jobs(jobs), resume=resume)
+        result = run(problem, r.objective, exhaustive=r.exhaustive, n_trials=r.trials, seed=r.seed, sampler=r.sampler,
+                     storage=r.storage, study_name=r.study_name, progress=update, jobs=_jobs(r.jobs),
+                     resume=r.resume)
     finally:
         if bar is not None:
             bar.stop()
@@ -403,8 +474,6 @@ def _run_search(model, gpu, gpus, nodes, nodes_range, cluster, gpus_per_node, sp
 
 def _check_report(report: str | None) -> None:
     if report is not None:
-        from planner.reports.markdown import report_path
-
         report_path(report)
 
 
@@ -417,16 +486,13 @@ def _write_report(write) -> None:
 
 
 def _jobs(jobs: int) -> int:
-    import os
-
     if jobs < 0:
         raise PlannerError(f"--jobs must be >= 0, got {jobs}.")
     return jobs or max(1, min(4, os.cpu_count() or 1))
 
 
 def _explain_out(model, plan, hw, fmt: str, top: int = 15) -> None:
-    from rich.console import Console
-
+    # deferred: the planner.search package (engine, samplers) loads only for search commands
     from planner.search.explain import explain_plan, render_explanation
 
     ex = explain_plan(model, plan, hw)
@@ -437,10 +503,7 @@ def _explain_out(model, plan, hw, fmt: str, top: int = 15) -> None:
 
 
 def _compare_table(m, rows, tokens) -> None:
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-
+    # deferred: the planner.search package (engine, samplers) loads only for search commands
     from planner.search.records import human_duration
 
     t = Table(title=f"{m.name}: best plan per GPU type" + (f", {tokens:.3g} tokens" if tokens else ""))
@@ -469,10 +532,7 @@ def _compare_table(m, rows, tokens) -> None:
 
 
 def _size_table(m, tokens, deadline_s, res) -> None:
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-
+    # deferred: the planner.search package (engine, samplers) loads only for search commands
     from planner.search.records import human_duration
 
     con = Console(width=None if sys.stdout.isatty() else 200)

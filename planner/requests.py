@@ -1,56 +1,154 @@
-"""Turn user input (CLI flags or one JSON object of a batch file) into the three cost-model inputs."""
+"""One plan request: the dataclass every way of naming a parallel plan goes through.
+
+`planner predict` / `explain` / `export` flags (declared once in :mod:`planner.cli_options`), each line
+of a `planner predict --batch` file (keys documented in README "Batch requests") and programmatic
+callers all build a :class:`PlanRequest`; :meth:`PlanRequest.resolve` turns it into the three
+cost-model inputs (model, plan, hardware).
+"""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 
 from costmodel.core.errors import PlannerError
+from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import DTYPES, RECOMPUTE_MODES, ParallelPlan
+from costmodel.core.specs.presets import resolve_model
 
 DEFAULT_BATCH_TOKENS = 4 * 1024 * 1024
 """Default global batch in tokens when none is given: 4M tokens, the batch of Llama 2
 (Touvron et al. 2023, §2.2 'global batch-size of 4M tokens'). Rounded up to a multiple of MBS x DP."""
 
-# key -> (type, default, help). `model`, `gpu` and `gpus` are required.
-REQUEST_KEYS: dict[str, tuple[type | tuple, object, str]] = {
-    "id": ((str, int), None, "your identifier, echoed back"),
-    "model": ((str, dict), None, "preset name, path to a config.json, or an inline config.json object"),
-    "gpu": (str, None, "GPU key from `planner gpus`"),
-    "gpus": (int, None, "total number of GPUs"),
-    "cluster": (str, None, "node type from `planner gpus` (default: the GPU's default node type)"),
-    "gpus_per_node": (int, None, "GPUs per node (default: from the node type)"),
-    "tp": (int, 1, "tensor-parallel degree"),
-    "pp": (int, 1, "pipeline-parallel degree"),
-    "cp": (int, 1, "context-parallel degree"),
-    "vpp": (int, 1, "virtual pipeline chunks per stage"),
-    "mbs": (int, 1, "micro-batch size (sequences)"),
-    "gbs": (int, None, "global batch size (sequences); default about 4M tokens"),
-    "seq_len": (int, None, "sequence length (default: the model's max_seq_len)"),
-    "recompute": (str, "selective", "none | selective | full"),
-    "sequence_parallel": (bool, True, "Megatron sequence parallelism when tp > 1"),
-    "zero": (int, 1, "ZeRO stage 0-3 (1 = distributed optimizer, 3 = FSDP)"),
-    "dtype": (str, "bf16", "bf16 | fp16 | fp8"),
-    "layer_split": (list, None, "layers per pipeline stage when uneven, e.g. [9, 8, 8, 7]"),
-}
-REQUIRED = ("model", "gpu", "gpus")
 MAX_INT = 2**53
 """Integers must stay below 2**53, the range where every integer is exact as an IEEE 754 double
 (53-bit significand): the cost model computes in floats, and larger values overflow or lose digits."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class PlanRequest:
+    """One parallel plan as a user names it (before the model, hardware and batch are resolved).
+
+    Field names are the batch-file keys; the CLI flags are the same names with dashes. Constructing
+    one checks every field (types, ranges, allowed values) and raises :class:`PlannerError` with one
+    line naming the first bad key; :meth:`from_dict` also refuses unknown keys.
+    """
+
+    id: str | int | None = None
+    """Your identifier for a batch line, echoed back on its output line."""
+    model: str | dict | ModelSpec
+    """Preset name (see `planner models`), path to a config.json, or an inline config.json object.
+    Programmatic callers (e.g. `planner validate`) may pass a resolved ModelSpec."""
+    gpu: str
+    """GPU key from `planner gpus`."""
+    gpus: int
+    """Total number of GPUs (world size)."""
+    cluster: str | None = None
+    """Node type from `planner gpus`; None = the GPU's default node type."""
+    gpus_per_node: int | None = None
+    """GPUs per node; None = the node type's."""
+    tp: int = 1
+    """Tensor-parallel degree."""
+    pp: int = 1
+    """Pipeline-parallel degree (stages)."""
+    cp: int = 1
+    """Context-parallel degree."""
+    vpp: int = 1
+    """Virtual pipeline chunks per stage (interleaved 1F1B when > 1)."""
+    mbs: int = 1
+    """Micro-batch size in sequences."""
+    gbs: int | None = None
+    """Global batch size in sequences; None = about DEFAULT_BATCH_TOKENS tokens, rounded up to a
+    multiple of MBS x DP."""
+    seq_len: int | None = None
+    """Sequence length in tokens; None = the model's max_seq_len."""
+    recompute: str = "selective"
+    """Activation recomputation: none | selective | full."""
+    sequence_parallel: bool = True
+    """Megatron sequence parallelism (only meaningful when tp > 1)."""
+    zero: int = 1
+    """ZeRO stage 0-3 (1 = distributed optimizer, 3 = FSDP)."""
+    dtype: str = "bf16"
+    """GEMM precision: bf16 | fp16 | fp8 | fp32."""
+    layer_split: tuple[int, ...] | None = None
+    """Layers per pipeline stage when uneven, e.g. [9, 8, 8, 7]; None = even split."""
+
+    def __post_init__(self) -> None:
+        missing = [k for k in REQUIRED if getattr(self, k) is None]
+        if missing:
+            raise PlannerError(f"missing required key(s) {', '.join(missing)}")
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is not None and not (f.name == "model" and isinstance(value, ModelSpec)):
+                object.__setattr__(self, f.name, _check_type(f.name, value))
+        if self.recompute not in RECOMPUTE_MODES:
+            raise PlannerError(f"recompute={self.recompute!r} must be one of {', '.join(RECOMPUTE_MODES)}")
+        if self.dtype not in DTYPES:
+            raise PlannerError(f"dtype={self.dtype!r} must be one of {', '.join(DTYPES)}")
+
+    @classmethod
+    def from_dict(cls, raw: Mapping) -> PlanRequest:
+        """A request from batch-line keys (a JSON object, a CSV row, CLI flags by name).
+
+        Unknown keys are refused; a key whose value is None takes its default.
+        """
+        if not isinstance(raw, Mapping):
+            raise PlannerError("each request must be a JSON object with keys model, gpu, gpus")
+        unknown = sorted(set(raw) - set(REQUEST_KEYS))
+        if unknown:
+            raise PlannerError(f"unknown key(s) {', '.join(unknown)}; allowed: {', '.join(REQUEST_KEYS)}")
+        missing = [k for k in REQUIRED if raw.get(k) is None]
+        if missing:
+            raise PlannerError(f"missing required key(s) {', '.join(missing)}")
+        return cls(**{k: v for k, v in raw.items() if v is not None})
+
+    def to_plan(self, model: ModelSpec, gpus_per_node: int, extra: dict | None = None) -> ParallelPlan:
+        """The validated ParallelPlan of this request for ``model`` with nodes of ``gpus_per_node`` GPUs
+        (filling the default sequence length and global batch)."""
+        seq = self.seq_len or model.max_seq_len
+        mp = self.tp * self.pp * self.cp
+        dp = self.gpus // mp if mp and self.gpus % mp == 0 else 1
+        gbs = self.gbs
+        if gbs is None:
+            unit = self.mbs * dp
+            gbs = unit * max(1, -(-DEFAULT_BATCH_TOKENS // (seq * unit)))
+        plan = ParallelPlan(world_size=self.gpus, gpus_per_node=gpus_per_node, global_batch_size=gbs, seq_len=seq,
+                            tp=self.tp, pp=self.pp, cp=self.cp, vpp=self.vpp, micro_batch_size=self.mbs,
+                            recompute=self.recompute, sequence_parallel=self.sequence_parallel, zero=self.zero,
+                            dtype=self.dtype, layer_split=self.layer_split, extra=dict(extra or {}))
+        plan.validate(model)
+        return plan
+
+    def resolve(self, hardware_files: tuple = ()) -> ResolvedPlan:
+        """Resolve the model (dense only), the hardware (catalogue plus ``hardware_files``) and the plan."""
+        model = resolve_model(self.model)
+        model.require_dense()
+        hardware = load_catalogue(hardware_files).resolve(self.gpu, self.cluster, self.gpus_per_node)
+        return ResolvedPlan(model, self.to_plan(model, min(hardware.gpus_per_node, self.gpus)), hardware)
+
+
+REQUEST_KEYS: tuple[str, ...] = tuple(f.name for f in fields(PlanRequest))
+"""The batch-line keys, in the order error messages list them."""
+REQUIRED = ("model", "gpu", "gpus")
+_INT_KEYS = {"gpus", "gpus_per_node", "tp", "pp", "cp", "vpp", "mbs", "gbs", "seq_len", "zero"}
+_TYPES: dict[str, type | tuple] = {"id": (str, int), "model": (str, dict), "gpu": str, "cluster": str,
+                                   "recompute": str, "dtype": str}
+
+
 @dataclass(frozen=True)
-class Request:
+class ResolvedPlan:
+    """A resolved request: the three cost-model inputs."""
+
     model: ModelSpec
     plan: ParallelPlan
     hardware: Hardware
 
 
 def _check_type(key: str, value: object) -> object:
-    typ = REQUEST_KEYS[key][0]
-    if typ is int:
+    if key in _INT_KEYS:
         if isinstance(value, float) and math.isfinite(value) and value.is_integer():
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
@@ -60,55 +158,22 @@ def _check_type(key: str, value: object) -> object:
         if value >= MAX_INT:
             raise PlannerError(f"{key}={value} is too large; it must be below 2**53")
         return value
-    if typ is list:
-        if (not isinstance(value, list) or not value
+    if key == "layer_split":
+        if (not isinstance(value, (list, tuple)) or not value
                 or any(isinstance(v, bool) or not isinstance(v, int) or v <= 0 for v in value)):
             raise PlannerError(f"{key}={value!r} must be a list of positive integers, one per pipeline stage")
         return tuple(value)
-    if typ is bool:
+    if key == "sequence_parallel":
         if not isinstance(value, bool):
             raise PlannerError(f"{key}={value!r} must be true or false")
         return value
+    typ = _TYPES[key]
     if not isinstance(value, typ):
         names = " or ".join(t.__name__ for t in (typ if isinstance(typ, tuple) else (typ,)))
         raise PlannerError(f"{key}={value!r} must be a {names}")
     return value
 
 
-def build_request(raw: dict, hardware_files: tuple = ()) -> Request:
+def build_request(raw: dict, hardware_files: tuple = ()) -> ResolvedPlan:
     """Validate a request dict (batch-line keys) and resolve model, plan and hardware."""
-    from costmodel.core.specs.catalogue import load_catalogue
-    from costmodel.core.specs.presets import resolve_model
-
-    if not isinstance(raw, dict):
-        raise PlannerError("each request must be a JSON object with keys model, gpu, gpus")
-    unknown = sorted(set(raw) - set(REQUEST_KEYS))
-    if unknown:
-        raise PlannerError(f"unknown key(s) {', '.join(unknown)}; allowed: {', '.join(REQUEST_KEYS)}")
-    missing = [k for k in REQUIRED if raw.get(k) is None]
-    if missing:
-        raise PlannerError(f"missing required key(s) {', '.join(missing)}")
-    vals = {k: (_check_type(k, raw[k]) if raw.get(k) is not None else REQUEST_KEYS[k][1]) for k in REQUEST_KEYS}
-    if vals["recompute"] not in RECOMPUTE_MODES:
-        raise PlannerError(f"recompute={vals['recompute']!r} must be one of {', '.join(RECOMPUTE_MODES)}")
-    if vals["dtype"] not in DTYPES:
-        raise PlannerError(f"dtype={vals['dtype']!r} must be one of {', '.join(DTYPES)}")
-    model = resolve_model(vals["model"])
-    model.require_dense()
-    hardware = load_catalogue(hardware_files).resolve(vals["gpu"], vals["cluster"], vals["gpus_per_node"])
-    gpus = vals["gpus"]
-    gpn = min(hardware.gpus_per_node, gpus)
-    seq = vals["seq_len"] or model.max_seq_len
-    mp = vals["tp"] * vals["pp"] * vals["cp"]
-    dp = gpus // mp if mp and gpus % mp == 0 else 1
-    gbs = vals["gbs"]
-    if gbs is None:
-        unit = vals["mbs"] * dp
-        gbs = unit * max(1, -(-DEFAULT_BATCH_TOKENS // (seq * unit)))
-    plan = ParallelPlan(world_size=gpus, gpus_per_node=gpn, global_batch_size=gbs, seq_len=seq,
-                        tp=vals["tp"], pp=vals["pp"], cp=vals["cp"], vpp=vals["vpp"],
-                        micro_batch_size=vals["mbs"], recompute=vals["recompute"],
-                        sequence_parallel=vals["sequence_parallel"], zero=vals["zero"], dtype=vals["dtype"],
-                        layer_split=vals["layer_split"])
-    plan.validate(model)
-    return Request(model, plan, hardware)
+    return PlanRequest.from_dict(raw).resolve(hardware_files)

@@ -8,8 +8,10 @@ Both evaluate candidates through :class:`planner.search.objective.Evaluator` and
 from __future__ import annotations
 
 import json
+import multiprocessing as mp
 import os
 import signal
+import socket
 import time
 import warnings
 from collections import Counter
@@ -117,8 +119,6 @@ def _eval_slice(args: tuple[int, int]) -> list:
 
 def _parallel_evaluations(problem: SearchProblem, cost_model, cands: list, jobs: int) -> list | None:
     """Evaluations of ``cands`` by ``jobs`` forked processes (None where fork is unavailable)."""
-    import multiprocessing as mp
-
     global _FORK_STATE
     if "fork" not in mp.get_all_start_methods():
         return None
@@ -168,7 +168,7 @@ def open_storage(url: str | None):
     locking, for shared filesystems); sqlite/postgresql/mysql URLs = RDB storage."""
     if url is None:
         return None
-    import optuna
+    import optuna  # deferred: Optuna takes about half a second to import
 
     url = url.strip()
     if url.startswith("journal:"):
@@ -176,7 +176,7 @@ def open_storage(url: str | None):
         path = path[2:] if path.startswith("//") else path
         if not path:
             raise PlannerError("--storage journal: needs a file path, e.g. journal:./planner.journal.")
-        from optuna.storages.journal import JournalFileBackend, JournalStorage
+        from optuna.storages.journal import JournalFileBackend, JournalStorage  # deferred: Optuna
 
         try:
             return JournalStorage(JournalFileBackend(path))
@@ -201,9 +201,9 @@ def open_storage(url: str | None):
 
 
 def _make_sampler(name: str, seed: int | None, multi: bool):
-    import optuna
+    import optuna  # deferred: Optuna takes about half a second to import
 
-    from planner.search.samplers import PerTrialSeedSampler
+    from planner.search.samplers import PerTrialSeedSampler  # deferred: imports Optuna
 
     # Optuna >= 5 reads constraints set with Trial.set_constraint; older versions need constraints_func.
     kw = {} if _HAS_SET_CONSTRAINT() else {"constraints_func": _constraints}
@@ -234,15 +234,11 @@ that would be the study's N-th finished one, leaving it RUNNING in the storage a
 
 
 def _owner() -> str:
-    import socket
-
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def _process_gone(owner: str) -> bool:
     """True when ``owner`` (``host:pid``) is a process of this host that no longer exists."""
-    import socket
-
     host, _, pid = owner.rpartition(":")
     if host != socket.gethostname() or not pid.isdigit():
         return False  # another machine's trial (or a foreign one): cannot tell, leave it
@@ -258,7 +254,7 @@ def _process_gone(owner: str) -> bool:
 def recover_stale_trials(study) -> int:
     """Trials left RUNNING by a killed process of this host: mark them failed and queue their parameters
     again, so the next run evaluates them first (nothing completed is lost or repeated). Returns how many."""
-    import optuna
+    import optuna  # deferred: Optuna takes about half a second to import
 
     n = 0
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
@@ -282,7 +278,7 @@ def _constraints(trial) -> list[float]:
 
 
 def _HAS_SET_CONSTRAINT() -> bool:
-    import optuna
+    import optuna  # deferred: Optuna takes about half a second to import
 
     return hasattr(optuna.trial.Trial, "set_constraint")
 
@@ -312,7 +308,7 @@ def optuna_search(problem: SearchProblem, objective: str = "time", n_trials: int
         raise PlannerError(f"--trials must be a non-negative integer, got {n_trials!r}.")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32):
         raise PlannerError(f"--seed must be an integer from 0 to {2**32 - 1} (numpy's seed range), got {seed!r}.")
-    import optuna
+    import optuna  # deferred: Optuna takes about half a second to import
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
@@ -434,7 +430,7 @@ def _polish(study, obj, choices: dict, budget: int, tick, ev: Evaluator) -> int:
     rule or do not fit (:func:`_repair`; cheap checks, no trial spent) and evaluate them; when none
     is left (a local optimum), move on to the next-best trial. Stops when the budget is spent or no
     feasible trial has untried feasible neighbours. Returns the unspent budget."""
-    import optuna
+    import optuna  # deferred: Optuna takes about half a second to import
 
     states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.WAITING, optuna.trial.TrialState.RUNNING)
     cands: dict[int, Candidate] = {}  # trial number -> canonical candidate (params never change)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
+import search_spaces
 from costmodel.memory import DEFAULT_HEADROOM
 from costmodel.core.errors import PlannerError
 from planner.requests import DEFAULT_BATCH_TOKENS
@@ -111,8 +112,6 @@ def _check_dim(dim: str, values, where: str) -> tuple:
 
 def spaces_dir() -> Path:
     """Folder of the shipped space presets (``search_spaces/search``)."""
-    import search_spaces
-
     for base in search_spaces.__path__:
         if (Path(base) / "search" / "default.toml").is_file():
             return Path(base) / "search"
@@ -370,7 +369,7 @@ def candidate_params(c: Candidate, choices: dict[str, list]) -> dict:
 
 def candidate_from_params(params: dict, choices: dict[str, list]) -> Candidate:
     """Inverse of :func:`candidate_params` (the candidate a finished trial evaluated)."""
-    import optuna
+    import optuna  # deferred: Optuna takes about half a second to import
 
     return suggest_candidate(optuna.trial.FixedTrial(params), choices)
 
