@@ -329,8 +329,8 @@ def fit_gpu(datasets: Datasets, data: Path, gpu: str, den: dict, default_launch_
     # memory-bound
     mem = {}
     for kind, variants in sorted(memory_samples(datasets, gpu).items()):
-        fits = {name: fit_memory(s, hbm, launch_s) for name, s in sorted(variants.items())}
-        fits = {k: v for k, v in fits.items() if v is not None}
+        fits = {name: mem_fit for name, s in sorted(variants.items())
+                if (mem_fit := fit_memory(s, hbm, launch_s)) is not None}
         if fits:
             mem[kind] = {"eff": _median([f["eff"] for f in fits.values()]), "variants": fits,
                          "method": "median over variants (dataset:operator) of each variant's efficiency"}

@@ -117,12 +117,13 @@ def source_rows(datasets: Datasets, kind: str, gpu: str, importer: str | None = 
     field, on other datasets of the GPU; they are yielded with no rows (their filters and counts still
     matter to the fit's provenance)."""
     ds = datasets.get((kind, gpu))
+    records: list[tuple[Dataset | None, dict]] = []
     if ds is not None:
         records = [(ds, r) for r in ds.meta["sources"] if r.get("kind", kind) == kind]
     else:
-        seen, records = set(), []
-        for (_, g), host in datasets.items():
-            for r in host.meta["sources"] if g == gpu else ():
+        seen = set()
+        for (_, g), other in datasets.items():
+            for r in other.meta["sources"] if g == gpu else ():
                 key = (r["path"], r["column"], r["direction"])
                 if r.get("kind") == kind and key not in seen:
                     seen.add(key)

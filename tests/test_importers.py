@@ -2,6 +2,8 @@
 
 import hashlib
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -376,3 +378,13 @@ def test_importers_are_deterministic(shared_data):
     for x, y in zip(a, b):
         assert (x.kind, x.gpu) == (y.kind, y.gpu) and np.array_equal(x.features, y.features)
         assert np.array_equal(x.time_s, y.time_s) and x.meta == y.meta
+
+
+def test_module_entry_point_runs_the_cli(tmp_path):
+    # `python -m costmodel.datasets.importers` (the package's __main__ -> cli.main): a data folder without the
+    # sources is a one-line error and exit status 2
+    r = subprocess.run([sys.executable, "-m", "costmodel.datasets.importers", "--data-dir", str(tmp_path)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines()[-1] == f"error: no aiconfigurator folder under {tmp_path.resolve()}; point " \
+                                                 "PLANNER_DATA_DIR at shared/data"

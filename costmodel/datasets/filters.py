@@ -9,11 +9,18 @@ the imported datasets, so they apply there too.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable
+from typing import Protocol
 
 import numpy as np
 
-Table = Mapping[str, np.ndarray]
+
+class Table(Protocol):
+    """What a filter reads: columns by name (a mapping of arrays, or the importers' checked source table)."""
+
+    def __getitem__(self, name: str) -> np.ndarray: ...
+
+    def values(self) -> Iterable[np.ndarray]: ...
 
 # SGLang's default attention backend per aiconfigurator system (aiconfigurator/PROVENANCE.md,
 # context_attention/: A100 has only `flash_attention`; H100/H200 `fa3` is the default (13,703 rows) and

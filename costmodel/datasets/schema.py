@@ -22,6 +22,8 @@ Writes are atomic (temporary file + rename), so a crash never leaves a half-writ
 from __future__ import annotations
 
 import csv
+import hashlib
+import io
 import json
 import math
 from dataclasses import dataclass, field
@@ -106,16 +108,12 @@ def _fmt(x: float) -> str:
 def save_dataset(ds: Dataset, path: str | Path) -> Path:
     """Write ``path`` (.csv) and its sidecar (.json) atomically; returns the CSV path."""
     path = Path(path).with_suffix(".csv")
-    import io
-
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow([*BASE_COLUMNS, *ds.feature_names, *TAIL_COLUMNS])
     for i in range(len(ds)):
         w.writerow([ds.kind, ds.direction[i], ds.dtype[i], *(_fmt(v) for v in ds.features[i]),
                     repr(float(ds.time_s[i])), _fmt(ds.spread_s[i]), _fmt(ds.repeats[i]), int(ds.source_row[i])])
-    import hashlib
-
     text = buf.getvalue()
     # the sidecar names the CSV's hash: a crash between the two atomic writes leaves a pair that
     # load_dataset refuses instead of mixing a new table with old metadata
@@ -150,8 +148,6 @@ def load_dataset(path: str | Path) -> Dataset:
     expected = [*BASE_COLUMNS, *FEATURES[kind], *TAIL_COLUMNS]
     want = meta.get("csv_sha256")
     if want is not None:
-        import hashlib
-
         try:
             got = hashlib.sha256(Path(path).read_bytes()).hexdigest()
         except FileNotFoundError:
