@@ -21,6 +21,7 @@ from costmodel.core.errors import PlannerError
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
+from planner.requests import PlanRequest
 from planner.validation.sources import Rule, source_rule
 
 INT_COLUMNS = ("n_layers", "hidden", "n_heads", "n_kv_heads", "ffn_hidden", "vocab", "seq_len", "n_gpus",
@@ -386,13 +387,13 @@ def row_to_inputs(row: RunRow) -> tuple[ModelSpec, ParallelPlan, str, int]:
         sp = tp > 1
         if tp > 1:
             notes.append("sequence parallelism not stated, assumed on (TP > 1)")
-    plan = ParallelPlan(
-        world_size=n, gpus_per_node=gpn, global_batch_size=gbs, seq_len=seq_len, tp=tp, pp=pp, cp=cp,
-        vpp=vpp, micro_batch_size=mbs, recompute=_recompute(row.text["recompute"], notes),
+    # the same plan-request object the CLI flags and batch lines build (planner.requests)
+    request = PlanRequest(
+        id=row.id, model=model, gpu=gpu_key, gpus=n, gpus_per_node=gpn, cluster=row.cluster or None, tp=tp, pp=pp,
+        cp=cp, vpp=vpp, mbs=mbs, gbs=gbs, seq_len=seq_len, recompute=_recompute(row.text["recompute"], notes),
         sequence_parallel=sp, zero=_zero(row.text["dist_optimizer_or_zero"], notes),
-        dtype=_dtype(row.text["precision"], notes),
-        layer_split=_layer_split(model.num_layers, pp, vpp, notes), extra={"run_id": row.id})
-    plan.validate(model)
+        dtype=_dtype(row.text["precision"], notes), layer_split=_layer_split(model.num_layers, pp, vpp, notes))
+    plan = request.to_plan(model, gpus_per_node=gpn, extra={"run_id": row.id})
     return model, plan, gpu_key, gpn
 
 
