@@ -28,7 +28,7 @@ from typing import Callable
 import numpy as np
 
 from costmodel.core.errors import PlannerError
-from costmodel.core.kinds import FEATURES
+from costmodel.core.kinds import FEATURES, Phase
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.cost.roofline import RooflineCostModel, dtype_bytes
 from costmodel.cpu_hardware import derive, to_toml
@@ -276,8 +276,8 @@ def fallback_mape(ds: Dataset, direction: str, out: Path) -> float | None:
     backward = direction == "bwd"
     db = np.array([dtype_bytes(d) for d in ds.dtype], dtype=float)
     flops, byts = flops_bytes(ds.kind, ds.features, db, backward)
-    ops = [Op(ds.kind, ds.kind, direction, tuple(float(x) for x in f), flops=float(fl), bytes=float(b), dtype=str(d))
-           for f, fl, b, d in zip(ds.features, flops, byts, ds.dtype)]
+    ops = [Op(ds.kind, ds.kind, Phase(direction), tuple(float(x) for x in f), flops=float(fl), bytes=float(b),
+              dtype=str(d)) for f, fl, b, d in zip(ds.features, flops, byts, ds.dtype)]
     pred = RooflineCostModel().predict(ops, hw).time_s
     return float(np.mean(np.abs(pred / ds.time_s - 1.0)))
 

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from costmodel.ops import Op
+from costmodel.core.kinds import Category, Phase
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
+from costmodel.ops import Op
 
 ACT_BYTES = 2  # bf16/fp16 activations and weights (bytes per element), a definition of the dtype
 FP32_BYTES = 4  # fp32 element (pure fp32 training)
@@ -66,6 +67,9 @@ class StageGraph:
     ZeRO-3 parameter gathers): only the part longer than the compute is exposed."""
     params: int = 0
     """Parameters held by this stage before TP sharding."""
+    signature: tuple = ()
+    """(first, last, layers) as set by :func:`build_graph`: stages with the same signature have the same
+    operator lists (composition sums each distinct stage once); () = not shared with another stage."""
 
 
 @dataclass
@@ -82,31 +86,33 @@ def elem_bytes(dtype: str) -> int:
     return FP32_BYTES if dtype == "fp32" else ACT_BYTES
 
 
-def _gemm(name: str, phase: str, m: int, n: int, k: int, dtype: str) -> Op:
+def _gemm(name: str, phase: Phase, m: int, n: int, k: int, dtype: str) -> Op:
     EB = elem_bytes(dtype)
     return Op("gemm", name, phase, (m, n, k), flops=2.0 * m * n * k,
-              bytes=float(EB * (m * k + n * k + m * n)), dtype=dtype)
+              bytes=float(EB * (m * k + n * k + m * n)), dtype=dtype, category=Category.COMPUTE)
 
 
 def _gemm_fwd_bwd(name: str, m: int, n: int, k: int, dtype: str) -> list[Op]:
     """Forward GEMM plus its dgrad (m, k, n) and wgrad (n, k, m) backward GEMMs."""
-    return [_gemm(name, "fwd", m, n, k, dtype),
-            _gemm(name + ".dgrad", "bwd", m, k, n, dtype),
-            _gemm(name + ".wgrad", "bwd", n, k, m, dtype)]
+    return [_gemm(name, Phase.FWD, m, n, k, dtype),
+            _gemm(name + ".dgrad", Phase.BWD, m, k, n, dtype),
+            _gemm(name + ".wgrad", Phase.BWD, n, k, m, dtype)]
 
 
-def _coll(kind: str, name: str, phase: str, nbytes: float, size: int, topo: tuple[int, int]) -> Op:
-    return Op(kind, name, phase, (float(nbytes), size, topo[0], topo[1]), bytes=float(nbytes))
+def _coll(kind: str, name: str, phase: Phase, nbytes: float, size: int, topo: tuple[int, int],
+          category: Category | None = None) -> Op:
+    return Op(kind, name, phase, (float(nbytes), size, topo[0], topo[1]), bytes=float(nbytes), category=category)
 
 
-def _p2p(name: str, phase: str, nbytes: float, cross_node: bool, count: float = 1.0) -> Op:
+def _p2p(name: str, phase: Phase, nbytes: float, cross_node: bool, category: Category, count: float = 1.0) -> Op:
     """A point-to-point send between two ranks, inside one node or across two."""
     topo = (2, 1) if cross_node else (1, 2)
-    return Op("send_recv", name, phase, (float(nbytes), 2, *topo), bytes=float(nbytes), count=count)
+    return Op("send_recv", name, phase, (float(nbytes), 2, *topo), bytes=float(nbytes), count=count,
+              category=category)
 
 
-def _mem(kind: str, name: str, phase: str, features: tuple, nbytes: float, flops: float = 0.0) -> Op:
-    return Op(kind, name, phase, features, flops=flops, bytes=float(nbytes))
+def _mem(kind: str, name: str, phase: Phase, features: tuple, nbytes: float, flops: float = 0.0) -> Op:
+    return Op(kind, name, phase, features, flops=flops, bytes=float(nbytes), category=Category.COMPUTE)
 
 
 def _rms(model: ModelSpec) -> int:
@@ -127,9 +133,10 @@ def tp_boundary(name: str, entering: bool, plan: ParallelPlan, act: float, topo:
         return []
     if plan.sp:
         first, second = ("all_gather", "reduce_scatter") if entering else ("reduce_scatter", "all_gather")
-        return [_coll(first, f"tp.{name}.{first.replace('_', '')}", "fwd", act, t, topo),
-                _coll(second, f"tp.{name}.{second.replace('_', '')}", "bwd", act, t, topo)]
-    return [_coll("all_reduce", f"tp.{name}.allreduce", "bwd" if entering else "fwd", act, t, topo)]
+        return [_coll(first, f"tp.{name}.{first.replace('_', '')}", Phase.FWD, act, t, topo, Category.TP_COMM),
+                _coll(second, f"tp.{name}.{second.replace('_', '')}", Phase.BWD, act, t, topo, Category.TP_COMM)]
+    return [_coll("all_reduce", f"tp.{name}.allreduce", Phase.BWD if entering else Phase.FWD, act, t, topo,
+                  Category.TP_COMM)]
 
 
 def layer_operators(model: ModelSpec, plan: ParallelPlan) -> tuple[list[Op], list[Op]]:
@@ -161,55 +168,55 @@ def layer_operators(model: ModelSpec, plan: ParallelPlan) -> tuple[list[Op], lis
     norm_bytes = sp_tokens * h * EB
     rms = _rms(model)
     # --- attention block
-    ops.append(_mem("norm", "attn_norm", "fwd", (sp_tokens, h, rms), 2 * norm_bytes, 8.0 * sp_tokens * h))
-    ops.append(_mem("norm", "attn_norm", "bwd", (sp_tokens, h, rms), 4 * norm_bytes, 16.0 * sp_tokens * h))
+    ops.append(_mem("norm", "attn_norm", Phase.FWD, (sp_tokens, h, rms), 2 * norm_bytes, 8.0 * sp_tokens * h))
+    ops.append(_mem("norm", "attn_norm", Phase.BWD, (sp_tokens, h, rms), 4 * norm_bytes, 16.0 * sp_tokens * h))
     tp_enter("qkv")
     qkv_n = (heads + 2 * kv_heads) * d
     ops += _gemm_fwd_bwd("qkv", tokens, qkv_n, h, dtype)
     if model.position_embedding == "rope":
         rope_elems = tokens * (heads + kv_heads) * d
-        ops.append(_mem("rope", "rope", "fwd", (tokens, heads + kv_heads, d), 2 * rope_elems * EB,
+        ops.append(_mem("rope", "rope", Phase.FWD, (tokens, heads + kv_heads, d), 2 * rope_elems * EB,
                         3.0 * rope_elems))
-        ops.append(_mem("rope", "rope", "bwd", (tokens, heads + kv_heads, d), 2 * rope_elems * EB,
+        ops.append(_mem("rope", "rope", Phase.BWD, (tokens, heads + kv_heads, d), 2 * rope_elems * EB,
                         3.0 * rope_elems))
     attn_feat = (b, s, s_full, heads, kv_heads, d, 1)
     # FLOPs of causal flash attention on this rank: QK^T and PV over the visible half of the s x S matrix.
     attn_flops = 4.0 * b * s * s_full * heads * d * 0.5
     qkvo_bytes = EB * tokens * (2 * heads + 2 * kv_heads) * d
-    ops.append(_mem("attention_fwd", "attention", "fwd", attn_feat, qkvo_bytes, attn_flops))
+    ops.append(_mem("attention_fwd", "attention", Phase.FWD, attn_feat, qkvo_bytes, attn_flops))
     # Backward: dQ, dK, dV plus the recomputed scores: 2.5x the forward matmul FLOPs (FlashAttention-2 paper,
     # Dao 2023 §3.1 counts 5 matmuls backward vs 2 forward).
-    ops.append(_mem("attention_bwd", "attention", "bwd", attn_feat, 2 * qkvo_bytes, 2.5 * attn_flops))
+    ops.append(_mem("attention_bwd", "attention", Phase.BWD, attn_feat, 2 * qkvo_bytes, 2.5 * attn_flops))
     if cp > 1:
         # ring attention (Megatron CP): cp-1 KV-chunk exchanges forward, and K/V plus dK/dV backward,
         # each overlapped with the attention compute of the previous chunk.
         kv_chunk = EB * tokens * 2 * kv_heads * d
         cross = group_topology(cp, t, gpn)[0] > 1
-        overlap.append(_p2p("cp.kv_exchange", "fwd", kv_chunk, cross, count=cp - 1))
-        overlap.append(_p2p("cp.kv_exchange", "bwd", 2 * kv_chunk, cross, count=cp - 1))
+        overlap.append(_p2p("cp.kv_exchange", Phase.FWD, kv_chunk, cross, Category.CP_COMM, count=cp - 1))
+        overlap.append(_p2p("cp.kv_exchange", Phase.BWD, 2 * kv_chunk, cross, Category.CP_COMM, count=cp - 1))
     ops += _gemm_fwd_bwd("attn_out", tokens, h, heads * d, dtype)
     tp_exit("attn_out")
-    ops.append(_mem("residual_add", "residual_add", "fwd", (sp_tokens * h,), 3 * norm_bytes, sp_tokens * h))
+    ops.append(_mem("residual_add", "residual_add", Phase.FWD, (sp_tokens * h,), 3 * norm_bytes, sp_tokens * h))
     # --- MLP block
-    ops.append(_mem("norm", "mlp_norm", "fwd", (sp_tokens, h, rms), 2 * norm_bytes, 8.0 * sp_tokens * h))
-    ops.append(_mem("norm", "mlp_norm", "bwd", (sp_tokens, h, rms), 4 * norm_bytes, 16.0 * sp_tokens * h))
+    ops.append(_mem("norm", "mlp_norm", Phase.FWD, (sp_tokens, h, rms), 2 * norm_bytes, 8.0 * sp_tokens * h))
+    ops.append(_mem("norm", "mlp_norm", Phase.BWD, (sp_tokens, h, rms), 4 * norm_bytes, 16.0 * sp_tokens * h))
     tp_enter("mlp_up")
     up_n = f * (2 if model.gated else 1)
     ops += _gemm_fwd_bwd("mlp_up", tokens, up_n, h, dtype)
     act_in = tokens * up_n
     act_out = tokens * f
-    ops.append(_mem("activation", f"act.{model.activation}", "fwd", (tokens, up_n, int(model.gated)),
+    ops.append(_mem("activation", f"act.{model.activation}", Phase.FWD, (tokens, up_n, int(model.gated)),
                     EB * (act_in + act_out), 8.0 * act_in))
-    ops.append(_mem("activation", f"act.{model.activation}", "bwd", (tokens, up_n, int(model.gated)),
+    ops.append(_mem("activation", f"act.{model.activation}", Phase.BWD, (tokens, up_n, int(model.gated)),
                     EB * (2 * act_in + act_out), 16.0 * act_in))
     ops += _gemm_fwd_bwd("mlp_down", tokens, h, f, dtype)
     tp_exit("mlp_down")
-    ops.append(_mem("residual_add", "residual_add", "fwd", (sp_tokens * h,), 3 * norm_bytes, sp_tokens * h))
+    ops.append(_mem("residual_add", "residual_add", Phase.FWD, (sp_tokens * h,), 3 * norm_bytes, sp_tokens * h))
 
     # --- recomputation (backward pass re-runs forward operators)
     if plan.recompute == "full":
-        recompute = [Op(o.kind, o.name, "recompute", o.features, o.flops, o.bytes, o.dtype, o.count)
-                     for o in ops if o.phase == "fwd"]
+        recompute = [Op(o.kind, o.name, Phase.RECOMPUTE, o.features, o.flops, o.bytes, o.dtype, o.count, o.category)
+                     for o in ops if o.phase is Phase.FWD]
         ops += recompute
     # selective recompute of the attention core costs nothing extra here: FlashAttention's backward
     # kernel recomputes the scores itself (its cost is inside attention_bwd).
@@ -220,10 +227,11 @@ def layer_operators(model: ModelSpec, plan: ParallelPlan) -> tuple[list[Op], lis
         group = plan.dp * cp
         topo = group_topology(group, t, gpn)
         pbytes = model.params_per_layer() / t * PARAM_GATHER_BYTES
-        overlap.append(_coll("all_gather", "zero3.param_allgather", "fwd", pbytes, group, topo))
-        overlap.append(_coll("all_gather", "zero3.param_allgather", "bwd", pbytes, group, topo))
+        overlap.append(_coll("all_gather", "zero3.param_allgather", Phase.FWD, pbytes, group, topo, Category.ZERO_COMM))
+        overlap.append(_coll("all_gather", "zero3.param_allgather", Phase.BWD, pbytes, group, topo, Category.ZERO_COMM))
         gbytes = model.params_per_layer() / t * GRAD_REDUCE_BYTES
-        overlap.append(_coll("reduce_scatter", "zero3.grad_reducescatter", "bwd", gbytes, group, topo))
+        overlap.append(_coll("reduce_scatter", "zero3.grad_reducescatter", Phase.BWD, gbytes, group, topo,
+                             Category.ZERO_COMM))
     return ops, overlap
 
 
@@ -234,12 +242,12 @@ def _embedding_ops(model: ModelSpec, plan: ParallelPlan) -> list[Op]:
     h = model.hidden_size
     v = -(-model.vocab_size // t)
     out = tokens * h * EB
-    ops = [_mem("embedding", "embedding", "fwd", (tokens, h, v), 2 * out),
-           _mem("embedding", "embedding", "bwd", (tokens, h, v), 3 * out)]
+    ops = [_mem("embedding", "embedding", Phase.FWD, (tokens, h, v), 2 * out),
+           _mem("embedding", "embedding", Phase.BWD, (tokens, h, v), 3 * out)]
     if t > 1:
         topo = group_topology(t, 1, plan.gpus_per_node)
         kind = "reduce_scatter" if plan.sp else "all_reduce"
-        ops.append(_coll(kind, f"tp.embedding.{kind.replace('_', '')}", "fwd", out, t, topo))
+        ops.append(_coll(kind, f"tp.embedding.{kind.replace('_', '')}", Phase.FWD, out, t, topo, Category.TP_COMM))
     return ops
 
 
@@ -252,18 +260,18 @@ def _head_ops(model: ModelSpec, plan: ParallelPlan) -> list[Op]:
     sp_tokens = tokens // t if plan.sp else tokens
     norm_bytes = sp_tokens * h * EB
     rms = _rms(model)
-    ops = [_mem("norm", "final_norm", "fwd", (sp_tokens, h, rms), 2 * norm_bytes, 8.0 * sp_tokens * h),
-           _mem("norm", "final_norm", "bwd", (sp_tokens, h, rms), 4 * norm_bytes, 16.0 * sp_tokens * h)]
+    ops = [_mem("norm", "final_norm", Phase.FWD, (sp_tokens, h, rms), 2 * norm_bytes, 8.0 * sp_tokens * h),
+           _mem("norm", "final_norm", Phase.BWD, (sp_tokens, h, rms), 4 * norm_bytes, 16.0 * sp_tokens * h)]
     topo = group_topology(t, 1, plan.gpus_per_node)
     act = tokens * h * EB
     ops += tp_boundary("lm_head", True, plan, act, topo)
     ops += _gemm_fwd_bwd("lm_head", tokens, v, h, plan.dtype)
     # cross-entropy on fp32 logits: read logits, write softmax/grad (4 bytes each)
-    ops.append(_mem("cross_entropy", "cross_entropy", "fwd", (tokens, v), 4.0 * 2 * tokens * v, 5.0 * tokens * v))
-    ops.append(_mem("cross_entropy", "cross_entropy", "bwd", (tokens, v), 4.0 * 2 * tokens * v, 2.0 * tokens * v))
+    ops.append(_mem("cross_entropy", "cross_entropy", Phase.FWD, (tokens, v), 4.0 * 2 * tokens * v, 5.0 * tokens * v))
+    ops.append(_mem("cross_entropy", "cross_entropy", Phase.BWD, (tokens, v), 4.0 * 2 * tokens * v, 2.0 * tokens * v))
     if t > 1:
-        ops.append(Op("all_reduce", "tp.cross_entropy.allreduce", "fwd", (float(tokens * 4), t, *topo),
-                      bytes=float(tokens * 4), count=CE_ALLREDUCES))
+        ops.append(Op("all_reduce", "tp.cross_entropy.allreduce", Phase.FWD, (float(tokens * 4), t, *topo),
+                      bytes=float(tokens * 4), count=CE_ALLREDUCES, category=Category.TP_COMM))
     return ops
 
 
@@ -277,20 +285,22 @@ def _iteration_ops(model: ModelSpec, plan: ParallelPlan, stage_params: int, firs
         topo = group_topology(group, t, plan.gpus_per_node)
         gbytes = params_gpu * GRAD_REDUCE_BYTES
         if plan.zero == 0:
-            ops.append(_coll("all_reduce", "dp.grad_allreduce", "dp_comm", gbytes, group, topo))
+            ops.append(_coll("all_reduce", "dp.grad_allreduce", Phase.DP_COMM, gbytes, group, topo, Category.DP_COMM))
         elif plan.zero in (1, 2):
-            ops.append(_coll("reduce_scatter", "dp.grad_reducescatter", "dp_comm", gbytes, group, topo))
-            ops.append(_coll("all_gather", "dp.param_allgather", "zero_comm", params_gpu * PARAM_GATHER_BYTES,
-                             group, topo))
+            ops.append(_coll("reduce_scatter", "dp.grad_reducescatter", Phase.DP_COMM, gbytes, group, topo,
+                             Category.DP_COMM))
+            # the distributed optimizer's all-gather is data-parallel communication (phase zero_comm)
+            ops.append(_coll("all_gather", "dp.param_allgather", Phase.ZERO_COMM, params_gpu * PARAM_GATHER_BYTES,
+                             group, topo, Category.DP_COMM))
         # zero == 3: gradients are reduce-scattered per layer (layer_overlap_ops)
     if model.tied_embeddings and plan.pp > 1 and (first or last):
         # Megatron keeps the tied embedding on the first and last stage and all-reduces its gradient.
         nbytes = model.vocab_size * model.hidden_size / t * GRAD_REDUCE_BYTES
         topo = group_topology(2, plan.tp * plan.cp * plan.dp * (plan.pp - 1), plan.gpus_per_node)
-        ops.append(_coll("all_reduce", "pp.embedding_grad_allreduce", "dp_comm", nbytes, 2, topo))
+        ops.append(_coll("all_reduce", "pp.embedding_grad_allreduce", Phase.DP_COMM, nbytes, 2, topo, Category.PP_COMM))
     shard = params_gpu / group if plan.zero >= 1 else params_gpu
-    ops.append(Op("optimizer", "optimizer.adam", "optimizer", (round(shard),),
-                  flops=ADAM_FLOPS_PER_PARAM * shard, bytes=ADAM_BYTES_PER_PARAM * shard))
+    ops.append(Op("optimizer", "optimizer.adam", Phase.OPTIMIZER, (round(shard),),
+                  flops=ADAM_FLOPS_PER_PARAM * shard, bytes=ADAM_BYTES_PER_PARAM * shard, category=Category.OPTIMIZER))
     return ops
 
 
@@ -300,8 +310,8 @@ def build_graph(model: ModelSpec, plan: ParallelPlan) -> OperatorGraph:
     splits = plan.stage_layers(model.num_layers)
     emb, head = _embedding_ops(model, plan), _head_ops(model, plan)
     stages: list[StageGraph] = []
-    # stages with the same role and layer count share one list object, so composition can sum
-    # each distinct list once (a 16-stage pipeline has at most 3 distinct kinds of stage)
+    # stages with the same role and layer count share their operator lists and a signature, so
+    # composition sums each distinct stage once (a 16-stage pipeline has at most 3 distinct kinds of stage)
     shared: dict[tuple, tuple[list, list]] = {}
     for i, n_layers in enumerate(splits):
         first, last = i == 0, i == plan.pp - 1
@@ -317,11 +327,11 @@ def build_graph(model: ModelSpec, plan: ParallelPlan) -> OperatorGraph:
             stage_ops: list[Op] = (emb if first else []) + (head if last else [])
             shared[key] = (stage_ops, _iteration_ops(model, plan, params, first, last))
         stage_ops, iteration_ops = shared[key]
-        stages.append(StageGraph(i, n_layers, layer_ops, stage_ops, iteration_ops, overlap, params))
+        stages.append(StageGraph(i, n_layers, layer_ops, stage_ops, iteration_ops, overlap, params, key))
     p2p = None
     if plan.pp > 1:
         tokens = plan.micro_batch_size * plan.seq_len // plan.cp
         nbytes = tokens * model.hidden_size * elem_bytes(plan.dtype) / (plan.tp if plan.sp else 1)
         stride = plan.tp * plan.cp * plan.dp
-        p2p = _p2p("pp.p2p", "pp_comm", nbytes, stride >= plan.gpus_per_node)
+        p2p = _p2p("pp.p2p", Phase.PP_COMM, nbytes, stride >= plan.gpus_per_node, Category.PP_COMM)
     return OperatorGraph(stages, p2p, plan.num_microbatches, plan.vpp)

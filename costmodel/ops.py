@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from costmodel.core.kinds import FEATURES
+from costmodel.core.kinds import FEATURES, Category, Phase
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,8 +19,8 @@ class Op:
     """Operator kind, a key of FEATURES."""
     name: str
     """Role in the model, e.g. 'qkv', 'mlp_down.dgrad', 'tp_allreduce'."""
-    phase: str
-    """One of PHASES."""
+    phase: Phase
+    """When it runs (a plain string such as 'fwd' is converted; ValueError for an unknown phase)."""
     features: tuple
     """Values in the order of FEATURES[kind]."""
     flops: float = 0.0
@@ -31,16 +31,23 @@ class Op:
     """Precision of the operator's main math."""
     count: float = 1.0
     """How many times it runs where it appears (e.g. per layer)."""
+    category: Category | None = None
+    """Where its time counts in a prediction's breakdown (set by :func:`costmodel.graph.build_graph` for
+    every operator of a training step; None for operators built outside a step, e.g. sampling)."""
     _key: tuple = field(default=(), init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
+        if type(self.phase) is not Phase:
+            object.__setattr__(self, "phase", Phase(self.phase))
+        if self.category is not None and type(self.category) is not Category:
+            object.__setattr__(self, "category", Category(self.category))
         # computed once: cost lookups ask for it many times per prediction
-        object.__setattr__(self, "_key", (self.kind, self.dtype, self.features, self.phase == "bwd"))
+        object.__setattr__(self, "_key", (self.kind, self.dtype, self.features, self.phase is Phase.BWD))
 
     @property
     def backward(self) -> bool:
         """True for backward-pass operators (their kernels differ from the forward ones)."""
-        return self.phase == "bwd"
+        return self.phase is Phase.BWD
 
     def key(self) -> tuple:
         """Identity of the operator for cost caching (independent of name and count)."""

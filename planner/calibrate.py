@@ -35,6 +35,9 @@ import numpy as np
 from costmodel.core.kinds import COLLECTIVE_KINDS
 from costmodel.core.errors import PlannerError
 from costmodel.core.fileio import atomic_write_text
+from costmodel.compose import cost_operators
+from costmodel.graph import build_graph
+from planner.predict import Prediction, default_cost_model, prediction_from_times
 from planner.validation.compare import compare
 from planner.validation.runs import RunRow, default_hardware, load_runs, parallelism_kind, row_to_inputs
 
@@ -253,12 +256,13 @@ class PreparedRun:
     """Cost-model warnings."""
     cost_name: str
     """Cost model name."""
+    cost_sources: dict = field(default_factory=dict)
+    """Distinct operators per cost source (Prediction.cost_sources)."""
 
-    def predict(self, cal: Calibration | None):
-        from planner.predict import _compose
-
+    def predict(self, cal: Calibration | None) -> Prediction:
         times = self.times if cal is None else cal.scale_times(self.times)
-        return _compose(self.model, self.plan, self.hardware, self.graph, times, self.warnings, self.cost_name, cal)
+        return prediction_from_times(self.model, self.plan, self.hardware, self.graph, times, self.warnings,
+                                     self.cost_name, cal, self.cost_sources)
 
     def predicted_value(self, cal: Calibration | None) -> float:
         """Prediction in the row's measured metric (planner.validation.compare.compare)."""
@@ -268,9 +272,6 @@ class PreparedRun:
 def prepare_runs(rows: Iterable[RunRow], cost_model=None, hardware_fn: Callable | None = None
                  ) -> tuple[list[PreparedRun], list[tuple[str, str]]]:
     """(prepared runs, [(run id, reason)] of rows that cannot be predicted)."""
-    from costmodel.graph import build_graph
-    from planner.predict import _cost_all, default_cost_model
-
     cost_model = cost_model or default_cost_model()
     hardware_fn = hardware_fn or default_hardware()
     prepared, skipped, hw_cache = [], [], {}
@@ -285,8 +286,9 @@ def prepare_runs(rows: Iterable[RunRow], cost_model=None, hardware_fn: Callable 
                 hw_cache[key] = hardware_fn(gpu_key, gpn, row.cluster)
             model.require_dense()
             graph = build_graph(model, plan)
-            times, warns = _cost_all(graph, hw_cache[key], cost_model)
-            run = PreparedRun(row, model, plan, hw_cache[key], graph, times, warns, cost_model.name)
+            costed = cost_operators(graph, hw_cache[key], cost_model)
+            run = PreparedRun(row, model, plan, hw_cache[key], graph, costed.time_s, list(costed.warnings),
+                              cost_model.name, costed.source_counts())
             run.predicted_value(None)
         except (PlannerError, NotImplementedError, ValueError) as exc:
             skipped.append((row.id, f"prediction failed: {exc}"))

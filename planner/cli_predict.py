@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from costmodel.core.errors import PlannerError
+from costmodel.core.kinds import describe_cost_sources
 from planner import cli_options as O
 from planner.calibrate import resolve_calibration
 from planner.predict import predict
@@ -76,7 +77,7 @@ def _render_table(rec: dict) -> None:
     con.print(f"[bold]{p['model']}[/] on {p['gpus']} x {p['gpu']} ({p['cluster']}, {p['gpus_per_node']}/node)  "
               f"TP={p['tp']} PP={p['pp']} DP={p['dp']} CP={p['cp']} VPP={p['vpp']} MBS={p['mbs']} GBS={p['gbs']} "
               f"seq={p['seq_len']} micro-batches={p['num_microbatches']} recompute={p['recompute']} "
-              f"SP={p['sequence_parallel']} ZeRO={p['zero']} dtype={p['dtype']}  [dim](cost model: {rec['cost_model']})[/]")
+              f"SP={p['sequence_parallel']} ZeRO={p['zero']} dtype={p['dtype']}  [dim](cost model: {describe_cost_sources(rec.get('cost_sources') or {}, rec['cost_model'])})[/]")
     t = Table(title="Prediction", show_header=True)
     t.add_column("metric")
     t.add_column("value", justify="right")

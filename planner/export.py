@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 from costmodel.core.errors import PlannerError
+from costmodel.core.kinds import describe_cost_sources
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
@@ -92,7 +93,8 @@ def _header(title: str, model: ModelSpec, plan: ParallelPlan, hardware: Hardware
              f"# Layout: {plan.factors()}"]
     if prediction is not None:
         lines.append(f"# Predicted iteration time {prediction.iteration_time_s:.4g} s, memory "
-                     f"{prediction.memory_gib_per_gpu:.1f} GiB per GPU (cost model: {prediction.cost_model or 'n/a'}).")
+                     f"{prediction.memory_gib_per_gpu:.1f} GiB per GPU (cost model: "
+                     f"{describe_cost_sources(prediction.cost_sources, prediction.cost_model)}).")
         if not prediction.fits_in_memory:
             lines.append("# WARNING: the predicted memory per GPU exceeds the GPU's capacity; this plan will not fit.")
     return lines

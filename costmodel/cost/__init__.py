@@ -1,5 +1,5 @@
 """Operator cost models behind one seam (:class:`OperatorCostModel`)."""
 
-from costmodel.cost.base import CostResult, OperatorCostModel
+from costmodel.cost.base import CostResult, CostSource, OperatorCostModel
 
-__all__ = ["CostResult", "OperatorCostModel"]
+__all__ = ["CostResult", "CostSource", "OperatorCostModel"]

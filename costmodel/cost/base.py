@@ -8,8 +8,9 @@ from typing import Sequence
 
 import numpy as np
 
-from costmodel.ops import Op
+from costmodel.core.kinds import CostSource
 from costmodel.core.specs.hardware import Hardware
+from costmodel.ops import Op
 
 
 @dataclass
@@ -24,6 +25,8 @@ class CostResult:
     """Upper end of the prediction interval."""
     method: list[str] = field(default_factory=list)
     """Per operator: which model produced it (e.g. 'roofline', 'xgboost:a100-80gb')."""
+    source: list[CostSource] = field(default_factory=list)
+    """Per operator: the kind of source behind ``method`` (empty when a model does not say)."""
     warnings: list[str] = field(default_factory=list)
     """Out-of-range, fallback and similar notes (deduplicated)."""
 

@@ -23,11 +23,15 @@ from typing import Sequence
 
 import numpy as np
 
-from costmodel.cost.base import CostResult, OperatorCostModel
-from costmodel.core.kinds import COLLECTIVE_KINDS, FEATURES
-from costmodel.ops import Op
 from costmodel.core.errors import PlannerError
+from costmodel.core.kinds import COLLECTIVE_KINDS, FEATURES
 from costmodel.core.specs.hardware import Hardware
+from costmodel.cost.base import CostResult, CostSource, OperatorCostModel
+from costmodel.cost.roofline import RooflineCostModel
+from costmodel.ops import Op
+from costmodel.regressors.artifacts import SHIPPED_MODELS_DIR, read_index
+from costmodel.regressors.features import DeviceConstants, build_features, feature_names
+from costmodel.regressors.runtime import RuntimeRegressor
 
 ENV_MODELS_DIR = "PLANNER_MODELS_DIR"
 MAX_CV_MAPE = 0.25
@@ -60,8 +64,6 @@ def untrusted_reason(entry_meta: dict, fallback_mape: float | None) -> str | Non
 
 
 def _shipped_dir() -> Path:
-    from costmodel.regressors.artifacts import SHIPPED_MODELS_DIR
-
     return SHIPPED_MODELS_DIR
 
 
@@ -69,9 +71,6 @@ class _Entry:
     """One loaded regressor and what the predict path needs from its sidecar."""
 
     def __init__(self, path: Path, fallback_mape: float | None = None):
-        from costmodel.regressors.features import DeviceConstants, feature_names
-        from costmodel.regressors.runtime import RuntimeRegressor
-
         self.reg = RuntimeRegressor(path)
         meta = self.reg.meta_
         try:
@@ -103,7 +102,7 @@ class _GpuModels:
 
     def entry(self, name: str) -> "_Entry | str | None":
         """The regressor for ``kind.direction``, an error string when unusable, None when absent."""
-        if name not in self.names:
+        if name not in self.names or self.root is None:
             return None
         got = self.loaded.get(name)
         if got is None:
@@ -135,8 +134,6 @@ class MeasuredCostModel(OperatorCostModel):
         self.dirs = dirs
         self.q = tuple(q)
         if fallback is None:
-            from costmodel.cost.roofline import RooflineCostModel
-
             fallback = RooflineCostModel()
         self.fallback = fallback
         self._gpus: dict[str, _GpuModels] = {}
@@ -146,8 +143,6 @@ class MeasuredCostModel(OperatorCostModel):
     def _models(self, gpu: str) -> _GpuModels:
         gm = self._gpus.get(gpu)
         if gm is None:
-            from costmodel.regressors.artifacts import read_index
-
             gm = _GpuModels(gpu, None, {})
             for d in self.dirs:
                 if (d / gpu).is_dir() and (d / "index.json").exists():
@@ -170,6 +165,7 @@ class MeasuredCostModel(OperatorCostModel):
         n = len(ops)
         t, lo, hi = np.empty(n), np.empty(n), np.empty(n)
         method = [""] * n
+        source = [CostSource.ROOFLINE] * n
         warns: dict[str, None] = {}
         groups: dict[tuple, list[int]] = {}
         fb: list[int] = []
@@ -177,7 +173,7 @@ class MeasuredCostModel(OperatorCostModel):
         for i, op in enumerate(ops):
             hit = cache.get(op.key())
             if hit is not None:
-                t[i], lo[i], hi[i], method[i], w = hit
+                t[i], lo[i], hi[i], method[i], source[i], w = hit
                 warns.update(dict.fromkeys(w))
                 continue
             plan = self._route(gm, op)
@@ -188,23 +184,25 @@ class MeasuredCostModel(OperatorCostModel):
             else:
                 groups.setdefault(plan, []).append(i)
         for name, idx in cross.items():
-            self._fallback(ops, idx, hardware, t, lo, hi, method, warns, cache,
+            self._fallback(ops, idx, hardware, t, lo, hi, method, source, warns, cache,
                            (f"{name.split('.')[0]} across nodes: every measured {gpu} sample of it ran inside one "
                             "node, so the regressor knows nothing of the network; using the analytical "
                             "alpha-beta model",))
-        for (name, factor, label, note), idx in groups.items():
+        for (name, factor, label, src), idx in groups.items():
             ent = gm.entry(name)
             if not isinstance(ent, _Entry):  # unusable artifact: flagged fallback, never a traceback
-                self._fallback(ops, idx, hardware, t, lo, hi, method, warns, cache,
+                self._fallback(ops, idx, hardware, t, lo, hi, method, source, warns, cache,
                                (f"{ent}: using the analytical roofline for {name} on {gpu}",))
                 continue
             try:
-                self._predict_group(ent, name, factor, label, note, ops, idx, t, lo, hi, method, warns, cache, gpu)
+                self._predict_group(ent, name, factor, label, src, ops, idx, t, lo, hi, method, source, warns,
+                                    cache, gpu)
             except ValueError as exc:  # e.g. an artifact fitted with another feature layout: flagged fallback
-                self._fallback(ops, idx, hardware, t, lo, hi, method, warns, cache,
+                self._fallback(ops, idx, hardware, t, lo, hi, method, source, warns, cache,
                                (f"model {gpu}/{name} cannot be used ({exc}); re-run `planner fit`: "
                                 f"using the analytical roofline",))
         if fb:
+            extra: tuple[str, ...]
             if gm.names:
                 extra = ()
             elif gpu == "cpu":
@@ -212,8 +210,8 @@ class MeasuredCostModel(OperatorCostModel):
                          f"--profile DIR --out DIR` and set {ENV_MODELS_DIR}=DIR): using the analytical roofline",)
             else:
                 extra = (f"no measured models for {gpu}: every operator uses the analytical roofline",)
-            self._fallback(ops, fb, hardware, t, lo, hi, method, warns, cache, extra, per_kind=bool(gm.names))
-        return CostResult(time_s=t, low_s=lo, high_s=hi, method=method, warnings=sorted(warns))
+            self._fallback(ops, fb, hardware, t, lo, hi, method, source, warns, cache, extra, per_kind=bool(gm.names))
+        return CostResult(time_s=t, low_s=lo, high_s=hi, method=method, source=source, warnings=sorted(warns))
 
     @staticmethod
     def _crosses_nodes(gm: _GpuModels, name: str, op: Op) -> bool:
@@ -226,30 +224,29 @@ class MeasuredCostModel(OperatorCostModel):
         return isinstance(nodes, (list, tuple)) and len(nodes) == 2 and float(nodes[1]) <= 1
 
     def _route(self, gm: _GpuModels, op: Op):
-        """(model name, factor, method label, note) for ``op``, or None for the fallback."""
+        """(model name, factor, method label, cost source) for ``op``, or None for the fallback."""
         if op.kind in COLLECTIVE_KINDS and (op.features[1] <= 1 or op.features[0] <= 0):
             return None  # no communication: the fallback returns 0 for it
         # collectives are the same kernel in either pass: their data (nccl-tests) are stored as fwd
         direction = "bwd" if op.backward and op.kind not in COLLECTIVE_KINDS else "fwd"
         name = f"{op.kind}.{direction}"
         if name in gm.names:
-            return (name, 1.0, f"xgboost:{gm.gpu}/{op.kind}", "")
+            return (name, 1.0, f"xgboost:{gm.gpu}/{op.kind}", CostSource.MEASURED)
         d = gm.derived.get(name)
         if d and d.get("from") in gm.names:
             src = d["from"]
             factor = float(d.get("ratio", 1.0))
             label = f"xgboost:{gm.gpu}/{src.split('.')[0]}" + (f" x {factor:.3g}" if "ratio" in d else " (as GEMM)")
-            return (src, factor, label, "")
+            return (src, factor, label, CostSource.DERIVED)
         return None
 
-    def _predict_group(self, ent: _Entry, name, factor, label, note, ops, idx, t, lo, hi, method, warns, cache, gpu):
-        from costmodel.regressors.features import build_features
-
+    def _predict_group(self, ent: _Entry, name, factor, label, src, ops, idx, t, lo, hi, method, source, warns, cache,
+                       gpu):
         kind, direction = name.split(".")
         raw = np.array([ops[i].features for i in idx], dtype=float)
         X = build_features(kind, raw, [ops[i].dtype for i in idx], direction == "bwd", ent.dev)
-        p, l, h = ent.reg.predict_with_interval(X, self.q)
-        p, l, h = p * factor, l * factor, h * factor
+        p, low, h = ent.reg.predict_with_interval(X, self.q)
+        p, low, h = p * factor, low * factor, h * factor
         # out-of-range flags: one warning per (model, feature, side)
         row_w: list[list[str]] = [[] for _ in idx]
         for j, f in enumerate(FEATURES[kind]):
@@ -261,15 +258,15 @@ class MeasuredCostModel(OperatorCostModel):
                 if bad.any():
                     v = col[bad].max() if side == "above" else col[bad].min()
                     msg = (f"{kind} {f}={v:g} outside sampled range [{rng[0]:g}, {rng[1]:g}] for {gpu}: extrapolating")
-                    for r in np.flatnonzero(bad):
-                        row_w[r].append(msg)
+                    for row in np.flatnonzero(bad):
+                        row_w[row].append(msg)
         for r, i in enumerate(idx):
-            t[i], lo[i], hi[i], method[i] = p[r], l[r], h[r], label
+            t[i], lo[i], hi[i], method[i], source[i] = p[r], low[r], h[r], label, src
             w = tuple(row_w[r])
             warns.update(dict.fromkeys(w))
-            cache[ops[i].key()] = (float(p[r]), float(l[r]), float(h[r]), label, w)
+            cache[ops[i].key()] = (float(p[r]), float(low[r]), float(h[r]), label, src, w)
 
-    def _fallback(self, ops, idx, hw, t, lo, hi, method, warns, cache, extra=(), per_kind=False):
+    def _fallback(self, ops, idx, hw, t, lo, hi, method, source, warns, cache, extra=(), per_kind=False):
         if not idx:
             return
         sub = [ops[i] for i in idx]
@@ -284,5 +281,6 @@ class MeasuredCostModel(OperatorCostModel):
                          f"using the analytical roofline",)
             t[i] = lo[i] = hi[i] = float(res.time_s[r])
             method[i] = "none (single rank)" if silent else "roofline (no measured model)"
+            source[i] = CostSource.NONE if silent else CostSource.ROOFLINE
             warns.update(dict.fromkeys(w))
-            cache[op.key()] = (t[i], lo[i], hi[i], method[i], w)
+            cache[op.key()] = (t[i], lo[i], hi[i], method[i], source[i], w)

@@ -35,10 +35,10 @@ from typing import Sequence
 
 import numpy as np
 
-from costmodel.cost.base import CostResult, OperatorCostModel
 from costmodel.core.kinds import COLLECTIVE_KINDS, FEATURES
-from costmodel.ops import Op
 from costmodel.core.specs.hardware import Hardware
+from costmodel.cost.base import CostResult, CostSource, OperatorCostModel
+from costmodel.ops import Op
 
 TABLE_PATH = Path(__file__).resolve().parent.parent / "data" / "efficiency.json"
 
@@ -245,7 +245,8 @@ class RooflineCostModel(OperatorCostModel):
                 vals = self._compute(kind, group, hardware, res)
             for i, op, v in zip(idx, group, vals):
                 times[i] = cache[op.key()] = float(v)
-        return CostResult(time_s=times, method=["roofline"] * len(ops), warnings=list(res.warnings))
+        return CostResult(time_s=times, method=["roofline"] * len(ops), source=[CostSource.ROOFLINE] * len(ops),
+                          warnings=list(res.warnings))
 
     # -- compute operators -------------------------------------------------------------------
     def _compute(self, kind: str, ops: list[Op], hw: Hardware, res: _Resolved) -> np.ndarray:
@@ -275,8 +276,8 @@ class RooflineCostModel(OperatorCostModel):
             byts = attention_bytes(b, sq, skv, h, hkv, d)
             entry = res.get("attention_fwd", what="attention")
             gemm_mem = res.get("gemm", "bf16", "mem_eff", what="bf16 GEMM")
-            peak = np.array([g.peak_flops("fp32" if o.dtype == "fp32" else "bf16") for o in ops])
-            t = np.maximum(flops / (peak * _interp_eff(entry, flops)), byts / (hbm * gemm_mem))
+            peaks = np.array([g.peak_flops("fp32" if o.dtype == "fp32" else "bf16") for o in ops])
+            t = np.maximum(flops / (peaks * _interp_eff(entry, flops)), byts / (hbm * gemm_mem))
             if kind == "attention_bwd":
                 t = t * res.get("attention_bwd_fwd_ratio", "value", what="attention backward")
             return t + launch

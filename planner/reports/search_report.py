@@ -56,12 +56,10 @@ def plan_text(r: PlanRecord) -> str:
 
 
 def category_seconds(breakdown: list) -> dict[str, float]:
-    """Seconds per time category from a prediction's breakdown rows (planner.predict's categories)."""
-    from planner.predict import _category
-
+    """Seconds per time category from a prediction's breakdown rows (their ``category``)."""
     out: dict[str, float] = {}
     for row in breakdown:
-        cat = _category(row["operator"])
+        cat = row["category"]
         out[cat] = out.get(cat, 0.0) + float(row["time_s"])
     return out
 

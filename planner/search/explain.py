@@ -7,12 +7,13 @@ makes the second pass free), so the rows add up to the stage times predict compo
 
 from __future__ import annotations
 
-from costmodel.cost.base import OperatorCostModel
-from costmodel.graph import build_graph
-from planner.predict import default_cost_model, predict
+from costmodel.core.kinds import describe_cost_sources
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
+from costmodel.cost.base import OperatorCostModel
+from costmodel.graph import build_graph
+from planner.predict import default_cost_model, predict
 
 
 def explain_plan(model: ModelSpec, plan: ParallelPlan, hardware: Hardware,
@@ -37,13 +38,13 @@ def explain_plan(model: ModelSpec, plan: ParallelPlan, hardware: Hardware,
         phases: dict[str, float] = {}
         for (o, mult, ov), t in zip(ops, times):
             calls = o.count * mult
-            key = (o.name, o.phase, ov)
-            row = rows.setdefault(key, {"operator": o.name, "kind": o.kind, "phase": o.phase, "overlapped": ov,
+            key = (o.name, o.phase.value, ov)
+            row = rows.setdefault(key, {"operator": o.name, "kind": o.kind, "phase": o.phase.value, "overlapped": ov,
                                         "calls_per_iteration": 0.0, "time_per_call_s": float(t),
                                         "time_per_iteration_s": 0.0})
             row["calls_per_iteration"] += calls
             row["time_per_iteration_s"] += float(t) * calls
-            label = f"{o.phase} (overlapped)" if ov else o.phase
+            label = f"{o.phase.value} (overlapped)" if ov else o.phase.value
             phases[label] = phases.get(label, 0.0) + float(t) * calls
         fwd, bwd = pred.stage_times_s[i] if i < len(pred.stage_times_s) else (None, None)
         stages.append({"stage": i, "layers": st.layers, "fwd_per_microbatch_s": fwd, "bwd_per_microbatch_s": bwd,
@@ -64,17 +65,19 @@ def distinct_stages(stages: list[dict]) -> list[list[int]]:
 
 def render_explanation(ex: dict, console, top: int = 15) -> None:
     """Print an explanation with rich: stage summary, critical-stage breakdown, operators per stage."""
+    # deferred: rich loads only when a table is printed (JSON and CSV output never need it)
     from rich.markup import escape
     from rich.table import Table
 
     pred = ex["prediction"]
     console.print(f"[bold]{ex['model']}[/] on {ex['gpu']} ({ex['cluster']}): {escape(ex['plan'])}")
     lo, hi = pred.get("iteration_time_low_s"), pred.get("iteration_time_high_s")
+    sources = describe_cost_sources(pred.get("cost_sources") or {}, pred["cost_model"])
     interval = f" [{lo:.3f}-{hi:.3f}]" if lo is not None and hi is not None else ""
     console.print(f"iteration {pred['iteration_time_s']:.4g} s{interval}, {pred['tokens_per_s']:,.0f} tokens/s, "
                   f"MFU {100 * pred['mfu']:.1f} %, memory {pred['memory_gib_per_gpu']:.1f} GiB/GPU, "
                   f"bubble {100 * pred['bubble_fraction']:.1f} %, bottleneck: {pred['bottleneck']}, "
-                  f"{ex['num_microbatches']} micro-batches  [dim](cost model: {pred['cost_model']})[/]")
+                  f"{ex['num_microbatches']} micro-batches  [dim](cost model: {sources})[/]")
     phase_names = sorted({p for s in ex["stages"] for p in s["phases_s"]})
     t = Table(title="Per stage: seconds per micro-batch and per iteration by phase")
     for h in ["stage", "layers", "fwd/mb", "bwd/mb"] + phase_names:

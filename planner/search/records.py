@@ -10,8 +10,9 @@ import csv
 import dataclasses
 import io
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from costmodel.core.kinds import describe_cost_sources
 from costmodel.core.specs.plan import ParallelPlan
 
 GIB = 1024**3
@@ -86,6 +87,8 @@ class PlanRecord:
     """On the (time, USD/Mtoken) Pareto front of the records it was ranked with."""
     trial: int | None = None
     """Optuna trial number that found it (None for exhaustive search)."""
+    cost_sources: dict = field(default_factory=dict)
+    """Distinct operators per cost source (Prediction.cost_sources); {} in records written before it existed."""
 
     def to_plan(self) -> ParallelPlan:
         """The ParallelPlan this record describes."""
@@ -125,7 +128,7 @@ def make_record(problem, target, plan: ParallelPlan, pred, price: float | None) 
         model_tflops_per_gpu=pred.model_tflops_per_gpu, memory_gib_per_gpu=pred.memory_gib_per_gpu,
         memory_limit_gib=target.hardware.gpu.hbm_bytes / GIB, price_usd_per_gpu_hour=price,
         usd_per_mtoken=usd_per_mtoken, time_to_train_s=ttt, cost_to_train_usd=ctt, bottleneck=pred.bottleneck,
-        bubble_fraction=pred.bubble_fraction, cost_model=pred.cost_model)
+        bubble_fraction=pred.bubble_fraction, cost_model=pred.cost_model, cost_sources=dict(pred.cost_sources))
 
 
 # ----------------------------------------------------------------------------------- ranking
@@ -212,7 +215,7 @@ CSV_COLUMNS: list[tuple[str, object]] = [
     ("Cost to Train (USD)", lambda r, m: _opt(r.cost_to_train_usd)),
     ("Bottleneck", lambda r, m: r.bottleneck),
     ("Pareto", lambda r, m: r.pareto),
-    ("Cost Model", lambda r, m: r.cost_model),
+    ("Cost Model", lambda r, m: describe_cost_sources(r.cost_sources, r.cost_model)),
 ]
 
 
@@ -280,6 +283,7 @@ def to_markdown(records: list[PlanRecord]) -> str:
 
 def rich_table(records: list[PlanRecord], title: str = ""):
     """A rich Table of the ranked records."""
+    # deferred: rich loads only when a table is printed (JSON and CSV output never need it)
     from rich.markup import escape
     from rich.table import Table
 

@@ -1,0 +1,175 @@
+"""The composition's typed steps (costmodel.compose): stage times -> pipeline -> tail -> breakdown -> metrics."""
+
+import dataclasses
+
+import pytest
+
+from costmodel.compose import OperatorTimes, Uncalibrated, compose, compose_iteration_time, cost_operators, stage_times
+from costmodel.core.kinds import COLLECTIVE_KINDS, Category, CostSource, Phase, describe_cost_sources
+from costmodel.core.specs.catalogue import load_catalogue
+from costmodel.cost.measured import MeasuredCostModel
+from costmodel.cost.roofline import RooflineCostModel
+from costmodel.graph import build_graph
+from costmodel.timeline import pipeline_time
+from planner.predict import predict
+from tests.helpers import llama, plan
+
+ROOF = RooflineCostModel()
+
+
+@pytest.fixture(scope="module")
+def a100():
+    return load_catalogue().resolve("a100-80gb")
+
+
+def _all_ops(graph):
+    ops = [o for st in graph.stages for lst in (st.layer_ops, st.stage_ops, st.iteration_ops, st.layer_overlap_ops)
+           for o in lst]
+    return ops + ([graph.p2p] if graph.p2p is not None else [])
+
+
+def _deep_pipeline():
+    """Few micro-batches on 8 stages and a large vocabulary: the last stage (LM head) is the slowest,
+    and the bubble dominates."""
+    m = llama(layers=32, vocab=128000)
+    return m, plan(gpus=8, gbs=2, seq=2048, pp=8).validate(m)
+
+
+def _composed(model, p, hw, cost_model=ROOF, constants=None):
+    graph = build_graph(model, p)
+    times = cost_operators(graph, hw, cost_model)
+    return graph, times, compose(model, p, hw, graph, times.time_s, constants)
+
+
+def test_bubble_is_the_pipeline_results_and_the_pipeline_is_the_timelines(a100):
+    model, p = _deep_pipeline()
+    graph, times, comp = _composed(model, p, a100)
+    st = comp.stages
+    assert comp.pipeline == pipeline_time(list(st.fwd_s), list(st.bwd_s), p.num_microbatches, p.vpp, st.p2p_s)
+    assert comp.pipeline.bubble_s > 0
+    assert comp.breakdown.bubble_s == comp.pipeline.bubble_s
+    (bubble,) = [r for r in comp.breakdown.rows if r.category is Category.PIPELINE_BUBBLE]
+    # rows are rescaled by one factor: the bubble row relates to the LM head's forward GEMM as the raw seconds do
+    (head,) = [o for o in graph.stages[-1].stage_ops if o.name == "lm_head" and o.phase is Phase.FWD]
+    (head_row,) = [r for r in comp.breakdown.rows if r.operator == "lm_head" and r.phase == "fwd"]
+    head_s = times.time_s[head.key()] * head.count * p.num_microbatches
+    assert bubble.time_s / head_row.time_s == pytest.approx(comp.pipeline.bubble_s / head_s, rel=1e-12)
+    assert comp.bubble_fraction == comp.pipeline.bubble_s / comp.iteration_time_s
+    assert comp.breakdown.bottleneck() == "pipeline bubble"
+
+
+def test_critical_stage_is_the_one_with_the_largest_stage_time(a100):
+    model, p = _deep_pipeline()
+    graph, times, comp = _composed(model, p, a100)
+    totals = [f + b for f, b in zip(comp.stages.fwd_s, comp.stages.bwd_s)]
+    crit = totals.index(max(totals))
+    assert crit == p.pp - 1  # the LM head stage
+    assert comp.breakdown.stage == comp.pipeline.steady_stage == crit
+    names = {r.operator for r in comp.breakdown.rows}
+    assert "lm_head" in names and "embedding" not in names  # rows are the critical stage's operators
+    # the tail is another notion, the stage whose tail ends last: here stage 0 (its backward ends last)
+    finish = [s.finish_s for s in comp.tail.stages]
+    assert comp.tail.ending_stage == finish.index(max(finish)) == 0
+
+
+def test_stage_times_sum_the_graphs_operators(a100):
+    m = llama(layers=8)
+    p = plan(gpus=16, gbs=64, seq=2048, tp=2, pp=2).validate(m)
+    graph = build_graph(m, p)
+    times = cost_operators(graph, a100, ROOF).time_s
+    st = stage_times(graph, times, a100)
+    for i, stage in enumerate(graph.stages):
+        def per(ops, phases):
+            return sum(times[o.key()] * o.count for o in ops if o.phase in phases)
+        fwd = stage.layers * per(stage.layer_ops, ("fwd",)) + per(stage.stage_ops, ("fwd",))
+        bwd = stage.layers * per(stage.layer_ops, ("bwd", "recompute")) + per(stage.stage_ops, ("bwd", "recompute"))
+        assert st.fwd_s[i] == pytest.approx(fwd, rel=1e-12) and st.bwd_s[i] == pytest.approx(bwd, rel=1e-12)
+    assert st.fwd_s[0] != st.fwd_s[1]  # embedding vs LM head: different stages
+
+
+@pytest.mark.parametrize("kw", [dict(tp=2, pp=2, sp=True), dict(tp=2, cp=2, recompute="full"), dict(zero=3),
+                                dict(zero=1, pp=4), dict(tp=4, pp=2, sp=False)])
+def test_graph_sets_category_and_phase_enums_on_every_operator(kw):
+    kw = dict(kw)
+    sp = kw.pop("sp", None)
+    m = llama(layers=8)
+    extra = {} if sp is None else {"sequence_parallel": sp}
+    p = plan(gpus=32, gbs=64, seq=2048, **kw, **extra).validate(m)
+    ops = _all_ops(build_graph(m, p))
+    assert ops
+    for o in ops:
+        assert type(o.phase) is Phase and type(o.category) is Category, o
+        if o.kind == "optimizer":
+            assert o.category is Category.OPTIMIZER
+        elif o.kind in COLLECTIVE_KINDS:
+            assert o.category not in (Category.COMPUTE, Category.OPTIMIZER), o
+        else:
+            assert o.category is Category.COMPUTE, o
+        assert (o.category is Category.TP_COMM) == o.name.startswith("tp."), o
+
+
+def test_op_converts_and_checks_its_phase():
+    from costmodel.ops import Op
+
+    assert Op("gemm", "g", "bwd", (1, 2, 3)).phase is Phase.BWD
+    with pytest.raises(ValueError):
+        Op("gemm", "g", "backward", (1, 2, 3))
+
+
+def test_cost_sources_add_up_and_roofline_reports_all_roofline(a100):
+    m = llama(layers=8)
+    p = plan(gpus=16, gbs=64, seq=2048, tp=2, pp=2).validate(m)
+    graph = build_graph(m, p)
+    n = len({o.key() for o in _all_ops(graph)})
+    roof = cost_operators(graph, a100, ROOF)
+    assert len(roof.time_s) == n and roof.source_counts() == {"roofline": n}
+    measured = cost_operators(graph, a100, MeasuredCostModel(fallback=ROOF))
+    counts = measured.source_counts()
+    assert sum(counts.values()) == n
+    assert counts.get("measured", 0) > 0 and counts.get("roofline", 0) > 0  # a100 has some regressors, not all
+    assert list(counts.values()) == sorted(counts.values(), reverse=True)
+    res = MeasuredCostModel(fallback=ROOF).predict(list({o.key(): o for o in _all_ops(graph)}.values()), a100)
+    for method, src in zip(res.method, res.source):
+        if src is CostSource.MEASURED:
+            assert method.startswith("xgboost:") and " x " not in method and "(as GEMM)" not in method
+        elif src is CostSource.DERIVED:
+            assert method.startswith("xgboost:") and (" x " in method or "(as GEMM)" in method)
+        else:
+            assert not method.startswith("xgboost:")
+
+
+def test_prediction_carries_cost_sources_and_the_header_text(a100):
+    m = llama(layers=8)
+    p = plan(gpus=16, gbs=64, seq=2048, tp=2, pp=2).validate(m)
+    roof = predict(m, p, a100, ROOF)
+    (n,) = roof.cost_sources.values()
+    assert roof.cost_sources == {"roofline": n} and describe_cost_sources(roof.cost_sources) == f"roofline {n} ops"
+    default = predict(m, p, a100)
+    assert sum(default.cost_sources.values()) == n
+    text = describe_cost_sources(default.cost_sources, default.cost_model)
+    assert text.startswith(next(iter(default.cost_sources)) + " ") and " ops" in text
+    assert describe_cost_sources({}, "measured") == "measured" and describe_cost_sources({}) == "n/a"
+
+
+def test_iteration_time_alone_equals_the_full_composition_with_constants(a100):
+    m = llama(layers=8)
+    p = plan(gpus=16, gbs=64, seq=2048, tp=2, pp=2).validate(m)
+    cal = Uncalibrated(overlap_efficiency=0.3, iteration_overhead_s=0.25)
+    graph, times, comp = _composed(m, p, a100, constants=cal)
+    _, _, plain = _composed(m, p, a100)
+    assert compose_iteration_time(p, a100, graph, times.time_s, cal) == comp.iteration_time_s
+    assert comp.tail.overhead_s == 0.25 and comp.iteration_time_s == comp.tail.synchronised_s + 0.25
+    assert comp.iteration_time_s > plain.iteration_time_s + 0.25 - 1e-12  # less DP overlap, plus the overhead
+    assert sum(r.time_s for r in comp.breakdown.rows) == pytest.approx(comp.iteration_time_s)
+    assert [r.category for r in comp.breakdown.rows if r.operator.startswith("framework_overhead")] == \
+        [Category.FRAMEWORK]
+
+
+def test_operator_times_interval_and_scaling():
+    t = OperatorTimes({("a",): 1.0, ("b",): 2.0})
+    assert not t.has_interval and t.scaled(lambda d: {k: 2 * v for k, v in d.items()}).time_s == {("a",): 2.0,
+                                                                                                   ("b",): 4.0}
+    band = OperatorTimes({("a",): 1.0}, {("a",): 0.5}, {("a",): 1.5})
+    doubled = band.scaled(lambda d: {k: 2 * v for k, v in d.items()})
+    assert band.has_interval and (doubled.low_s, doubled.high_s) == ({("a",): 1.0}, {("a",): 3.0})
+    assert not dataclasses.replace(band, low_s={("a",): 1.0}, high_s={("a",): 1.0}).has_interval
