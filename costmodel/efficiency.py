@@ -7,7 +7,7 @@ What is fitted, per GPU catalogue name with data (methods in detail in costmodel
 * ``gemm.<dtype>``: achieved/peak FLOP/s as a table over log2(FLOPs) buckets (median per bucket),
   plus the GEMM's own memory-bound efficiency and launch floor: see :func:`fit_gemm_table`.
 * ``attention_fwd``: the same bucket table for fused attention forward (FLOPs per
-  :func:`costmodel.cost.roofline.attention_fwd_flops`); ``attention_bwd_fwd_ratio``.
+  :func:`costmodel.conventions.attention_fwd_flops`); ``attention_bwd_fwd_ratio``.
 * ``memory.<kind>``: achieved fraction of HBM bandwidth for memory-bound operators.
 * ``collectives.{intra,inter}.<op>.<n>``: alpha (µs) and bus-bandwidth efficiency.
 * ``launch_latency_us``: the smallest measured bf16 GEMM latency (a measured kernel floor).
@@ -33,7 +33,7 @@ import yaml
 
 from costmodel.core.fileio import atomic_write_text
 from costmodel.core.paths import require_data_dir
-from costmodel.cost.roofline import busbw_factor
+from costmodel.conventions import busbw_factor
 from costmodel.datasets.importers import AIC_NCCL_OPS, VIDUR_NETWORK_GPU, import_all
 from costmodel.efficiency_samples import (AIC, ETT, LLMCOMPASS_GPU, VIDUR, Datasets, Samples, attention_samples,
                                           ett_gpu, gemm_samples, llmcompass_memory_rows, memory_samples,
@@ -440,7 +440,7 @@ def build(data: Path, datasets: Datasets | None = None) -> dict:
         "conventions": {
             "gemm": "FLOPs 2mnk; bytes = operands + bf16 output; eff = achieved/peak dense FLOP/s",
             "attention": "forward FLOPs 4*b*sq*skv*h*d, halved when causal; bwd time = ratio * fwd time",
-            "memory": "bytes read + written of 2-byte tensors (costmodel.cost.roofline.mem_bytes)",
+            "memory": "bytes read + written of 2-byte tensors (costmodel.conventions.mem_bytes)",
             "collectives": "nccl-tests buffer bytes; eff = busbw / link_bw, busbw factors 2(n-1)/n, (n-1)/n, 1; "
                            "alpha and eff by 1/t-weighted least squares on messages >= 1 MiB",
             "keys": "collectives.<tier>.<op>.<n>: n = GPUs (intra) or nodes (inter)",

@@ -21,7 +21,7 @@ import numpy as np
 
 from costmodel.core.errors import PlannerError
 from costmodel.core.kinds import FEATURES
-from costmodel.cost.roofline import attention_bytes, attention_fwd_flops, gemm_bytes, gemm_flops
+from costmodel.conventions import attention_bytes, attention_fwd_flops, gemm_bytes, gemm_flops
 from costmodel.datasets.importers import ETT_SYSTEMS, read_table, sha256
 from costmodel.datasets.importers.estimate_train_time import ETT_VOCAB, ett_partition_vocab
 from costmodel.datasets.importers.llmcompass import LLMCOMPASS_GPU
@@ -213,7 +213,7 @@ def _ett_cross_entropy_vocab(padded: np.ndarray) -> np.ndarray:
 
 
 def _memory_bytes(r: SourceRows):
-    """Bytes read + written by the source's rows (costmodel.cost.roofline.mem_bytes conventions, with the
+    """Bytes read + written by the source's rows (costmodel.conventions.mem_bytes conventions, with the
     variants' own counts kept from the first fit: vidur's gated activation reads 2F and writes F;
     estimate-train-time's RoPE counts the h/mp query heads only and its cross entropy the unpadded vocab).
     None: rows the fit does not use (estimate-train-time embedding backward, whose dense weight-gradient

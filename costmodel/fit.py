@@ -30,7 +30,8 @@ import numpy as np
 from costmodel.core.errors import PlannerError
 from costmodel.core.kinds import FEATURES, Phase
 from costmodel.core.specs.catalogue import load_catalogue
-from costmodel.cost.roofline import RooflineCostModel, dtype_bytes
+from costmodel.conventions import dtype_bytes
+from costmodel.cost.roofline import RooflineCostModel
 from costmodel.cpu_hardware import derive, to_toml
 from costmodel.datasets.importers import role_mask
 from costmodel.datasets.schema import Dataset, load_dataset

@@ -1,6 +1,7 @@
 import math
 
-from costmodel.cost.roofline import RooflineCostModel, inter_latency_steps
+from costmodel.conventions import inter_latency_steps
+from costmodel.cost.roofline import RooflineCostModel
 from costmodel.ops import Op
 from costmodel.core.specs.catalogue import load_catalogue
 

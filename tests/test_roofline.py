@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from costmodel import efficiency as E
-from costmodel.cost.roofline import RooflineCostModel, busbw_factor, gemm_bytes, gemm_flops, load_table
+from costmodel.conventions import busbw_factor, gemm_bytes, gemm_flops
+from costmodel.cost.roofline import RooflineCostModel, load_table
 from costmodel.datasets.importers import AIC_NCCL_OPS, read_table
 from costmodel.datasets.importers.estimate_train_time import ETT_LINEAR
 from costmodel.ops import Op

@@ -25,8 +25,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from costmodel.cost.roofline import (attention_bytes, attention_fwd_flops, busbw_factor, dtype_bytes, gemm_bytes,
-                                     gemm_flops, mem_bytes)
+from costmodel.conventions import (attention_bytes, attention_fwd_flops, busbw_factor, dtype_bytes, gemm_bytes,
+                                   gemm_flops, mem_bytes)
 from costmodel.core.kinds import COLLECTIVE_KINDS, FEATURES
 
 ATTENTION_BWD_FLOP_FACTOR = 2.5
