@@ -37,6 +37,7 @@ from costmodel.core.errors import PlannerError
 from costmodel.core.fileio import atomic_write_text
 from costmodel.compose import cost_operators
 from costmodel.graph import build_graph
+from planner import __version__
 from planner.predict import Prediction, default_cost_model, prediction_from_times
 from planner.validation.compare import compare
 from planner.validation.runs import RunRow, default_hardware, load_runs, parallelism_kind, row_to_inputs
@@ -75,8 +76,6 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 
 def _planner_version() -> str:
-    from planner import __version__
-
     return __version__
 
 
@@ -395,7 +394,7 @@ def _rel_error(run: PreparedRun, cal: Calibration | None) -> float:
 def cross_validate(runs: Sequence[PreparedRun], names: Sequence[str], scheme: str = "kfold", folds: int = 5,
                    seed: int = 0) -> dict:
     """Held-out error before/after: fit on the training runs of each fold, predict the held-out ones."""
-    from sklearn.model_selection import KFold, LeaveOneGroupOut
+    from sklearn.model_selection import KFold, LeaveOneGroupOut  # deferred: scikit-learn (~0.5 s) only for CV
 
     if scheme not in CV_SCHEMES:
         raise PlannerError(f"unknown --cv {scheme!r}: use one of {', '.join(CV_SCHEMES)}.")

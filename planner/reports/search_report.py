@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from costmodel.cost.base import OperatorCostModel
+from planner.predict import default_cost_model, predict
+from planner.reports.plots import BREAKDOWN_CATEGORIES, breakdown_png, pareto_png
 from planner.reports.markdown import (ReportFiles, atomic_write_bytes, atomic_write_text, command_line, header,
                                       image_link, md_table, report_path, sibling)
 from planner.search.records import PlanRecord, human_duration, pareto_front, rank, to_markdown
@@ -68,8 +70,6 @@ def plan_details(records: Sequence[tuple[str, PlanRecord]], model: ModelSpec,
                  hardware_of: Callable[[PlanRecord], Hardware],
                  cost_model: OperatorCostModel | None = None) -> list[PlanDetail]:
     """Predict each (label, record) again with ``cost_model`` (default: planner's default)."""
-    from planner.predict import default_cost_model, predict
-
     cm = cost_model or default_cost_model()
     out = []
     for label, rec in records:
@@ -95,8 +95,6 @@ def _pareto(records: list[PlanRecord], title: str, group_of: Callable[[PlanRecor
     if not priced:
         return ("No price is known for these GPUs, so there is no cost axis and no Pareto front; pass "
                 "`--price GPU=USD_PER_GPU_HOUR` to get one.\n"), None
-    from planner.reports.plots import pareto_png
-
     front = pareto_front(priced)
     best = min(priced, key=lambda r: (r.iteration_time_s, r.usd_per_mtoken))
     png = pareto_png([(group_of(r), r.iteration_time_s, r.usd_per_mtoken) for r in priced],
@@ -115,8 +113,6 @@ def _pareto(records: list[PlanRecord], title: str, group_of: Callable[[PlanRecor
 
 
 def _breakdown(details: list[PlanDetail]) -> tuple[str, bytes]:
-    from planner.reports.plots import BREAKDOWN_CATEGORIES, breakdown_png
-
     cats = [c for c in BREAKDOWN_CATEGORIES if any(d.categories.get(c, 0.0) > 0 for d in details)]
     rows = [[d.label, f"{d.record.iteration_time_s:.3f}"] + [f"{d.categories.get(c, 0.0):.3f}" for c in cats]
             + [d.record.bottleneck] for d in details]
@@ -240,8 +236,6 @@ def search_report_text(md: Path, result, *, top: int = 10, command: str | None =
 
 
 def _default_cm():
-    from planner.predict import default_cost_model
-
     return default_cost_model()
 
 
@@ -356,8 +350,6 @@ def _size_plot(allocs, deadline_s: float, model: ModelSpec) -> tuple[str, bytes 
     if not priced:
         return ("No price is known for these GPUs, so there is no cost axis; pass "
                 "`--price GPU=USD_PER_GPU_HOUR`.\n"), None
-    from planner.reports.plots import pareto_png
-
     pts = [(f"{a.record.gpu}", a.record.time_to_train_s / 86400.0, a.cost_usd / 1e6) for _, a in priced]
     front_recs = pareto_front([_as_time_cost(a) for _, a in priced])
     front = [(r.iteration_time_s, r.usd_per_mtoken) for r in front_recs]
