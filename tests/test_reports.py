@@ -155,7 +155,7 @@ def test_breakdown_categories_add_up_to_iteration_time(search_result):
 
 
 def test_failing_plot_leaves_the_old_report_intact(tmp_path, search_result, monkeypatch):
-    from planner.reports import plots
+    from planner.reports import search_report
     from planner.reports.search_report import write_search_report
 
     md = tmp_path / "r.md"
@@ -165,7 +165,7 @@ def test_failing_plot_leaves_the_old_report_intact(tmp_path, search_result, monk
     def boom(*a, **k):
         raise RuntimeError("renderer crashed")
 
-    monkeypatch.setattr(plots, "breakdown_png", boom)
+    monkeypatch.setattr(search_report, "breakdown_png", boom)
     with pytest.raises(RuntimeError):
         write_search_report(md, search_result, top=3, command="planner search --top 3")
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
