@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -177,20 +176,15 @@ def _search_cmd(url: str, name: str, trials: int, seed: int) -> list[str]:
 
 
 def test_resume_after_kill(tmp_path):
+    from planner.search.engine import FAULT_ENV
+
     url = f"sqlite:///{tmp_path / 'study.db'}"
-    proc = subprocess.Popen(_search_cmd(url, "killed", 100000, 1), cwd=REPO, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    deadline = time.time() + 60
-    before = []
-    while time.time() < deadline:
-        time.sleep(0.3)
-        before = _study_trials(url, "killed")
-        if len(before) >= 15:
-            break
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    # the search SIGKILLs itself when its 16th trial starts (fault injection, deterministic: no polling)
+    killed = subprocess.run(_search_cmd(url, "killed", 100000, 1), cwd=REPO, capture_output=True, text=True,
+                            timeout=300, env={**os.environ, FAULT_ENV: "16"})
+    assert killed.returncode == -signal.SIGKILL, (killed.returncode, killed.stderr)
     before = _study_trials(url, "killed")
-    assert len(before) >= 15
+    assert len(before) == 15
     snapshot = {t.number: (t.params, t.value) for t in before}
     r = subprocess.run(_search_cmd(url, "killed", 5, 2), cwd=REPO, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
