@@ -107,7 +107,7 @@ def _role(ds: Dataset, role: str) -> np.ndarray:
     return role_mask(ds, role)
 
 
-def _training_subset(ds: Dataset, direction: str) -> tuple[Dataset | None, str]:
+def _training_subset(ds: Dataset, direction: str) -> tuple[Dataset, str]:
     mask = (ds.direction == direction) & _role(ds, "train")
     note = ""
     if ds.kind == "gemm":
@@ -118,8 +118,9 @@ def _training_subset(ds: Dataset, direction: str) -> tuple[Dataset | None, str]:
     return ds.select(mask), note
 
 
-def fit_one(ds: Dataset, direction: str, out: Path, *, quick: bool, max_rows: int, seed: int, n_jobs: int) -> dict:
-    """Fit, select and save one regressor; returns its index entry."""
+def fit_one(ds: Dataset, direction: str, out: Path, *, quick: bool, max_rows: int, seed: int,
+            n_jobs: int) -> tuple[dict, float]:
+    """Fit, select and save one regressor; returns its index entry and the fit's wall time in seconds."""
     kind, gpu = ds.kind, ds.gpu
     dev, dev_src = device_constants(gpu)
     n_avail = len(ds)

@@ -58,11 +58,11 @@ class Dataset:
     """[n] array of dtype strings."""
     time_s: np.ndarray
     """[n] median time per call, seconds."""
-    spread_s: np.ndarray = None
+    spread_s: np.ndarray = None  # type: ignore[assignment]  # None = unknown; __post_init__ fills it
     """[n] spread of repeats in seconds (NaN when unknown)."""
-    repeats: np.ndarray = None
+    repeats: np.ndarray = None  # type: ignore[assignment]  # None = unknown; __post_init__ fills it
     """[n] number of repeats (NaN when unknown)."""
-    source_row: np.ndarray = None
+    source_row: np.ndarray = None  # type: ignore[assignment]  # None = unknown; __post_init__ fills it
     """[n] row index in the source."""
     meta: dict = field(default_factory=dict)
     """Sidecar metadata (fingerprint, sources, notes)."""
@@ -188,8 +188,13 @@ def load_dataset(path: str | Path) -> Dataset:
             raise PlannerError(f"dataset {path} line {lineno}: features must be finite and >= 0, got {f}")
         if not (math.isfinite(t) and t > 0):
             raise PlannerError(f"dataset {path} line {lineno}: time_s must be finite and > 0, got {t}")
-        feats.append(f), dirs.append(row[1]), dts.append(row[2]), times.append(t)
-        spreads.append(sp), reps.append(rp), srows.append(sr)
+        feats.append(f)
+        dirs.append(row[1])
+        dts.append(row[2])
+        times.append(t)
+        spreads.append(sp)
+        reps.append(rp)
+        srows.append(sr)
     if len(times) != meta.get("rows", len(times)):
         raise PlannerError(f"dataset {path} has {len(times)} rows but its sidecar says {meta.get('rows')} "
                            "(truncated file; regenerate it)")

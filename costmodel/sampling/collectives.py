@@ -255,7 +255,7 @@ def _compute_burst(ctx: _Ctx, seconds: float):
     def burst():
         for _ in range(reps):
             torch.nn.functional.linear(a, w)
-    burst.reps = reps
+    burst.reps = reps  # type: ignore[attr-defined]  # the GEMM count, read by the skew measurement
     return burst
 
 
@@ -446,8 +446,8 @@ def _worker(a) -> int:
     fp = fingerprint(a.device, ctx.torch.get_num_threads())
     fp.update(backend=ctx.backend, world_size=ctx.world, nodes=len(set(ctx.hosts)))
     ident = {**identity(fp), "backend": ctx.backend}
-    journals = {}
-    todo_flags = [None]
+    journals: dict[str, Journal] = {}
+    todo_flags: list = [None]
     if ctx.rank == 0:
         out = Path(a.out)
         journals = {k: Journal(out / JOURNAL_DIR / f"{k}.jsonl", k, ident, not a.no_resume) for k in kinds}
@@ -478,8 +478,8 @@ def _worker(a) -> int:
     _corun(ctx, plan, spec, Path(a.out), ident, fp, not a.no_resume)
     if ctx.rank == 0:
         for kind in kinds:
-            recs = [journals[kind].records.get(key(k, b, r)) for k, b, r, _ in samples if k == kind]
-            recs = [r for r in recs if r is not None]
+            found = [journals[kind].records.get(key(k, b, r)) for k, b, r, _ in samples if k == kind]
+            recs = [r for r in found if r is not None]
             journals[kind].close()
             if not recs:
                 continue

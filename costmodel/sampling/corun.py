@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Any
 
 import numpy as np
 
@@ -95,7 +96,7 @@ def measure(ctx, samples: list, seconds: float, per_group: int, device: str, flu
     share = seconds / len(chosen)
     rows = []
     t_start = time.perf_counter()
-    buffers: dict[float, object] = {}
+    buffers: dict[float, Any] = {}
     for s in chosen:
         fn = build(s, device)
         for _ in range(2):

@@ -74,7 +74,8 @@ def read_table(data: Path, path: Path, expected: Sequence[str] | Sequence[Sequen
     A header that differs raises a PlannerError naming the file and the first differing column.
     """
     rel = str(path.relative_to(data)) if path.is_relative_to(data) else str(path)
-    allowed: list[list[str]] = [list(expected)] if isinstance(expected[0], str) else [list(e) for e in expected]
+    allowed: list[list[str]] = ([[str(c) for c in expected]] if isinstance(expected[0], str)
+                                else [list(e) for e in expected])
     try:
         with open(path, encoding="utf-8", newline="") as fh:
             rows = [r for r in csv.reader(fh, skipinitialspace=strip) if r]
