@@ -19,6 +19,7 @@ import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -110,6 +111,43 @@ def import_all() -> float | None:
     return time.perf_counter() - t0
 
 
+def _fuzz_once(fn) -> float:
+    """Median of 3 timed calls of ``fn``, which must refuse its malformed input with a PlannerError."""
+    from costmodel.core.errors import PlannerError
+
+    def call():
+        try:
+            fn()
+        except PlannerError:
+            return
+        raise AssertionError("the malformed input was accepted")
+    return _per_call(call, 1, rounds=3)
+
+
+def fuzz_yaml_bomb() -> float:
+    """load_catalogue on a hardware YAML with 100,000 '[' opened inside a flow mapping: the costliest
+    input of tests/test_fuzz.py (about 600,000 Python calls, 0.9 s on the 2-core VM on 2026-11-26)."""
+    from costmodel.core.specs.catalogue import load_catalogue
+
+    paths = iter(range(10))
+    with tempfile.TemporaryDirectory() as tmp:
+        def load():
+            p = Path(tmp) / f"bomb{next(paths)}.yaml"  # a fresh path each call: the catalogue is cached per path
+            p.write_text("gpus:\n  fuzz-gpu:\n    peak_tflops: {bf16: " + "[" * 100_000 + " 900.0, fp8: 1800.0}\n",
+                         encoding="utf-8")
+            load_catalogue([p])
+        return _fuzz_once(load)
+
+
+def fuzz_bad_request() -> float:
+    """predict_one on a batch request with 2**63 GPUs (refused before any graph is built)."""
+    from planner.cli_predict import predict_one
+
+    raw = {"id": "r1", "model": "llama-7b", "gpu": "a100-80gb", "gpus": 2**63, "tp": 2, "pp": 2, "mbs": 1,
+           "gbs": 64, "seq_len": 2048, "recompute": "selective", "zero": 1, "dtype": "bf16"}
+    return _fuzz_once(lambda: predict_one(raw))
+
+
 # (name, what, budget in seconds, function returning seconds)
 BUDGETS = [
     ("catalogue_cached_s", "load_catalogue(), cached", 5e-3, catalogue_cached),
@@ -117,6 +155,10 @@ BUDGETS = [
     ("memory_per_gpu_s", "memory_per_gpu, llama-70b TP8 PP8 VPP2", 500e-6, memory_per_gpu),
     ("pipeline_closed_form_s", "pipeline_time, 8 stages x 64 micro-batches, VPP 4", 100e-6, pipeline_closed_form),
     ("import_all_s", "import every shared dataset (planner fit's first step)", 30.0, import_all),
+    # tests/test_fuzz.py bounds one malformed input's work by its Python calls; the wall-clock bound it used
+    # to assert (2 s per input) is checked here, on its costliest input and a refused request
+    ("fuzz_yaml_bomb_s", "load_catalogue refusing 100,000 nested [ in YAML", 2.0, fuzz_yaml_bomb),
+    ("fuzz_bad_request_s", "predict_one refusing a request with 2**63 GPUs", 2.0, fuzz_bad_request),
 ]
 
 
