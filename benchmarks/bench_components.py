@@ -127,14 +127,15 @@ def _fuzz_once(fn) -> float:
 def fuzz_yaml_bomb() -> float:
     """load_catalogue on a hardware YAML with 100,000 '[' opened inside a flow mapping: the costliest
     input of tests/test_fuzz.py (about 600,000 Python calls, 0.9 s on the 2-core VM on 2026-11-26)."""
+    from costmodel.core.fileio import atomic_write_text
     from costmodel.core.specs.catalogue import load_catalogue
 
     paths = iter(range(10))
     with tempfile.TemporaryDirectory() as tmp:
         def load():
             p = Path(tmp) / f"bomb{next(paths)}.yaml"  # a fresh path each call: the catalogue is cached per path
-            p.write_text("gpus:\n  fuzz-gpu:\n    peak_tflops: {bf16: " + "[" * 100_000 + " 900.0, fp8: 1800.0}\n",
-                         encoding="utf-8")
+            atomic_write_text(p, "gpus:\n  fuzz-gpu:\n    peak_tflops: {bf16: " + "[" * 100_000
+                              + " 900.0, fp8: 1800.0}\n")
             load_catalogue([p])
         return _fuzz_once(load)
 

@@ -38,7 +38,8 @@ from costmodel.datasets.schema import Dataset, load_dataset
 from costmodel.ops import Op
 from costmodel.regressors import REGISTRY
 from costmodel.regressors.artifacts import artifact_path, library_versions, read_index, write_index
-from costmodel.regressors.base import OperatorRegressor, sidecar_path
+from costmodel.regressors.base import sidecar_path
+from costmodel.regressors.loading import load_regressor
 from costmodel.regressors.features import (CPU_NOMINAL, REF_COL, DeviceConstants, build_features, feature_names,
                                            flops_bytes)
 from costmodel.regressors.io import atomic_write_bytes
@@ -167,7 +168,7 @@ def gemm_checks(ds: Dataset, model_path: Path) -> dict:
     out: dict = {}
     if not model_path.exists():
         return out
-    reg = OperatorRegressor.load(model_path)
+    reg = load_regressor(model_path)
     dev = DeviceConstants.from_dict(reg.meta_["device_constants"])
     spot = ds.select(_role(ds, "spot_check") & (ds.direction == "fwd"))
     if len(spot):

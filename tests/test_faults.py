@@ -156,7 +156,8 @@ def test_dataset_with_a_stale_sidecar_is_refused(tmp_path):
 
 
 def test_model_files_with_a_stale_sidecar_are_refused(tmp_path):
-    from costmodel.regressors.base import OperatorRegressor, sidecar_path
+    from costmodel.regressors.base import sidecar_path
+    from costmodel.regressors.loading import load_regressor
     from costmodel.regressors.runtime import RuntimeRegressor
     from tests.test_regressors import synthetic
 
@@ -168,7 +169,7 @@ def test_model_files_with_a_stale_sidecar_are_refused(tmp_path):
     old_side = sidecar_path(path).read_text()
     REGISTRY["forest"](n_estimators=5, random_state=1).fit(X, 2 * y).save(path)
     sidecar_path(path).write_text(old_side)  # killed after the model file's rename, before the sidecar's
-    for load in (OperatorRegressor.load, RuntimeRegressor):
+    for load in (load_regressor, RuntimeRegressor):
         with pytest.raises(PlannerError, match="does not match its sidecar"):
             load(path)
     assert "file_sha256" in json.loads(old_side)

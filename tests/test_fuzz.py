@@ -601,7 +601,7 @@ def test_fuzz_cli_batch_file(tmp_path):
             args = ["predict", "--model", rng.choice(["llama-7b", "nope", "", str(f)]), "--gpu",
                     rng.choice(["a100-80gb", "zz", "ü"]), "--gpus", rng.choice(["8", "-8", "0", "x", "1e3"]),
                     "--tp", rng.choice(["2", "3", "-1", "0"])]
-        done, res = _budgeted("cli", lambda: runner.invoke(app, args), failures, what=str(args))
+        done, res = _budgeted("cli", lambda args=args: runner.invoke(app, args), failures, what=str(args))
         if not done:
             continue
         out = res.output  # stdout and stderr together (click >= 8.2)
@@ -680,8 +680,8 @@ def test_fuzz_every_cli_flag(tmp_path, monkeypatch):
                                                                                           "1e999", "inf"))]
                 cases = [base + [flag, v] for v in values]
             for args in cases:
-                done, res = _budgeted("cli-flags", lambda: runner.invoke(app, args), failures, CLI_CALL_BUDGET[name],
-                                      str(args), f"cli-flags {name}")
+                done, res = _budgeted("cli-flags", lambda args=args: runner.invoke(app, args), failures,
+                                      CLI_CALL_BUDGET[name], str(args), f"cli-flags {name}")
                 if not done:
                     continue
                 out = res.output

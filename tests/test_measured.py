@@ -94,14 +94,14 @@ def test_corrupted_artifact_is_flagged_not_fatal(cpu_models, tmp_path, damage):
 
 
 def test_load_corrupted_raises_one_line_planner_error(cpu_models, tmp_path):
-    from costmodel.regressors.base import OperatorRegressor
+    from costmodel.regressors.loading import load_regressor
     from costmodel.core.errors import PlannerError
 
     f = tmp_path / "gemm.fwd.json"
     f.write_bytes((cpu_models / "cpu" / "gemm.fwd.json").read_bytes()[:100])
     (tmp_path / "gemm.fwd.meta.json").write_bytes((cpu_models / "cpu" / "gemm.fwd.meta.json").read_bytes())
     with pytest.raises(PlannerError) as e:
-        OperatorRegressor.load(f)
+        load_regressor(f)
     assert "\n" not in str(e.value) and "corrupted" in str(e.value)
 
 

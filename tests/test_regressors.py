@@ -9,7 +9,8 @@ from sklearn.model_selection import GroupKFold, cross_validate
 
 from costmodel.datasets.schema import Dataset
 from costmodel.core.kinds import FEATURES
-from costmodel.regressors import REGISTRY, OperatorRegressor, register
+from costmodel.regressors import REGISTRY, register
+from costmodel.regressors.loading import load_regressor
 from costmodel.regressors.features import CPU_NOMINAL, build_features, feature_names
 from costmodel.regressors.selection import select, shape_groups
 
@@ -58,7 +59,7 @@ def test_save_load_round_trip(est, tmp_path):
     raw, X, y = synthetic()
     est.fit(X, y)
     p = est.save(tmp_path / "m.json", {"note": "x"})
-    back = OperatorRegressor.load(p)
+    back = load_regressor(p)
     assert type(back) is type(est) and back.get_params() == est.get_params()
     assert np.array_equal(back.predict(X), est.predict(X))
     for u, v in zip(back.predict_interval(X), est.predict_interval(X)):

@@ -100,10 +100,10 @@ def test_ett_linear_accuracy_gh200_on_held_out_configurations(shared_data):
     flops, nbytes, secs, held = [], [], [], []
     for op in ("linear1", "linear2", "linear3", "linear4"):
         t = _ett(shared_data, "Vista", f"operator/NVIDIAGH200120GB_{op}_fp16.csv", header)
-        mp, b, l, dim = (np.asarray(t[c], dtype=float) for c in ("mp", "b", "l", "dim"))
+        mp, b, seq, dim = (np.asarray(t[c], dtype=float) for c in ("mp", "b", "l", "dim"))
         n_of, k_of = ETT_LINEAR[op]
-        m, n, k = l * b, n_of(mp, dim), k_of(mp, dim)
-        h = _held(mp, b, l, dim)
+        m, n, k = seq * b, n_of(mp, dim), k_of(mp, dim)
+        h = _held(mp, b, seq, dim)
         for col, mult in (("F_dur(us)", 1), ("B_dur(us)", 2)):  # a backward row is dgrad + wgrad: 2x the work
             flops.append(mult * gemm_flops(m, n, k))
             nbytes.append(mult * gemm_bytes(m, n, k, "fp16"))

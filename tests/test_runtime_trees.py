@@ -20,10 +20,10 @@ def _shipped():
 
 @pytest.mark.parametrize("gpu,name", list(_shipped()))
 def test_runtime_matches_xgboost_on_shipped_models(gpu, name):
-    from costmodel.regressors.base import OperatorRegressor
+    from costmodel.regressors.loading import load_regressor
 
     path = SHIPPED_MODELS_DIR / gpu / f"{name}.json"
-    est = OperatorRegressor.load(path)
+    est = load_regressor(path)
     fast = RuntimeRegressor(path)
     rng = np.random.default_rng(0)
     lo, hi = est.feature_ranges_[:, 0], est.feature_ranges_[:, 1]

@@ -8,7 +8,7 @@ below are imported lazily (PEP 562) so that the prediction path, which only need
 import importlib
 
 _LAZY = {"REGISTRY": "base", "OperatorRegressor": "base", "register": "base",
-         "ForestRegressor": "forest", "BoostedRegressor": "boosted"}
+         "ForestRegressor": "forest", "BoostedRegressor": "boosted", "load_regressor": "loading"}
 __all__ = list(_LAZY)
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
+
 from costmodel.regressors.io import atomic_write_bytes, dumps
 from costmodel.core.errors import PlannerError
 
@@ -26,11 +28,10 @@ def artifact_path(models_dir: Path, gpu: str, kind: str, direction: str) -> Path
 
 
 def library_versions() -> dict:
-    import numpy
-    import sklearn
-    import xgboost
+    import sklearn  # deferred: slow to import; this module is on the prediction path (read_index)
+    import xgboost  # deferred: slow to import; this module is on the prediction path (read_index)
 
-    return {"numpy": numpy.__version__, "scikit-learn": sklearn.__version__, "xgboost": xgboost.__version__}
+    return {"numpy": np.__version__, "scikit-learn": sklearn.__version__, "xgboost": xgboost.__version__}
 
 
 def read_index(models_dir: Path) -> dict:

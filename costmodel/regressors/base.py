@@ -10,14 +10,12 @@ seconds. ``predict`` returns seconds. Internally the trees learn
 
 Which one ships is decided per (kind, GPU) by grouped cross-validation (:mod:`.selection`).
 Persistence is xgboost's JSON model format plus a JSON sidecar (``<stem>.meta.json``) with the
-estimator name, its parameters and feature metadata; nothing is pickled.
+estimator name, its parameters and feature metadata; nothing is pickled. Read back with
+:func:`costmodel.regressors.loading.load_regressor`.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from abc import ABC, abstractmethod
 from pathlib import Path
 
@@ -25,9 +23,8 @@ import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from costmodel.regressors.io import (atomic_write_bytes, check_model_file, dumps, sha256_hex,  # noqa: F401
+from costmodel.regressors.io import (atomic_write_bytes, dumps, sha256_hex,  # noqa: F401
                                      sidecar_path)
-from costmodel.core.errors import PlannerError
 
 ARTIFACT_FORMAT = 1
 """Version of the sidecar layout written by :meth:`OperatorRegressor.save`."""
@@ -122,7 +119,7 @@ class OperatorRegressor(RegressorMixin, BaseEstimator, ABC):
         """Restore what :meth:`_extra_boosters` returned."""
 
     def _after_load(self) -> None:
-        """Rebuild derived (non-persisted) state after :meth:`load`."""
+        """Rebuild derived (non-persisted) state after :func:`costmodel.regressors.loading.load_regressor`."""
 
     # -- persistence -----------------------------------------------------------------------------
     def save(self, path: str | Path, meta: dict | None = None) -> Path:
@@ -155,62 +152,3 @@ class OperatorRegressor(RegressorMixin, BaseEstimator, ABC):
         }
         atomic_write_bytes(sidecar_path(path), dumps(side))
         return path
-
-    @staticmethod
-    def load(path: str | Path) -> "OperatorRegressor":
-        """Read an artifact written by :meth:`save`; any problem is a one-line PlannerError."""
-        import xgboost as xgb
-
-        path = Path(path)
-        side_p = sidecar_path(path)
-        try:
-            side = json.loads(side_p.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise PlannerError(f"model artifact {side_p} is missing; re-run `planner fit`") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise PlannerError(f"model sidecar {side_p} is corrupted ({exc.__class__.__name__}); "
-                               "re-run `planner fit`") from None
-        if not isinstance(side, dict) or side.get("format") != ARTIFACT_FORMAT:
-            raise PlannerError(f"model sidecar {side_p} has format {side.get('format') if isinstance(side, dict) else None!r}, "
-                               f"expected {ARTIFACT_FORMAT}; re-run `planner fit`")
-        from costmodel.regressors import REGISTRY as registry  # imports every implementation
-
-        cls = registry.get(side.get("estimator"))
-        if cls is None:
-            raise PlannerError(f"model sidecar {side_p} names unknown estimator {side.get('estimator')!r}; "
-                               f"known: {', '.join(sorted(registry))}")
-
-        hashes = side.get("file_sha256") if isinstance(side.get("file_sha256"), dict) else {}
-
-        def booster(p: Path):
-            try:
-                raw = p.read_bytes()
-                check_model_file(p, raw, hashes)
-                b = xgb.Booster()
-                b.load_model(bytearray(raw))
-                return b
-            except FileNotFoundError:
-                raise PlannerError(f"model file {p} is missing; re-run `planner fit`") from None
-            except (xgb.core.XGBoostError, ValueError) as exc:
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
-                raise PlannerError(f"model file {p} is corrupted or truncated ({first[:120]}); "
-                                   "re-run `planner fit`") from None
-
-        try:
-            params = {k: (tuple(v) if isinstance(v, list) else v) for k, v in side["params"].items()}
-            est = cls(**params)
-            est.booster_ = booster(path)
-            est.n_features_in_ = int(side["n_features_in"])
-            est.feature_ranges_ = np.asarray(side["feature_ranges"], dtype=float).reshape(est.n_features_in_, 2)
-            est._set_extra_boosters({k: booster(path.with_name(v)) for k, v in side.get("extra_files", {}).items()})
-            if est.booster_.num_features() != est.n_features_in_:
-                raise PlannerError(f"model file {path} has {est.booster_.num_features()} features but its sidecar "
-                                   f"says {est.n_features_in_}; re-run `planner fit`")
-            est._after_load()
-        except PlannerError:
-            raise
-        except (KeyError, TypeError, ValueError) as exc:
-            raise PlannerError(f"model sidecar {side_p} is incomplete ({exc.__class__.__name__}: {exc}); "
-                               "re-run `planner fit`") from None
-        est.meta_ = side
-        return est

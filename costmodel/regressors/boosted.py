@@ -42,7 +42,7 @@ class BoostedRegressor(OperatorRegressor):
         self.n_jobs = n_jobs
 
     def _model(self, **kw):
-        import xgboost as xgb
+        import xgboost as xgb  # deferred: slow to import; the package's lazy names keep it off the prediction path
 
         args = dict(n_estimators=self.n_estimators, max_depth=self.max_depth, learning_rate=self.learning_rate,
                     subsample=self.subsample, colsample_bytree=self.colsample_bytree,

@@ -34,7 +34,7 @@ class ForestRegressor(OperatorRegressor):
         self.n_jobs = n_jobs
 
     def _fit_z(self, X, z):
-        import xgboost as xgb
+        import xgboost as xgb  # deferred: slow to import; the package's lazy names keep it off the prediction path
 
         model = xgb.XGBRFRegressor(n_estimators=self.n_estimators, max_depth=self.max_depth,
                                    subsample=self.subsample, colsample_bynode=self.colsample_bynode,
@@ -58,7 +58,7 @@ class ForestRegressor(OperatorRegressor):
 
     def _members(self, X):
         """[n, T] log-space prediction of each tree on its own."""
-        import xgboost as xgb
+        import xgboost as xgb  # deferred: slow to import; the package's lazy names keep it off the prediction path
 
         leaves = self.booster_.predict(xgb.DMatrix(X), pred_leaf=True).astype(np.intp).reshape(len(X), -1)
         w = self.leaf_values_[np.arange(leaves.shape[1]), leaves]

@@ -7,14 +7,14 @@ import hashlib
 import json
 from pathlib import Path
 
+from costmodel.core.errors import PlannerError
+from costmodel.core.fileio import atomic_write_bytes  # noqa: F401 (re-exported: the one implementation)
+
 
 def sidecar_path(path: str | Path) -> Path:
     """``gemm.fwd.json`` -> ``gemm.fwd.meta.json``."""
     p = Path(path)
     return p.with_name(p.name[: -len(".json")] + ".meta.json" if p.name.endswith(".json") else p.name + ".meta.json")
-
-
-from costmodel.core.fileio import atomic_write_bytes  # noqa: E402,F401 (the one implementation)
 
 
 def dumps(obj) -> bytes:
@@ -34,8 +34,6 @@ def check_model_file(path: Path, raw: bytes, expected: dict | None) -> str:
     digest = sha256_hex(raw)
     want = (expected or {}).get(Path(path).name)
     if want is not None and digest != want:
-        from costmodel.core.errors import PlannerError
-
         raise PlannerError(f"model file {path} does not match its sidecar's file_sha256 (an interrupted or "
                            "partial write, or an edit); re-run `planner fit`")
     return digest

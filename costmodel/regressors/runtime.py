@@ -12,12 +12,14 @@ tests/test_runtime_trees.py. Files are parsed as JSON data: nothing is executed.
 
 from __future__ import annotations
 
+import io
 import json
+import os
 from pathlib import Path
 
 import numpy as np
 
-from costmodel.regressors.io import check_model_file, sha256_hex, sidecar_path
+from costmodel.regressors.io import atomic_write_bytes, check_model_file, sha256_hex, sidecar_path
 from costmodel.core.errors import PlannerError
 
 
@@ -134,8 +136,6 @@ def _load_json(path: Path) -> dict:
 
 def cache_dir() -> Path:
     """Where compact tree tables are cached: ``$PLANNER_CACHE_DIR`` or ``~/.cache/planner``."""
-    import os
-
     env = os.environ.get("PLANNER_CACHE_DIR")
     base = Path(env).expanduser() if env else Path.home() / ".cache" / "planner"
     return base / "trees"
@@ -143,8 +143,6 @@ def cache_dir() -> Path:
 
 def _encode(tables: dict) -> bytes:
     """Compact numpy form of tree tables: one JSON header line, then .npy-encoded arrays."""
-    import io
-
     header = {"format": RUNTIME_FORMAT, "tables": {}}
     buf = io.BytesIO()
     for role in sorted(tables):  # the header is written with sorted keys: arrays follow that order
@@ -195,8 +193,6 @@ def load_tables(sources: dict, expected_sha256: dict | None = None) -> dict:
                                "re-run `planner fit`") from None
         tables[role] = TreeTable(doc, str(p))
     try:
-        from costmodel.regressors.io import atomic_write_bytes
-
         atomic_write_bytes(cached, _encode(tables))
     except OSError:
         pass  # a read-only home only costs speed

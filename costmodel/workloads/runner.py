@@ -18,6 +18,8 @@ import tempfile
 from dataclasses import fields
 from pathlib import Path
 
+from costmodel.core.fileio import atomic_write_text, atomic_writer
+from costmodel.torchrun import failure_reason
 from costmodel.workloads.config import WorkloadConfig
 
 RUN_COLUMNS = ("id", "source", "model_name", "n_layers", "hidden", "n_heads", "n_kv_heads", "ffn_hidden", "vocab",
@@ -68,8 +70,6 @@ def launch_many(cfgs: list[WorkloadConfig], timeout_s: float = 600.0, allow_over
         except subprocess.TimeoutExpired as exc:
             raise WorkloadError(f"workload did not finish within {timeout_s:.0f} s: {cfgs[0].to_json()}") from exc
         if proc.returncode != 0 or not out.is_file():
-            from costmodel.torchrun import failure_reason
-
             tail = (proc.stdout + proc.stderr)[-3000:]
             why = failure_reason(proc.stderr) if proc.returncode != 0 else "no results file written"
             raise WorkloadError(f"workload failed (exit {proc.returncode}: {why}) for {cfgs[0].to_json()}:\n{tail}")
@@ -125,8 +125,6 @@ def result_to_row(result: dict, run_id: str, source: str = SOURCE) -> dict:
 
 def write_runs_csv(rows: list[dict], path: str | Path) -> Path:
     """Write rows with the published-runs header (atomic replace)."""
-    from costmodel.core.fileio import atomic_writer
-
     path = Path(path)
     with atomic_writer(path) as fh:
         writer = csv.DictWriter(fh, fieldnames=RUN_COLUMNS)
@@ -150,8 +148,6 @@ def main(argv: list[str] | None = None) -> None:
     except WorkloadError as exc:
         raise SystemExit(str(exc)) from None
     if args["json_out"]:
-        from costmodel.core.fileio import atomic_write_text
-
         atomic_write_text(args["json_out"], json.dumps(result, indent=1))
     path = write_runs_csv([result_to_row(result, args["id"])], args["runs_out"])
     print(f"median {result['median_s']:.4g} s (p10 {result['p10_s']:.4g}, p90 {result['p90_s']:.4g}); wrote {path}")

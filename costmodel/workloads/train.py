@@ -22,6 +22,8 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from costmodel.core.fileio import atomic_write_text
+from costmodel.torchrun import exit_worker
 from costmodel.workloads.config import WorkloadConfig
 from costmodel.workloads.model import DecoderStage
 from costmodel.workloads.pipeline import accumulate, allreduce_grads, one_f_one_b
@@ -174,8 +176,6 @@ def main(argv: list[str] | None = None) -> None:
                 raise SystemExit(f"launched {dist.get_world_size()} processes but tp*pp*dp = {cfg.world_size}")
             results.append(run(cfg))
         if dist.get_rank() == 0:
-            from costmodel.core.fileio import atomic_write_text
-
             atomic_write_text(args.out, json.dumps(results, indent=1))
         # every rank reaches teardown together: a pipeline rank that destroyed its gloo group while the
         # other was still busy died with "terminate called without an active exception" (SIGABRT) after
@@ -187,7 +187,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    from costmodel.torchrun import exit_worker
-
     main()
     exit_worker(0)  # results written, group destroyed: skip interpreter teardown (see exit_worker)
