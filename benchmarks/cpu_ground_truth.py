@@ -1,7 +1,7 @@
 """Issue #4 end to end, in one command: profile this CPU, fit its cost model, measure real training runs,
 and compare planner's predictions with them.
 
-    .venv/bin/python benchmarks/cpu_ground_truth.py [--work profiles/cpu-gt] [--reports reports]
+    .venv/bin/python benchmarks/cpu_ground_truth.py [--work profiles/cpu-gt] [--reports reports/cpu-runs/latest]
 
 Steps (each the command a user would type; nothing is reused from an earlier run, so a fresh checkout
 reproduces the whole chain):
@@ -12,10 +12,11 @@ reproduces the whole chain):
 2. ``planner fit --profile ... --no-public`` (the CPU regressors and measured hardware.toml; ~15 s);
 3. ``benchmarks/cpu_validation.py --rounds 2`` (the training runs, each launched twice, interleaved;
    ~8 min);
-4. ``planner validate --runs reports/cpu_runs.csv --report reports/cpu-validation.md`` with the models of 2.
+4. ``planner validate --runs <reports>/cpu_runs.csv --report <reports>/cpu-validation.md`` with the models of 2.
 
 Writes ``<reports>/cpu_runs.csv`` / ``.json``, ``<reports>/cpu-validation.md`` (+ scatter PNG) and
-``<reports>/cpu_ground_truth.json`` (errors, spreads, step times, machine). With ``--compare RUNS.csv`` it
+``<reports>/cpu_ground_truth.json`` (errors, spreads, step times, machine); ``<reports>`` is one run's folder
+under ``reports/cpu-runs/`` (the checked-in runs are ``run1`` .. ``run10``). With ``--compare RUNS.csv`` it
 also states, per configuration, how far this run's measured medians are from that earlier run's and
 whether that is inside the measured p10..p90 spread (the reproducibility check of issue #4), and the
 prediction errors of both runs side by side.
@@ -85,7 +86,8 @@ def _errors_beside(runs_csv: Path) -> dict | None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", default="profiles/cpu-gt", help="profile and models folder (not in git)")
-    ap.add_argument("--reports", default="reports", help="where the run files and the report go")
+    ap.add_argument("--reports", default="reports/cpu-runs/latest",
+                    help="this run's folder for its run files and report (raw runs live under reports/cpu-runs/)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--compare", default=None, help="an earlier cpu_runs.csv to check reproduction against")

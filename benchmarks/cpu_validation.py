@@ -2,9 +2,10 @@
 
 Runs each configuration of :data:`CONFIGS` in its own torchrun job, one after another (never two at
 once), and writes the measured median iteration times as a run file in the published-runs schema
-(``reports/cpu_runs.csv``) plus the raw per-iteration results (``reports/cpu_runs.json``), so that
+(``reports/cpu-runs/latest/cpu_runs.csv``) plus the raw per-iteration results (``cpu_runs.json`` next to
+it; raw runs live under ``reports/cpu-runs/``, one folder per run), so that
 
-    planner validate --runs reports/cpu_runs.csv
+    planner validate --runs reports/cpu-runs/latest/cpu_runs.csv
 
 compares them with planner's prediction. Two model sizes, DP / TP / PP layouts, several micro-batch
 counts and sizes; each configuration takes roughly 10-40 s on a 2-core machine. Mixed layouts need
@@ -73,6 +74,9 @@ def pool(results: list[dict]) -> dict:
                round_medians_s=[float(r["median_s"]) for r in results])
     return out
 
+LATEST = ROOT / "reports" / "cpu-runs" / "latest"
+"""Default folder of a run's raw files (rename it, e.g. to runN, to keep it beside the earlier runs)."""
+
 
 def layout(cfg: WorkloadConfig) -> str:
     return f"TP{cfg.tp} PP{cfg.pp} DP{cfg.dp} mbs{cfg.mbs} M{cfg.num_microbatches} gbs{cfg.gbs}"
@@ -80,8 +84,8 @@ def layout(cfg: WorkloadConfig) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=str(ROOT / "reports" / "cpu_runs.csv"), help="run CSV to write")
-    ap.add_argument("--json-out", default=str(ROOT / "reports" / "cpu_runs.json"), help="raw results JSON")
+    ap.add_argument("--out", default=str(LATEST / "cpu_runs.csv"), help="run CSV to write")
+    ap.add_argument("--json-out", default=str(LATEST / "cpu_runs.json"), help="raw results JSON")
     ap.add_argument("--only", nargs="*", help="run only these ids")
     ap.add_argument("--warmup", type=int, default=2, help="warm-up iterations per configuration")
     ap.add_argument("--iters", type=int, default=8, help="timed iterations per configuration")
