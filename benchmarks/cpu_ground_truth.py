@@ -50,7 +50,8 @@ def _run(cmd: list[str], env: dict | None = None) -> float:
     return time.time() - t0
 
 
-def compare(new_json: Path, old_csv: Path, new_errors: dict | None = None, old_errors: dict | None = None) -> list[dict]:
+def compare(new_json: Path, old_csv: Path, new_errors: dict | None = None,
+            old_errors: dict | None = None) -> list[dict]:
     """Per configuration: old and new measured medians, their difference, and whether the old median lies
     inside the new run's p10..p90 range (read from the new run's raw results, ``cpu_runs.json``).
 

@@ -378,7 +378,8 @@ def default_entry(gpus: dict) -> dict:
         es = [g["gemm"][dtype] for g in vals if dtype in g["gemm"]]
         t = merge_table(es)
         t.update(mem_eff=_median([e["mem_eff"] for e in es]),
-                 launch_latency_us=_median([e["launch_latency_us"] for e in es if e["launch_source"].startswith("smallest")]),
+                 launch_latency_us=_median([e["launch_latency_us"] for e in es
+                                            if e["launch_source"].startswith("smallest")]),
                  median_of=len(es))
         gemm[dtype] = t
     out["gemm"] = gemm
@@ -389,7 +390,8 @@ def default_entry(gpus: dict) -> dict:
     out["memory"] = {k: {"eff": _median([g["memory"][k]["eff"] for g in vals if k in g["memory"]]),
                          "median_of": sum(k in g["memory"] for g in vals)} for k in kinds}
     # optimizer: no usable measurement of the Adam step alone; median of the elementwise kinds
-    elementwise = [out["memory"][k]["eff"] for k in ("norm", "activation", "residual_add", "rope") if k in out["memory"]]
+    elementwise = [out["memory"][k]["eff"] for k in ("norm", "activation", "residual_add", "rope")
+                   if k in out["memory"]]
     out["memory"]["optimizer"] = {"eff": _median(elementwise),
                                   "median_of": "default norm/activation/residual_add/rope efficiencies"}
     coll: dict = {}

@@ -267,7 +267,8 @@ def llmcompass_memory_rows(data: Path) -> dict[str, tuple[np.ndarray, np.ndarray
     """LLMCompass A100 LayerNorm / GELU: name -> (elements, throughput in elements/s, source). These files
     are throughput only (no time per call), so no importer makes a dataset of them."""
     out = {}
-    for name, header in (("layernorm", ("M", "N", "throughput_Gelem_per_s")), ("gelu", ("M", "throughput_Gelem_per_s"))):
+    for name, header in (("layernorm", ("M", "N", "throughput_Gelem_per_s")),
+                         ("gelu", ("M", "throughput_Gelem_per_s"))):
         p = data / f"llmcompass-a100/{name}_A100.csv"
         t = read_table(data, p, header, strip=True)
         elems = t.num("M") * t.num("N") if "N" in t else t.num("M")

@@ -25,8 +25,8 @@ def write_atomic(path: str, text: str) -> None:
     atomic_write_text(path, text)
 
 
-def run_export(request: PlanRequest | dict, to: str, iterations: int | None, tokens: float | None, margin: float, job_name: str,
-               cpus_per_task: int | None, hardware_files: tuple = ()) -> tuple[str, list[str]]:
+def run_export(request: PlanRequest | dict, to: str, iterations: int | None, tokens: float | None, margin: float,
+               job_name: str, cpus_per_task: int | None, hardware_files: tuple = ()) -> tuple[str, list[str]]:
     """Check the export options, then predict and export the plan (a PlanRequest or its batch-line dict).
     Returns (text, warnings); raises PlannerError on bad input."""
 
@@ -75,7 +75,8 @@ def register(app: typer.Typer) -> None:
         to: str = typer.Option("all", "--to", help="megatron | nemo | torchtitan | slurm | all."),
         iterations: Optional[int] = typer.Option(None, "--iterations", help="Training iterations (optimizer steps)."),
         tokens: Optional[float] = typer.Option(None, "--tokens", help="Training tokens, e.g. 1e12 (-> iterations)."),
-        margin: float = typer.Option(1.25, "--margin", help="Slurm time-limit factor on the predicted run time (>= 1)."),
+        margin: float = typer.Option(1.25, "--margin",
+                                     help="Slurm time-limit factor on the predicted run time (>= 1)."),
         job_name: str = typer.Option("planner", "--job-name", help="Slurm job name."),
         cpus_per_task: Optional[int] = typer.Option(None, "--cpus-per-task", help="Slurm CPUs per task (= per node)."),
         out: Optional[str] = typer.Option(None, "--out", help="Write to this file (atomically) instead of stdout."),

@@ -57,13 +57,19 @@ def run_fit(data_dir: Path | None, profiles: list[Path] | None, out: Path | None
 def register(app: typer.Typer) -> None:
     @app.command("fit")
     def fit_cmd(
-        data_dir: Annotated[Path | None, typer.Option("--data-dir", help="shared/data folder (default: costmodel.core.paths).")] = None,
-        profile: Annotated[list[Path] | None, typer.Option("--profile", help="Dataset folder(s) written by `planner profile` (repeatable).")] = None,
-        out: Annotated[Path | None, typer.Option("--out", help="Models folder (default: the shipped costmodel/data/models).")] = None,
-        gpu: Annotated[list[str] | None, typer.Option("--gpu", help="Only these GPUs (repeatable), e.g. h100-sxm or cpu.")] = None,
-        kinds: Annotated[str | None, typer.Option("--kinds", help="Comma-separated operator kinds, e.g. gemm,attention_fwd.")] = None,
+        data_dir: Annotated[Path | None, typer.Option(
+            "--data-dir", help="shared/data folder (default: costmodel.core.paths).")] = None,
+        profile: Annotated[list[Path] | None, typer.Option(
+            "--profile", help="Dataset folder(s) written by `planner profile` (repeatable).")] = None,
+        out: Annotated[Path | None, typer.Option(
+            "--out", help="Models folder (default: the shipped costmodel/data/models).")] = None,
+        gpu: Annotated[list[str] | None, typer.Option(
+            "--gpu", help="Only these GPUs (repeatable), e.g. h100-sxm or cpu.")] = None,
+        kinds: Annotated[str | None, typer.Option(
+            "--kinds", help="Comma-separated operator kinds, e.g. gemm,attention_fwd.")] = None,
         quick: Annotated[bool, typer.Option("--quick", help="One candidate per family, for a fast smoke fit.")] = False,
-        no_public: Annotated[bool, typer.Option("--no-public", help="Fit only --profile datasets (skip shared/data).")] = False,
+        no_public: Annotated[bool, typer.Option(
+            "--no-public", help="Fit only --profile datasets (skip shared/data).")] = False,
         max_rows: Annotated[int | None, typer.Option("--max-rows", help="Seeded subsample cap per regressor.")] = None,
         jobs: Annotated[int, typer.Option("--jobs", help="xgboost threads.")] = 2,
     ) -> None:

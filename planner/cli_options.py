@@ -22,7 +22,8 @@ SIZE_DEFAULT_GPUS = ("a100-80gb", "h100-sxm")
 """GPU types `planner size` considers without --gpu (kept short: each type costs several searches)."""
 
 # ---------------------------------------------------------------- one plan (PlanRequest fields)
-Model = Annotated[Optional[str], typer.Option("--model", "-m", help="Preset name (see `planner models`) or path to a config.json.")]
+Model = Annotated[Optional[str], typer.Option("--model", "-m",
+                                              help="Preset name (see `planner models`) or path to a config.json.")]
 Gpu = Annotated[Optional[str], typer.Option("--gpu", help="GPU key (see `planner gpus`).")]
 Gpus = Annotated[Optional[int], typer.Option("--gpus", help="Total number of GPUs.")]
 GpusPerNode = Annotated[Optional[int], typer.Option("--gpus-per-node", help="GPUs per node (default: node type's).")]
@@ -43,12 +44,16 @@ HardwareFile = Annotated[list[str], typer.Option("--hardware-file", help="TOML/Y
 
 # ---------------------------------------------------------------- allocations and spaces (search, compare, size)
 # `planner search` takes --tp .. --dtype as lists of choices that replace its space's (e.g. --tp 1,2,4).
-SearchGpuList = Annotated[list[str], typer.Option("--gpu", help=f"GPU key (repeat for several; default {DEFAULT_GPU}; see `planner gpus`).")]
-CompareGpuList = Annotated[list[str], typer.Option("--gpu", help="GPU keys to compare (repeat; at least two are useful).")]
-SizeGpuList = Annotated[list[str], typer.Option("--gpu", help=f"GPU types to consider (repeat; default: {', '.join(SIZE_DEFAULT_GPUS)}).")]
+SearchGpuList = Annotated[list[str], typer.Option("--gpu",
+    help=f"GPU key (repeat for several; default {DEFAULT_GPU}; see `planner gpus`).")]
+CompareGpuList = Annotated[list[str], typer.Option("--gpu",
+                                                   help="GPU keys to compare (repeat; at least two are useful).")]
+SizeGpuList = Annotated[list[str], typer.Option("--gpu",
+    help=f"GPU types to consider (repeat; default: {', '.join(SIZE_DEFAULT_GPUS)}).")]
 AllocGpus = Annotated[Optional[int], typer.Option("--gpus", help="Total GPUs (a multiple of GPUs per node).")]
 Nodes = Annotated[Optional[int], typer.Option("--nodes", help="Nodes of each GPU type.")]
-NodesRange = Annotated[Optional[str], typer.Option("--nodes-range", help="Node counts: A:B doubling, A:B:STEP, or 4,8,16.")]
+NodesRange = Annotated[Optional[str], typer.Option("--nodes-range",
+                                                   help="Node counts: A:B doubling, A:B:STEP, or 4,8,16.")]
 TpChoices = Annotated[Optional[str], typer.Option("--tp", help="TP degrees, e.g. 1,2,4,8.")]
 PpChoices = Annotated[Optional[str], typer.Option("--pp", help="PP degrees.")]
 CpChoices = Annotated[Optional[str], typer.Option("--cp", help="CP degrees.")]
@@ -63,7 +68,8 @@ Headroom = Annotated[Optional[float], typer.Option("--headroom", help="HBM fract
 TokenBudget = Annotated[Optional[str], typer.Option("--tokens", help="Training token budget, e.g. 1e12 or 2T.")]
 Price = Annotated[list[str], typer.Option("--price", help="GPU=USD per GPU-hour, e.g. gh200=2.1 (repeatable).")]
 Space = Annotated[str, typer.Option("--space", help="Search-space preset (default, megatron, fsdp) or TOML file.")]
-Report = Annotated[Optional[str], typer.Option("--report", help="Also write a Markdown report with PNG plots, e.g. reports/NAME.md.")]
+Report = Annotated[Optional[str], typer.Option("--report",
+    help="Also write a Markdown report with PNG plots, e.g. reports/NAME.md.")]
 
 
 def _err(message: str) -> typer.Exit:

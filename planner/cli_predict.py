@@ -64,7 +64,8 @@ def run_batch(lines, hardware_files: tuple = (), calibration=None):
                 rid = raw.get("id")
             yield predict_one(raw, hardware_files, calibration)
         except json.JSONDecodeError as exc:
-            yield {"id": rid, "line": lineno, "error": f"line {lineno} is not valid JSON ({exc.msg} at column {exc.colno})"}
+            yield {"id": rid, "line": lineno,
+                   "error": f"line {lineno} is not valid JSON ({exc.msg} at column {exc.colno})"}
         except RecursionError:
             yield {"id": rid, "line": lineno, "error": f"line {lineno} is nested too deeply to be a request object"}
         except (PlannerError, ValueError, TypeError, KeyError) as exc:
@@ -77,7 +78,8 @@ def _render_table(rec: dict) -> None:
     con.print(f"[bold]{p['model']}[/] on {p['gpus']} x {p['gpu']} ({p['cluster']}, {p['gpus_per_node']}/node)  "
               f"TP={p['tp']} PP={p['pp']} DP={p['dp']} CP={p['cp']} VPP={p['vpp']} MBS={p['mbs']} GBS={p['gbs']} "
               f"seq={p['seq_len']} micro-batches={p['num_microbatches']} recompute={p['recompute']} "
-              f"SP={p['sequence_parallel']} ZeRO={p['zero']} dtype={p['dtype']}  [dim](cost model: {describe_cost_sources(rec.get('cost_sources') or {}, rec['cost_model'])})[/]")
+              f"SP={p['sequence_parallel']} ZeRO={p['zero']} dtype={p['dtype']}  "
+              f"[dim](cost model: {describe_cost_sources(rec.get('cost_sources') or {}, rec['cost_model'])})[/]")
     t = Table(title="Prediction", show_header=True)
     t.add_column("metric")
     t.add_column("value", justify="right")
@@ -134,7 +136,9 @@ def register(app: typer.Typer) -> None:
         batch: Optional[str] = typer.Option(None, "--batch", help="JSONL file of requests ('-' = stdin)."),
         fmt: str = typer.Option("table", "--format", help="table | json (single plan); jsonl (batch)."),
         hardware_file: O.HardwareFile = [],
-        calibration: Optional[str] = typer.Option(None, "--calibration", help="Calibration NAME (calibrations/NAME.json) or file from `planner calibrate`."),
+        calibration: Optional[str] = typer.Option(
+            None, "--calibration",
+            help="Calibration NAME (calibrations/NAME.json) or file from `planner calibrate`."),
     ) -> None:
         """Predict iteration time, throughput, MFU, memory and operator breakdown of one plan (or a batch)."""
         if fmt not in FORMATS:

@@ -33,15 +33,16 @@ def parse_ops(text: str | None) -> tuple[list[str] | None, list[str] | None]:
 
 def profile(
     device: Annotated[str, typer.Option(help="cpu or cuda")] = "cpu",
-    plan: Annotated[Optional[str], typer.Option(help="built-in plan (cpu-tiny, cpu-small, gpu-default) or a "
-                                                     "TOML path; default cpu-small on cpu, gpu-default on cuda")] = None,
+    plan: Annotated[Optional[str], typer.Option(help="built-in plan (cpu-tiny, cpu-small, gpu-default) or a TOML "
+                                                     "path; default cpu-small on cpu, gpu-default on cuda")] = None,
     out: Annotated[Optional[Path], typer.Option(help="output folder (default profiles/<cpu or gpu-name>)")] = None,
     threads: Annotated[Optional[int], typer.Option(help="torch intra-op threads (default: torch's)")] = None,
     ops: Annotated[Optional[str], typer.Option(help="comma-separated operator kinds to measure (default all)")] = None,
     collectives: Annotated[bool, typer.Option("--collectives/--no-collectives",
                                               help="also sweep collectives via torchrun")] = True,
     nproc: Annotated[int, typer.Option(help="processes for the collective sweep")] = 2,
-    gpu_name: Annotated[Optional[str], typer.Option(help="catalogue key of the GPU (needed with --device cuda)")] = None,
+    gpu_name: Annotated[Optional[str], typer.Option(
+        help="catalogue key of the GPU (needed with --device cuda)")] = None,
     dtype: Annotated[Optional[str], typer.Option(help="compute dtype, overriding the plan (fp32, bf16, fp16)")] = None,
     resume: Annotated[bool, typer.Option("--resume/--fresh", help="skip samples already measured in --out")] = True,
     progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,

@@ -257,13 +257,18 @@ def register(app: typer.Typer) -> None:
         jobs: int = typer.Option(0, "--jobs", help="Processes for --exhaustive (0 = one per CPU core, at most 4)."),
         seed: Optional[int] = typer.Option(None, "--seed", help="Sampler seed (reproducible runs)."),
         sampler: str = typer.Option("tpe", "--sampler", help="tpe | nsga2 | random."),
-        storage: Optional[str] = typer.Option(None, "--storage", help="Optuna storage: sqlite:///F.db, journal:FILE, RDB URL."),
-        study_name: Optional[str] = typer.Option(None, "--study-name", help="Study to create or resume (default storage sqlite:///planner.db)."),
-        resume: bool = typer.Option(False, "--resume", help="Finish the study's interrupted run (its remaining trials, same seed) instead of adding --trials."),
+        storage: Optional[str] = typer.Option(
+            None, "--storage", help="Optuna storage: sqlite:///F.db, journal:FILE, RDB URL."),
+        study_name: Optional[str] = typer.Option(
+            None, "--study-name", help="Study to create or resume (default storage sqlite:///planner.db)."),
+        resume: bool = typer.Option(
+            False, "--resume",
+            help="Finish the study's interrupted run (its remaining trials, same seed) instead of adding --trials."),
         top: int = typer.Option(10, "--top", "-k", help="Plans to print."),
         fmt: str = typer.Option("table", "--format", help="table | json | csv | md."),
         explain: Optional[int] = typer.Option(None, "--explain", help="Also explain the plan ranked N."),
-        progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar on stderr (terminals only)."),
+        progress: bool = typer.Option(
+            True, "--progress/--no-progress", help="Progress bar on stderr (terminals only)."),
         hardware_file: O.HardwareFile = [],
         report: O.Report = None,
     ) -> None:
@@ -287,7 +292,8 @@ def register(app: typer.Typer) -> None:
             meta = {"model": problem.model.name, "search": result.summary()}
             s = result.summary()
             title = (f"{problem.model.name}: top {len(recs)} of {s['feasible']} feasible plans "
-                     f"(GBS {problem.global_batch_size}, seq {problem.seq_len}, {result.method}, objective {objective})")
+                     f"(GBS {problem.global_batch_size}, seq {problem.seq_len}, {result.method}, "
+                     f"objective {objective})")
             _emit(recs, fmt, problem.model, meta, title)
             if fmt == "table":
                 typer.echo(f"{s['evaluated']} distinct candidates evaluated of a space of {s['space_size']}: "

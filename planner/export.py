@@ -218,7 +218,8 @@ def export_megatron(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, pr
     """Comment header plus one flag (and its value) per line; ``shlex.split(text, comments=True)`` reads it."""
     args, notes = megatron_args(model, plan, iterations)
     lines = _header("Megatron-LM pretrain_gpt.py flags", model, plan, hardware, prediction)
-    lines.append("# Flag names checked against NVIDIA/Megatron-LM megatron/training/arguments.py (commit 000c4ac24f61).")
+    lines.append("# Flag names checked against NVIDIA/Megatron-LM megatron/training/arguments.py "
+                 "(commit 000c4ac24f61).")
     lines.append("# Add data, tokenizer, optimizer and checkpoint flags (--data-path, --tokenizer-type, --lr, ...).")
     if _needs_single_connection(plan):
         lines.append("# Megatron asserts CUDA_DEVICE_MAX_CONNECTIONS=1 with TP/CP > 1 on pre-Blackwell GPUs.")

@@ -485,7 +485,8 @@ def render(data: Path) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=None, help="shared/data folder (default: costmodel.core.paths.data_dir())")
+    ap.add_argument("--data", type=Path, default=None,
+                    help="shared/data folder (default: costmodel.core.paths.data_dir())")
     ap.add_argument("--out", type=Path, default=OUT_DIR)
     ap.add_argument("--check", action="store_true", help="exit 1 if the files on disk differ from a fresh build")
     args = ap.parse_args(argv)

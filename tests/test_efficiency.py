@@ -151,7 +151,8 @@ def test_fit_records_the_filters_it_applies(fitted):
                for v in inter["all_gather"].values() for s in v["sources"])
     assert "attention_bwd_fwd_ratio" not in gpus["gh200"]
     (bwd,) = gpus["gh200"]["attention_bwd_fwd_ratio_unavailable"]["sources"]
-    assert (bwd["rows_before"], bwd["rows_after"], bwd["filters"]) == (4068, 0, ["filter_ett_vista_flash_atten_backward"])
+    assert (bwd["rows_before"], bwd["rows_after"], bwd["filters"]) == (
+        4068, 0, ["filter_ett_vista_flash_atten_backward"])
     # res_add backward dropped: the variant keeps its forward rows only
     (fwd, back) = gpus["a100-80gb"]["memory"]["residual_add"]["variants"]["estimate-train-time:res_add"]["sources"]
     assert (fwd["rows_after"], back["rows_after"], back["filters"]) == (351, 0, ["filter_ett_res_add_backward"])

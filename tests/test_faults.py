@@ -46,7 +46,8 @@ def _writes(tree: ast.AST) -> list[int]:
         elif name == "replace" and isinstance(f, ast.Attribute) and getattr(f.value, "id", "") == "os":
             out.append(node.lineno)
         elif name in ("open", "fdopen"):
-            mode = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "mode"), None)
+            mode = node.args[1] if len(node.args) > 1 else next(
+                (k.value for k in node.keywords if k.arg == "mode"), None)
             if isinstance(mode, ast.Constant) and isinstance(mode.value, str) and set(mode.value) & set("wax+"):
                 out.append(node.lineno)
     return out
@@ -77,7 +78,8 @@ def _tiny_ds(scale: float = 1.0) -> Dataset:
 
 WRITERS = {
     # name: (python that writes version `v` of the file at `path`, python that loads it and prints a token)
-    "report": ("from costmodel.core.fileio import atomic_write_text; atomic_write_text(path, f'# report v{v}\\n' * 20000)",
+    "report": ("from costmodel.core.fileio import atomic_write_text; "
+               "atomic_write_text(path, f'# report v{v}\\n' * 20000)",
                "print(open(path, encoding='utf-8').read().splitlines()[0])"),
     "dataset": ("from tests.test_faults import _tiny_ds; from costmodel.datasets.schema import save_dataset; "
                 "save_dataset(_tiny_ds(v), path)",
@@ -85,7 +87,8 @@ WRITERS = {
     "calibration": ("from planner.calibrate import identity, save_calibration; import pathlib; "
                     "c = identity({'iteration_overhead_s': float(v)}, name='c'); "
                     "save_calibration(c, pathlib.Path(path).parent)",
-                    "from planner.calibrate import load_calibration; print(load_calibration(path).iteration_overhead_s)"),
+                    "from planner.calibrate import load_calibration; "
+                    "print(load_calibration(path).iteration_overhead_s)"),
     "index": ("from costmodel.regressors.artifacts import write_index; import pathlib; "
               "write_index(pathlib.Path(path).parent, {'format': 1, 'models': {}, 'v': v})",
               "from costmodel.regressors.artifacts import read_index; import pathlib; "

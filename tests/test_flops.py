@@ -4,7 +4,8 @@ from costmodel.flops import (hardware_flops_per_iteration, model_flops_per_itera
 from tests.helpers import gpt, llama
 
 
-@pytest.mark.parametrize("layers,hidden,heads,batch", [(96, 12288, 96, 1536), (24, 2304, 24, 512), (40, 6144, 48, 1024)])
+@pytest.mark.parametrize("layers,hidden,heads,batch",
+                         [(96, 12288, 96, 1536), (24, 2304, 24, 512), (40, 6144, 48, 1024)])
 def test_full_recompute_matches_narayanan_eq3(layers, hidden, heads, batch):
     m = gpt(layers=layers, hidden=hidden, heads=heads, vocab=51200)
     got = hardware_flops_per_iteration(m, batch, 2048, "full")

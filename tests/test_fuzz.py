@@ -669,7 +669,8 @@ def test_fuzz_every_cli_flag(tmp_path, monkeypatch):
         for opt in options:
             flag = opt.opts[0]
             if opt.is_flag:
-                cases = [base + [flag], base + [flag, "x"]] + ([base + [opt.secondary_opts[0]]] if opt.secondary_opts else [])
+                cases = [base + [flag], base + [flag, "x"]] + (
+                    [base + [opt.secondary_opts[0]]] if opt.secondary_opts else [])
             else:
                 # half of CLI_BAD per option, rotating with the option's position, so every value meets
                 # every command and the test stays under a minute

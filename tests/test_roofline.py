@@ -189,7 +189,8 @@ def test_bigger_gemm_never_faster():
             t1 = m.predict([gemm(*map(int, r), dtype=dtype) for r in grow], hw).time_s
             assert np.all(t1 >= t0 * (1 - 1e-9))
         sizes = 2.0 ** np.arange(8, 50)
-        ts = m.predict([gemm(int(s ** (1 / 3)) + 1, int(s ** (1 / 3)) + 1, int(s ** (1 / 3)) + 1) for s in sizes], hw).time_s
+        ts = m.predict([gemm(int(s ** (1 / 3)) + 1, int(s ** (1 / 3)) + 1, int(s ** (1 / 3)) + 1) for s in sizes],
+                       hw).time_s
         assert np.all(np.diff(ts) >= 0)
 
 

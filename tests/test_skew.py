@@ -108,7 +108,8 @@ def test_timeline_adds_excess_of_compute_on_multi_rank_plans_only():
         assert rows["sync.rank_skew_wait"]["time_s"] == pytest.approx(wait, rel=0.15)  # breakdown rows are rescaled
     # more ranks than measured: scaled by E[max of n normals] and said in the warnings
     four = plan(gpus=4, gpn=4, gbs=4, seq=1024, micro_batch_size=1, tp=4)
-    w2 = predict(model, four, _hw(0.1, ranks=4), cm).iteration_time_s - predict(model, four, _hw(0.0), cm).iteration_time_s
+    w2 = (predict(model, four, _hw(0.1, ranks=4), cm).iteration_time_s
+          - predict(model, four, _hw(0.0), cm).iteration_time_s)
     p4 = predict(model, four, _hw(0.1, ranks=2), cm)
     w4 = p4.iteration_time_s - predict(model, four, _hw(0.0), cm).iteration_time_s
     assert w4 == pytest.approx(w2 * skew.rank_scale(4, 2), rel=1e-6)

@@ -183,7 +183,8 @@ def test_workload_uses_fused_adamw_and_cached_malloc():
 
 # ---- benchmark helpers (benchmarks/cpu_validation.py, benchmarks/cpu_ground_truth.py): pure functions
 def _bench(name: str):
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(
+        name, Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

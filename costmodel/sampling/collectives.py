@@ -32,7 +32,8 @@ time one call each, with no barrier between repeats (as in a step; ``barrier_bet
 before every burst); the per-repeat time is the *mean* over the group's ranks (with
 arrival skew s the early rank waits s + latency and the late one the latency, and the mean s/2 + latency
 is what the slower rank adds to the step), and the recorded time is the mean over repeats (not the
-median: the times are bimodal, and a step pays the sum of its calls). On this 2-core VM, gloo all-reduces of 1 KB-256 KB took
+median: the times are bimodal, and a step pays the sum of its calls). On this 2-core VM, gloo all-reduces
+of 1 KB-256 KB took
 0.44-0.50 ms back to back but 1.3-2.8 ms after 1-3 ms of GEMM compute, and 1.4-2.0 ms inside the TP
 training workload (perf_counter around every dist.all_reduce, issue #4).
 """
@@ -290,7 +291,8 @@ def _time_after_compute(ctx: _Ctx, fn, member: bool, per_call: float, group_size
 
 
 def _time(ctx: _Ctx, kind: str, nbytes: int, ranks: list[int], group, spec: dict, impl: dict) -> tuple:
-    """(per-repeat times per call -- max over ranks, or the mean after compute --, exact bytes); every rank calls this."""
+    """(per-repeat times per call -- max over ranks, or the mean after compute --, exact bytes);
+    every rank calls this."""
     member = ctx.rank in ranks
     fn, exact = _op(ctx, kind, nbytes, ranks, group, impl)
     per_call = 2.0 if kind == "send_recv" else 1.0  # a ping-pong is two one-way transfers

@@ -62,7 +62,8 @@ class Timing:
     checkpoint_every: int = 25
     """Rewrite the datasets after this many newly measured samples."""
     flush_mb: float = 0.0
-    """(Overridable per operator kind by ``flush_mb`` in its [ops.<kind>] table.) > 0: time single calls, each after writing a buffer of this many MiB (untimed) so the operator
+    """(Overridable per operator kind by ``flush_mb`` in its [ops.<kind>] table.) > 0: time single calls,
+    each after writing a buffer of this many MiB (untimed) so the operator
     starts with cold caches, as inside a training step whose working set exceeds the caches
     (costmodel/sampling/operators.py ``time_fn``); 0 keeps the back-to-back blocks."""
 
@@ -117,7 +118,8 @@ def resolve_plan(name_or_path: str | Path) -> Path:
     p = Path(name_or_path)
     if p.suffix == ".toml" or p.exists():
         if not p.is_file():
-            raise PlannerError(f"plan file {p} does not exist; pass a TOML file or one of: {', '.join(available_plans())}")
+            raise PlannerError(f"plan file {p} does not exist; pass a TOML file or one of: "
+                               f"{', '.join(available_plans())}")
         return p
     builtin = PLANS_DIR / f"{name_or_path}.toml"
     if not builtin.is_file():

@@ -94,8 +94,8 @@ def measure(ctx, segments_s: list[float], seconds: float, burst_factory) -> dict
         reps.append(int(n))
     share = seconds / len(lengths)
     repeats = [max(3, int(share / length)) for length in lengths]
-    acc: list[dict[str, Any]] = [{"segment_s": length, "gemms_per_segment": n, "repeats": 0, "sum_max_s": 0.0, "sum_mean_s": 0.0,
-            "excess_per_repeat": []} for length, n in zip(lengths, reps)]
+    acc: list[dict[str, Any]] = [{"segment_s": length, "gemms_per_segment": n, "repeats": 0, "sum_max_s": 0.0,
+            "sum_mean_s": 0.0, "excess_per_repeat": []} for length, n in zip(lengths, reps)]
     t_start = time.perf_counter()
     for rnd in range(max(repeats)):
         for i, burst in enumerate(bursts):

@@ -293,7 +293,8 @@ def optuna_search(problem: SearchProblem, objective: str = "time", n_trials: int
     (:func:`planner.search.space.dimension_choices`); invalid and out-of-memory combinations are
     reported through Optuna's constraints (``Trial.set_constraint``; ``constraints_func`` before Optuna 5),
     so samplers rank them after every feasible trial. Single-objective studies spend the last
-    POLISH_FRACTION of the trials on a constraint-aware local search around the best plans (:func:`_polish`). With ``study_name`` the study is
+    POLISH_FRACTION of the trials on a constraint-aware local search around the best plans (:func:`_polish`).
+    With ``study_name`` the study is
     kept in ``storage`` (default ``sqlite:///planner.db``); running again resumes and extends it, and
     several processes on one storage share it. The result holds the records of every completed
     trial of the study, not only this call's.
@@ -495,7 +496,8 @@ def _first_fit(problem: SearchProblem) -> Candidate | None:
     return None
 
 
-def min_gpus_to_fit(problem: SearchProblem, gbs_given: bool = False, limit: int = 1 << 20) -> tuple[int, Candidate] | None:
+def min_gpus_to_fit(problem: SearchProblem, gbs_given: bool = False,
+                    limit: int = 1 << 20) -> tuple[int, Candidate] | None:
     """Smallest GPU count (whole nodes of the first target's node type) at which some plan of the space
     fits in memory, found with the memory model only: doubling from the problem's count, then the node
     counts in between. The batch follows the default rule unless ``gbs_given``. None = none up to limit."""

@@ -137,7 +137,8 @@ def load_space(name_or_path: str = "default") -> SearchSpace:
     allowed = set(DIMS) | {"allow_tp_across_nodes", "memory_headroom", "description"}
     unknown = sorted(set(data) - allowed)
     if unknown:
-        raise PlannerError(f"search space {path}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}.")
+        raise PlannerError(f"search space {path}: unknown key(s) {', '.join(unknown)}; "
+                           f"allowed: {', '.join(sorted(allowed))}.")
     kw: dict = {d: _check_dim(d, data[d], f"search space {path}") for d in DIMS if d in data}
     if "allow_tp_across_nodes" in data:
         if not isinstance(data["allow_tp_across_nodes"], bool):

@@ -36,7 +36,8 @@ _ETT_STAGE = ("whole pipeline-stage fwd+bwd+FusedAdam timings, not single operat
               "outliers up to ~54 s, PROVENANCE caveats)")
 _ETT_NOT_MEASURED = "the authors' regressor hyper-parameters, not measurements"
 ETT_SKIPPED_OPERATORS = {"baddbmm": _ETT_UNFUSED, "bmm": _ETT_UNFUSED, "fillmask": _ETT_UNFUSED,
-                         "softmax": _ETT_UNFUSED, "ScaledUpperTriangMaskedSoftmax": _ETT_UNFUSED, "firstStage_optimizer": _ETT_STAGE,
+                         "softmax": _ETT_UNFUSED, "ScaledUpperTriangMaskedSoftmax": _ETT_UNFUSED,
+                         "firstStage_optimizer": _ETT_STAGE,
                          "middleStage_optimizer": _ETT_STAGE, "lastStage_optimizer": _ETT_STAGE}
 _ETT_NCCL = re.compile(r"^(?P<dev>[A-Za-z0-9-]+)_(?P<op>allreduce|allreduce_large|allgather_large|p2p)_fp16_"
                        r"(?P<nodes>\d+)_(?P<gpn>\d+)\.csv$")
