@@ -57,8 +57,8 @@ def _ops():
 
 def measured_cost_model() -> tuple[float, float]:
     """(cold: load the shipped regressors and predict 62 operators; warm: the same 62 again), seconds."""
-    from costmodel.cost.measured import MeasuredCostModel
     from costmodel.core.specs.catalogue import load_catalogue
+    from costmodel.cost.measured import MeasuredCostModel
 
     hw = load_catalogue().resolve("h100-sxm")
     ops = _ops()
@@ -70,9 +70,9 @@ def measured_cost_model() -> tuple[float, float]:
 
 
 def roofline_cached() -> float:
+    from costmodel.core.specs.catalogue import load_catalogue
     from costmodel.cost.roofline import RooflineCostModel
     from costmodel.graph import _coll
-    from costmodel.core.specs.catalogue import load_catalogue
 
     hw = load_catalogue().resolve("h100-sxm")
     ops = _ops() + [_coll("all_reduce", "c", "fwd", 1e8 + i, 16, (2, 8)) for i in range(30)]
@@ -100,8 +100,8 @@ def pipeline_closed_form() -> float:
 
 
 def import_all() -> float | None:
-    from costmodel.datasets import importers
     from costmodel.core.paths import data_dir
+    from costmodel.datasets import importers
 
     d = data_dir()
     if d is None:

@@ -7,7 +7,6 @@ in seconds. Run: `python benchmarks/bench_predict.py [--n 2000] [--json OUT]`.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import platform

@@ -80,11 +80,11 @@ def main() -> None:
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
 
+    from costmodel.core.specs.catalogue import load_catalogue
+    from costmodel.core.specs.presets import resolve_model
     from costmodel.cost.roofline import RooflineCostModel
     from planner.predict import default_cost_model
     from planner.search.space import build_problem, load_space, make_target
-    from costmodel.core.specs.catalogue import load_catalogue
-    from costmodel.core.specs.presets import resolve_model
 
     cm = default_cost_model() if args.cost_model == "default" else RooflineCostModel()
     out = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}, "cost_model": cm.name,

@@ -29,9 +29,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from costmodel.core.fileio import atomic_write_text  # noqa: E402
 from costmodel.workloads.config import WorkloadConfig  # noqa: E402
 from costmodel.workloads.runner import WorkloadError, launch, result_to_row, write_runs_csv  # noqa: E402
-from costmodel.core.fileio import atomic_write_text  # noqa: E402
 
 # Model S: GPT-style (GELU, LayerNorm, learned positions, MHA); ~7.4 M parameters.
 S = WorkloadConfig(n_layers=4, hidden=256, n_heads=8, n_kv_heads=8, ffn_hidden=1024, vocab=8192, seq_len=256,
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{res['p10_s']:.4f}..{res['p90_s']:.4f} ({spread:4.1f} %)  loss {res['losses'][0]:.3f}->"
                   f"{res['losses'][-1]:.3f}  [{time.time() - t0:.0f} s]", flush=True)
         rows, raw = [], []
-        for run_id, cfg, over in todo:
+        for run_id, _cfg, over in todo:
             if run_id not in results or run_id in failed:
                 continue
             merged = pool(results[run_id])

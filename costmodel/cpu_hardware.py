@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from costmodel.datasets.schema import Dataset
 from costmodel.core.errors import PlannerError
+from costmodel.datasets.schema import Dataset
 
 CPU_GPU_KEY = "cpu"
 CPU_CLUSTER_KEY = "cpu-host"

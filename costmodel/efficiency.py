@@ -31,13 +31,24 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from costmodel.conventions import busbw_factor
 from costmodel.core.fileio import atomic_write_text
 from costmodel.core.paths import require_data_dir
-from costmodel.conventions import busbw_factor
 from costmodel.datasets.importers import AIC_NCCL_OPS, VIDUR_NETWORK_GPU, import_all
-from costmodel.efficiency_samples import (AIC, ETT, LLMCOMPASS_GPU, VIDUR, Datasets, Samples, attention_samples,
-                                          ett_gpu, gemm_samples, llmcompass_memory_rows, memory_samples,
-                                          source_rows)
+from costmodel.efficiency_samples import (
+    AIC,
+    ETT,
+    LLMCOMPASS_GPU,
+    VIDUR,
+    Datasets,
+    Samples,
+    attention_samples,
+    ett_gpu,
+    gemm_samples,
+    llmcompass_memory_rows,
+    memory_samples,
+    source_rows,
+)
 
 OUT_DEFAULT = Path(__file__).resolve().parent / "data" / "efficiency.json"
 
@@ -263,7 +274,7 @@ def denominators(data: Path) -> dict:
     out["gh200"]["inter_node_bw_source"] = "clusters.yaml tacc_vista_gh.inter_node.nic_gbytes_s_per_gpu"
     out["a100-80gb"]["perlmutter_intra_node_bw_gbs"] = \
         clusters["nersc_perlmutter_gpu"]["intra_node"]["nvlink_bw_gbytes_s_per_gpu_unidirectional"]
-    for k, v in out.items():
+    for _k, v in out.items():
         v["yaml_file"] = "hardware/gpus.yaml"
     return out
 

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
+from costmodel.conventions import attention_bytes, attention_fwd_flops, gemm_bytes, gemm_flops
 from costmodel.core.errors import PlannerError
 from costmodel.core.kinds import FEATURES
-from costmodel.conventions import attention_bytes, attention_fwd_flops, gemm_bytes, gemm_flops
 from costmodel.datasets.importers import ETT_SYSTEMS, read_table, sha256
 from costmodel.datasets.importers.estimate_train_time import ETT_VOCAB, ett_partition_vocab
 from costmodel.datasets.importers.llmcompass import LLMCOMPASS_GPU

@@ -27,10 +27,10 @@ from typing import Callable
 
 import numpy as np
 
+from costmodel.conventions import dtype_bytes
 from costmodel.core.errors import PlannerError
 from costmodel.core.kinds import FEATURES, Phase
 from costmodel.core.specs.catalogue import load_catalogue
-from costmodel.conventions import dtype_bytes
 from costmodel.cost.roofline import RooflineCostModel
 from costmodel.cpu_hardware import derive, to_toml
 from costmodel.datasets.importers import role_mask
@@ -39,10 +39,16 @@ from costmodel.ops import Op
 from costmodel.regressors import REGISTRY
 from costmodel.regressors.artifacts import artifact_path, library_versions, read_index, write_index
 from costmodel.regressors.base import sidecar_path
-from costmodel.regressors.loading import load_regressor
-from costmodel.regressors.features import (CPU_NOMINAL, REF_COL, DeviceConstants, build_features, feature_names,
-                                           flops_bytes)
+from costmodel.regressors.features import (
+    CPU_NOMINAL,
+    REF_COL,
+    DeviceConstants,
+    build_features,
+    feature_names,
+    flops_bytes,
+)
 from costmodel.regressors.io import atomic_write_bytes
+from costmodel.regressors.loading import load_regressor
 from costmodel.regressors.selection import select, shape_groups
 
 MIN_SAMPLES = 20

@@ -32,10 +32,10 @@ from pathlib import Path
 
 import numpy as np
 
-from costmodel.core.kinds import COLLECTIVE_KINDS
+from costmodel.compose import cost_operators
 from costmodel.core.errors import PlannerError
 from costmodel.core.fileio import atomic_write_text
-from costmodel.compose import cost_operators
+from costmodel.core.kinds import COLLECTIVE_KINDS
 from costmodel.graph import build_graph
 from planner import __version__
 from planner.predict import Prediction, default_cost_model, prediction_from_times

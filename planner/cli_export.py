@@ -88,7 +88,7 @@ def register(app: typer.Typer) -> None:
             text, warnings = run_export(raw, to, iterations, tokens, margin, job_name, cpus_per_task,
                                         tuple(hardware_file))
         except PlannerError as exc:
-            raise _err(str(exc))
+            raise _err(str(exc)) from None
         for w in warnings:
             typer.echo(f"warning: {w}", err=True)
         if out is None:
@@ -97,5 +97,5 @@ def register(app: typer.Typer) -> None:
         try:
             write_atomic(out, text)
         except OSError as exc:
-            raise _err(f"cannot write {out}: {exc.strerror}; pass a writable --out path")
+            raise _err(f"cannot write {out}: {exc.strerror}; pass a writable --out path") from None
         typer.echo(f"wrote {out}", err=True)

@@ -149,26 +149,27 @@ def register(app: typer.Typer) -> None:
             try:
                 cal = resolve_calibration(calibration)
             except PlannerError as exc:
-                raise _err(str(exc))
+                raise _err(str(exc)) from None
         if batch is not None:
             if fmt == "table":
                 fmt = "jsonl"
             try:
                 fh = sys.stdin if batch == "-" else open(batch, encoding="utf-8")
             except OSError as exc:
-                raise _err(f"cannot read batch file {batch}: {exc.strerror}; pass an existing JSONL file or '-'")
+                raise _err(f"cannot read batch file {batch}: {exc.strerror}; "
+                           "pass an existing JSONL file or '-'") from None
             with fh:
                 try:
                     for rec in run_batch(fh, hw_files, cal):
                         sys.stdout.write(json.dumps(rec) + "\n")
                 except UnicodeDecodeError:
-                    raise _err(f"batch file {batch} is not UTF-8 text; pass a JSONL file")
+                    raise _err(f"batch file {batch} is not UTF-8 text; pass a JSONL file") from None
             return
         try:
             req = O.plan_request(locals(), "planner predict --model llama-13b --gpu a100-80gb --gpus 128 --tp 2 --pp 2")
             rec = predict_request(req, hw_files, cal)
         except PlannerError as exc:
-            raise _err(str(exc))
+            raise _err(str(exc)) from None
         if fmt in ("json", "jsonl"):
             typer.echo(json.dumps(rec, indent=2 if fmt == "json" else None))
         else:

@@ -13,8 +13,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from costmodel.core.kinds import COLLECTIVE_KINDS, COMPUTE_KINDS, FEATURES
 from costmodel.core.errors import PlannerError
+from costmodel.core.kinds import COLLECTIVE_KINDS, COMPUTE_KINDS, FEATURES
 
 DEFAULT_PLANS = {"cpu": "cpu-small", "cuda": "gpu-default"}
 

@@ -314,7 +314,7 @@ def register(app: typer.Typer) -> None:
 
                 _write_report(lambda: write_search_report(report, result, top=top))
         except PlannerError as exc:
-            raise _err(str(exc))
+            raise _err(str(exc)) from None
 
     @app.command("explain")
     def explain_cmd(
@@ -347,7 +347,7 @@ def register(app: typer.Typer) -> None:
             res = req.resolve(tuple(hardware_file))
             _explain_out(res.model, res.plan, res.hardware, fmt, top)
         except PlannerError as exc:
-            raise _err(str(exc))
+            raise _err(str(exc)) from None
 
     @app.command()
     def compare(
@@ -367,7 +367,8 @@ def register(app: typer.Typer) -> None:
         """Best plan per GPU type: time/iteration, tokens/s, $ per Mtoken, time and cost to train."""
         # deferred: the planner.search package (engine, samplers) loads only for search commands
         from planner.search.records import FORMATS, rank
-        from planner.search.sizing import compare as run_compare, parse_prices, parse_tokens
+        from planner.search.sizing import compare as run_compare
+        from planner.search.sizing import parse_prices, parse_tokens
         from planner.search.space import load_space
 
         if fmt not in FORMATS:
@@ -383,7 +384,7 @@ def register(app: typer.Typer) -> None:
             rows = run_compare(m, hws, load_space(space), gpus=gpus, nodes=nodes, gbs=gbs, seq_len=seq_len,
                                tokens=tok, prices=prices)
         except PlannerError as exc:
-            raise _err(str(exc))
+            raise _err(str(exc)) from None
         best = [r.best for r in rows if r.best is not None]
         if fmt == "json":
             typer.echo(json.dumps({"model": m.name, "tokens": tok, "rows": [r.to_dict() for r in rows]}, indent=2))
@@ -417,7 +418,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Smallest allocation (nodes of which GPU) that trains the tokens before the deadline; also the cheapest."""
         # deferred: the planner.search package (engine, samplers) loads only for search commands
-        from planner.search.sizing import parse_deadline, parse_prices, parse_tokens, size as run_size
+        from planner.search.sizing import parse_deadline, parse_prices, parse_tokens
+        from planner.search.sizing import size as run_size
         from planner.search.space import load_space
 
         if fmt not in ("table", "json"):
@@ -436,7 +438,7 @@ def register(app: typer.Typer) -> None:
             res = run_size(m, tok, seconds, hws, load_space(space), max_gpus=max_gpus, budget_usd=budget, gbs=gbs,
                            seq_len=seq_len, prices=prices)
         except PlannerError as exc:
-            raise _err(str(exc))
+            raise _err(str(exc)) from None
         if fmt == "json":
             typer.echo(json.dumps({"model": m.name, "tokens": tok, "deadline_s": seconds, **res.to_dict()}, indent=2))
         else:
@@ -488,7 +490,7 @@ def _write_report(write) -> None:
     try:
         typer.echo(f"wrote {write().markdown}", err=True)
     except PlannerError as exc:
-        raise _err(str(exc))
+        raise _err(str(exc)) from None
 
 
 def _jobs(jobs: int) -> int:

@@ -7,11 +7,11 @@ import pytest
 from typer.testing import CliRunner
 
 import planner.predict as P
+from costmodel.core.errors import PlannerError
 from costmodel.cost.roofline import RooflineCostModel
 from costmodel.workloads.runner import write_runs_csv
 from planner import calibrate as C
 from planner.cli import app
-from costmodel.core.errors import PlannerError
 from planner.validation.runs import default_hardware, load_runs, row_to_inputs
 from tests.helpers import llama, plan
 

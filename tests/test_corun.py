@@ -5,11 +5,11 @@ import dataclasses
 
 import pytest
 
+from costmodel.core.errors import PlannerError
+from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.sampling import corun
 from costmodel.sampling.plan import Sample, expand, load_plan
-from costmodel.core.errors import PlannerError
 from planner.predict import predict
-from costmodel.core.specs.catalogue import load_catalogue
 from tests.helpers import llama, plan, write_json
 
 

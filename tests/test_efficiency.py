@@ -44,7 +44,7 @@ def test_every_measured_entry_records_sources_with_sha256():
     for gpu, entry in table["gpus"].items():
         if gpu == "default":
             continue
-        for dtype, g in entry["gemm"].items():
+        for _dtype, g in entry["gemm"].items():
             assert g["sources"] and all(len(s["sha256"]) == 64 and s["rows_after"] <= s["rows_before"]
                                         for s in g["sources"])
         assert entry["attention_fwd"]["sources"]
@@ -147,7 +147,7 @@ def test_fit_records_the_filters_it_applies(fitted):
     # Vista: all-gather at 4 and 8 nodes dropped, so only n = 2 is fitted; flash-attention backward unusable
     inter = gpus["gh200"]["collectives"]["inter"]
     assert set(inter["all_gather"]) == {"2"} and set(inter["all_reduce"]) == {"2", "4", "8"}
-    assert all(s["filters"] == ["filter_ett_vista_allgather_large_4_8_nodes"] 
+    assert all(s["filters"] == ["filter_ett_vista_allgather_large_4_8_nodes"]
                for v in inter["all_gather"].values() for s in v["sources"])
     assert "attention_bwd_fwd_ratio" not in gpus["gh200"]
     (bwd,) = gpus["gh200"]["attention_bwd_fwd_ratio_unavailable"]["sources"]

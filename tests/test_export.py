@@ -10,12 +10,17 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from planner.cli import app
 from costmodel.core.errors import PlannerError
-from planner.export import (STARTUP_ALLOWANCE_S, export_plan, format_slurm_time, iterations_for_tokens,
-                            slurm_time_seconds)
-from planner.predict import predict
 from costmodel.core.specs.catalogue import load_catalogue
+from planner.cli import app
+from planner.export import (
+    STARTUP_ALLOWANCE_S,
+    export_plan,
+    format_slurm_time,
+    iterations_for_tokens,
+    slurm_time_seconds,
+)
+from planner.predict import predict
 from tests.helpers import gpt, llama, plan
 
 runner = CliRunner()

@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from costmodel.datasets.schema import Dataset, load_dataset, save_dataset
 from costmodel.core.errors import PlannerError
+from costmodel.datasets.schema import Dataset, load_dataset, save_dataset
 from tests.helpers import python_sources
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -159,12 +159,11 @@ def test_dataset_with_a_stale_sidecar_is_refused(tmp_path):
 
 
 def test_model_files_with_a_stale_sidecar_are_refused(tmp_path):
+    from costmodel.regressors import REGISTRY
     from costmodel.regressors.base import sidecar_path
     from costmodel.regressors.loading import load_regressor
     from costmodel.regressors.runtime import RuntimeRegressor
     from tests.test_regressors import synthetic
-
-    from costmodel.regressors import REGISTRY
 
     _, X, y = synthetic(60, 0)
     path = tmp_path / "m.json"

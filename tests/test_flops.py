@@ -1,6 +1,6 @@
 import pytest
 
-from costmodel.flops import (hardware_flops_per_iteration, model_flops_per_iteration, narayanan_eq3)
+from costmodel.flops import hardware_flops_per_iteration, model_flops_per_iteration, narayanan_eq3
 from tests.helpers import gpt, llama
 
 

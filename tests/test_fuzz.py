@@ -19,6 +19,7 @@ import random
 import shutil
 import signal
 import sys
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -283,13 +284,13 @@ def test_fuzz_hf_config(tmp_path):
     for _ in range(100):
         doc = json.loads(rng.choice(bases).read_text())
         doc = _mutate_json(rng, doc)
-        _check("config.json", lambda: from_hf_config(doc), failures)
+        _check("config.json", partial(from_hf_config, doc), failures)
     # exhaustively: every top-level field of every fixture config set to every bad value
     for base in bases:
         doc = json.loads(base.read_text())
         for key in sorted(doc):
             for bad in BAD_VALUES:
-                spec = _check("config.json", lambda: from_hf_config({**doc, key: bad}), failures)
+                spec = _check("config.json", partial(from_hf_config, {**doc, key: bad}), failures)
                 if spec is not None and spec.rope_theta is not None and not math.isfinite(spec.rope_theta):
                     failures.append(f"config.json {base.name} {key}={bad!r}: non-finite rope_theta accepted")
     _report(failures, "config.json")
@@ -314,7 +315,7 @@ def test_fuzz_batch_predictor():
             raw[rng.choice(keys)] = rng.choice(BAD_VALUES)
         if i % 10 == 0:
             raw[rng.choice(["ünknown", "TP", ""])] = 1
-        pred = _check("batch request", lambda: predict_one(raw), failures)
+        pred = _check("batch request", partial(predict_one, raw), failures)
         if pred is not None:
             t = pred["iteration_time_s"]
             if not (math.isfinite(t) and t > 0 and math.isfinite(pred["memory_gib_per_gpu"])):
@@ -324,7 +325,7 @@ def test_fuzz_batch_predictor():
     for key in keys:
         for bad in BAD_VALUES:
             raw = {**BATCH_BASE, key: bad}
-            pred = _check("batch request", lambda: predict_one(raw), failures)
+            pred = _check("batch request", partial(predict_one, raw), failures)
             if pred is not None and not (math.isfinite(pred["iteration_time_s"]) and pred["iteration_time_s"] > 0):
                 failures.append(f"batch request {raw}: silent nonsense iteration_time_s={pred['iteration_time_s']}")
     # whole lines: truncated JSON, random text, non-objects; each yields a record with 'error'
@@ -354,8 +355,8 @@ def test_fuzz_batch_predictor():
 
 # ------------------------------------------------------------------------------------ datasets
 def _tiny_dataset(tmp_path: Path) -> Path:
-    from costmodel.datasets.schema import Dataset, save_dataset
     from costmodel.core.kinds import FEATURES
+    from costmodel.datasets.schema import Dataset, save_dataset
 
     kind = "gemm" if "gemm" in FEATURES else sorted(FEATURES)[0]
     nf = len(FEATURES[kind])

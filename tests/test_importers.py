@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from costmodel.core.errors import PlannerError
+from costmodel.core.paths import data_dir
 from costmodel.datasets import filters as F
 from costmodel.datasets import importers as I
 from costmodel.datasets.schema import load_dataset, save_dataset
-from costmodel.core.errors import PlannerError
-from costmodel.core.paths import data_dir
 from tests.helpers import require_shared
 
 ETT = "estimate-train-time"

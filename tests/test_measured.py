@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from costmodel.cost.measured import MeasuredCostModel
-from costmodel.ops import Op
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.hardware import ClusterSpec, GPUSpec, Hardware
+from costmodel.cost.measured import MeasuredCostModel
+from costmodel.ops import Op
 from tests.test_regressors import _tiny_dataset
 
 REPO = Path(__file__).resolve().parent.parent
@@ -94,8 +94,8 @@ def test_corrupted_artifact_is_flagged_not_fatal(cpu_models, tmp_path, damage):
 
 
 def test_load_corrupted_raises_one_line_planner_error(cpu_models, tmp_path):
-    from costmodel.regressors.loading import load_regressor
     from costmodel.core.errors import PlannerError
+    from costmodel.regressors.loading import load_regressor
 
     f = tmp_path / "gemm.fwd.json"
     f.write_bytes((cpu_models / "cpu" / "gemm.fwd.json").read_bytes()[:100])

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from planner.cli import app
 from costmodel.core.errors import PlannerError
 from costmodel.core.specs.hf_config import SUPPORTED_MODEL_TYPES, from_hf_config
 from costmodel.core.specs.presets import get_preset, preset_names, resolve_model
+from planner.cli import app
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
 
@@ -314,10 +314,10 @@ def test_cli_models_bad_format():
 def test_unread_config_keys_are_named_in_a_warning():
     import json
 
-    from planner.predict import predict
     from costmodel.core.specs.catalogue import load_catalogue
     from costmodel.core.specs.hf_config import from_hf_config
     from costmodel.core.specs.plan import ParallelPlan
+    from planner.predict import predict
 
     fx = Path(__file__).parent / "fixtures" / "hf_configs" / "llama2-7b.json"
     data = json.loads(fx.read_text())

@@ -4,10 +4,10 @@ import math
 import pytest
 from typer.testing import CliRunner
 
+from costmodel.core.specs.catalogue import load_catalogue
 from planner.cli import app
 from planner.predict import predict
 from planner.requests import build_request
-from costmodel.core.specs.catalogue import load_catalogue
 from tests.helpers import llama, plan
 
 runner = CliRunner()

@@ -18,17 +18,16 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from costmodel.core.specs.catalogue import load_catalogue
+from costmodel.core.specs.hf_config import from_hf_config
+from costmodel.core.specs.plan import ParallelPlan
 from costmodel.cost.base import CostResult, OperatorCostModel
 from costmodel.cost.roofline import RooflineCostModel
 from costmodel.flops import model_flops_per_iteration
 from costmodel.graph import build_graph
-from costmodel.memory import (_embedding_params_per_gpu, _head_params_per_gpu, layer_params_per_gpu,
-                              stage_params)
+from costmodel.memory import _embedding_params_per_gpu, _head_params_per_gpu, layer_params_per_gpu, stage_params
 from planner.cli_predict import run_batch
 from planner.predict import predict
-from costmodel.core.specs.catalogue import load_catalogue
-from costmodel.core.specs.hf_config import from_hf_config
-from costmodel.core.specs.plan import ParallelPlan
 from tests.helpers import gpt, llama
 
 EXAMPLES = 200

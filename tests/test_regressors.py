@@ -7,11 +7,11 @@ import pytest
 from sklearn.base import clone
 from sklearn.model_selection import GroupKFold, cross_validate
 
-from costmodel.datasets.schema import Dataset
 from costmodel.core.kinds import FEATURES
+from costmodel.datasets.schema import Dataset
 from costmodel.regressors import REGISTRY, register
-from costmodel.regressors.loading import load_regressor
 from costmodel.regressors.features import CPU_NOMINAL, build_features, feature_names
+from costmodel.regressors.loading import load_regressor
 from costmodel.regressors.selection import select, shape_groups
 
 SMALL = {"forest": dict(n_estimators=15, max_depth=5), "boosted": dict(n_estimators=30, max_depth=4)}

@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 import shlex
 import struct
-from datetime import date
 import subprocess
 import sys
+from datetime import date
 from pathlib import Path
 
 import pytest
@@ -69,10 +69,10 @@ def tiny_space(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def search_result(tiny_space):
-    from planner.search.engine import search
-    from planner.search.space import build_problem, load_space, make_target
     from costmodel.core.specs.catalogue import load_catalogue
     from costmodel.core.specs.presets import resolve_model
+    from planner.search.engine import search
+    from planner.search.space import build_problem, load_space, make_target
 
     hw = load_catalogue().resolve("a100-80gb", None, None)
     problem = build_problem(resolve_model("llama-7b"), [make_target(hw, 16)], load_space(str(tiny_space)))

@@ -10,11 +10,11 @@ import pytest
 
 from costmodel import efficiency as E
 from costmodel.conventions import busbw_factor, gemm_bytes, gemm_flops
+from costmodel.core.specs.hardware import ClusterSpec, GPUSpec, Hardware
 from costmodel.cost.roofline import RooflineCostModel, load_table
 from costmodel.datasets.importers import AIC_NCCL_OPS, read_table
 from costmodel.datasets.importers.estimate_train_time import ETT_LINEAR
 from costmodel.ops import Op
-from costmodel.core.specs.hardware import ClusterSpec, GPUSpec, Hardware
 
 
 def _hw(name, peak, hbm_bw, gpn, intra_bw, inter_bw):

@@ -15,12 +15,21 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from costmodel.datasets.schema import load_dataset
-from costmodel.core.kinds import COMPUTE_KINDS, FEATURES
-from costmodel.sampling.collectives import topology
-from costmodel.sampling.plan import (DIRECTIONS, Timing, available_plans, design_points, expand, gflop, load_plan,
-                                     message_sizes, resolve_group_sizes)
 from costmodel.core.errors import PlannerError
+from costmodel.core.kinds import COMPUTE_KINDS, FEATURES
+from costmodel.datasets.schema import load_dataset
+from costmodel.sampling.collectives import topology
+from costmodel.sampling.plan import (
+    DIRECTIONS,
+    Timing,
+    available_plans,
+    design_points,
+    expand,
+    gflop,
+    load_plan,
+    message_sizes,
+    resolve_group_sizes,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -248,7 +257,7 @@ def test_gloo_collective_sweep_via_torchrun(tmp_path):
     unsupported = got["all_reduce"].meta["sampling"]["unsupported"]
     for kind in ("reduce_scatter", "all_to_all"):  # measured, or the reason it is not is recorded
         assert kind in got or kind in unsupported
-    for kind, ds in got.items():
+    for ds in got.values():
         assert ds.gpu == "cpu" and ds.meta["sampling"]["backend"] == "gloo"
         assert len(ds) == 2 and np.all(ds.time_s > 0) and set(ds.direction) == {"fwd"}
         b, ranks, nodes, rpn = ds.features.T

@@ -11,18 +11,26 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from costmodel.cost.roofline import RooflineCostModel
-from costmodel.memory import fits_in_memory, memory_per_gpu
-from planner.cli import app
 from costmodel.core.errors import PlannerError
-from planner.search.engine import exhaustive_search, min_gpus_to_fit, optuna_search
-from planner.search.records import CSV_COLUMNS, to_csv
-from planner.search.sizing import parse_deadline, parse_prices, parse_tokens
-from planner.search.space import (SearchSpace, build_problem, dimension_choices, enumerate_candidates,
-                                  factorizations, load_space, make_target, neighbours)
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.presets import resolve_model
+from costmodel.cost.roofline import RooflineCostModel
+from costmodel.memory import fits_in_memory, memory_per_gpu
+from planner.cli import app
+from planner.search.engine import exhaustive_search, min_gpus_to_fit, optuna_search
+from planner.search.records import CSV_COLUMNS, to_csv
+from planner.search.sizing import parse_deadline, parse_prices, parse_tokens
+from planner.search.space import (
+    SearchSpace,
+    build_problem,
+    dimension_choices,
+    enumerate_candidates,
+    factorizations,
+    load_space,
+    make_target,
+    neighbours,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 PLANNER = [sys.executable, "-c", "from planner.cli import main; main()"]

@@ -5,10 +5,10 @@ import math
 
 import pytest
 
-from costmodel.sampling import skew
 from costmodel.core.errors import PlannerError
-from planner.predict import predict
 from costmodel.core.specs.catalogue import load_catalogue
+from costmodel.sampling import skew
+from planner.predict import predict
 from tests.helpers import llama, plan, write_json
 
 

@@ -4,8 +4,8 @@
 import numpy as np
 import pytest
 
-from costmodel.timeline import pipeline_time, simulate_1f1b
 from costmodel.core.errors import PlannerError
+from costmodel.timeline import pipeline_time, simulate_1f1b
 
 
 def test_uniform_1f1b_hand_computed():

@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from costmodel.workloads.config import WorkloadConfig
-from costmodel.workloads.runner import (RUN_COLUMNS, WorkloadError, launch, launch_many, result_to_row,
-                                        write_runs_csv)
+from costmodel.workloads.runner import RUN_COLUMNS, WorkloadError, launch, launch_many, result_to_row, write_runs_csv
 from planner.validation.runs import load_runs, map_gpu
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None

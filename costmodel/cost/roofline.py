@@ -33,8 +33,15 @@ from typing import Sequence
 
 import numpy as np
 
-from costmodel.conventions import (attention_bytes, attention_fwd_flops, busbw_factor, gemm_bytes, gemm_flops,
-                                   inter_latency_steps, mem_bytes)
+from costmodel.conventions import (
+    attention_bytes,
+    attention_fwd_flops,
+    busbw_factor,
+    gemm_bytes,
+    gemm_flops,
+    inter_latency_steps,
+    mem_bytes,
+)
 from costmodel.core.kinds import COLLECTIVE_KINDS, FEATURES
 from costmodel.core.specs.hardware import Hardware
 from costmodel.cost.base import CostResult, CostSource, OperatorCostModel

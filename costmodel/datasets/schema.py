@@ -31,9 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
-from costmodel.core.kinds import FEATURES
 from costmodel.core.errors import PlannerError
 from costmodel.core.fileio import atomic_write_text
+from costmodel.core.kinds import FEATURES
 
 SCHEMA_VERSION = 1
 BASE_COLUMNS = ("kind", "direction", "dtype")

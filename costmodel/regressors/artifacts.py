@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from costmodel.regressors.io import atomic_write_bytes, dumps
 from costmodel.core.errors import PlannerError
+from costmodel.regressors.io import atomic_write_bytes, dumps
 
 SHIPPED_MODELS_DIR = Path(__file__).resolve().parent.parent / "data" / "models"
 INDEX = "index.json"

@@ -23,8 +23,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from costmodel.regressors.io import (atomic_write_bytes, dumps, sha256_hex,  # noqa: F401
-                                     sidecar_path)
+from costmodel.regressors.io import atomic_write_bytes, dumps, sha256_hex, sidecar_path  # noqa: F401
 
 ARTIFACT_FORMAT = 1
 """Version of the sidecar layout written by :meth:`OperatorRegressor.save`."""

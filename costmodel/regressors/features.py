@@ -25,8 +25,14 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from costmodel.conventions import (attention_bytes, attention_fwd_flops, busbw_factor, dtype_bytes, gemm_bytes,
-                                   gemm_flops, mem_bytes)
+from costmodel.conventions import (
+    attention_bytes,
+    attention_fwd_flops,
+    busbw_factor,
+    dtype_bytes,
+    gemm_flops,
+    mem_bytes,
+)
 from costmodel.core.kinds import COLLECTIVE_KINDS, FEATURES
 
 ATTENTION_BWD_FLOP_FACTOR = 2.5
@@ -87,6 +93,7 @@ ratio to them, so their values only scale the target)."""
 def feature_names(kind: str) -> tuple[str, ...]:
     raw = FEATURES[kind]
     logs = tuple(f"log2_{f}" for f in raw)
+    extra: tuple[str, ...]
     if kind in COLLECTIVE_KINDS:
         extra = ("log2_bytes_total", "busbw_factor")
     elif kind in ("gemm", "attention_fwd", "attention_bwd"):
@@ -149,6 +156,7 @@ def unit_roofline(kind: str, raw: np.ndarray, dtype_b: np.ndarray, backward: boo
         bw = np.where(nodes > 1, dev.inter_bw, dev.intra_bw)
         t = busbw_factor(kind, np.maximum(raw[:, 1], 2.0)) * byts / bw
     else:
+        peak: float | np.ndarray
         if dtypes is None:
             peak = dev.peak("bf16")
         else:

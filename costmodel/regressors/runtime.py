@@ -16,12 +16,12 @@ import io
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from costmodel.regressors.io import atomic_write_bytes, check_model_file, sha256_hex, sidecar_path
 from costmodel.core.errors import PlannerError
-
+from costmodel.regressors.io import atomic_write_bytes, check_model_file, sha256_hex, sidecar_path
 
 RUNTIME_FORMAT = 2
 """Version of the compact ``.trees.bin`` layout written by :func:`write_runtime`."""
@@ -143,7 +143,7 @@ def cache_dir() -> Path:
 
 def _encode(tables: dict) -> bytes:
     """Compact numpy form of tree tables: one JSON header line, then .npy-encoded arrays."""
-    header = {"format": RUNTIME_FORMAT, "tables": {}}
+    header: dict[str, Any] = {"format": RUNTIME_FORMAT, "tables": {}}
     buf = io.BytesIO()
     for role in sorted(tables):  # the header is written with sorted keys: arrays follow that order
         arrays = tables[role].arrays()

@@ -117,7 +117,7 @@ def measure(ctx, samples: list, seconds: float, per_group: int, device: str, flu
             buf, inner, flush_s = None, max(1, min(1000, math.ceil(TARGET_BLOCK_S / one))), 0.0
         rounds = max(3, int(share / (2 * (inner * one + flush_s))))
 
-        def block() -> float:
+        def block(fn=fn, buf=buf, inner=inner) -> float:  # this iteration's operator, buffer and count
             if buf is not None:
                 buf.fill_(1.0)
             ctx.sync()

@@ -15,8 +15,8 @@ import os
 import signal
 from pathlib import Path
 
-from costmodel.datasets.schema import _atomic_write
 from costmodel.core.errors import PlannerError
+from costmodel.datasets.schema import _atomic_write
 
 FAULT_ENV = "PLANNER_FAULT_KILL_AT_SAMPLE"
 """Fault injection for tests (tests/test_sampling.py): at this process's N-th appended sample, write half

@@ -32,9 +32,9 @@ from typing import Callable
 
 import numpy as np
 
+from costmodel.core.errors import PlannerError
 from costmodel.core.kinds import FEATURES
 from costmodel.sampling.plan import Sample, Timing
-from costmodel.core.errors import PlannerError
 
 SEED = 0  # inputs are N(0, 1) (ids uniform) from this seed: reproducible, and value-independent kernels
 
@@ -277,7 +277,7 @@ def measure(s: Sample, device: str, timing: Timing, threads: int) -> Measured:
 
 
 def gemm_backward_check(m: int, n: int, k: int, dtype: str = "fp32", device: str = "cpu",
-                        timing: Timing = Timing(), threads: int = 1, rounds: int = 3) -> dict:
+                        timing: Timing | None = None, threads: int = 1, rounds: int = 3) -> dict:
     """Backward of y = F.linear(x[m,k], W[n,k]) through autograd vs its dgrad + wgrad GEMM samples.
 
     Returns seconds: ``autograd`` (dx and dW by ``torch.autograd.grad``), ``dgrad`` (m, k, n), ``wgrad``
@@ -288,6 +288,7 @@ def gemm_backward_check(m: int, n: int, k: int, dtype: str = "fp32", device: str
     import torch  # deferred: torch is optional (planner[profile])
     import torch.nn.functional as F  # deferred: torch is optional (planner[profile])
 
+    timing = timing or Timing()
     gen = torch.Generator(device=device).manual_seed(SEED)
     dt = torch_dtype(dtype)
     x = torch.randn(m, k, dtype=dt, device=device, generator=gen).requires_grad_(True)

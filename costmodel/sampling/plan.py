@@ -30,8 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from costmodel.core.kinds import COLLECTIVE_KINDS, COMPUTE_KINDS, FEATURES
 from costmodel.core.errors import PlannerError
+from costmodel.core.kinds import COLLECTIVE_KINDS, COMPUTE_KINDS, FEATURES
 
 PLANS_DIR = Path(__file__).parent / "plans"
 DIRECTIONS = {  # directions each kind has in the operator graph (costmodel/graph.py)

@@ -18,15 +18,15 @@ from pathlib import Path
 
 import numpy as np
 
+from costmodel.core.errors import PlannerError
+from costmodel.core.kinds import COMPUTE_KINDS
 from costmodel.core.specs.catalogue import load_catalogue, normalize
 from costmodel.datasets.schema import Dataset, load_dataset, save_dataset
-from costmodel.core.kinds import COMPUTE_KINDS
 from costmodel.sampling import require_torch
 from costmodel.sampling.fingerprint import busy_warning, fingerprint, identity
 from costmodel.sampling.journal import Journal
 from costmodel.sampling.operators import adam_impl, measure
 from costmodel.sampling.plan import FP32_KINDS, Plan, Sample, expand, load_plan, op_timing
-from costmodel.core.errors import PlannerError
 
 JOURNAL_DIR = "journal"
 
@@ -166,8 +166,14 @@ def progress_bar(enabled: bool):
     if not enabled:
         return _NullProgress()
     # deferred: rich.progress is only needed when a bar is shown
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
-        TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     return Progress(TextColumn("{task.description:<40.40}"), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), TimeRemainingColumn())

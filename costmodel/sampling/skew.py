@@ -27,8 +27,8 @@ from __future__ import annotations
 import json
 import math
 import time
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 

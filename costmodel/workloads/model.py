@@ -12,9 +12,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from costmodel.workloads.config import WorkloadConfig
-from costmodel.workloads.tensor_parallel import (ColumnParallelLinear, ParallelState, RowParallelLinear,
-                                                 VocabParallelEmbedding, full_weight, shard_rows,
-                                                 vocab_parallel_cross_entropy)
+from costmodel.workloads.tensor_parallel import (
+    ColumnParallelLinear,
+    ParallelState,
+    RowParallelLinear,
+    VocabParallelEmbedding,
+    full_weight,
+    shard_rows,
+    vocab_parallel_cross_entropy,
+)
 
 ROPE_BASE = 10000.0
 """RoPE frequency base theta (Su et al. 2021, RoFormer, arXiv 2104.09864 eq. 15)."""

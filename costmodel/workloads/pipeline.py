@@ -39,11 +39,13 @@ class _P2P:
 
     def send_forward(self, out: torch.Tensor | None) -> None:
         if not self.state.last_stage:
+            assert out is not None  # every stage but the last produces an activation
             _wait([dist.isend(out.detach().contiguous(), self.state.next_stage_rank)])
 
     def send_forward_recv_backward(self, out: torch.Tensor | None) -> torch.Tensor | None:
         if self.state.last_stage:
             return None
+        assert out is not None  # every stage but the last produces an activation
         grad = torch.empty(self.shape)
         _wait([dist.isend(out.detach().contiguous(), self.state.next_stage_rank),
                dist.irecv(grad, self.state.next_stage_rank)])
@@ -58,11 +60,13 @@ class _P2P:
 
     def send_backward(self, grad: torch.Tensor | None) -> None:
         if not self.state.first_stage:
+            assert grad is not None  # every stage but the first receives a gradient to pass on
             _wait([dist.isend(grad.contiguous(), self.state.prev_stage_rank)])
 
     def send_backward_recv_forward(self, grad: torch.Tensor | None) -> torch.Tensor | None:
         if self.state.first_stage:
             return None
+        assert grad is not None  # every stage but the first receives a gradient to pass on
         buf = torch.empty(self.shape)
         _wait([dist.isend(grad.contiguous(), self.state.prev_stage_rank),
                dist.irecv(buf, self.state.prev_stage_rank)])

@@ -106,7 +106,8 @@ def result_to_row(result: dict, run_id: str, source: str = SOURCE) -> dict:
              f"iterations after {cfg.warmup} warm-up, p10..p90 = {result['p10_s']:.4g}..{result['p90_s']:.4g} s, "
              f"min..max = {result['min_s']:.4g}..{result['max_s']:.4g} s"
              + (f", pooled over {len(result['round_medians_s'])} rounds with medians "
-                f"{', '.join(f'{m:.4g}' for m in result['round_medians_s'])} s" if result.get("round_medians_s") else "")
+                f"{', '.join(f'{m:.4g}' for m in result['round_medians_s'])} s"
+                if result.get("round_medians_s") else "")
              + f"; {cfg.num_microbatches} micro-batches "
              f"per DP rank, schedule {result['schedule']}, DP gradient reduction {result['data_parallel']}; "
              f"loss {losses[0]:.4f} -> {losses[-1]:.4f}; AdamW lr={cfg.lr}, synthetic seeded tokens")

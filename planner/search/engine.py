@@ -18,14 +18,24 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Callable
 
+from costmodel.core.errors import PlannerError
 from costmodel.cost.base import OperatorCostModel
 from costmodel.memory import fits_in_memory, memory_per_gpu
-from costmodel.core.errors import PlannerError
 from planner.search.objective import OBJECTIVES, Evaluator, _reason_kind, objective_values
 from planner.search.records import PlanRecord, rank
-from planner.search.space import (Candidate, SearchProblem, candidate_plan, default_global_batch,
-                                  candidate_from_params, candidate_params, dimension_choices,
-                                  enumerate_candidates, make_target, neighbours, suggest_candidate)
+from planner.search.space import (
+    Candidate,
+    SearchProblem,
+    candidate_from_params,
+    candidate_params,
+    candidate_plan,
+    default_global_batch,
+    dimension_choices,
+    enumerate_candidates,
+    make_target,
+    neighbours,
+    suggest_candidate,
+)
 
 Progress = Callable[[int, int], None]
 """progress(done, total): called during a search (total = trials or candidates)."""

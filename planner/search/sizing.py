@@ -6,13 +6,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from costmodel.cost.base import OperatorCostModel
 from costmodel.core.errors import PlannerError
+from costmodel.core.specs.hardware import Hardware
+from costmodel.core.specs.model import ModelSpec
+from costmodel.cost.base import OperatorCostModel
 from planner.search.engine import SearchResult, exhaustive_search, no_fit_message
 from planner.search.records import PlanRecord
 from planner.search.space import SearchSpace, build_problem, make_target
-from costmodel.core.specs.hardware import Hardware
-from costmodel.core.specs.model import ModelSpec
 
 _UNITS = {"h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
 

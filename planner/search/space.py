@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Iterator, NamedTuple
 
 import search_spaces
-from costmodel.memory import DEFAULT_HEADROOM
 from costmodel.core.errors import PlannerError
-from planner.requests import DEFAULT_BATCH_TOKENS
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import DTYPES, RECOMPUTE_MODES, ParallelPlan
+from costmodel.memory import DEFAULT_HEADROOM
+from planner.requests import DEFAULT_BATCH_TOKENS
 
 INT_DIMS = ("tp", "pp", "cp", "vpp", "mbs")
 """Dimensions holding positive integers."""

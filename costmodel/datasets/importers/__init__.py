@@ -38,8 +38,7 @@ from costmodel.datasets.importers.estimate_train_time import (ETT_SYSTEMS, ett_p
 from costmodel.datasets.importers.vidur import VIDUR_COMPUTE_GPU, VIDUR_NETWORK_GPU, import_vidur
 from costmodel.datasets.importers.llmcompass import import_llmcompass
 # isort: on
-from costmodel.datasets.importers.builder import (ROLES, Builder, duplicate_shape_rows, merge, role_mask,
-                                                  source_index)
+from costmodel.datasets.importers.builder import ROLES, Builder, duplicate_shape_rows, merge, role_mask, source_index
 from costmodel.datasets.importers.collect import import_all, save_all
 from costmodel.datasets.importers.registry import Importer, importers, register
 from costmodel.datasets.importers.table import Table, read_table, sha256

@@ -12,6 +12,7 @@ from costmodel.datasets.importers.builder import Builder
 from costmodel.datasets.importers.registry import register, source_root
 from costmodel.datasets.importers.table import read_table
 from costmodel.datasets.schema import Dataset
+
 LLMCOMPASS_GPU = "a100-80gb"
 """The catalogue GPU of LLMCompass's 'real hardware' A100 files (80 GB assumed from the simulator config)."""
 

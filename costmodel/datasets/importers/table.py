@@ -14,7 +14,6 @@ import numpy as np
 
 from costmodel.core.errors import PlannerError
 
-
 _SHA: dict[Path, str] = {}
 
 

@@ -1,0 +1,242 @@
+"""The architecture rules of issue #13, checked on the source so they cannot regress.
+
+Layers (README "Layout"): ``costmodel.core`` (errors, file IO, paths, specs, operator kinds) at the
+bottom, the rest of ``costmodel`` on it, ``planner`` on top. The import graph is built here from every
+``import`` statement in every module, top-level and deferred (inside functions), with :mod:`ast`, so the
+checks need no tool; ``test_import_linter_contracts`` also runs the import-linter contracts in
+``pyproject.toml``, and ``test_ruff`` / ``test_mypy`` run the linters configured there.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("planner", "costmodel", "search_spaces")
+MAX_MODULE_LINES = 600
+DEFERRED_TAG = "# deferred:"
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _resolve(module: str, node: ast.ImportFrom | ast.Import, is_pkg: bool) -> list[str]:
+    """Project modules one import statement names (``from a import b`` counts ``a.b`` when it is a module)."""
+    names: list[str] = []
+    if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+    else:
+        if node.level:
+            base = module.split(".")
+            base = base if is_pkg else base[:-1]
+            base = base[: len(base) - (node.level - 1)]
+            stem = ".".join(base + ([node.module] if node.module else []))
+        else:
+            stem = node.module or ""
+        names = [f"{stem}.{a.name}" if f"{stem}.{a.name}" in MODULES else stem for a in node.names]
+    found = []
+    for name in names:
+        # the deepest project module the name points into
+        parts = name.split(".")
+        while parts and ".".join(parts) not in MODULES:
+            parts.pop()
+        if parts:
+            found.append(".".join(parts))
+    return found
+
+
+def _in_type_checking(node: ast.AST, parents: dict) -> bool:
+    while node in parents:
+        node = parents[node]
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            return True
+    return False
+
+
+def _imports() -> dict[str, list[tuple[str, int, bool]]]:
+    """module -> [(imported project module, line, deferred)] for every runtime import statement."""
+    graph = {}
+    for mod, path in MODULES.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+        edges = []
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)) or _in_type_checking(node, parents):
+                continue
+            deferred = parents.get(node) is not tree
+            for target in _resolve(mod, node, path.name == "__init__.py"):
+                if target != mod:
+                    edges.append((target, node.lineno, deferred))
+        graph[mod] = edges
+    return graph
+
+
+GRAPH = _imports()
+
+
+def test_the_graph_sees_deferred_imports():
+    # the checks below are only as good as the graph: it must hold imports made inside functions
+    assert any(deferred for edges in GRAPH.values() for _, _, deferred in edges)
+    assert "costmodel.core.errors" in {t for t, _, _ in GRAPH["costmodel.core.fileio"]}
+
+
+def test_costmodel_never_imports_planner():
+    bad = [f"{m}:{line} imports {t}" for m, edges in GRAPH.items() if m.startswith("costmodel")
+           for t, line, _ in edges if t.split(".")[0] == "planner"]
+    assert not bad, bad
+
+
+def test_core_imports_only_core():
+    bad = [f"{m}:{line} imports {t}" for m, edges in GRAPH.items() if m.startswith("costmodel.core")
+           for t, line, _ in edges if not (t.startswith("costmodel.core") or t.startswith("search_spaces"))]
+    assert not bad, bad
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out = []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(graph.get(w, ())))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+def test_cycle_finder_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycles():
+    # a package's __init__ re-exporting its own submodules is not a cycle in the sense of the issue
+    # (Python finishes the package first); every other edge counts, deferred imports included
+    graph = {m: {t for t, _, _ in edges if not m.startswith(t + ".")} for m, edges in GRAPH.items()}
+    assert not _cycles(graph), _cycles(graph)
+
+
+def test_no_module_over_the_size_limit():
+    big = {m: n for m, p in MODULES.items()
+           if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
+    assert not big, f"modules over {MAX_MODULE_LINES} lines: {big}"
+
+
+def _has_reason(lines: list[str], i: int) -> bool:
+    """The tag on the import's line, or on a line of the run of imports and comments just above it
+    (a group of deferred imports shares one reason)."""
+    if DEFERRED_TAG in lines[i]:
+        return True
+    j = i - 1
+    while j >= 0 and _import_or_comment(lines[j]):
+        if DEFERRED_TAG in lines[j]:
+            return True
+        j -= 1
+    return False
+
+
+def _import_or_comment(line: str) -> bool:
+    text = line.strip()
+    # an import, a comment, or a line of a parenthesised multi-line import
+    return text.startswith(("import ", "from ", "#", ")")) or text.endswith((",", "("))
+
+
+def test_deferred_reason_may_head_a_group():
+    lines = ["def f():", "    # deferred: optuna is slow to import", "    import optuna", "    import optuna.storages",
+             "    x = 1", "    import json"]
+    assert _has_reason(lines, 2) and _has_reason(lines, 3)
+    assert not _has_reason(lines, 5)
+
+
+def test_deferred_imports_say_why():
+    """An import inside a function is allowed only where it saves start-up time, with a one-line reason."""
+    missing = []
+    for _mod, path in MODULES.items():
+        lines = path.read_text(encoding="utf-8").splitlines()
+        tree = ast.parse("\n".join(lines))
+        parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and parents.get(node) is not tree \
+                    and not _in_type_checking(node, parents) and not isinstance(parents.get(node), ast.Try):
+                if not _has_reason(lines, node.lineno - 1):
+                    missing.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not missing, f"deferred imports without a '{DEFERRED_TAG} <reason>' comment: {missing}"
+
+
+def _tool(name: str) -> list[str]:
+    exe = shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
+    if exe is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{name} is not installed; .ci/run installs the [lint] extra")
+        pytest.skip(f"{name} not installed (pip install -e '.[lint]')")
+    return [exe]
+
+
+def _run(cmd: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def test_import_linter_contracts():
+    proc = _run(_tool("lint-imports") + ["--no-cache"])
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+
+
+def test_ruff():
+    proc = _run(_tool("ruff") + ["check", "--no-cache", "."])
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+
+
+def test_mypy():
+    proc = _run(_tool("mypy"))
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
