@@ -219,6 +219,10 @@ def test_deferred_imports_say_why():
 def _tool(name: str) -> list[str]:
     exe = shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
     if exe is None:
+        if os.environ.get("PLANNER_LINT_CHECKED_ELSEWHERE") == "1":
+            # .ci/run's lower-bound venv: the linters need newer libraries than planner's lowest bounds
+            # (import-linter 2.17 needs rich >= 14.2); the first venv of the same CI run ran them
+            pytest.skip(f"{name}: run in .ci/run's first venv")
         if os.environ.get("CI") == "true":
             pytest.fail(f"{name} is not installed; .ci/run installs the [lint] extra")
         pytest.skip(f"{name} not installed (pip install -e '.[lint]')")
