@@ -65,6 +65,7 @@ def register(app: typer.Typer) -> None:
         vpp: O.Vpp = PlanRequest.vpp,
         mbs: O.Mbs = PlanRequest.mbs,
         gbs: O.Gbs = None,
+        tokens_per_batch: O.TokensPerBatch = None,
         seq_len: O.SeqLen = None,
         recompute: O.Recompute = PlanRequest.recompute,
         sequence_parallel: O.SequenceParallel = PlanRequest.sequence_parallel,

@@ -11,6 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from costmodel.core.errors import PlannerError
 from costmodel.core.fileio import atomic_write_text
 from planner.requests import REQUEST_KEYS, PlanRequest
 
@@ -34,6 +35,8 @@ Cp = Annotated[int, typer.Option("--cp", help="Context-parallel degree.")]
 Vpp = Annotated[int, typer.Option("--vpp", help="Virtual pipeline chunks per stage.")]
 Mbs = Annotated[int, typer.Option("--mbs", help="Micro-batch size (sequences).")]
 Gbs = Annotated[Optional[int], typer.Option("--gbs", help="Global batch size (sequences); default ~4M tokens.")]
+TokensPerBatch = Annotated[Optional[str], typer.Option(
+    "--tokens-per-batch", help="Global batch in tokens, e.g. 4M or 16e6 (instead of --gbs; default ~4M).")]
 SeqLen = Annotated[Optional[int], typer.Option("--seq-len", help="Sequence length (default: model's max).")]
 Recompute = Annotated[str, typer.Option("--recompute", help="none | selective | full.")]
 SequenceParallel = Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel")]
@@ -92,7 +95,33 @@ def plan_flags(flags: dict, example: str) -> dict:
             raw["layer_split"] = [int(x) for x in text.split(",")]
         except ValueError:
             raise _err(f"--layer-split {text!r} must be comma-separated integers, e.g. 9,8,8,7") from None
+    tpb = raw.get("tokens_per_batch")
+    if tpb is not None:
+        try:
+            raw["tokens_per_batch"] = parse_batch_tokens(tpb)
+        except PlannerError as exc:
+            raise _err(str(exc)) from None
     return raw
+
+
+_SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9}
+
+
+def parse_batch_tokens(text: str | int | None) -> int | None:
+    """--tokens-per-batch as an integer: 4194304, 4M (4e6), 16e6; None stays None."""
+    if text is None or isinstance(text, int):
+        return text
+    s = str(text).strip().lower().replace("_", "")
+    mult = 1.0
+    if s and s[-1] in _SUFFIX:
+        s, mult = s[:-1], _SUFFIX[s[-1]]
+    try:
+        v = float(s) * mult
+    except ValueError:
+        v = float("nan")
+    if not (v >= 1 and v < 2**53):
+        raise PlannerError(f"--tokens-per-batch {text!r} must be a positive number of tokens, e.g. 4M or 4194304.")
+    return int(round(v))
 
 
 def plan_request(flags: dict, example: str) -> PlanRequest:

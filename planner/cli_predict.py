@@ -77,6 +77,7 @@ def _render_table(rec: dict) -> None:
     p = rec["plan"]
     con.print(f"[bold]{p['model']}[/] on {p['gpus']} x {p['gpu']} ({p['cluster']}, {p['gpus_per_node']}/node)  "
               f"TP={p['tp']} PP={p['pp']} DP={p['dp']} CP={p['cp']} VPP={p['vpp']} MBS={p['mbs']} GBS={p['gbs']} "
+              f"({p['gbs'] * p['seq_len'] / 1e6:.3g}M tokens) "
               f"seq={p['seq_len']} micro-batches={p['num_microbatches']} recompute={p['recompute']} "
               f"SP={p['sequence_parallel']} ZeRO={p['zero']} dtype={p['dtype']}  "
               f"[dim](cost model: {describe_cost_sources(rec.get('cost_sources') or {}, rec['cost_model'])})[/]")
@@ -127,6 +128,7 @@ def register(app: typer.Typer) -> None:
         vpp: O.Vpp = PlanRequest.vpp,
         mbs: O.Mbs = PlanRequest.mbs,
         gbs: O.Gbs = None,
+        tokens_per_batch: O.TokensPerBatch = None,
         seq_len: O.SeqLen = None,
         recompute: O.Recompute = PlanRequest.recompute,
         sequence_parallel: O.SequenceParallel = PlanRequest.sequence_parallel,

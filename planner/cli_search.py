@@ -67,6 +67,8 @@ class SearchRequest:
     """HBM fraction kept free (None: the space's)."""
     gbs: int | None = None
     """Global batch size in sequences (as PlanRequest.gbs)."""
+    tokens_per_batch: str | None = None
+    """Global batch size in tokens, e.g. "4M" (as PlanRequest.tokens_per_batch; not with gbs)."""
     seq_len: int | None = None
     """Sequence length (as PlanRequest.seq_len)."""
     tokens: str | None = None
@@ -78,7 +80,9 @@ class SearchRequest:
     trials: int = 200
     """Optuna trials to run (added to a resumed study)."""
     exhaustive: bool = False
-    """Evaluate every valid plan instead of sampling."""
+    """Evaluate every valid plan instead of sampling (= mode exhaustive)."""
+    mode: str = "auto"
+    """auto (exhaustive when the space's valid plans fit the exhaustive budget, else Optuna) | exhaustive | optuna."""
     jobs: int = 0
     """Processes for exhaustive search (0 = one per CPU core, at most 4)."""
     seed: int | None = None
@@ -222,7 +226,7 @@ def _emit(records, fmt: str, model, meta: dict, title: str) -> None:
     elif fmt == "md":
         sys.stdout.write(to_markdown(records))
     else:
-        Console(width=None if sys.stdout.isatty() else 200).print(rich_table(records, title))
+        Console(width=None if sys.stdout.isatty() else 240).print(rich_table(records, title))
 
 
 def register(app: typer.Typer) -> None:
@@ -248,12 +252,16 @@ def register(app: typer.Typer) -> None:
         allow_tp_across_nodes: O.AllowTpAcrossNodes = False,
         headroom: O.Headroom = None,
         gbs: O.Gbs = None,
+        tokens_per_batch: O.TokensPerBatch = None,
         seq_len: O.SeqLen = None,
         tokens: O.TokenBudget = None,
         price: O.Price = [],
         objective: str = typer.Option("time", "--objective", help="time | cost | pareto (time and $/Mtoken)."),
         trials: int = typer.Option(200, "--trials", help="Optuna trials to run (added to a resumed study)."),
-        exhaustive: bool = typer.Option(False, "--exhaustive", help="Evaluate every valid plan instead of sampling."),
+        exhaustive: bool = typer.Option(False, "--exhaustive", help="Same as --mode exhaustive."),
+        mode: str = typer.Option(
+            "auto", "--mode", help="auto (every valid plan when the space is small enough, else Optuna) | "
+            "exhaustive | optuna."),
         jobs: int = typer.Option(0, "--jobs", help="Processes for --exhaustive (0 = one per CPU core, at most 4)."),
         seed: Optional[int] = typer.Option(None, "--seed", help="Sampler seed (reproducible runs)."),
         sampler: str = typer.Option("tpe", "--sampler", help="tpe | nsga2 | random."),
@@ -272,9 +280,10 @@ def register(app: typer.Typer) -> None:
         hardware_file: O.HardwareFile = [],
         report: O.Report = None,
     ) -> None:
-        """Search parallel layouts (Optuna or exhaustive) and print the ranked plans."""
+        """Search parallel layouts (every valid plan when the space is small enough, else Optuna) and print the
+        ranked plans."""
         # deferred: the planner.search package (engine, samplers) loads only for search commands
-        from planner.search.records import FORMATS
+        from planner.search.records import FORMATS, batch_text
 
         if fmt not in FORMATS:
             raise _err(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
@@ -291,16 +300,21 @@ def register(app: typer.Typer) -> None:
             recs = result.top(top)
             meta = {"model": problem.model.name, "search": result.summary()}
             s = result.summary()
-            title = (f"{problem.model.name}: top {len(recs)} of {s['feasible']} feasible plans "
-                     f"(GBS {problem.global_batch_size}, seq {problem.seq_len}, {result.method}, "
-                     f"objective {objective})")
+            title = (f"{problem.model.name}: top {len(recs)} of {len(result.records)} distinct feasible plans "
+                     f"(GBS {batch_text(problem.global_batch_size, problem.seq_len)} tokens, seq {problem.seq_len}, "
+                     f"{result.method}, objective {objective})")
             _emit(recs, fmt, problem.model, meta, title)
             if fmt == "table":
-                typer.echo(f"{s['evaluated']} distinct candidates evaluated of a space of {s['space_size']}: "
+                typer.echo(f"search: {result.method} ({result.mode_note}); "
+                           f"{s['evaluated']} distinct candidates evaluated of a space of {s['space_size']}: "
                            f"{s['feasible']} feasible, {s['out_of_memory']} out of memory, {s['invalid']} invalid; "
                            f"{s['elapsed_s']:.2f} s" + (f"; study {result.study_name!r} has {result.study_trials} "
                                                          "trials" if result.study_name else "")
                            + ("; * = on the time/cost Pareto front" if objective == "pareto" else ""))
+                same = [f"#{r.rank} = {', '.join(r.equivalent)}" for r in recs if r.equivalent]
+                if same:
+                    typer.echo("equivalent plans folded into one row (same predicted time and cost, memory within "
+                               f"0.1 GiB; the row keeps the least memory): {'; '.join(same)}")
             if explain is not None:
                 if not 1 <= explain <= len(result.records):
                     raise PlannerError(f"--explain {explain} is not a rank between 1 and {len(result.records)}.")
@@ -329,6 +343,7 @@ def register(app: typer.Typer) -> None:
         vpp: O.Vpp = PlanRequest.vpp,
         mbs: O.Mbs = PlanRequest.mbs,
         gbs: O.Gbs = None,
+        tokens_per_batch: O.TokensPerBatch = None,
         seq_len: O.SeqLen = None,
         recompute: O.Recompute = PlanRequest.recompute,
         sequence_parallel: O.SequenceParallel = PlanRequest.sequence_parallel,
@@ -359,6 +374,7 @@ def register(app: typer.Typer) -> None:
         price: O.Price = [],
         space: O.Space = "default",
         gbs: O.Gbs = None,
+        tokens_per_batch: O.TokensPerBatch = None,
         seq_len: O.SeqLen = None,
         fmt: str = typer.Option("table", "--format", help="table | json | csv | md."),
         hardware_file: O.HardwareFile = [],
@@ -382,7 +398,7 @@ def register(app: typer.Typer) -> None:
             tok = parse_tokens(tokens) if tokens is not None else None
             m = resolve_model(model)
             rows = run_compare(m, hws, load_space(space), gpus=gpus, nodes=nodes, gbs=gbs, seq_len=seq_len,
-                               tokens=tok, prices=prices)
+                               tokens=tok, prices=prices, tokens_per_batch=O.parse_batch_tokens(tokens_per_batch))
         except PlannerError as exc:
             raise _err(str(exc)) from None
         best = [r.best for r in rows if r.best is not None]
@@ -411,6 +427,7 @@ def register(app: typer.Typer) -> None:
         price: O.Price = [],
         space: O.Space = "default",
         gbs: O.Gbs = None,
+        tokens_per_batch: O.TokensPerBatch = None,
         seq_len: O.SeqLen = None,
         fmt: str = typer.Option("table", "--format", help="table | json."),
         hardware_file: O.HardwareFile = [],
@@ -436,7 +453,7 @@ def register(app: typer.Typer) -> None:
             prices = parse_prices(price, list(cat.gpus))
             m = resolve_model(model)
             res = run_size(m, tok, seconds, hws, load_space(space), max_gpus=max_gpus, budget_usd=budget, gbs=gbs,
-                           seq_len=seq_len, prices=prices)
+                           seq_len=seq_len, prices=prices, tokens_per_batch=O.parse_batch_tokens(tokens_per_batch))
         except PlannerError as exc:
             raise _err(str(exc)) from None
         if fmt == "json":
@@ -457,7 +474,7 @@ def _run_search(r: SearchRequest):
     from planner.search.sizing import parse_prices, parse_tokens
     from planner.search.space import build_problem
 
-    if r.resume and r.exhaustive:
+    if r.resume and (r.exhaustive or r.mode == "exhaustive"):
         raise PlannerError("--resume applies to Optuna studies; --exhaustive has nothing to resume (drop one).")
     if r.resume and not r.study_name:
         raise PlannerError("--resume needs --study-name (and the --storage) of the interrupted search.")
@@ -466,14 +483,15 @@ def _run_search(r: SearchRequest):
     prices = parse_prices(list(r.price), list(cat.gpus))
     m = resolve_model(r.model)
     problem = build_problem(m, _targets(hws, r.gpus, r.nodes, r.nodes_range), space, gbs=r.gbs, seq_len=r.seq_len,
-                            tokens=parse_tokens(r.tokens) if r.tokens is not None else None, prices=prices)
-    bar, update = _progress_bar("exhaustive" if r.exhaustive else "optuna") if r.progress else (None, None)
+                            tokens=parse_tokens(r.tokens) if r.tokens is not None else None, prices=prices,
+                            tokens_per_batch=O.parse_batch_tokens(r.tokens_per_batch))
+    bar, update = _progress_bar("searching") if r.progress else (None, None)
     if bar is not None:
         bar.start()
     try:
         result = run(problem, r.objective, exhaustive=r.exhaustive, n_trials=r.trials, seed=r.seed, sampler=r.sampler,
                      storage=r.storage, study_name=r.study_name, progress=update, jobs=_jobs(r.jobs),
-                     resume=r.resume)
+                     resume=r.resume, mode=r.mode)
     finally:
         if bar is not None:
             bar.stop()
@@ -512,7 +530,7 @@ def _explain_out(model, plan, hw, fmt: str, top: int = 15) -> None:
 
 def _compare_table(m, rows, tokens) -> None:
     # deferred: the planner.search package (engine, samplers) loads only for search commands
-    from planner.search.records import human_duration
+    from planner.search.records import human_duration, plan_text
 
     t = Table(title=f"{m.name}: best plan per GPU type" + (f", {tokens:.3g} tokens" if tokens else ""))
     head = ["GPU", "nodes x GPUs/node", "plan", "iter time [s]", "tokens/s", "MFU %", "$/GPU-h (date, source)",
@@ -529,7 +547,7 @@ def _compare_table(m, rows, tokens) -> None:
             if b.price_usd_per_gpu_hour is not None else "-"
         if b.price_usd_per_gpu_hour is not None and b.price_usd_per_gpu_hour != g.price_usd_per_gpu_hour:
             src = f"{b.price_usd_per_gpu_hour:.2f} (--price)"
-        plan = (f"TP{b.tp} PP{b.pp} DP{b.dp} CP{b.cp} VPP{b.vpp} MBS{b.mbs} {b.recompute} ZeRO{b.zero}")
+        plan = plan_text(b)
         row = [b.gpu, f"{b.nodes} x {b.gpus_per_node}", plan, f"{b.iteration_time_s:.3f}", f"{b.tokens_per_s:,.0f}",
                f"{100 * b.mfu:.1f}", src, "-" if b.usd_per_mtoken is None else f"{b.usd_per_mtoken:.3f}"]
         if tokens:
@@ -541,7 +559,7 @@ def _compare_table(m, rows, tokens) -> None:
 
 def _size_table(m, tokens, deadline_s, res) -> None:
     # deferred: the planner.search package (engine, samplers) loads only for search commands
-    from planner.search.records import human_duration
+    from planner.search.records import human_duration, plan_text
 
     con = Console(width=None if sys.stdout.isatty() else 200)
     con.print(f"[bold]{m.name}[/]: {tokens:.3g} tokens within {human_duration(deadline_s)} "
@@ -559,7 +577,7 @@ def _size_table(m, tokens, deadline_s, res) -> None:
              if a.record.key() not in {x.record.key() for _, x in rows}]
     for label, a in rows:
         b = a.record
-        plan = f"TP{b.tp} PP{b.pp} DP{b.dp} CP{b.cp} VPP{b.vpp} MBS{b.mbs} {b.recompute} ZeRO{b.zero}"
+        plan = plan_text(b)
         t.add_row(escape(label), b.gpu, f"{b.nodes} x {b.gpus_per_node}", str(b.gpus), escape(plan),
                   human_duration(b.time_to_train_s), f"{a.gpu_hours:,.0f}", f"{a.node_hours:,.0f}",
                   "-" if a.cost_usd is None else f"{a.cost_usd:,.0f}")

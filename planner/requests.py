@@ -21,7 +21,8 @@ from costmodel.core.specs.presets import resolve_model
 
 DEFAULT_BATCH_TOKENS = 4 * 1024 * 1024
 """Default global batch in tokens when none is given: 4M tokens, the batch of Llama 2
-(Touvron et al. 2023, §2.2 'global batch-size of 4M tokens'). Rounded up to a multiple of MBS x DP."""
+(Touvron et al. 2023, §2.2 'global batch-size of 4M tokens'). A plan's default batch is the multiple of
+MBS x DP sequences whose tokens land nearest it (:func:`batch_sequences`)."""
 
 MAX_INT = 2**53
 """Integers must stay below 2**53, the range where every integer is exact as an IEEE 754 double
@@ -61,8 +62,11 @@ class PlanRequest:
     mbs: int = 1
     """Micro-batch size in sequences."""
     gbs: int | None = None
-    """Global batch size in sequences; None = about DEFAULT_BATCH_TOKENS tokens, rounded up to a
-    multiple of MBS x DP."""
+    """Global batch size in sequences; None = the multiple of MBS x DP nearest ``tokens_per_batch`` tokens
+    (default DEFAULT_BATCH_TOKENS). Give gbs or tokens_per_batch, not both."""
+    tokens_per_batch: int | None = None
+    """Global batch size in tokens (the sequences are the multiple of MBS x DP landing nearest it);
+    None = DEFAULT_BATCH_TOKENS when gbs is not given either."""
     seq_len: int | None = None
     """Sequence length in tokens; None = the model's max_seq_len."""
     recompute: str = "selective"
@@ -88,6 +92,9 @@ class PlanRequest:
             raise PlannerError(f"recompute={self.recompute!r} must be one of {', '.join(RECOMPUTE_MODES)}")
         if self.dtype not in DTYPES:
             raise PlannerError(f"dtype={self.dtype!r} must be one of {', '.join(DTYPES)}")
+        if self.gbs is not None and self.tokens_per_batch is not None:
+            raise PlannerError(f"gbs={self.gbs} and tokens_per_batch={self.tokens_per_batch} both give the batch; "
+                               "pass only one (gbs in sequences, tokens_per_batch in tokens)")
 
     @classmethod
     def from_dict(cls, raw: Mapping) -> PlanRequest:
@@ -113,8 +120,7 @@ class PlanRequest:
         dp = self.gpus // mp if mp and self.gpus % mp == 0 else 1
         gbs = self.gbs
         if gbs is None:
-            unit = self.mbs * dp
-            gbs = unit * max(1, -(-DEFAULT_BATCH_TOKENS // (seq * unit)))
+            gbs = batch_sequences(seq, self.mbs * dp, self.tokens_per_batch or DEFAULT_BATCH_TOKENS)
         plan = ParallelPlan(world_size=self.gpus, gpus_per_node=gpus_per_node, global_batch_size=gbs, seq_len=seq,
                             tp=self.tp, pp=self.pp, cp=self.cp, vpp=self.vpp, micro_batch_size=self.mbs,
                             recompute=self.recompute, sequence_parallel=self.sequence_parallel, zero=self.zero,
@@ -133,9 +139,41 @@ class PlanRequest:
 REQUEST_KEYS: tuple[str, ...] = tuple(f.name for f in fields(PlanRequest))
 """The batch-line keys, in the order error messages list them."""
 REQUIRED = ("model", "gpu", "gpus")
-_INT_KEYS = {"gpus", "gpus_per_node", "tp", "pp", "cp", "vpp", "mbs", "gbs", "seq_len", "zero"}
+_INT_KEYS = {"gpus", "gpus_per_node", "tp", "pp", "cp", "vpp", "mbs", "gbs", "tokens_per_batch", "seq_len", "zero"}
 _TYPES: dict[str, type | tuple] = {"id": (str, int), "model": (str, dict), "gpu": str, "cluster": str,
                                    "recompute": str, "dtype": str}
+
+
+def batch_sequences(seq_len: int, unit: int, tokens: float = DEFAULT_BATCH_TOKENS) -> int:
+    """Global batch in sequences for a plan whose MBS x DP is ``unit``: the multiple of ``unit`` (MBS x DP x
+    accumulation steps, at least one step) whose tokens land nearest ``tokens``."""
+    steps = math.floor(tokens / (seq_len * unit) + 0.5)
+    return unit * max(1, steps)
+
+
+def search_batch(seq_len: int, world_sizes: list[int] | tuple[int, ...], tokens: float = DEFAULT_BATCH_TOKENS) -> int:
+    """One global batch (sequences) for every plan of a search, near ``tokens`` tokens whatever the GPU count.
+
+    Plans compare by iteration time only at the same batch, and a plan is valid when MBS x DP divides it. So
+    the batch is a multiple of the largest divisor ``d`` of the GPU count(s)' least common multiple that
+    does not exceed the ideal ``tokens / seq_len`` sequences, landing nearest the ideal: every DP dividing
+    ``d`` is valid with MBS = 1. When the GPU count fits in the ideal (``d`` = the count), every DP is valid;
+    beyond it, plans whose DP exceeds the batch are refused instead of the batch growing with the GPU count
+    (the batch is a training hyperparameter, not a parallelism knob)."""
+    ideal = max(1.0, tokens / seq_len)
+    unit = math.lcm(*world_sizes)
+    d = largest_divisor_at_most(unit, int(ideal))
+    return d * max(1, math.floor(ideal / d + 0.5))
+
+
+def largest_divisor_at_most(n: int, cap: int) -> int:
+    """The largest divisor of ``n`` that is at most ``cap`` (>= 1)."""
+    if n <= cap:
+        return n
+    for d in range(max(1, cap), max(1, cap - 100_000), -1):
+        if n % d == 0:
+            return d
+    return math.gcd(n, 1 << max(0, cap.bit_length() - 1))  # a power of two <= cap (unreachable at real sizes)
 
 
 @dataclass(frozen=True)

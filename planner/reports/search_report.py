@@ -16,14 +16,23 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
-from costmodel.cost.base import OperatorCostModel
-from planner.predict import default_cost_model, predict
-from planner.reports.plots import BREAKDOWN_CATEGORIES, breakdown_png, pareto_png
-from planner.reports.markdown import (ReportFiles, atomic_write_bytes, atomic_write_text, command_line, header,
-                                      image_link, md_table, report_path, sibling)
-from planner.search.records import PlanRecord, human_duration, pareto_front, rank, to_markdown
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
+from costmodel.cost.base import OperatorCostModel
+from planner.predict import default_cost_model, predict
+from planner.reports.markdown import (
+    ReportFiles,
+    atomic_write_bytes,
+    atomic_write_text,
+    command_line,
+    header,
+    image_link,
+    md_table,
+    report_path,
+    sibling,
+)
+from planner.reports.plots import BREAKDOWN_CATEGORIES, breakdown_png, pareto_png
+from planner.search.records import PlanRecord, human_duration, pareto_front, plan_text, rank, to_markdown
 
 BREAKDOWN_PLANS = 10
 """Most plans drawn in the breakdown plot (one bar each)."""
@@ -49,12 +58,6 @@ class PlanDetail:
     """The prediction's operator rows ({operator, phase, time_s, share})."""
     warnings: list = field(default_factory=list)
     """Cost-model and memory warnings of the prediction."""
-
-
-def plan_text(r: PlanRecord) -> str:
-    """'TP2 PP4 DP16 CP1 VPP1 MBS1 selective ZeRO1' (+ ' fp8' for non-bf16 GEMMs)."""
-    s = f"TP{r.tp} PP{r.pp} DP{r.dp} CP{r.cp} VPP{r.vpp} MBS{r.mbs} {r.recompute} ZeRO{r.zero}"
-    return s if r.dtype == "bf16" else f"{s} {r.dtype}"
 
 
 def category_seconds(breakdown: list) -> dict[str, float]:

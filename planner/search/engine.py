@@ -51,6 +51,13 @@ POLISH_FRACTION = 0.25
 TPE_STARTUP = 10
 """Random trials before TPE starts modelling (Optuna's default, 10; 20 and 30 hit the 1 % target
 less often in benchmarks/bench_search.py)."""
+EXHAUSTIVE_MAX_PLANS = 3000
+"""The default search evaluates every plan when the space holds at most this many valid plans (valid and
+fitting in memory, counted with the microsecond checks before any prediction), else it runs Optuna. About
+two seconds of predictions on one core of the 2-core dev machine: benchmarks/bench_search.py measures
+1,300-1,500 full predictions per second there (llama-13b / 128 x a100-80gb, llama3-70b / 512 x h100-sxm)."""
+MODES = ("auto", "exhaustive", "optuna")
+"""auto: exhaustive when the valid plans are at most EXHAUSTIVE_MAX_PLANS, else Optuna."""
 
 
 @dataclass
@@ -80,6 +87,10 @@ class SearchResult:
     """Completed trials in the study, all processes and earlier runs included."""
     study_name: str | None = None
     storage: str | None = None
+    mode_note: str = ""
+    """Why this method ran (the automatic choice and the plan count it was made on)."""
+    collapsed: int = 0
+    """Feasible plans folded into an equivalent row (same allocation, batch, predicted time and memory)."""
 
     def top(self, k: int | None = 10) -> list[PlanRecord]:
         return self.records[:k] if k else list(self.records)
@@ -98,7 +109,9 @@ class SearchResult:
                 "out_of_memory": self.counts.get("memory", 0), "space_size": self.space_size,
                 "trials": self.trials, "study_trials": self.study_trials, "study_name": self.study_name,
                 "elapsed_s": round(self.elapsed_s, 3), "global_batch_size": self.problem.global_batch_size,
-                "seq_len": self.problem.seq_len, "tokens": self.problem.tokens}
+                "seq_len": self.problem.seq_len, "tokens": self.problem.tokens,
+                "batch_tokens": self.problem.global_batch_size * self.problem.seq_len, "mode_note": self.mode_note,
+                "collapsed_equivalent": self.collapsed}
 
 
 def _space_size(problem: SearchProblem) -> int:
@@ -167,9 +180,9 @@ def exhaustive_search(problem: SearchProblem, objective: str = "time", cost_mode
                 progress(i, n)
         if progress is not None:
             progress(n, n)
-    recs = [e.record for e in evals if e.record is not None]
-    return SearchResult(problem, objective, "exhaustive", rank(recs, objective, None), ev.evaluated,
-                        dict(ev.counts), ev.reasons.most_common(), time.perf_counter() - t0, _space_size(problem))
+    recs, folded = ranked_distinct([e.record for e in evals if e.record is not None], objective)
+    return SearchResult(problem, objective, "exhaustive", recs, ev.evaluated, dict(ev.counts),
+                        ev.reasons.most_common(), time.perf_counter() - t0, _space_size(problem), collapsed=folded)
 
 
 # ------------------------------------------------------------------------------------- optuna
@@ -415,9 +428,10 @@ def optuna_search(problem: SearchProblem, objective: str = "time", n_trials: int
     first = {}
     for r in recs:
         first.setdefault(r.key(), r)
-    return SearchResult(problem, objective, f"optuna-{sampler}", rank(list(first.values()), objective, None),
-                        len(seen), dict(status), reasons.most_common(), time.perf_counter() - t0, _space_size(problem),
-                        trials=done[0], study_trials=len(complete), study_name=study_name, storage=storage)
+    ranked, folded = ranked_distinct(list(first.values()), objective)
+    return SearchResult(problem, objective, f"optuna-{sampler}", ranked, len(seen), dict(status),
+                        reasons.most_common(), time.perf_counter() - t0, _space_size(problem), trials=done[0],
+                        study_trials=len(complete), study_name=study_name, storage=storage, collapsed=folded)
 
 
 def _repair(c: Candidate, choices: dict, ev: Evaluator) -> Candidate | None:
@@ -480,16 +494,93 @@ def _polish(study, obj, choices: dict, budget: int, tick, ev: Evaluator) -> int:
     return budget
 
 
+def count_plans(problem: SearchProblem, limit: int | None = None) -> int:
+    """Valid plans of the space that fit in memory (the cheap checks only, no prediction); counting stops
+    past ``limit``."""
+    ev = Evaluator(problem)
+    n = 0
+    for c in enumerate_candidates(problem):
+        if ev.feasible(c):
+            n += 1
+            if limit is not None and n > limit:
+                break
+    return n
+
+
+def choose_mode(n_plans: int, max_plans: int = EXHAUSTIVE_MAX_PLANS) -> str:
+    """'exhaustive' when the space's ``n_plans`` valid plans are within the exhaustive budget, else 'optuna'."""
+    return "exhaustive" if n_plans <= max_plans else "optuna"
+
+
 def search(problem: SearchProblem, objective: str = "time", *, exhaustive: bool = False, jobs: int = 1,
            n_trials: int = DEFAULT_TRIALS, seed: int | None = None, sampler: str = "tpe",
            storage: str | None = None, study_name: str | None = None,
            cost_model: OperatorCostModel | None = None, progress: Progress | None = None,
-           resume: bool = False) -> SearchResult:
-    """Run a search; ``result.records`` are the ranked feasible plans (for tables, reports, exports)."""
+           resume: bool = False, mode: str = "auto", max_plans: int = EXHAUSTIVE_MAX_PLANS) -> SearchResult:
+    """Run a search; ``result.records`` are the ranked feasible plans (for tables, reports, exports).
+
+    ``mode`` auto (default): count the space's valid plans first and evaluate them all when there are at
+    most ``max_plans`` (the exhaustive search is then both exact and faster than a study), else run Optuna;
+    a study (``storage``/``study_name``/``resume``) always runs Optuna. ``exhaustive=True`` is mode
+    'exhaustive'. ``result.mode_note`` says which ran and why."""
+    if mode not in MODES:
+        raise PlannerError(f"--mode {mode!r} is not one of {', '.join(MODES)}.")
     if exhaustive:
-        return exhaustive_search(problem, objective, cost_model, progress, jobs)
-    return optuna_search(problem, objective, n_trials, seed, sampler, storage, study_name, cost_model, progress,
-                         resume)
+        mode = "exhaustive"
+    note = f"--mode {mode}"
+    if mode == "auto":
+        if storage is not None or study_name is not None or resume:
+            mode, note = "optuna", "auto: Optuna, because a study (--storage/--study-name) was given"
+        else:
+            n = count_plans(problem, max_plans)
+            mode = choose_mode(n, max_plans)
+            note = (f"auto: exhaustive, the space has {n:,} valid plans (<= {max_plans:,})" if mode == "exhaustive"
+                    else f"auto: Optuna {sampler}, the space has more than {max_plans:,} valid plans")
+    if mode == "exhaustive":
+        res = exhaustive_search(problem, objective, cost_model, progress, jobs)
+    else:
+        res = optuna_search(problem, objective, n_trials, seed, sampler, storage, study_name, cost_model, progress,
+                            resume)
+    res.mode_note = note
+    return res
+
+
+EQUIVALENT_MEMORY_GIB = 0.1
+"""Plans with identical predicted time whose memory differs by less than this fold into one row: the
+ranked tables print memory to 0.1 GiB, so such rows read as duplicates."""
+
+
+def ranked_distinct(records: list[PlanRecord], objective: str) -> tuple[list[PlanRecord], int]:
+    """``records`` ranked by the objective with equivalent plans folded into one row: plans on the same
+    allocation and batch with identical predicted iteration time and cost and memory within
+    EQUIVALENT_MEMORY_GIB (e.g. selective recompute that recomputes nothing, ZeRO-3 at DP 1). The row kept
+    is the group's plan needing least memory; its ``equivalent`` says how each other one differs.
+    Returns (ranked records, number folded)."""
+    groups: dict[tuple, list[PlanRecord]] = {}
+    for r in rank(records, objective, None):
+        key = (r.gpu, r.cluster, r.gpus, r.gpus_per_node, r.gbs, r.seq_len, f"{r.iteration_time_s:.12g}",
+               None if r.usd_per_mtoken is None else f"{r.usd_per_mtoken:.12g}")
+        groups.setdefault(key, []).append(r)
+    out: list[PlanRecord] = []
+    folded = 0
+    for group in groups.values():  # in rank order of each group's first plan
+        while group:
+            keep = min(group, key=lambda r: r.memory_gib_per_gpu)
+            same = [r for r in group if r.memory_gib_per_gpu - keep.memory_gib_per_gpu < EQUIVALENT_MEMORY_GIB]
+            folded += len(same) - 1
+            out.append(replace(keep, equivalent=[_difference(keep, r) for r in same if r is not keep]))
+            group = [r for r in group if not any(r is x for x in same)]
+    return rank(out, objective, None), folded  # re-sorted: a kept row may differ from its group in the 13th digit
+
+
+_PLAN_FIELDS = ("tp", "pp", "dp", "cp", "vpp", "mbs", "recompute", "sequence_parallel", "zero", "dtype")
+
+
+def _difference(a: PlanRecord, b: PlanRecord) -> str:
+    """How plan ``b`` differs from ``a``, e.g. 'recompute=none (+0.05 GiB)'."""
+    text = " ".join(f"{f}={getattr(b, f)}" for f in _PLAN_FIELDS if getattr(a, f) != getattr(b, f)) or "same plan"
+    extra = b.memory_gib_per_gpu - a.memory_gib_per_gpu
+    return f"{text} (+{extra:.2f} GiB)" if extra >= 0.005 else text
 
 
 # ----------------------------------------------------------------------------- nothing fits

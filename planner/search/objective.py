@@ -48,12 +48,19 @@ class Evaluator:
 
     def __init__(self, problem: SearchProblem, cost_model: OperatorCostModel | None = None):
         self.problem = problem
-        self.cost_model = cost_model or default_cost_model()
+        self._cost_model = cost_model
         self.cache: dict[Candidate, Evaluation] = {}
         self.counts: Counter = Counter()
         """status -> number of distinct candidates."""
         self.reasons: Counter = Counter()
         """Rejection reason (numbers stripped) -> number of distinct candidates."""
+
+    @property
+    def cost_model(self) -> OperatorCostModel:
+        """The operator cost model (the default one, loaded on first use: counting plans needs none)."""
+        if self._cost_model is None:
+            self._cost_model = default_cost_model()
+        return self._cost_model
 
     def evaluate(self, cand: Candidate) -> Evaluation:
         cand = cand.canonical()

@@ -89,6 +89,9 @@ class PlanRecord:
     """Optuna trial number that found it (None for exhaustive search)."""
     cost_sources: dict = field(default_factory=dict)
     """Distinct operators per cost source (Prediction.cost_sources); {} in records written before it existed."""
+    equivalent: list = field(default_factory=list)
+    """Other plans folded into this row: same allocation, batch, predicted time and memory (how each differs,
+    e.g. 'recompute=selective'; planner.search.engine.ranked_distinct)."""
 
     def to_plan(self) -> ParallelPlan:
         """The ParallelPlan this record describes."""
@@ -233,6 +236,20 @@ def human_duration(seconds: float | None) -> str:
     return f"{seconds:.3g} s"
 
 
+def batch_text(gbs: int, seq_len: int) -> str:
+    """A global batch as sequences and tokens, e.g. '1024 (4.19M)'."""
+    tokens = gbs * seq_len
+    tok = f"{tokens / 1e9:.3g}B" if tokens >= 1e9 else f"{tokens / 1e6:.3g}M" if tokens >= 1e6 else f"{tokens:,}"
+    return f"{gbs} ({tok})"
+
+
+def plan_text(r: PlanRecord) -> str:
+    """'TP2 PP4 DP16 CP1 VPP1 MBS1 GBS 1024 (4.19M) selective ZeRO1' (+ ' fp8' for non-bf16 GEMMs)."""
+    s = (f"TP{r.tp} PP{r.pp} DP{r.dp} CP{r.cp} VPP{r.vpp} MBS{r.mbs} GBS {batch_text(r.gbs, r.seq_len)} "
+         f"{r.recompute} ZeRO{r.zero}")
+    return s if r.dtype == "bf16" else f"{s} {r.dtype}"
+
+
 def _time_cell(r: PlanRecord) -> str:
     t = f"{r.iteration_time_s:.3f}"
     if r.iteration_time_low_s is not None and r.iteration_time_high_s is not None:
@@ -242,14 +259,15 @@ def _time_cell(r: PlanRecord) -> str:
 
 def display_rows(records: list[PlanRecord], with_train: bool = False) -> tuple[list[str], list[list[str]]]:
     """Header and string cells of the ranked table (shared by the rich table and Markdown)."""
-    head = ["#", "GPU", "nodes x GPUs/node", "TP", "PP", "DP", "CP", "VPP", "MBS", "recompute", "ZeRO",
+    head = ["#", "GPU", "nodes x GPUs/node", "TP", "PP", "DP", "CP", "VPP", "MBS", "GBS (tokens)", "recompute", "ZeRO",
             "iter time [s]", "tokens/s", "MFU %", "mem/GPU [GiB]", "$/Mtoken", "bottleneck"]
     if with_train:
         head[-1:-1] = ["time to train", "cost to train [$]"]
     rows = []
     for r in records:
         row = [f"{r.rank}{'*' if r.pareto else ''}", r.gpu, f"{r.nodes} x {r.gpus_per_node}", str(r.tp), str(r.pp),
-               str(r.dp), str(r.cp), str(r.vpp), str(r.mbs), r.recompute, str(r.zero), _time_cell(r),
+               str(r.dp), str(r.cp), str(r.vpp), str(r.mbs), batch_text(r.gbs, r.seq_len), r.recompute, str(r.zero),
+               _time_cell(r),
                f"{r.tokens_per_s:,.0f}", f"{100 * r.mfu:.1f}",
                f"{r.memory_gib_per_gpu:.1f}/{r.memory_limit_gib:.0f}",
                "-" if r.usd_per_mtoken is None else f"{r.usd_per_mtoken:.3f}", r.bottleneck]

@@ -88,13 +88,13 @@ class CompareRow:
 def compare(model: ModelSpec, hardwares: list[Hardware], space: SearchSpace, *, gpus: int | None = None,
             nodes: int | None = None, gbs: int | None = None, seq_len: int | None = None,
             tokens: float | None = None, prices: dict | None = None,
-            cost_model: OperatorCostModel | None = None) -> list[CompareRow]:
+            cost_model: OperatorCostModel | None = None, tokens_per_batch: int | None = None) -> list[CompareRow]:
     """Best plan per GPU type on ``gpus`` GPUs (or ``nodes`` nodes of each type), by iteration time."""
     rows = []
     for hw in hardwares:
         world = gpus if gpus is not None else nodes * hw.gpus_per_node
         problem = build_problem(model, [make_target(hw, world)], space, gbs=gbs, seq_len=seq_len, tokens=tokens,
-                                prices=prices)
+                                prices=prices, tokens_per_batch=tokens_per_batch)
         res = exhaustive_search(problem, "time", cost_model)
         msg = "" if res.best else no_fit_message(res, gbs is not None)
         rows.append(CompareRow(hw.gpu.name, hw, res, res.best, msg))
@@ -156,7 +156,7 @@ def _allocation(rec: PlanRecord) -> Allocation:
 def size(model: ModelSpec, tokens: float, deadline_s: float, hardwares: list[Hardware], space: SearchSpace, *,
          max_gpus: int = 16384, budget_usd: float | None = None, gbs: int | None = None,
          seq_len: int | None = None, prices: dict | None = None,
-         cost_model: OperatorCostModel | None = None) -> SizingResult:
+         cost_model: OperatorCostModel | None = None, tokens_per_batch: int | None = None) -> SizingResult:
     """Smallest allocation (and cheapest, if different) that trains ``tokens`` within ``deadline_s``.
 
     Per GPU type, node counts 2^k and 3 x 2^k are searched by bisection (assuming more nodes never
@@ -170,7 +170,7 @@ def size(model: ModelSpec, tokens: float, deadline_s: float, hardwares: list[Har
         key = (hw.gpu.name, hw.cluster.name, n_nodes)
         if key not in cache:
             problem = build_problem(model, [make_target(hw, n_nodes * hw.gpus_per_node)], space, gbs=gbs,
-                                    seq_len=seq_len, tokens=tokens, prices=prices)
+                                    seq_len=seq_len, tokens=tokens, prices=prices, tokens_per_batch=tokens_per_batch)
             cache[key] = exhaustive_search(problem, "time", cost_model).best
             searched[0] += 1
         return cache[key]

@@ -25,7 +25,7 @@ from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import DTYPES, RECOMPUTE_MODES, ParallelPlan
 from costmodel.memory import DEFAULT_HEADROOM
-from planner.requests import DEFAULT_BATCH_TOKENS
+from planner.requests import DEFAULT_BATCH_TOKENS, search_batch
 
 INT_DIMS = ("tp", "pp", "cp", "vpp", "mbs")
 """Dimensions holding positive integers."""
@@ -221,29 +221,30 @@ class SearchProblem:
                 "space": {k: list(v) if isinstance(v, tuple) else v for k, v in sp.items()}}
 
 
-def default_global_batch(seq_len: int, world_sizes: list[int] | tuple[int, ...]) -> int:
-    """About DEFAULT_BATCH_TOKENS tokens (planner.requests: Llama 2's 4M-token batch) in sequences,
-    rounded to the nearest positive multiple of the GPU count(s), so that every DP degree (a divisor
-    of the GPU count) divides it with MBS = 1. Several counts: their least common multiple when
-    that is at most 4x the ideal batch, else the largest count."""
-    ideal = max(1.0, DEFAULT_BATCH_TOKENS / seq_len)
-    unit = math.lcm(*world_sizes)
-    if unit > 4 * ideal:
-        unit = max(world_sizes)
-    return unit * max(1, round(ideal / unit))
+def default_global_batch(seq_len: int, world_sizes: list[int] | tuple[int, ...],
+                         tokens: float = DEFAULT_BATCH_TOKENS) -> int:
+    """The search's batch in sequences: about ``tokens`` (default DEFAULT_BATCH_TOKENS, Llama 2's 4M-token
+    batch) at any GPU count (:func:`planner.requests.search_batch`)."""
+    return search_batch(seq_len, world_sizes, tokens)
 
 
 def build_problem(model: ModelSpec, targets: list[Target], space: SearchSpace, *, gbs: int | None = None,
-                  seq_len: int | None = None, tokens: float | None = None, prices: dict | None = None) -> SearchProblem:
-    """Validate and assemble a :class:`SearchProblem` (defaults: model max_seq_len, ~4M-token batch)."""
+                  seq_len: int | None = None, tokens: float | None = None, prices: dict | None = None,
+                  tokens_per_batch: int | None = None) -> SearchProblem:
+    """Validate and assemble a :class:`SearchProblem` (defaults: model max_seq_len, ~4M-token batch;
+    ``tokens_per_batch`` sets the batch in tokens instead of ``gbs`` sequences)."""
     model.require_dense()
     if not targets:
         raise PlannerError("no GPU type given; pass --gpu (see `planner gpus`).")
     seq = seq_len or model.max_seq_len
     if isinstance(seq, bool) or not isinstance(seq, int) or seq <= 0:
         raise PlannerError(f"--seq-len must be a positive integer, got {seq!r}.")
+    if gbs is not None and tokens_per_batch is not None:
+        raise PlannerError("--gbs and --tokens-per-batch both give the batch; pass only one.")
+    if tokens_per_batch is not None and (isinstance(tokens_per_batch, bool) or not tokens_per_batch > 0):
+        raise PlannerError(f"--tokens-per-batch must be a positive number of tokens, got {tokens_per_batch!r}.")
     if gbs is None:
-        gbs = default_global_batch(seq, [t.world_size for t in targets])
+        gbs = default_global_batch(seq, [t.world_size for t in targets], tokens_per_batch or DEFAULT_BATCH_TOKENS)
     elif isinstance(gbs, bool) or not isinstance(gbs, int) or gbs <= 0:
         raise PlannerError(f"--gbs must be a positive integer, got {gbs!r}.")
     if tokens is not None and not (tokens > 0 and math.isfinite(tokens)):

@@ -1,0 +1,126 @@
+"""Issue 14 items 4 and 5: the default batch stays near 4M tokens at any DP, --tokens-per-batch, the search
+mode chosen by counting the valid plans, and equivalent plans folded into one row. Deterministic: no
+wall-clock assertion (speed is benchmarks/bench_search.py's)."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+
+import pytest
+from typer.testing import CliRunner
+
+from costmodel.core.errors import PlannerError
+from costmodel.core.specs.catalogue import load_catalogue
+from costmodel.core.specs.presets import resolve_model
+from costmodel.cost.roofline import RooflineCostModel
+from planner.cli import app
+from planner.requests import DEFAULT_BATCH_TOKENS, PlanRequest, batch_sequences, search_batch
+from planner.search.engine import choose_mode, count_plans, exhaustive_search, ranked_distinct, search
+from planner.search.space import SearchSpace, build_problem, make_target
+
+CM = RooflineCostModel()
+
+
+# ------------------------------------------------------------------------------------------- batch
+@pytest.mark.parametrize("seq", [512, 1024, 2048, 4096, 8192])
+def test_default_batch_lands_nearest_4m_tokens_at_every_dp(seq):
+    for dp in [2**k for k in range(13)] + [3, 6, 12, 24, 48, 96, 192, 384, 768, 1536, 3072]:
+        for mbs in (1, 2, 4):
+            unit = mbs * dp
+            gbs = batch_sequences(seq, unit)
+            assert gbs % unit == 0 and gbs >= unit
+            # no other multiple of MBS x DP (at least one step) lands nearer 4M tokens
+            err = abs(gbs * seq - DEFAULT_BATCH_TOKENS)
+            for steps in range(1, gbs // unit + 3):
+                assert err <= abs(steps * unit * seq - DEFAULT_BATCH_TOKENS)
+            if unit * seq <= DEFAULT_BATCH_TOKENS:  # reachable: within half a step of 4M tokens
+                assert err <= unit * seq / 2
+
+
+def test_search_batch_stays_near_4m_tokens_whatever_the_gpu_count():
+    for seq in (2048, 4096, 8192):
+        ideal = DEFAULT_BATCH_TOKENS / seq
+        for world in [8 * n for n in (1, 2, 3, 4, 6, 16, 64, 96, 128, 512, 1024, 1536, 2048)] + [16384, 24576]:
+            gbs = search_batch(seq, [world])
+            assert 0.5 * ideal <= gbs <= 1.5 * ideal, (seq, world, gbs)
+            # a divisor of the GPU count divides it, so DP = that divisor is valid with MBS 1
+            d = math.gcd(gbs, world)
+            assert d >= min(world, ideal) / 2
+    # the bug of issue 14: 8,192 GPUs at seq 8192 gave 8,192 sequences (67M tokens)
+    assert search_batch(8192, [8192]) == 512
+    assert search_batch(4096, [128]) == 1024  # unchanged where the GPU count fits the ideal batch
+
+
+def test_tokens_per_batch_request_and_conflict():
+    req = PlanRequest(model="llama-13b", gpu="a100-80gb", gpus=128, tp=2, tokens_per_batch=2 * 1024 * 1024)
+    assert req.resolve().plan.global_batch_size == 512  # DP 64: 8 steps of 64 sequences of 4096 tokens
+    with pytest.raises(PlannerError, match="pass only one"):
+        PlanRequest(model="llama-13b", gpu="a100-80gb", gpus=128, gbs=512, tokens_per_batch=2_000_000)
+    with pytest.raises(PlannerError, match="tokens_per_batch"):
+        PlanRequest.from_dict({"model": "llama-13b", "gpu": "a100-80gb", "gpus": 8, "tokens_per_batch": -1})
+
+
+def test_cli_tokens_per_batch():
+    r = CliRunner().invoke(app, ["predict", "--model", "llama-13b", "--gpu", "a100-80gb", "--gpus", "128", "--tp",
+                                 "2", "--tokens-per-batch", "2M", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["plan"]["gbs"] == 512  # multiple of DP 64 nearest 2e6 / 4096 = 488.3 sequences
+    r = CliRunner().invoke(app, ["predict", "--model", "llama-13b", "--gpu", "a100-80gb", "--gpus", "128",
+                                 "--tokens-per-batch", "2M", "--gbs", "64"])
+    assert r.exit_code == 2 and "pass only one" in r.output
+    r = CliRunner().invoke(app, ["search", "--model", "llama-13b", "--gpus", "16", "--tp", "1,2", "--pp", "1",
+                                 "--cp", "1", "--mbs", "1", "--zero", "1", "--recompute", "selective",
+                                 "--tokens-per-batch", "1M", "--no-progress", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    assert data["search"]["global_batch_size"] == 240 and data["plans"][0]["gbs"] == 240  # 16 x round(15.3)
+
+
+def _problem(gpus=16, **dims):
+    cat = load_catalogue()
+    space = SearchSpace("t", **{"tp": (1, 2), "pp": (1, 2), "cp": (1,), "vpp": (1,), "mbs": (1, 2),
+                                "recompute": ("none", "selective"), "zero": (1,), **dims})
+    return build_problem(resolve_model("llama-13b"), [make_target(cat.resolve("a100-80gb"), gpus)], space)
+
+
+# -------------------------------------------------------------------------------------------- modes
+def test_mode_chosen_by_counting_valid_plans():
+    p = _problem()
+    n = count_plans(p)
+    assert n == exhaustive_search(p, cost_model=CM).counts["ok"]  # counted with the cheap checks only
+    assert count_plans(p, limit=3) == 4  # stops past the limit
+    assert choose_mode(n, max_plans=n) == "exhaustive" and choose_mode(n, max_plans=n - 1) == "optuna"
+    res = search(p, cost_model=CM, max_plans=n)
+    assert res.method == "exhaustive" and f"{n:,} valid plans" in res.mode_note
+    res = search(p, cost_model=CM, max_plans=n - 1, n_trials=12, seed=0)
+    assert res.method == "optuna-tpe" and "more than" in res.mode_note
+    assert search(p, cost_model=CM, mode="optuna", n_trials=12, seed=0).method == "optuna-tpe"
+    assert search(p, cost_model=CM, exhaustive=True, max_plans=0).method == "exhaustive"
+    with pytest.raises(PlannerError, match="--mode"):
+        search(p, cost_model=CM, mode="fast")
+    # the CLI says which ran
+    r = CliRunner().invoke(app, ["search", "--model", "llama-13b", "--gpus", "16", "--tp", "1,2", "--pp", "1,2",
+                                 "--cp", "1", "--vpp", "1", "--mbs", "1,2", "--zero", "1", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    assert "search: exhaustive (auto: exhaustive, the space has" in r.output
+
+
+# -------------------------------------------------------------------------------------- equivalents
+def test_equivalent_plans_fold_into_one_row():
+    recs = exhaustive_search(_problem(), cost_model=CM).records
+    a = recs[0]
+    twin = replace(a, recompute="selective" if a.recompute == "none" else "none",
+                   memory_gib_per_gpu=a.memory_gib_per_gpu + 0.05, equivalent=[])
+    far = replace(a, zero=3, memory_gib_per_gpu=a.memory_gib_per_gpu + 5.0, equivalent=[])
+    other_batch = replace(a, gbs=a.gbs * 2, recompute="full", equivalent=[])
+    out, folded = ranked_distinct([twin, a, far, other_batch], "time")
+    assert folded == 1 and len(out) == 3
+    kept = out[0]
+    assert kept.recompute == a.recompute and kept.equivalent == [f"recompute={twin.recompute} (+0.05 GiB)"]
+    assert [r.rank for r in out] == [1, 2, 3]
+    assert all(not r.equivalent for r in out[1:])  # 5 GiB more is not equivalent; another batch is not either
+    # a real search never shows two rows with the same allocation, batch, time and memory
+    seen = {(r.gpus, r.gbs, f"{r.iteration_time_s:.12g}", round(r.memory_gib_per_gpu, 1)) for r in recs}
+    assert len(seen) == len(recs)
