@@ -42,12 +42,13 @@ def _tables(cat: Catalogue):
         gpus.add_row(g.name, _num(g.peak_tflops.get("bf16"), 1), _num(g.peak_tflops.get("fp8"), 1),
                      _num(g.hbm_gb), _num(g.hbm_bw_gbs), _num(g.nvlink_bw_gbs),
                      _price(g.price_usd_per_gpu_hour, g.price_date), "yes" if g.measured_data else "no")
-    clusters = Table(title="Clusters / node types (bandwidth per GPU per direction)")
-    for header in ("name", "GPU", "GPUs/node", "intra [GB/s]", "inter [GB/s]", "intra lat [us]",
+    clusters = Table(title="Clusters / node types (bandwidth per GPU per direction; intra = inside the NVLink domain)")
+    for header in ("name", "GPU", "GPUs/node", "NVLink domain", "intra [GB/s]", "inter [GB/s]", "intra lat [us]",
                    "inter lat [us]", "network", "price [$/GPU-h]"):
         clusters.add_column(header, overflow="fold", no_wrap=header in ("name", "GPU"))
     for c in cat.clusters.values():
-        clusters.add_row(c.name, c.gpu, str(c.gpus_per_node), _num(c.intra_node_bw_gbs), _num(c.inter_node_bw_gbs),
+        clusters.add_row(c.name, c.gpu, str(c.gpus_per_node), str(c.nvlink_domain or c.gpus_per_node),
+                         _num(c.intra_node_bw_gbs), _num(c.inter_node_bw_gbs),
                          _num(c.intra_node_latency_us, 1), _num(c.inter_node_latency_us, 1), c.network,
                          _price(c.price_usd_per_gpu_hour, c.price_date) if c.price_usd_per_gpu_hour is not None
                          else "GPU's")

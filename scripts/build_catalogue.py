@@ -6,7 +6,7 @@ there cites a source id) and, for small-message collective latencies, the nccl-t
 
 Outputs: ``gpus.toml``, ``clusters.toml``, ``sources.toml`` beside :mod:`search_spaces`. The output is
 deterministic (fixed key order, no timestamps), so ``tests/test_catalogue.py`` can check that the
-checked-in files equal a fresh build. The TOML is written by the tiny emitter below (no tomli-w).
+checked-in files equal a fresh build. The TOML is written by the tiny emitter in scripts/toml_emitter.py (no tomli-w).
 
 Usage: ``python scripts/build_catalogue.py [--data DIR] [--out DIR] [--check]``.
 
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import re
 import sys
 from pathlib import Path
@@ -27,6 +26,9 @@ import yaml
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # the script also runs from a checkout where the package is not installed
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the TOML emitter beside this script
+from toml_emitter import toml_table  # noqa: E402
+
 from costmodel.core.fileio import atomic_write_text  # noqa: E402
 from costmodel.core.paths import data_dir  # noqa: E402
 
@@ -99,23 +101,56 @@ GPUS = {
                "switch): a group of k < 8 GPUs only gets (k-1) x 64 GB/s per GPU (stas00_net)."),
 }
 
+# GPUs that shared/data/hardware/gpus.yaml does not list (B300, GB300: shared/data/aiconfigurator has their GEMM,
+# attention and NCCL sweeps). Figures from aiconfigurator's own system YAMLs (model parameters that cite NVIDIA's
+# Blackwell Ultra datasheet; peaks and power also quoted by shared/data/aiconfigurator/PROVENANCE.md, the B300
+# peaks by shared/data/hardware/mamf.csv's "Theory" column): (figures, per-figure source ids, notes).
+_AIC_PROV = "aiconfigurator_blackwell_ultra"
+EXTRA_GPUS = {
+    "b300": (dict(peak_tflops={"bf16": 2250.0, "fp16": 2250.0, "fp8": 4500.0}, hbm_gb=288.4, hbm_bw_gbs=7750.0,
+                  nvlink_bw_gbs=900.0, tdp_w=1100.0),
+             {**{f"peak_tflops.{d}": ["aic_system_b300_sxm", _AIC_PROV, "stas00_accel"]
+                 for d in ("bf16", "fp16", "fp8")},
+              "hbm_gb": ["aic_system_b300_sxm"], "hbm_bw_gbs": ["aic_system_b300_sxm"],
+              "nvlink_bw_gbs": ["aic_system_b300_sxm"], "tdp_w": ["aic_system_b300_sxm", _AIC_PROV]},
+             "not in gpus.yaml; figures from aiconfigurator's b300_sxm system YAML. peak_tflops: dense (sparse / 2 "
+             "per that YAML; the same 2,250 / 4,500 TF are mamf.csv's B300 'Theory' column); fp16 = its "
+             "float16_tc_flops; no tf32/fp32 figure given. hbm_gb: DERIVED, 275,040 MiB as nvidia-smi reports "
+             "it (that YAML) = 288.4 GB. hbm_bw_gbs: 7.75 TB/s = HGX B300 62 TB/s / 8 (that YAML). "
+             "tdp_w: 'configurable up to 1,100 W'."),
+    "gb300": (dict(peak_tflops={"bf16": 2500.0, "fp16": 2500.0, "fp8": 5000.0}, hbm_gb=298.0, hbm_bw_gbs=8000.0,
+                   nvlink_bw_gbs=900.0, tdp_w=1400.0),
+              {**{f"peak_tflops.{d}": ["aic_system_gb300", _AIC_PROV] for d in ("bf16", "fp16", "fp8")},
+               "hbm_gb": ["aic_system_gb300"], "hbm_bw_gbs": ["aic_system_gb300"],
+               "nvlink_bw_gbs": ["aic_system_gb300"], "tdp_w": ["aic_system_gb300", _AIC_PROV]},
+              "Per GPU of a GB300 NVL72 rack; not in gpus.yaml; figures from aiconfigurator's gb300 system YAML. "
+              "peak_tflops: dense; fp16 = its float16_tc_flops; no tf32/fp32 figure given. hbm_gb: DERIVED, "
+              "284,208 MiB as nvidia-smi reports it (that YAML) = 298.0 GB. hbm_bw_gbs: 8 TB/s (that YAML)."),
+}
+
 DISPLAY_NAMES = {
     "a100-40gb": "NVIDIA A100 SXM4 40GB", "a100-80gb": "NVIDIA A100 SXM4 80GB",
     "h100-sxm": "NVIDIA H100 SXM5 80GB", "h100-pcie": "NVIDIA H100 PCIe 80GB",
     "h200": "NVIDIA H200 SXM 141GB", "gh200": "NVIDIA GH200 Grace Hopper (96 GB HBM3)",
     "gh200-144gb": "NVIDIA GH200 Grace Hopper (HBM3e)", "b200": "NVIDIA B200 (HGX/DGX B200)",
     "gb200": "NVIDIA GB200 NVL72 (per GPU)", "mi300x": "AMD Instinct MI300X",
+    "b300": "NVIDIA B300 (HGX/DGX B300, Blackwell Ultra)", "gb300": "NVIDIA GB300 NVL72 (per GPU, Blackwell Ultra)",
 }
 
 DEFAULT_CLUSTER = {
     "a100-40gb": "perlmutter", "a100-80gb": "dgx-a100", "h100-sxm": "dgx-h100", "h100-pcie": "h100-pcie-2gpu",
     "h200": "hgx-h200", "gh200": "vista", "gh200-144gb": "gh200-144gb-node", "b200": "dgx-b200",
-    "gb200": "gb200-nvl72", "mi300x": "mi300x-8gpu",
+    "gb200": "gb200-nvl72", "mi300x": "mi300x-8gpu", "b300": "dgx-b300", "gb300": "gb300-nvl72",
 }
 
 # Operator measurements in shared/data: aiconfigurator (A100-80GB, H100, H200, B200, GB200; see its
-# PROVENANCE.md) and estimate-train-time (Perlmutter A100-SXM4-80GB, Vista GH200 96 GB).
+# PROVENANCE.md) and estimate-train-time (Perlmutter A100-SXM4-80GB, Vista GH200 96 GB). B300 and GB300 have
+# aiconfigurator sweeps too, but `planner fit` does not import them yet (costmodel/datasets/importers/
+# aiconfigurator.py AIC_GPU), so their predictions use the roofline: measured_data = false.
 MEASURED = {"a100-80gb", "h100-sxm", "h200", "gh200", "b200", "gb200"}
+UNFITTED_NOTE = ("measured_data: false although shared/data/aiconfigurator has GEMM, attention and NCCL sweeps "
+                 "of this GPU: planner fit does not import them yet, so operators use the analytical roofline "
+                 "with the median efficiencies of the measured GPUs.")
 
 # Price rule (PROVENANCE.md): Lambda on-demand 8-GPU (else 1-GPU) instance where Lambda lists the part
 # (one catalogue snapshot, comparable across GPUs); else the most recent dated on-demand price; else
@@ -204,15 +239,18 @@ CLUSTERS = {
         notes="aiconfigurator's b200_sxm system YAML models 800 Gb/s CX8 NICs instead (a model parameter, "
               "not a measurement); the DGX B200 page's 400 Gb/s CX-7 is used."),
     "gb200-nvl72": dict(
-        src_gpn=["nv_gb200_nvl72_page"],
-        yaml_id="nvidia_gb200_nvl72", display_name="NVIDIA GB200 NVL72 rack (72 GPUs, one NVLink domain)",
+        src_gpn=["nv_gb200_nvl72_page"], domain="gpus_per_nvlink_domain", trays="compute_trays",
+        yaml_id="nvidia_gb200_nvl72",
+        display_name="NVIDIA GB200 NVL72 rack (18 trays x 4 GPUs, one 72-GPU NVLink domain)",
         gpu="gb200", intra="intra_rack.nvlink_bw_gbytes_s_per_gpu_unidirectional",
         inter="inter_rack.nic_gbytes_s_per_gpu", lat=("gb200", 4, True),
         network="NVLink-5 switch across the rack; scale-out 400 Gb/s per GPU (reference design, UNCERTAIN)",
         src_intra=["nv_gb200_nvl72_page"], src_inter=["scaling_book_gpus"],
-        notes="'Node' = the whole rack: all 72 GPUs sit in one NVLink-5 domain at 900 GB/s per GPU per direction "
-              "(NOTES.md section 2), so TP/EP groups up to 72 stay on NVLink; the 18 trays of 4 GPUs matter only "
-              "for power/packaging. inter_node_bw_gbs UNCERTAIN: scale-out NICs are not printed on the NVL72 "
+        notes="gpus_per_node: a node is one compute tray, DERIVED 72 GPUs / 18 compute_trays = 4 (the allocation "
+              "unit: any multiple of 4 GPUs is a valid job). nvlink_domain: all 72 GPUs of the rack sit in one "
+              "NVLink-5 domain at 900 GB/s per GPU per direction (NOTES.md section 2), so TP/EP groups up to 72 "
+              "stay on NVLink; groups across racks use the scale-out network. inter_node_bw_gbs UNCERTAIN: scale-out "
+              "NICs are not printed on the NVL72 "
               "page; 1x 400 Gb/s CX-7 per GPU is the reference design the scaling book models. "
               "intra_node_latency_us: measured on one 4-GPU tray only (aiconfigurator gb200, NCCL); a "
               "72-GPU NCCL latency is not measured."),
@@ -239,6 +277,28 @@ CLUSTERS = {
               "x16 per direction, stas00_net). inter_node_bw_gbs: COMPARABLE dgx-h100 (1x 400 Gb/s per GPU), "
               "not documented for PCIe nodes. intra_node_latency_us: COMPARABLE aiconfigurator H100 SXM "
               "2-GPU (NVSwitch)."),
+    "dgx-b300": dict(
+        src_gpn=["aic_system_b300_sxm"],
+        yaml_id=None, display_name="NVIDIA HGX/DGX B300 (8x B300, NVLink 5)",
+        gpu="b300", intra=None, inter=None, lat=("b300_sxm", 8, False),
+        network="800 Gb/s ConnectX-8 XDR InfiniBand (1 per GPU), as aiconfigurator's b300_sxm system models it",
+        src_intra=["aic_system_b300_sxm"], src_inter=["aic_system_b300_sxm"],
+        notes="Figures from aiconfigurator's b300_sxm system YAML (model parameters, "
+              "not measurements). intra_node_bw_gbs: 1.8 TB/s NVLink bidirectional / 2. inter_node_bw_gbs: "
+              "DERIVED 800/8 (1:1 CX8 XDR 800 Gb/s per GPU; UNCERTAIN, no B300 cluster documented in shared "
+              "data)."),
+    "gb300-nvl72": dict(
+        src_gpn=["aic_system_gb300", _AIC_PROV],
+        yaml_id=None, display_name="NVIDIA GB300 NVL72 rack (18 trays x 4 GPUs, one 72-GPU NVLink domain)",
+        gpu="gb300", intra=None, inter=None, lat=("gb300", 4, True),
+        network="NVLink-5 switch across the rack; scale-out 800 Gb/s ConnectX-8 XDR per GPU, as aiconfigurator's "
+                "gb300 system models it (UNCERTAIN)",
+        src_intra=["aic_system_gb300"], src_inter=["aic_system_gb300"],
+        notes="Figures from aiconfigurator's gb300 system YAML (model parameters, not "
+              "measurements): num_gpus_per_node 4 (compute tray) = the allocation unit, num_gpus_per_rack 72 = "
+              "the NVLink domain, NVLink 900 GB/s per GPU per direction inside the rack, inter_rack_bw 100 GB/s "
+              "per GPU (CX8 XDR 800 Gb/s, DERIVED 800/8, UNCERTAIN). intra_node_latency_us: measured on one "
+              "4-GPU tray only (aiconfigurator gb300, NCCL)."),
     "gh200-144gb-node": dict(
         src_gpn=["tacc_vista"],
         yaml_id=None, display_name="GH200 HBM3e node (1 superchip per node)",
@@ -248,18 +308,25 @@ CLUSTERS = {
         notes="No cluster with the HBM3e GH200 is documented in shared/data (stas00 measured a single module); "
               "every figure is COMPARABLE to Vista (1 GH200 + 1x NDR 400 Gb/s per node, no GPU-GPU NVLink)."),
 }
-# Figures for the two node types without a clusters.yaml entry: (gpus_per_node, intra GB/s, inter GB/s).
+# Figures of the node types without a clusters.yaml entry: (gpus_per_node, intra GB/s, inter GB/s), read from
+# the YAML, or given here with the source their spec cites (dgx-b300, gb300-nvl72: aiconfigurator system YAMLs).
 # h100-pcie-2gpu: 2 = bridge size, 300 = gpus.yaml h100_pcie_80gb nvlink unidirectional, 50 = dgx-h100 NIC.
 # gh200-144gb-node: 1, 50, 50 = Vista's NIC (clusters.yaml tacc_vista_gh).
 NO_YAML_FIGURES = {"h100-pcie-2gpu": (2, ("gpu", "nvlink_bw_gbytes_s_per_gpu_unidirectional"),
                                       ("nvidia_dgx_h100", "inter_node.nic_gbytes_s_per_gpu")),
                    "gh200-144gb-node": (1, ("tacc_vista_gh", "inter_node.nic_gbytes_s_per_gpu"),
                                         ("tacc_vista_gh", "inter_node.nic_gbytes_s_per_gpu"))}
+GIVEN_FIGURES = {"dgx-b300": dict(gpus_per_node=8, nvlink_domain=8, intra=900.0, inter=100.0),
+                 "gb300-nvl72": dict(gpus_per_node=4, nvlink_domain=72, intra=900.0, inter=100.0)}
+# Other GPUs a node type is built with (accepted with --cluster besides its gpu): clusters.yaml gives DGX A100 in
+# 320 GB (8x A100-40GB) and 640 GB versions, Perlmutter gpu_variants A100-40GB (1,536 nodes) and A100-80GB (256).
+OTHER_GPUS = {"dgx-a100": ["a100-40gb"], "perlmutter": ["a100-40gb"]}
 # Comparable intra-node latency for the node types without their own measurement (system, num_gpus).
 COMPARABLE_LAT = {"mi300x-8gpu": ("h100_sxm", 8), "h100-pcie-2gpu": ("h100_sxm", 2)}
 NCCL_FILES = {"a100_sxm": "a100_sxm_nccl_fp16__nccl-2.27.3.csv", "h100_sxm": "h100_sxm_nccl_fp16__nccl-2.29.2.csv",
               "h200_sxm": "h200_sxm_nccl_fp16__nccl-2.29.2.csv", "b200_sxm": "b200_sxm_nccl_fp16__nccl-2.29.2.csv",
-              "gb200": "gb200_nccl_fp16__nccl-2.29.2.csv"}
+              "gb200": "gb200_nccl_fp16__nccl-2.29.2.csv", "b300_sxm": "b300_sxm_nccl_fp16__nccl-2.29.2.csv",
+              "gb300": "gb300_nccl_fp16__nccl-2.29.2.csv"}
 
 # Sources read for this catalogue that are not in the YAML registries.
 EXTRA_SOURCES = {
@@ -268,6 +335,34 @@ EXTRA_SOURCES = {
                 "HDR InfiniBand, 8 B out-of-place 19.90 us (in-place 18.96 us); the issue reports failures at "
                 "larger sizes",
         "url": "https://github.com/NVIDIA/nccl-tests/issues/150",
+    },
+    _AIC_PROV: {
+        "what": "in-repo dataset shared/data/aiconfigurator (ai-dynamo/aiconfigurator @095f58a5, Apache-2.0), "
+                "PROVENANCE.md: B300 and GB300 GEMM/attention/NCCL sweeps; dense peaks used in its checks 'B200 and "
+                "B300 2250 / 4500; GB200 and GB300 2500 / 5000, as in the upstream system YAMLs'; power "
+                "'1200/1400 W vs 1000/1100 W per the YAMLs'; GB200/GB300 '4 GPUs per node (compute tray), 72 per "
+                "NVL72 rack'",
+    },
+    "aic_system_b300_sxm": {
+        "what": "aiconfigurator system YAML b300_sxm.yaml (NVIDIA, Apache-2.0; model parameters citing the Blackwell "
+                "Ultra datasheet https://resources.nvidia.com/en-us-blackwell-architecture/blackwell-ultra-datasheet,"
+                " not read by us): mem_bw 7.75 TB/s (62 TB/s / 8), mem_capacity 275040 MiB reported by nvidia-smi, "
+                "float16 2250 / fp8 4500 dense TFLOPS, 1,100 W, 8 GPUs per node, NVLink 900 GB/s per GPU per "
+                "direction, 1:1 CX8 XDR 800 Gb/s",
+        "url": "https://github.com/simone-chen/aiconfigurator/blob/84ba8996240b8e7b2d95f2c194aaae6842008d9e/"
+               "src/aiconfigurator/systems/b300_sxm.yaml",
+        "read_via": "a fork's copy of ai-dynamo/aiconfigurator src/aiconfigurator/systems/ (the upstream file was not "
+                    "in the index read)",
+    },
+    "aic_system_gb300": {
+        "what": "aiconfigurator system YAML gb300.yaml (NVIDIA, Apache-2.0; model parameters citing the Blackwell "
+                "Ultra datasheet, not read by us): mem_bw 8 TB/s, mem_capacity 284208 MiB reported by nvidia-smi, "
+                "float16 2500 / fp8 5000 TFLOPS, 1,400 W, 4 GPUs per node (compute tray), 72 per rack, NVLink 900 "
+                "GB/s per GPU per direction inside the rack, inter_rack_bw 100 GB/s per GPU (CX8 XDR 800 Gb/s)",
+        "url": "https://github.com/simone-chen/aiconfigurator/blob/865aa0e02c36970a47d2815e8a7e0c3d21dbbaa2/"
+               "src/aiconfigurator/systems/gb300.yaml",
+        "read_via": "a fork's copy of ai-dynamo/aiconfigurator src/aiconfigurator/systems/ (the upstream file was not "
+                    "in the index read)",
     },
 }
 
@@ -380,24 +475,39 @@ def build(data: Path) -> dict[str, dict]:
         g["sources"] = figs
         g["notes"] = " ".join(notes)
         gpus[key] = g
+    for key, (fig, figs, note) in EXTRA_GPUS.items():
+        gpus[key] = {"display_name": DISPLAY_NAMES[key], **fig, "default_cluster": DEFAULT_CLUSTER[key],
+                     "measured_data": key in MEASURED, "sources": figs,
+                     "notes": " ".join([note, UNFITTED_NOTE, "price: none in the catalogue; pass a hardware file "
+                                        "with price_usd_per_gpu_hour."])}
 
     clusters: dict[str, dict] = {}
     for key, spec in CLUSTERS.items():
         notes = [f"clusters.yaml id {spec['yaml_id']}." if spec["yaml_id"] else "not in clusters.yaml."]
+        domain = None
         if spec["yaml_id"]:
             e = cy["systems"][spec["yaml_id"]]
-            gpn = int(e.get("gpus_per_node", e.get("gpus_per_nvlink_domain", 0)))
+            if spec.get("domain"):  # rack-scale: the node is a compute tray, the NVLink domain the rack
+                domain = int(e[spec["domain"]])
+                gpn = domain // int(e[spec["trays"]])
+            else:
+                gpn = int(e["gpus_per_node"])
             intra = float(_get(e, spec["intra"]))
             if spec["inter"]:
                 inter = float(_get(e, spec["inter"]))
                 notes += _flags(ccom, spec["yaml_id"], spec["inter"], "inter_node_bw_gbs")
             else:   # mi300x: Azure ND MI300X v5 instance, nic_gbps_per_gpu / 8 (DERIVED)
                 inter = float(cy["cloud_instances"]["azure_nd96isr_mi300x_v5"]["nic_gbps_per_gpu"]) / 8.0
+        elif key in GIVEN_FIGURES:
+            f = GIVEN_FIGURES[key]
+            gpn, domain, intra, inter = f["gpus_per_node"], f["nvlink_domain"], f["intra"], f["inter"]
         else:
             gpn, (isys, ipath), (esys, epath) = NO_YAML_FIGURES[key]
             source = gy["gpus"]["h100_pcie_80gb"] if isys == "gpu" else cy["systems"][isys]
             intra = float(_get(source, ipath))
             inter = float(_get(cy["systems"][esys], epath))
+        if domain is None:   # the node is the NVLink domain (1 on Vista: no GPU-GPU NVLink)
+            domain = gpn
         if spec["lat"]:
             system, n, comparable = spec["lat"]
             intra_lat, lat_src = _small_message_latency_us(data, system, n), ["repo_aiconfigurator"]
@@ -414,10 +524,12 @@ def build(data: Path) -> dict[str, dict]:
         notes.append(INTER_LAT_NOTE)
         notes.append("price: no public per-GPU-hour price for this node type; the GPU's price applies.")
         clusters[key] = {
-            "display_name": spec["display_name"], "gpu": spec["gpu"], "gpus_per_node": gpn,
+            "display_name": spec["display_name"], "gpu": spec["gpu"], "gpus_per_node": gpn, "nvlink_domain": domain,
+            **({"other_gpus": OTHER_GPUS[key]} if key in OTHER_GPUS else {}),
             "intra_node_bw_gbs": intra, "intra_node_latency_us": intra_lat,
             "inter_node_bw_gbs": inter, "inter_node_latency_us": INTER_LAT_US, "network": spec["network"],
-            "sources": {"gpus_per_node": spec["src_gpn"],
+            "sources": {"gpus_per_node": spec["src_gpn"], "nvlink_domain": spec["src_gpn"],
+                        **({"other_gpus": spec["src_gpn"]} if key in OTHER_GPUS else {}),
                         "intra_node_bw_gbs": spec["src_intra"], "intra_node_latency_us": lat_src,
                         "inter_node_bw_gbs": spec["src_inter"], "inter_node_latency_us": ["nccl_tests_150"],
                         "network": spec["src_inter"]},
@@ -440,38 +552,10 @@ def _check_refs(gpus: dict, clusters: dict, sources: dict) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# Tiny TOML emitter: strings, bools, ints, floats, lists of those, nested tables.
-def _key(k: str) -> str:
-    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else json.dumps(k, ensure_ascii=False)
-
-
-def _value(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v, ensure_ascii=False)
-    if isinstance(v, list):
-        return "[" + ", ".join(_value(x) for x in v) + "]"
-    raise TypeError(f"cannot write {type(v).__name__} as a TOML value")
-
-
-def _table(path: list[str], table: dict, lines: list[str]) -> None:
-    scalars = {k: v for k, v in table.items() if not isinstance(v, dict)}
-    subtables = {k: v for k, v in table.items() if isinstance(v, dict)}
-    if scalars or not subtables:
-        lines.append("")
-        lines.append("[" + ".".join(_key(p) for p in path) + "]")
-        lines.extend(f"{_key(k)} = {_value(v)}" for k, v in scalars.items())
-    for k, v in subtables.items():
-        _table(path + [k], v, lines)
-
-
 def to_toml(top: str, entries: dict, source_file: str) -> str:
     lines = [HEADER.format(src=source_file).rstrip("\n")]
     for name, entry in entries.items():
-        _table([top, name], entry, lines)
+        toml_table([top, name], entry, lines)
     return "\n".join(lines) + "\n"
 
 

@@ -16,10 +16,10 @@ from costmodel.core.specs.catalogue import ENV_VAR, catalogue_dir, load_catalogu
 
 REPO = Path(__file__).resolve().parent.parent
 GPU_KEYS = ["a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "gh200", "gh200-144gb", "b200", "gb200",
-            "mi300x"]
-CLUSTER_KEYS = ["perlmutter", "vista", "dgx-a100", "dgx-h100", "hgx-h200"]
+            "mi300x", "b300", "gb300"]
+CLUSTER_KEYS = ["perlmutter", "vista", "dgx-a100", "dgx-h100", "hgx-h200", "dgx-b300", "gb300-nvl72"]
 GPU_FIGURES = ["hbm_gb", "hbm_bw_gbs", "nvlink_bw_gbs", "tdp_w"]
-CLUSTER_FIGURES = ["gpus_per_node", "intra_node_bw_gbs", "intra_node_latency_us", "inter_node_bw_gbs",
+CLUSTER_FIGURES = ["gpus_per_node", "nvlink_domain", "intra_node_bw_gbs", "intra_node_latency_us", "inter_node_bw_gbs",
                    "inter_node_latency_us"]
 
 
@@ -82,7 +82,13 @@ def test_spot_values_match_notes(cat):
     assert cat.gpu("gh200").hbm_gb == 96 and cat.gpu("b200").peak_tflops["bf16"] == 2250
     assert cat.cluster("perlmutter").gpus_per_node == 4 and cat.cluster("perlmutter").inter_node_bw_gbs == 25
     assert cat.cluster("vista").gpus_per_node == 1 and cat.cluster("vista").inter_node_bw_gbs == 50
-    assert cat.cluster("gb200-nvl72").gpus_per_node == 72
+    # NVL72: the node (allocation unit) is a 4-GPU compute tray, the NVLink domain the 72-GPU rack
+    assert (cat.cluster("gb200-nvl72").gpus_per_node, cat.cluster("gb200-nvl72").nvlink_domain) == (4, 72)
+    assert (cat.cluster("gb300-nvl72").gpus_per_node, cat.cluster("gb300-nvl72").nvlink_domain) == (4, 72)
+    domains = {k: cat.cluster(k).nvlink_domain for k in ("dgx-a100", "dgx-h100", "hgx-h200", "dgx-b200", "dgx-b300",
+                                                        "perlmutter", "vista")}
+    assert domains == {"dgx-a100": 8, "dgx-h100": 8, "hgx-h200": 8, "dgx-b200": 8, "dgx-b300": 8, "perlmutter": 4,
+                       "vista": 1}
     assert cat.gpu("a100-40gb").measured_data is False and cat.gpu("h100-sxm").measured_data is True
     assert "UNCERTAIN" in cat.gpu("gh200-144gb").notes
 
@@ -100,6 +106,34 @@ def test_spot_values_equal_shared_yaml(cat, shared_data):
     assert cat.cluster("dgx-h100").inter_node_bw_gbs == cy["nvidia_dgx_h100"]["inter_node"]["nic_gbytes_s_per_gpu"]
     assert (cat.cluster("perlmutter").intra_node_bw_gbs
             == cy["nersc_perlmutter_gpu"]["intra_node"]["nvlink_bw_gbytes_s_per_gpu_unidirectional"])
+
+
+def test_nvl72_tray_and_domain_come_from_clusters_yaml(cat, shared_data):
+    e = yaml.safe_load((shared_data / "hardware" / "clusters.yaml").read_text())["systems"]["nvidia_gb200_nvl72"]
+    c = cat.cluster("gb200-nvl72")
+    assert c.nvlink_domain == e["gpus_per_nvlink_domain"] and c.gpus_per_node * e["compute_trays"] == c.nvlink_domain
+
+
+def test_b300_gb300_present_with_sources(cat, shared_data):
+    b300, gb300 = cat.gpu("b300"), cat.gpu("gb300")
+    # dense peaks the shared aiconfigurator PROVENANCE quotes from the upstream system YAMLs
+    assert (b300.peak_tflops["bf16"], b300.peak_tflops["fp8"]) == (2250, 4500)
+    assert (gb300.peak_tflops["bf16"], gb300.peak_tflops["fp8"]) == (2500, 5000)
+    assert b300.has_fp8 and gb300.has_fp8 and b300.tdp_w == 1100 and gb300.tdp_w == 1400
+    assert b300.default_cluster == "dgx-b300" and gb300.default_cluster == "gb300-nvl72"
+    for g in (b300, gb300):
+        for fig in ["peak_tflops.bf16", "peak_tflops.fp8", *GPU_FIGURES]:
+            assert g.sources[fig] and all(i in cat.sources for i in g.sources[fig]), (g.name, fig)
+        assert cat.sources["aiconfigurator_blackwell_ultra"]["what"]
+    assert all(cat.sources[i].get("url") for i in ("aic_system_b300_sxm", "aic_system_gb300"))
+    prov = (shared_data / "aiconfigurator" / "PROVENANCE.md").read_text()
+    assert "B300 2250 / 4500; GB200 and GB300 2500 / 5000" in prov
+    mamf = {(r.split(",")[1], r.split(",")[2]): float(r.split(",")[4])
+            for r in (shared_data / "hardware" / "mamf.csv").read_text().splitlines()[1:] if r.split(",")[1] == "b300"}
+    assert mamf[("b300", "bfloat16")] == b300.peak_tflops["bf16"] and mamf[("b300", "float8_e4m3fn")] == 4500
+    build = _build_module()
+    for cluster, system, n in (("dgx-b300", "b300_sxm", 8), ("gb300-nvl72", "gb300", 4)):
+        assert cat.cluster(cluster).intra_node_latency_us == build._small_message_latency_us(shared_data, system, n)
 
 
 def test_build_script_output_equals_checked_in_toml(shared_data):
@@ -130,6 +164,29 @@ def test_resolve_both_and_gpus_per_node_override(cat):
     assert hw.gpu.name == "a100-40gb" and hw.cluster.name == "perlmutter" and hw.gpus_per_node == 2
     assert cat.cluster("perlmutter").gpus_per_node == 4  # the catalogue entry is untouched
     assert hw.price_usd_per_gpu_hour == cat.gpu("a100-40gb").price_usd_per_gpu_hour
+
+
+def test_cluster_whose_gpu_differs_from_gpu_is_refused(cat):
+    with pytest.raises(PlannerError, match="--gpu h100-sxm does not match --cluster perlmutter"):
+        cat.resolve("h100-sxm", "perlmutter")
+    # the node types' documented variants are accepted: Perlmutter's and the DGX A100 320GB's A100-40GB
+    assert cat.resolve("a100-40gb", "dgx-a100").gpu.name == "a100-40gb"
+    assert cat.resolve("a100-80gb", "perlmutter").cluster.name == "perlmutter"
+
+
+def test_gpus_per_node_override_keeps_the_rack_domain(cat):
+    assert cat.resolve("h100-sxm", gpus_per_node=4).nvlink_domain == 4   # node = domain: both change
+    hw = cat.resolve("gb200", gpus_per_node=8)
+    assert (hw.gpus_per_node, hw.nvlink_domain) == (8, 72)
+    with pytest.raises(PlannerError, match="does not divide the 72-GPU NVLink domain"):
+        cat.resolve("gb200", gpus_per_node=5)
+
+
+def test_nvlink_domain_must_hold_whole_nodes(tmp_path):
+    f = tmp_path / "hw.toml"
+    f.write_text("[clusters.dgx-h100]\nnvlink_domain = 12\n")
+    with pytest.raises(PlannerError, match="nvlink_domain=12 must be a multiple of gpus_per_node=8"):
+        load_catalogue([f])
 
 
 def test_names_are_case_insensitive_and_accept_underscores(cat):

@@ -76,6 +76,9 @@ CLUSTER_FIELDS["straggler_ranks"] = ("int", "an integer > 0 (ranks the excess wa
 CLUSTER_FIELDS["corun_slowdown"] = ("factors", "a table of compute kind = factor > 0 (time with every rank of "
                                                "the node running it / alone)")
 CLUSTER_FIELDS["corun_ranks"] = ("int", "an integer > 0 (ranks the co-run slowdown was measured on)")
+CLUSTER_FIELDS["nvlink_domain"] = ("int", "an integer > 0, a multiple of gpus_per_node (GPUs in one NVLink / "
+                                          "scale-up domain, e.g. 72 for an NVL72 rack of 4-GPU trays)")
+CLUSTER_FIELDS["other_gpus"] = ("names", "a list of GPU names (other GPUs this node type is built with)")
 CLUSTER_REQUIRED = ("gpu", "gpus_per_node", "intra_node_bw_gbs", "intra_node_latency_us",
                     "inter_node_bw_gbs", "inter_node_latency_us")
 
@@ -113,7 +116,9 @@ class Catalogue:
         """The hardware for a --gpu / --cluster / --gpus-per-node choice.
 
         gpu only -> its default node type; cluster only -> that node type's GPU; both -> that GPU in that
-        node type; ``gpus_per_node`` replaces the node type's GPU count.
+        node type, which must carry it (its ``gpu``, one of its ``other_gpus``, or a GPU whose default node
+        type it is); ``gpus_per_node`` replaces the node type's GPU count (and its NVLink domain where the
+        domain is the node; an NVL72 rack keeps its 72-GPU domain, which must hold whole nodes).
         """
         if gpu is None and cluster is None:
             raise PlannerError("no hardware given; pass --gpu and/or --cluster (see `planner gpus`).")
@@ -125,10 +130,23 @@ class Catalogue:
             c = self.cluster(g.default_cluster)
         if g is None:
             g = self.gpu(c.gpu)
+        elif cluster is not None:
+            carried = [c.gpu, *c.other_gpus, *(n for n, x in self.gpus.items() if x.default_cluster == c.name)]
+            if g.name not in carried:
+                raise PlannerError(f"--gpu {g.name} does not match --cluster {c.name}, whose nodes carry "
+                                   f"{' or '.join(dict.fromkeys(carried))}; pass one of those as --gpu, or drop "
+                                   f"--cluster to use {g.name}'s node type {g.default_cluster}.")
         if gpus_per_node is not None:
             if isinstance(gpus_per_node, bool) or not isinstance(gpus_per_node, int) or gpus_per_node <= 0:
                 raise PlannerError(f"gpus_per_node must be a positive integer, got {gpus_per_node!r}.")
-            c = dataclasses.replace(c, gpus_per_node=gpus_per_node)
+            domain = c.nvlink_domain or c.gpus_per_node
+            if domain == c.gpus_per_node:  # the node is the NVLink domain: both change
+                c = dataclasses.replace(c, gpus_per_node=gpus_per_node, nvlink_domain=gpus_per_node)
+            elif domain % gpus_per_node:
+                raise PlannerError(f"--gpus-per-node {gpus_per_node} does not divide the {domain}-GPU NVLink domain "
+                                   f"of {c.name} (nodes of {c.gpus_per_node}); pass a divisor of {domain}.")
+            else:
+                c = dataclasses.replace(c, gpus_per_node=gpus_per_node)
         return Hardware(gpu=g, cluster=c)
 
 
@@ -213,6 +231,10 @@ def _check_field(where: str, name: str, value, rules: dict):
         if not isinstance(value, bool):
             raise bad()
         return value
+    if kind == "names":
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise bad()
+        return [normalize(v) for v in value]
     if kind in ("tflops", "factors"):
         if not isinstance(value, dict):
             raise bad()
@@ -280,6 +302,14 @@ def _build(raw_gpus: dict, raw_clusters: dict, sources: dict) -> Catalogue:
         if normalize(e["gpu"]) not in raw_gpus:
             raise PlannerError(f"{e['_origin']} [clusters.{name}]: gpu {e['gpu']!r} is not a known GPU; choose "
                                f"one of: {', '.join(raw_gpus)}.")
+        unknown = [g for g in e.get("other_gpus", []) if g not in raw_gpus]
+        if unknown:
+            raise PlannerError(f"{e['_origin']} [clusters.{name}]: other_gpus {unknown} are not known GPUs; choose "
+                               f"among: {', '.join(raw_gpus)}.")
+        domain = e.get("nvlink_domain")
+        if domain is not None and domain % e["gpus_per_node"]:
+            raise PlannerError(f"{e['_origin']} [clusters.{name}]: nvlink_domain={domain} must be a multiple of "
+                               f"gpus_per_node={e['gpus_per_node']} (a domain holds whole nodes).")
 
     def strip(e: dict) -> dict:
         return {k: v for k, v in e.items() if k != "_origin"}

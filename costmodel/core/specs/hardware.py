@@ -48,6 +48,17 @@ class GPUSpec:
     def hbm_bytes(self) -> float:
         return self.hbm_gb * 1e9
 
+    @property
+    def has_fp8(self) -> bool:
+        """The GPU has fp8 tensor cores: the catalogue gives it an fp8 peak (A100, for one, has none)."""
+        return "fp8" in self.peak_tflops
+
+    def check_dtype(self, dtype: str) -> None:
+        """Refuse a training precision this GPU cannot run (fp8 without fp8 tensor cores)."""
+        if dtype == "fp8" and not self.has_fp8:
+            raise PlannerError(f"{self.name} has no fp8 tensor cores (no fp8 peak in the catalogue); use --dtype "
+                               "bf16, or a GPU with fp8 (see `planner gpus`).")
+
     def peak_flops(self, dtype: str) -> float:
         """Dense peak FLOP/s for a GEMM dtype (fp16 falls back to bf16 and back)."""
         table = self.peak_tflops
@@ -71,14 +82,16 @@ class ClusterSpec:
     gpu: str
     """Default GPU key in this node type."""
     gpus_per_node: int
+    """GPUs per node: the allocation unit (a server, or a 4-GPU compute tray of an NVL72 rack); a job uses
+    whole nodes."""
     intra_node_bw_gbs: float
-    """Per-GPU, per-direction bandwidth inside a node in GB/s (NVLink/NVSwitch)."""
+    """Per-GPU, per-direction bandwidth inside the NVLink (scale-up) domain in GB/s (NVLink/NVSwitch)."""
     intra_node_latency_us: float
-    """Small-message collective latency inside a node in microseconds."""
+    """Small-message collective latency inside the NVLink domain in microseconds."""
     inter_node_bw_gbs: float
-    """Per-GPU, per-direction network bandwidth between nodes in GB/s (NIC rate / 8)."""
+    """Per-GPU, per-direction scale-out network bandwidth between NVLink domains in GB/s (NIC rate / 8)."""
     inter_node_latency_us: float
-    """Small-message latency across nodes in microseconds."""
+    """Small-message latency across NVLink domains (over the scale-out network) in microseconds."""
     network: str = ""
     """Fabric description (e.g. 'Slingshot-11', 'NDR InfiniBand')."""
     price_usd_per_gpu_hour: float | None = None
@@ -105,6 +118,12 @@ class ClusterSpec:
     clusters: each GPU has its own HBM; not measured)."""
     corun_ranks: int = 2
     """How many ranks ``corun_slowdown`` was measured on."""
+    nvlink_domain: int = 0
+    """GPUs in one NVLink (scale-up) domain, a multiple of ``gpus_per_node``: 8 on a DGX/HGX node, 72 on a
+    GB200/GB300 NVL72 rack (18 trays of 4), 1 where GPUs share no NVLink (Vista). Collectives of a group
+    inside one domain use the intra figures, across domains the scale-out network. 0 = ``gpus_per_node``."""
+    other_gpus: list = field(default_factory=list, compare=False, hash=False)
+    """Other GPU keys this node type is built with besides ``gpu`` (e.g. the DGX A100 320GB's a100-40gb)."""
 
 
 @dataclass(frozen=True)
@@ -117,6 +136,27 @@ class Hardware:
     @property
     def gpus_per_node(self) -> int:
         return self.cluster.gpus_per_node
+
+    @property
+    def nvlink_domain(self) -> int:
+        """GPUs in one NVLink (scale-up) domain (the node when the catalogue gives none)."""
+        return self.cluster.nvlink_domain or self.cluster.gpus_per_node
+
+    def domain_for(self, world_size: int) -> int:
+        """NVLink-domain size as a job of ``world_size`` GPUs sees it (what collective topology uses).
+
+        A job within one domain has a domain of its own size. A job over several domains whose size does
+        not divide it (128 GB200 on NVL72 racks) is spread over the fewest domains, ``ceil(N / domain)``,
+        in whole nodes as evenly as they go, and every domain is taken to hold the smallest share (128 ->
+        2 x 64, 200 -> 68 + 68 + 64 taken as 3 x 64): a synchronous collective runs at the pace of its
+        slowest group, so it is never costed as faster than on the least-filled domain. When the domain
+        equals the node (DGX/HGX, Perlmutter, Vista) this is ``min(gpus_per_node, world_size)``, as before.
+        """
+        d, unit = self.nvlink_domain, self.gpus_per_node
+        if world_size <= d or world_size % d == 0:
+            return min(d, world_size)
+        domains = -(-world_size // d)
+        return max(unit, (world_size // unit) // domains * unit)
 
     @property
     def price_usd_per_gpu_hour(self) -> float | None:
