@@ -30,7 +30,7 @@ from typing import Protocol
 from costmodel.core.kinds import COLLECTIVE_KINDS, Category, CostSource, Phase
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
-from costmodel.core.specs.plan import ParallelPlan
+from costmodel.core.specs.plan import ParallelPlan, account_for_splits
 from costmodel.cost.base import OperatorCostModel
 from costmodel.flops import hardware_flops_per_iteration, model_flops_per_iteration
 from costmodel.graph import GRAD_REDUCE_BYTES, OperatorGraph, StageGraph
@@ -195,6 +195,20 @@ class StageTimes:
     """One activation send between adjacent stages (0 without pipeline parallelism)."""
 
 
+def _layer_and_stage(st: StageGraph, times: Times, overlaps: bool) -> tuple[float, float, float, float, float, float]:
+    """(layer fwd, layer bwd, exposed fwd, exposed bwd, stage-ops fwd, stage-ops bwd) seconds of one micro-batch:
+    a layer's compute plus its exposed overlapped communication, and the stage's once-per-micro-batch ops."""
+    lf = phase_time(st.layer_ops, times, _FWD)
+    lb = phase_time(st.layer_ops, times, _BWD_RECOMPUTE)
+    of = phase_time(st.layer_overlap_ops, times, _FWD)
+    ob = phase_time(st.layer_overlap_ops, times, _BWD)
+    # overlapped comm (CP KV ring, ZeRO-3 prefetch) is exposed only beyond the layer's compute
+    # (all of it where communication shares the compute cores)
+    ef, eb = (max(0.0, of - lf), max(0.0, ob - lb)) if overlaps else (of, ob)
+    return (lf + ef, lb + eb, ef, eb, phase_time(st.stage_ops, times, _FWD),
+            phase_time(st.stage_ops, times, _BWD_RECOMPUTE))
+
+
 def stage_times(graph: OperatorGraph, times: Times, hardware: Hardware) -> StageTimes:
     """Sum operator times into per-stage forward/backward seconds per micro-batch."""
     overlaps = hardware.cluster.comm_overlaps_compute
@@ -203,15 +217,8 @@ def stage_times(graph: OperatorGraph, times: Times, hardware: Hardware) -> Stage
     for st in graph.stages:
         got = memo.get(st.signature) if st.signature else None
         if got is None:
-            lf = phase_time(st.layer_ops, times, _FWD)
-            lb = phase_time(st.layer_ops, times, _BWD_RECOMPUTE)
-            of = phase_time(st.layer_overlap_ops, times, _FWD)
-            ob = phase_time(st.layer_overlap_ops, times, _BWD)
-            # overlapped comm (CP KV ring, ZeRO-3 prefetch) is exposed only beyond the layer's compute
-            # (all of it where communication shares the compute cores)
-            ef, eb = (max(0.0, of - lf), max(0.0, ob - lb)) if overlaps else (of, ob)
-            got = (st.layers * (lf + ef) + phase_time(st.stage_ops, times, _FWD),
-                   st.layers * (lb + eb) + phase_time(st.stage_ops, times, _BWD_RECOMPUTE), ef, eb)
+            lf, lb, ef, eb, sf, sb = _layer_and_stage(st, times, overlaps)
+            got = (st.layers * lf + sf, st.layers * lb + sb, ef, eb)
             if st.signature:
                 memo[st.signature] = got
         fwd.append(got[0])
@@ -219,6 +226,55 @@ def stage_times(graph: OperatorGraph, times: Times, hardware: Hardware) -> Stage
         exposed.append((got[2], got[3]))
     p2p_s = times[graph.p2p.key()] if graph.p2p is not None else 0.0
     return StageTimes(tuple(fwd), tuple(bwd), tuple(exposed), p2p_s)
+
+
+def balanced_layer_split(graph: OperatorGraph, times: Times, hardware: Hardware, num_layers: int,
+                         top: int = 4) -> tuple[int, ...]:
+    """The Megatron-expressible split of ``num_layers`` (first and last stage sizes free, middle stages equal,
+    multiples of VPP, or an --account-for-embedding/loss split: costmodel.core.specs.plan) with the shortest
+    predicted pipeline, from one costing.
+
+    ``graph`` is any split of the plan (costed into ``times``): every stage runs the same layer, so a
+    stage's time per micro-batch is layers x (layer fwd + bwd) plus its once-per-micro-batch ops (embedding
+    on the first, final norm + LM head + loss on the last). Per middle size the first-stage sizes nearest to
+    balancing first against last are scored by the slowest stage; the ``top`` best go through the 1F1B
+    closed form (:func:`pipeline_time`), the shortest wins (ties: fewer layers on the last, then the first
+    stage). The per-iteration tail (a stage's DP gradient reduction and optimizer step, a few layers'
+    worth apart between candidates) is left out of the choice.
+    """
+    p, v, m = len(graph.stages), graph.vpp, graph.num_microbatches
+    if p == 1:
+        return (num_layers,)
+    overlaps = hardware.cluster.comm_overlaps_compute
+    lf, lb, _, _, f0, b0 = _layer_and_stage(graph.stages[0], times, overlaps)
+    *_, fl, bl = _layer_and_stage(graph.stages[-1], times, overlaps)
+    t, e0, el = lf + lb, f0 + b0, fl + bl
+    scored: list[tuple[float, int, int, int]] = []
+    for mid in ([] if num_layers % v else [0] if p == 2 else range(v, num_layers // (p - 2) + 1, v)):
+        rest = num_layers - mid * (p - 2)
+        if rest < 2 * v:
+            break
+        ideal = (rest * t + el - e0) / (2 * t) if t > 0 else rest / 2
+        lo = min(max(v, int(ideal // v) * v), rest - v)
+        for first in {lo, min(lo + v, rest - v)}:
+            last = rest - first
+            scored.append((max(first * t + e0, mid * t, last * t + el), last, first, mid))
+    for split in account_for_splits(num_layers, p, v):  # embedding / loss counted as a layer
+        first, mid, last = split[0], split[1] if p > 2 else 0, split[-1]
+        scored.append((max(first * t + e0, mid * t, last * t + el), last, first, mid))
+    if not scored:
+        raise ValueError(f"no Megatron-expressible split of {num_layers} layers over PP={p} x VPP={v}")
+    scored.sort()
+    best: tuple | None = None
+    p2p = times[graph.p2p.key()] if graph.p2p is not None else 0.0
+    for _, last, first, mid in scored[:top]:
+        fwd = [first * lf + f0] + [mid * lf] * (p - 2) + [last * lf + fl]
+        bwd = [first * lb + b0] + [mid * lb] * (p - 2) + [last * lb + bl]
+        key = (pipeline_time(fwd, bwd, m, v, p2p).time_s, last, first)
+        if best is None or key < best[0]:
+            best = (key, (first,) + (mid,) * (p - 2) + (last,))
+    assert best is not None
+    return best[1]
 
 
 # ------------------------------------------------------------------------------------- 3. pipeline

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from costmodel.core.errors import PlannerError
 from costmodel.core.kinds import describe_cost_sources
+from costmodel.core.specs.plan import describe_split
 from planner import cli_options as O
 from planner.calibrate import resolve_calibration
 from planner.predict import predict
@@ -40,7 +41,7 @@ def predict_request(req: PlanRequest, hardware_files: tuple = (), calibration=No
                    "mbs": plan.micro_batch_size, "gbs": plan.global_batch_size,
                    "seq_len": plan.seq_len, "num_microbatches": plan.num_microbatches,
                    "recompute": plan.recompute, "sequence_parallel": plan.sp, "zero": plan.zero,
-                   "dtype": plan.dtype}
+                   "dtype": plan.dtype, "layer_split": pred.layer_split}
     return out
 
 
@@ -95,6 +96,8 @@ def _render_table(rec: dict) -> None:
     t.add_row(escape("MFU [%]"), f"{100 * rec['mfu']:.1f}")
     t.add_row(escape("pipeline bubble [%]"), f"{100 * rec['bubble_fraction']:.1f}")
     t.add_row(escape("bottleneck"), rec["bottleneck"])
+    if rec.get("layer_split"):
+        t.add_row(escape("layers per stage"), describe_split(rec["layer_split"]))
     mem = rec["memory"]
     fits = "fits" if rec["fits_in_memory"] else "[red]DOES NOT FIT[/]"
     t.add_row(escape("memory per GPU [GiB]"), f"{rec['memory_gib_per_gpu']:.1f} ({fits}; peak on stage {mem['stage']})")

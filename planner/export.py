@@ -22,6 +22,7 @@ Sources:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -33,7 +34,7 @@ from costmodel.core.errors import PlannerError
 from costmodel.core.kinds import describe_cost_sources
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
-from costmodel.core.specs.plan import ParallelPlan
+from costmodel.core.specs.plan import ParallelPlan, account_for, chunk_layers
 
 if TYPE_CHECKING:  # planner.predict pulls in the cost model; exports only read a finished Prediction
     from planner.predict import Prediction
@@ -86,6 +87,25 @@ def _is_uneven(plan: ParallelPlan) -> bool:
     return plan.layer_split is not None and len(set(plan.layer_split)) > 1
 
 
+def megatron_layout(plan: ParallelPlan) -> str:
+    """The plan's split as Megatron-Core's --pipeline-model-parallel-layout string: stages separated by '|',
+    virtual stage a of pipeline rank b at position a*PP + b, 'E' the embedding, 't' a decoder layer, 'L' the
+    loss, 't*n' n layers, commas cosmetic (PipelineParallelLayerLayout docstring and parse_str_to_list,
+    NVIDIA/Megatron-LM megatron/core/transformer/pipeline_parallel_layer_layout.py). Each stage's layers are
+    split over its VPP chunks as :func:`costmodel.core.specs.plan.chunk_layers` says."""
+    stages = []
+    chunks = chunk_layers(plan.layer_split or (), plan.vpp)
+    for a in range(plan.vpp):
+        for b in range(plan.pp):
+            part = f"t*{chunks[a][b]}"
+            if a == 0 and b == 0:
+                part = "E," + part
+            if a == plan.vpp - 1 and b == plan.pp - 1:
+                part += ",L"
+            stages.append(part)
+    return "|".join(stages)
+
+
 def _header(title: str, model: ModelSpec, plan: ParallelPlan, hardware: Hardware,
             prediction: "Prediction | None") -> list[str]:
     lines = [f"# {title} for {model.name} on {plan.world_size} x {hardware.gpu.name} "
@@ -121,16 +141,21 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, iterations: int | None =
     if plan.sp:
         add("--sequence-parallel")
     uneven = _is_uneven(plan)
-    if uneven:
+    flags = account_for(plan.layer_split, plan.vpp) if uneven else None
+    if flags is not None and any(n % plan.vpp for n in plan.layer_split):
+        # chunks of a stage differ in size: only the account-for options build this split
+        if flags[0]:
+            add("--account-for-embedding-in-pipeline-split")
+        if flags[1]:
+            add("--account-for-loss-in-pipeline-split")
+    elif uneven:
         fl = _uneven_first_last(plan.layer_split)
         if fl is not None:
             add("--decoder-first-pipeline-num-layers", fl[0])
             add("--decoder-last-pipeline-num-layers", fl[1])
-        else:
-            notes.append(f"uneven layer split {list(plan.layer_split)} has unequal middle stages, which "
-                         "--decoder-first/last-pipeline-num-layers cannot express; write it as "
-                         "--pipeline-model-parallel-layout by hand")
-    if plan.vpp > 1:
+        else:  # unequal middle stages: only the layout expresses them (it also sets VPP: validate_args)
+            add("--pipeline-model-parallel-layout", megatron_layout(plan))
+    if plan.vpp > 1 and not (uneven and _uneven_first_last(plan.layer_split) is None):
         if uneven:  # validate_args: uneven PP needs --num-virtual-stages-per-pipeline-rank
             add("--num-virtual-stages-per-pipeline-rank", plan.vpp)
         else:
@@ -279,8 +304,16 @@ def nemo_config(model: ModelSpec, plan: ParallelPlan, iterations: int | None = N
         m["hidden_dropout"] = 0.0
         m["attention_dropout"] = 0.0
     if _is_uneven(plan):
-        notes.append(f"uneven layer split {list(plan.layer_split)} has no key in this NeMo config; "
-                     "NeMo splits layers evenly")
+        # Megatron-Core TransformerConfig fields (transformer_config.py), which NeMo's model config passes on
+        fl = _uneven_first_last(plan.layer_split)
+        flags = account_for(plan.layer_split, plan.vpp)
+        if flags is not None and any(n % plan.vpp for n in plan.layer_split):
+            m["account_for_embedding_in_pipeline_split"] = bool(flags[0])
+            m["account_for_loss_in_pipeline_split"] = bool(flags[1])
+        elif fl is not None:
+            m["num_layers_in_first_pipeline_stage"], m["num_layers_in_last_pipeline_stage"] = fl
+        else:
+            m["pipeline_model_parallel_layout"] = megatron_layout(plan)
     m["activations_checkpoint_granularity"] = None if plan.recompute == "none" else plan.recompute
     m["activations_checkpoint_method"] = "uniform" if plan.recompute == "full" else None
     m["activations_checkpoint_num_layers"] = 1 if plan.recompute == "full" else None
@@ -329,7 +362,7 @@ def torchtitan_config(model: ModelSpec, plan: ParallelPlan, iterations: int | No
         par["pipeline_parallel_schedule"] = "Interleaved1F1B" if plan.vpp > 1 else "1F1B"
         par["pipeline_parallel_microbatch_size"] = plan.micro_batch_size
         if _is_uneven(plan):
-            notes.append(f"uneven layer split {list(plan.layer_split)}: set the stage split points by hand")
+            par["module_fqns_per_model_part"] = torchtitan_model_parts(plan)
         elif plan.vpp > 1:
             par["pipeline_parallel_layers_per_stage"] = model.num_layers // (plan.pp * plan.vpp)
             notes.append("torchtitan versions that count the embedding/output as pipeline layers need those "
@@ -355,6 +388,26 @@ def torchtitan_config(model: ModelSpec, plan: ParallelPlan, iterations: int | No
         sections["model"] = {"converters": ["float8"]}
     sections.update({"training": training, "parallelism": par, "activation_checkpoint": ac})
     return sections, notes
+
+
+def torchtitan_model_parts(plan: ParallelPlan) -> list[list[str]]:
+    """torchtitan's ``module_fqns_per_model_part`` (torchtitan/config/job_config.py, Parallelism: "a list of
+    lists containing the FQNs of modules for each model chunk", e.g. [['tok_embeddings', 'layers.0'], ...]) for
+    the plan's split, chunks in virtual-stage order (chunk a of rank b is stage a*PP + b, torchtitan's looped
+    stage assignment); module names of torchtitan's Llama (tok_embeddings, layers.N, norm, output)."""
+    chunks = chunk_layers(plan.layer_split or (), plan.vpp)
+    parts = []
+    pos = 0
+    for a in range(plan.vpp):
+        for b in range(plan.pp):
+            part = [f"layers.{i}" for i in range(pos, pos + chunks[a][b])]
+            pos += chunks[a][b]
+            if a == 0 and b == 0:
+                part.insert(0, "tok_embeddings")
+            if a == plan.vpp - 1 and b == plan.pp - 1:
+                part += ["norm", "output"]
+            parts.append(part)
+    return parts
 
 
 def _toml_value(v) -> str:
@@ -459,8 +512,13 @@ def export_plan(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, predic
     """Launcher settings for one plan as text. ``fmt``: megatron, nemo, torchtitan, slurm or all.
 
     ``slurm`` needs ``prediction`` and ``iterations`` for its time limit (``all`` writes the script without
-    ``--time`` and says why).
+    ``--time`` and says why). A plan whose layers PP x VPP does not divide is exported with the split the
+    prediction chose (``prediction.layer_split``), else with the count-based default split.
     """
+    if plan.needs_layer_split(model.num_layers):
+        split = prediction.layer_split if prediction is not None and prediction.layer_split else \
+            plan.stage_layers(model.num_layers)
+        plan = dataclasses.replace(plan, layer_split=tuple(split))
     _check(model, plan, fmt, iterations, margin, job_name)
     if cpus_per_task is not None and (isinstance(cpus_per_task, bool) or not isinstance(cpus_per_task, int)
                                       or cpus_per_task <= 0):

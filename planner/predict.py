@@ -10,7 +10,7 @@ taken on the stage that finishes last. :class:`Prediction` is what planner repor
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from typing import Protocol
 
@@ -18,6 +18,7 @@ from costmodel.compose import (
     GIB,
     Composition,
     CompositionConstants,
+    balanced_layer_split,
     compose,
     compose_iteration_time,
     corun_slowdown,
@@ -88,6 +89,10 @@ class Prediction:
     (:func:`costmodel.core.kinds.describe_cost_sources` words them)."""
     bottleneck: str = ""
     """Largest of compute, bubble, exposed tp/dp/pp/zero/cp communication, optimizer."""
+    layer_split: list | None = None
+    """Layers per pipeline stage when the split is uneven: the request's, or, when PP x VPP does not divide
+    the layers, the Megatron-expressible split chosen to minimise the predicted pipeline
+    (:func:`costmodel.compose.balanced_layer_split`); None = even split."""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -124,7 +129,10 @@ def prediction_from_times(model: ModelSpec, plan: ParallelPlan, hardware: Hardwa
     """The Prediction for already costed (and, if wanted, calibration-scaled) operator ``times`` of ``graph``
     (no prediction interval); ``warnings`` come first in its warnings."""
     comp = compose(model, plan, hardware, graph, times, calibration)
-    return _prediction(comp, warnings, cost_model, cost_sources or {})
+    pred = _prediction(comp, warnings, cost_model, cost_sources or {})
+    if plan.layer_split is not None:
+        pred.layer_split = list(plan.layer_split)
+    return pred
 
 
 def predict(model: ModelSpec, plan: ParallelPlan, hardware: Hardware,
@@ -141,6 +149,15 @@ def predict(model: ModelSpec, plan: ParallelPlan, hardware: Hardware,
     cost_model = cost_model or default_cost_model()
     graph = build_graph(model, plan)
     times = corun_slowdown(plan, hardware, cost_operators(graph, hardware, cost_model))
+    if plan.needs_layer_split(model.num_layers):
+        # PP x VPP does not divide the layers: cost the count-based default split once, choose the split
+        # with the shortest predicted pipeline from its per-layer and per-stage times, predict that one
+        scaled = times.scaled(calibration.scale_times) if calibration is not None else times
+        split = balanced_layer_split(graph, scaled.time_s, hardware, model.num_layers)
+        plan = replace(plan, layer_split=split)
+        if split != tuple(st.layers for st in graph.stages):
+            graph = build_graph(model, plan)
+            times = corun_slowdown(plan, hardware, cost_operators(graph, hardware, cost_model))
     warnings = list(times.warnings)
     unread = model.extra.get("unread_keys") if isinstance(model.extra, dict) else None
     if unread:

@@ -98,11 +98,11 @@ def test_megatron_uneven_split_cp_fp8():
     for absent in ("--recompute-granularity", "--use-distributed-optimizer", "--overlap-param-gather",
                    "--num-layers-per-virtual-pipeline-stage"):
         assert absent not in f
-    # unequal middle stages: not expressible with first/last flags -> a comment, no flag
+    # unequal middle stages: not expressible with first/last flags -> --pipeline-model-parallel-layout
     p2 = dataclasses.replace(p, layer_split=(10, 8, 7, 7))
     text = export_plan(LLAMA, p2, HW, None, "megatron")
     assert "--decoder-first-pipeline-num-layers" not in shlex.split(text, comments=True)
-    assert "NOTE: uneven layer split [10, 8, 7, 7]" in text
+    assert _megatron(LLAMA, p2)["--pipeline-model-parallel-layout"] == "E,t*10|t*8|t*7|t*7,L"
     # uneven + VPP: validate_args wants --num-virtual-stages-per-pipeline-rank
     p3 = plan(gpus=64, gpn=8, gbs=64, seq=4096, tp=2, pp=4, vpp=2, layer_split=(10, 6, 6, 10))
     f3 = _megatron(LLAMA, p3)

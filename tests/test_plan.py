@@ -13,14 +13,14 @@ def test_valid_plan_derives_dp_and_microbatches():
 
 
 def test_error_lists_every_problem_and_every_factor():
-    bad = plan(gpus=48, gpn=8, gbs=100, tp=3, pp=5, micro_batch_size=2)
+    bad = plan(gpus=48, gpn=8, gbs=100, tp=3, pp=5, vpp=3, micro_batch_size=2)
     with pytest.raises(PlanError) as exc:
         bad.validate(llama())
     msg = str(exc.value)
-    for needle in ("heads=32 must be a multiple of TP=3", "layers=32 must be a multiple of PP*VPP",
+    for needle in ("heads=32 must be a multiple of TP=3", "layers=32 with VPP=3",
                    "must divide GPUs=48", "KV heads=32"):
         assert needle in msg, needle
-    for factor in ("GPUs=48", "TP=3", "PP=5", "CP=1", "DP=", "VPP=1", "MBS=2", "GBS=100", "seq_len=2048"):
+    for factor in ("GPUs=48", "TP=3", "PP=5", "CP=1", "DP=", "VPP=3", "MBS=2", "GBS=100", "seq_len=2048"):
         assert factor in msg, factor
 
 
@@ -48,8 +48,10 @@ def test_bad_values(field, value):
 
 def test_uneven_layer_split():
     m = llama(layers=30)
-    with pytest.raises(PlanError, match="layers=30 must be a multiple of PP"):
-        plan(gpus=32, gpn=8, gbs=64, pp=4).validate(m)
+    # no split given: valid (Megatron's first/last-stage split; predict chooses one), count-based default
+    assert plan(gpus=32, gpn=8, gbs=64, pp=4).validate(m).stage_layers(30) == (7, 8, 8, 7)
+    with pytest.raises(PlanError, match="layers=30 are fewer than PP"):
+        plan(gpus=32, gpn=32, gbs=64, pp=32).validate(m)
     p = plan(gpus=32, gpn=8, gbs=64, pp=4, layer_split=(8, 8, 7, 7)).validate(m)
     assert p.stage_layers(30) == (8, 8, 7, 7)
     with pytest.raises(PlanError, match="layer_split"):

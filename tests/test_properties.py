@@ -166,6 +166,9 @@ def test_memory_never_grows_with_tp_or_pp(s, axis):
     model, plan, gpu = s
     bigger = _with(plan, **{axis: getattr(plan, axis) * 2}, world_size=plan.world_size * 2)
     assume(not bigger.problems(model))
+    # only for even splits: an uneven one (PP not dividing the layers) may give the first stage, which holds
+    # PP micro-batches of activations, more than 1/PP of the layers (3 layers over PP=2: 2 + 1)
+    assume(not bigger.needs_layer_split(model.num_layers) and not plan.needs_layer_split(model.num_layers))
     m1 = _pred(model, plan, gpu).memory_gib_per_gpu
     m2 = _pred(model, bigger, gpu).memory_gib_per_gpu
     assert m2 <= m1 * (1 + REL), (axis, m1, m2)

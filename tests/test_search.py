@@ -64,9 +64,11 @@ def test_factorizations_counted_by_hand(cat):
     assert len(factorizations(_toy(), make_target(hw4, 8), space)) == 9
     allowed = space.override(allow_tp_across_nodes=True)
     assert len(factorizations(_toy(), make_target(hw4, 8), allowed)) == 10
-    # PP must divide the 8 layers: PP=3 never appears; TP must divide the 8 heads
-    odd = SearchSpace("t", tp=(1, 3), pp=(1, 3), cp=(1,))
-    assert factorizations(_toy(), make_target(cat.resolve("a100-80gb", gpus_per_node=9), 9), odd) == [(1, 1, 1)]
+    # PP=3 does not divide the 8 layers but stays (uneven Megatron split, e.g. 3+3+2); TP must divide the 8 heads;
+    # PP above the layer count never appears
+    odd = SearchSpace("t", tp=(1, 3), pp=(1, 3, 9), cp=(1,))
+    assert factorizations(_toy(), make_target(cat.resolve("a100-80gb", gpus_per_node=9), 9), odd) == [(1, 1, 1),
+                                                                                                      (1, 3, 1)]
 
 
 def test_enumeration_counted_by_hand(cat):

@@ -32,6 +32,7 @@ from planner.search.space import (
     default_global_batch,
     dimension_choices,
     enumerate_candidates,
+    factorization_problem,
     make_target,
     neighbours,
     suggest_candidate,
@@ -634,7 +635,8 @@ def no_fit_message(result: SearchResult, gbs_given: bool = False) -> str:
     p = result.problem
     mem = result.counts.get("memory", 0)
     if mem == 0:
-        reason = result.reasons[0][0] if result.reasons else "the space has no valid factorization"
+        reason = result.reasons[0][0] if result.reasons else \
+            factorization_problem(p.model, p.targets[0], p.space)
         return (f"no valid plan in the space for {p.model.name} on {p.targets[0].label()}; most common reason: "
                 f"{reason}. Widen --tp/--pp/--mbs or change --gbs/--gpus.")
     gpu = p.targets[0].hardware.gpu

@@ -7,10 +7,12 @@ makes the second pass free), so the rows add up to the stage times predict compo
 
 from __future__ import annotations
 
+import dataclasses
+
 from costmodel.core.kinds import describe_cost_sources
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
-from costmodel.core.specs.plan import ParallelPlan
+from costmodel.core.specs.plan import ParallelPlan, describe_split
 from costmodel.cost.base import OperatorCostModel
 from costmodel.graph import build_graph
 from planner.predict import default_cost_model, predict
@@ -24,6 +26,8 @@ def explain_plan(model: ModelSpec, plan: ParallelPlan, hardware: Hardware,
     with ``overlapped`` = True; only its part beyond the layer's compute is on the critical path."""
     cost_model = cost_model or default_cost_model()
     pred = predict(model, plan, hardware, cost_model)
+    if pred.layer_split is not None:  # the split predict used (chosen when PP x VPP does not divide the layers)
+        plan = dataclasses.replace(plan, layer_split=tuple(pred.layer_split))
     graph = build_graph(model, plan)
     m = graph.num_microbatches
     stages = []
@@ -51,7 +55,8 @@ def explain_plan(model: ModelSpec, plan: ParallelPlan, hardware: Hardware,
                        "phases_s": phases,
                        "operators": sorted(rows.values(), key=lambda r: -r["time_per_iteration_s"])})
     return {"model": model.name, "gpu": hardware.gpu.name, "cluster": hardware.cluster.name,
-            "plan": plan.factors(), "num_microbatches": m, "prediction": pred.to_dict(), "stages": stages}
+            "plan": plan.factors(), "layer_split": pred.layer_split,
+            "num_microbatches": m, "prediction": pred.to_dict(), "stages": stages}
 
 
 def distinct_stages(stages: list[dict]) -> list[list[int]]:
@@ -70,7 +75,8 @@ def render_explanation(ex: dict, console, top: int = 15) -> None:
     from rich.table import Table
 
     pred = ex["prediction"]
-    console.print(f"[bold]{ex['model']}[/] on {ex['gpu']} ({ex['cluster']}): {escape(ex['plan'])}")
+    split = f"  layers per stage: {describe_split(ex['layer_split'])}" if ex.get("layer_split") else ""
+    console.print(f"[bold]{ex['model']}[/] on {ex['gpu']} ({ex['cluster']}): {escape(ex['plan'])}{split}")
     lo, hi = pred.get("iteration_time_low_s"), pred.get("iteration_time_high_s")
     sources = describe_cost_sources(pred.get("cost_sources") or {}, pred["cost_model"])
     interval = f" [{lo:.3f}-{hi:.3f}]" if lo is not None and hi is not None else ""

@@ -8,6 +8,7 @@ sampler that proposes the same plan twice costs one prediction.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -107,6 +108,14 @@ class Evaluator:
         p = self.problem
         target = p.targets[cand.target]
         pred = predict(p.model, plan, target.hardware, self.cost_model)
+        if pred.layer_split is not None and plan.layer_split is None:
+            # the split predict chose (PP x VPP does not divide the layers): check memory with it
+            plan = dataclasses.replace(plan, layer_split=tuple(pred.layer_split))
+            gpu = target.hardware.gpu
+            mem = memory_per_gpu(p.model, plan, gpu)
+            if not fits_in_memory(mem, gpu, p.space.memory_headroom):
+                usable = gpu.hbm_bytes * (1.0 - p.space.memory_headroom)
+                return Evaluation("memory", f"needs more than {gpu.hbm_gb:g} GB per GPU", mem.total / usable - 1.0)
         rec = make_record(p, target, plan, pred, p.price(target.hardware))
         return Evaluation("ok", "", 0.0, rec)
 

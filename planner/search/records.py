@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 
 from costmodel.core.kinds import describe_cost_sources
-from costmodel.core.specs.plan import ParallelPlan
+from costmodel.core.specs.plan import ParallelPlan, describe_split
 
 GIB = 1024**3
 
@@ -92,13 +92,17 @@ class PlanRecord:
     equivalent: list = field(default_factory=list)
     """Other plans folded into this row: same allocation, batch, predicted time and memory (how each differs,
     e.g. 'recompute=selective'; planner.search.engine.ranked_distinct)."""
+    layer_split: list | None = None
+    """Layers per pipeline stage when uneven (Prediction.layer_split: chosen when PP x VPP does not divide
+    the layers); None = even."""
 
     def to_plan(self) -> ParallelPlan:
         """The ParallelPlan this record describes."""
         return ParallelPlan(world_size=self.gpus, gpus_per_node=self.gpus_per_node, global_batch_size=self.gbs,
                             seq_len=self.seq_len, tp=self.tp, pp=self.pp, cp=self.cp, vpp=self.vpp,
                             micro_batch_size=self.mbs, recompute=self.recompute,
-                            sequence_parallel=self.sequence_parallel, zero=self.zero, dtype=self.dtype)
+                            sequence_parallel=self.sequence_parallel, zero=self.zero, dtype=self.dtype,
+                            layer_split=tuple(self.layer_split) if self.layer_split else None)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -131,7 +135,8 @@ def make_record(problem, target, plan: ParallelPlan, pred, price: float | None) 
         model_tflops_per_gpu=pred.model_tflops_per_gpu, memory_gib_per_gpu=pred.memory_gib_per_gpu,
         memory_limit_gib=target.hardware.gpu.hbm_bytes / GIB, price_usd_per_gpu_hour=price,
         usd_per_mtoken=usd_per_mtoken, time_to_train_s=ttt, cost_to_train_usd=ctt, bottleneck=pred.bottleneck,
-        bubble_fraction=pred.bubble_fraction, cost_model=pred.cost_model, cost_sources=dict(pred.cost_sources))
+        bubble_fraction=pred.bubble_fraction, cost_model=pred.cost_model, cost_sources=dict(pred.cost_sources),
+        layer_split=pred.layer_split)
 
 
 # ----------------------------------------------------------------------------------- ranking
@@ -203,6 +208,7 @@ CSV_COLUMNS: list[tuple[str, object]] = [
     ("GPUs", lambda r, m: r.gpus),
     ("DP", lambda r, m: r.dp),
     ("VPP", lambda r, m: r.vpp),
+    ("Layers per Stage", lambda r, m: " ".join(map(str, r.layer_split)) if r.layer_split else ""),
     ("Recompute", lambda r, m: r.recompute),
     ("Sequence Parallel", lambda r, m: r.sequence_parallel),
     ("ZeRO", lambda r, m: r.zero),
@@ -257,6 +263,11 @@ def _time_cell(r: PlanRecord) -> str:
     return t
 
 
+def _pp_cell(r: PlanRecord) -> str:
+    """PP, with the layers per stage when the split is uneven, e.g. '16 (8x15,6)'."""
+    return f"{r.pp} ({describe_split(r.layer_split)})" if r.layer_split and len(set(r.layer_split)) > 1 else str(r.pp)
+
+
 def display_rows(records: list[PlanRecord], with_train: bool = False) -> tuple[list[str], list[list[str]]]:
     """Header and string cells of the ranked table (shared by the rich table and Markdown)."""
     head = ["#", "GPU", "nodes x GPUs/node", "TP", "PP", "DP", "CP", "VPP", "MBS", "GBS (tokens)", "recompute", "ZeRO",
@@ -265,7 +276,7 @@ def display_rows(records: list[PlanRecord], with_train: bool = False) -> tuple[l
         head[-1:-1] = ["time to train", "cost to train [$]"]
     rows = []
     for r in records:
-        row = [f"{r.rank}{'*' if r.pareto else ''}", r.gpu, f"{r.nodes} x {r.gpus_per_node}", str(r.tp), str(r.pp),
+        row = [f"{r.rank}{'*' if r.pareto else ''}", r.gpu, f"{r.nodes} x {r.gpus_per_node}", str(r.tp), _pp_cell(r),
                str(r.dp), str(r.cp), str(r.vpp), str(r.mbs), batch_text(r.gbs, r.seq_len), r.recompute, str(r.zero),
                _time_cell(r),
                f"{r.tokens_per_s:,.0f}", f"{100 * r.mfu:.1f}",

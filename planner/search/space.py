@@ -23,7 +23,7 @@ import search_spaces
 from costmodel.core.errors import PlannerError
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
-from costmodel.core.specs.plan import DTYPES, RECOMPUTE_MODES, ParallelPlan
+from costmodel.core.specs.plan import DTYPES, RECOMPUTE_MODES, ParallelPlan, uneven_split_problem
 from costmodel.memory import DEFAULT_HEADROOM
 from planner.requests import DEFAULT_BATCH_TOKENS, search_batch
 
@@ -283,19 +283,42 @@ def _tp_ok(model: ModelSpec, tp: int) -> bool:
             and model.ffn_hidden_size % tp == 0)
 
 
+def _vpp_ok(model: ModelSpec, pp: int, vpp: int) -> bool:
+    """VPP chunks per stage that a (possibly uneven) Megatron split of the layers over PP stages allows."""
+    return uneven_split_problem(model.num_layers, pp, vpp) is None
+
+
 def factorizations(model: ModelSpec, target: Target, space: SearchSpace) -> list[tuple[int, int, int]]:
     """Valid (TP, PP, CP) degrees for one target: TP*PP*CP divides the GPU count, TP splits the heads
-    and stays within a node (unless allowed), PP divides the layers, CP splits the sequence."""
+    and stays within a node (unless allowed), PP is at most the layer count (a PP that does not divide the
+    layers gets an uneven Megatron split, chosen when the plan is predicted)."""
     world, gpn = target.world_size, target.gpus_per_node
     out = []
     for tp, pp, cp in itertools.product(space.tp, space.pp, space.cp):
         mp = tp * pp * cp
-        if world % mp or not _tp_ok(model, tp) or model.num_layers % pp:
+        if world % mp or not _tp_ok(model, tp) or pp > model.num_layers:
             continue
         if tp > gpn and not space.allow_tp_across_nodes:
             continue
         out.append((tp, pp, cp))
     return out
+
+
+def factorization_problem(model: ModelSpec, target: Target, space: SearchSpace) -> str:
+    """Why no (TP, PP, CP) of the space is valid for a target: each rule with the degrees it rules out."""
+    world, gpn = target.world_size, target.gpus_per_node
+    rules = {"TP*PP*CP must divide the GPU count": [], f"TP must split the {model.num_heads} heads, "
+             f"{model.num_kv_heads} KV heads and FFN width": [], f"TP must stay within a node of {gpn} GPUs "
+             "(--allow-tp-across-nodes)": [], f"PP must be at most the {model.num_layers} layers": []}
+    names = list(rules)
+    for tp, pp, cp in itertools.product(space.tp, space.pp, space.cp):
+        for name, bad in zip(names, (world % (tp * pp * cp) != 0, not _tp_ok(model, tp),
+                                     tp > gpn and not space.allow_tp_across_nodes, pp > model.num_layers)):
+            if bad:
+                rules[name].append(f"{tp}x{pp}x{cp}")
+    broken = [f"{name} (rules out TPxPPxCP {', '.join(v[:4])}{' ...' if len(v) > 4 else ''})"
+              for name, v in rules.items() if v]
+    return f"no valid factorization of {world} GPUs: " + "; ".join(broken)
 
 
 def enumerate_candidates(problem: SearchProblem) -> Iterator[Candidate]:
@@ -305,7 +328,7 @@ def enumerate_candidates(problem: SearchProblem) -> Iterator[Candidate]:
     rest = list(itertools.product(sp.mbs, sp.recompute, sp.sequence_parallel, sp.zero, sp.dtype))
     for ti, target in enumerate(problem.targets):
         for tp, pp, cp in factorizations(problem.model, target, sp):
-            vpps = [v for v in sp.vpp if v == 1 or (pp > 1 and problem.model.num_layers % (pp * v) == 0)]
+            vpps = [v for v in sp.vpp if v == 1 or (pp > 1 and _vpp_ok(problem.model, pp, v))]
             for vpp in vpps:
                 for mbs, rc, seqp, zero, dt in rest:
                     if tp == 1 and seqp and False in sp.sequence_parallel:
@@ -318,6 +341,7 @@ def dimension_choices(problem: SearchProblem) -> dict[str, list]:
     one valid factorization, the space's other dimensions as listed. VPP is conditional on PP: one
     dimension ``vpp@pp<P>`` per PP > 1 holding the chunk counts that divide that stage's layers (define-
     by-run, so PP = 1 trials spend nothing on VPP). Empty when no factorization is valid."""
+    # (chunk counts: every stage must hold a multiple of VPP layers, costmodel.core.specs.plan)
     sp = problem.space
     facts = [(ti, f) for ti, t in enumerate(problem.targets) for f in factorizations(problem.model, t, sp)]
     if not facts:
@@ -326,7 +350,7 @@ def dimension_choices(problem: SearchProblem) -> dict[str, list]:
     out: dict[str, list] = {"target": sorted({ti for ti, _ in facts}), **used}
     for p in used["pp"]:
         if p > 1:
-            out[f"vpp@pp{p}"] = sorted(v for v in sp.vpp if v == 1 or problem.model.num_layers % (p * v) == 0) or [1]
+            out[f"vpp@pp{p}"] = sorted(v for v in sp.vpp if v == 1 or _vpp_ok(problem.model, p, v)) or [1]
     out.update({"mbs": sorted(sp.mbs), "recompute": [r for r in RECOMPUTE_MODES if r in sp.recompute],
                 "sequence_parallel": list(sp.sequence_parallel), "zero": sorted(sp.zero), "dtype": list(sp.dtype)})
     return out

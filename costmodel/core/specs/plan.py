@@ -81,10 +81,18 @@ class ParallelPlan:
         return self.sequence_parallel and self.tp > 1
 
     def stage_layers(self, num_layers: int) -> tuple[int, ...]:
-        """Layers held by each pipeline stage (all virtual chunks together)."""
+        """Layers held by each pipeline stage (all virtual chunks together): ``layer_split`` when given,
+        the even split when PP x VPP divides the layers, else :func:`default_layer_split` (planner's
+        predict replaces it by the split that minimises the predicted iteration)."""
         if self.layer_split is not None:
             return tuple(self.layer_split)
-        return tuple([num_layers // self.pp] * self.pp)
+        if num_layers % (self.pp * self.vpp) == 0:
+            return tuple([num_layers // self.pp] * self.pp)
+        return default_layer_split(num_layers, self.pp, self.vpp) or tuple([num_layers // self.pp] * self.pp)
+
+    def needs_layer_split(self, num_layers: int) -> bool:
+        """True when no split is given and PP x VPP does not divide the layers (an uneven split is chosen)."""
+        return self.layer_split is None and num_layers % (self.pp * self.vpp) != 0
 
     # ------------------------------------------------------------ validation
     def factors(self) -> str:
@@ -139,12 +147,15 @@ class ParallelPlan:
                 if len(self.layer_split) != self.pp or sum(self.layer_split) != model.num_layers:
                     p.append(f"layer_split={list(self.layer_split)} must have PP={self.pp} entries summing to "
                              f"layers={model.num_layers}")
-                elif any(x <= 0 or x % self.vpp for x in self.layer_split):
+                elif any(x <= 0 for x in self.layer_split) or (any(x % self.vpp for x in self.layer_split)
+                                                                and account_for(self.layer_split, self.vpp) is None):
                     p.append(f"every entry of layer_split={list(self.layer_split)} must be a positive multiple "
-                             f"of VPP={self.vpp}")
+                             f"of VPP={self.vpp} (Megatron's first/last-stage rule), or the split must be the one "
+                             "--account-for-embedding/loss-in-pipeline-split builds")
             elif model.num_layers % (self.pp * self.vpp) != 0:
-                p.append(f"layers={model.num_layers} must be a multiple of PP*VPP = {self.pp}*{self.vpp} = "
-                         f"{self.pp * self.vpp} (or give an uneven layer_split)")
+                why = uneven_split_problem(model.num_layers, self.pp, self.vpp)
+                if why:
+                    p.append(why)
         return p
 
     def validate(self, model: ModelSpec | None = None) -> "ParallelPlan":
@@ -152,3 +163,149 @@ class ParallelPlan:
         if problems:
             raise PlanError("invalid parallel plan: " + "; ".join(problems) + f". Factors: {self.factors()}.")
         return self
+
+
+# ------------------------------------------------------------------------------- uneven pipeline stages
+# Megatron-Core's uneven pipeline split (NVIDIA/Megatron-LM megatron/core/transformer/transformer_config.py,
+# TransformerConfig.__post_init__ "Uneven PP"; flags --decoder-first-pipeline-num-layers and
+# --decoder-last-pipeline-num-layers, megatron/training/arguments.py at commit 000c4ac24f61):
+#   * num_layers_in_first_pipeline_stage / ..._last_... "must be larger than 0" and, with a virtual pipeline,
+#     "must be divisible by virtual pipeline parallel degree";
+#   * the remaining layers "must be divisible by the middle pipeline model parallel size" (PP minus the
+#     stages given), and "number of layers on each middle pipeline rank ... must be divisible by virtual
+#     pipeline parallel degree".
+# --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split count the embedding /
+# loss as one more layer: (layers + 1 + 1) % PP == 0, so the first and last stage hold one layer less than
+# the middle ones (with VPP their first/last chunk is shorter); with VPP = 1 that split is one of the
+# first/last splits above, so enumerating those covers it. Within a stage, planner's timeline gives every
+# virtual chunk 1/VPP of the stage's layers, which is how Megatron builds first/last-stage chunks
+# (their layer counts are multiples of VPP).
+
+
+def layer_split_candidates(num_layers: int, pp: int, vpp: int = 1) -> list[tuple[int, ...]]:
+    """Every split of ``num_layers`` over ``pp`` stages that Megatron's first/last-stage flags express with
+    equal middle stages, every stage holding a positive multiple of ``vpp`` layers (rules above).
+
+    For 3+ stages only the two first-stage sizes nearest to balance per middle size are needed by
+    :func:`costmodel.compose.balanced_layer_split`; this function lists them all (tests, small inputs)."""
+    out: list[tuple[int, ...]] = []
+    if pp < 1 or vpp < 1:
+        return out
+    if pp == 1:
+        return [(num_layers,)]
+    mids = [] if num_layers % vpp else [0] if pp == 2 else range(vpp, num_layers + 1, vpp)
+    for mid in mids:
+        rest = num_layers - mid * (pp - 2)
+        for first in range(vpp, rest - vpp + 1, vpp):
+            out.append((first,) + (mid,) * (pp - 2) + (rest - first,))
+    return out + [s for s in account_for_splits(num_layers, pp, vpp) if s not in out]
+
+
+def account_for_splits(num_layers: int, pp: int, vpp: int = 1) -> list[tuple[int, ...]]:
+    """The splits of --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split (one or
+    both): the embedding / loss counts as a layer, (layers + e + l) % PP == 0 and, with VPP, the layers per
+    rank (counting them) % VPP == 0 (TransformerConfig.__post_init__); the first / last stage holds one
+    layer less, in its first / last chunk."""
+    out: list[tuple[int, ...]] = []
+    if pp < 2:
+        return out
+    for e, loss in ((1, 1), (1, 0), (0, 1)):
+        total = num_layers + e + loss
+        per = total // pp
+        if total % pp == 0 and per % vpp == 0 and per - max(e, loss) > 0:
+            out.append((per - e,) + (per,) * (pp - 2) + (per - loss,))
+    return out
+
+
+def account_for(split: tuple[int, ...] | list[int], vpp: int = 1) -> tuple[int, int] | None:
+    """(embedding, loss) flags (1 = set) of the --account-for-*-in-pipeline-split options that build
+    ``split``, or None when none does (the flags with both unset are the even split, not reported)."""
+    pp, total = len(split), sum(split)
+    for e, loss in ((1, 1), (1, 0), (0, 1)):
+        per = (total + e + loss) // pp
+        if pp >= 2 and (total + e + loss) % pp == 0 and per % vpp == 0 and \
+                tuple(split) == (per - e,) + (per,) * (pp - 2) + (per - loss,):
+            return e, loss
+    return None
+
+
+def chunk_layers(split: tuple[int, ...] | list[int], vpp: int = 1) -> list[list[int]]:
+    """Layers of each virtual chunk, [chunk a][stage b] (virtual stage a*PP + b): a stage's layers split evenly
+    over its chunks, except the account-for splits, whose first chunk of the first stage / last chunk of the
+    last stage holds one layer less (the embedding / loss takes its place)."""
+    pp = len(split)
+    flags = account_for(split, vpp) if any(n % vpp for n in split) else None
+    out = []
+    for a in range(vpp):
+        row = []
+        for b, n in enumerate(split):
+            if flags is None:
+                row.append(n // vpp)
+            else:
+                per = (n + (flags[0] if b == 0 else 0) + (flags[1] if b == pp - 1 else 0)) // vpp
+                row.append(per - (flags[0] if (a, b) == (0, 0) else 0)
+                           - (flags[1] if (a, b) == (vpp - 1, pp - 1) else 0))
+        out.append(row)
+    return out
+
+
+def uneven_split_problem(num_layers: int, pp: int, vpp: int = 1) -> str | None:
+    """Why no Megatron-expressible split of ``num_layers`` over PP x VPP exists (None when one does)."""
+    if num_layers % vpp and not account_for_splits(num_layers, pp, vpp):
+        return (f"layers={num_layers} with VPP={vpp}: Megatron's uneven pipeline split needs every stage to hold a "
+                f"multiple of VPP layers (--decoder-first/last-pipeline-num-layers must be divisible by the virtual "
+                "pipeline degree), so the layers must be a multiple of VPP, or, counting the embedding and/or loss "
+                "as a layer (--account-for-embedding/loss-in-pipeline-split), the layers per stage; choose another VPP")
+    if num_layers < pp * vpp:
+        return (f"layers={num_layers} are fewer than PP*VPP = {pp}*{vpp} = {pp * vpp}: every pipeline stage needs at "
+                "least VPP layers; lower PP or VPP")
+    return None
+
+
+def default_layer_split(num_layers: int, pp: int, vpp: int = 1) -> tuple[int, ...] | None:
+    """The split by layer count alone (no timing): Megatron's account-for-embedding-and-loss rule, i.e. the
+    embedding and the loss each weigh one layer, over the expressible splits; the smallest largest stage,
+    then the fewest layers on the last stage, then on the first. None when no split exists. Used where no
+    cost model is at hand (memory checks); prediction balances by predicted stage time instead."""
+    if uneven_split_problem(num_layers, pp, vpp):
+        return None
+    if pp == 1:
+        return (num_layers,)
+    best = None
+    for split in _near_even_splits(num_layers, pp, vpp):
+        key = (max(split[0] + 1, split[-1] + 1, split[1] if pp > 2 else 0), split[-1], split[0])
+        if best is None or key < best[0]:
+            best = (key, split)
+    return best[1] if best else None
+
+
+def _near_even_splits(num_layers: int, pp: int, vpp: int) -> list[tuple[int, ...]]:
+    """Expressible splits whose middle stages hold within one VPP step of the even share (the rest can
+    only be worse for a count-based balance)."""
+    if pp == 2:
+        return layer_split_candidates(num_layers, pp, vpp)
+    even = num_layers / pp
+    out = account_for_splits(num_layers, pp, vpp)
+    if num_layers % vpp:
+        return out
+    for mid in range(max(vpp, int(even // vpp) * vpp - vpp), int(even) + 2 * vpp, vpp):
+        rest = num_layers - mid * (pp - 2)
+        for first in range(vpp, rest - vpp + 1, vpp):
+            if abs(first - mid) <= 2 * vpp and abs(rest - first - mid) <= 2 * vpp:
+                out.append((first,) + (mid,) * (pp - 2) + (rest - first,))
+    return out
+
+
+def describe_split(split: tuple[int, ...] | list[int] | None) -> str:
+    """Compact text of a split, runs collapsed: (7, 8, ..., 8, 7) -> '7,8x14,7'; '' for None."""
+    if not split:
+        return ""
+    parts: list[str] = []
+    i = 0
+    while i < len(split):
+        j = i
+        while j < len(split) and split[j] == split[i]:
+            j += 1
+        parts.append(f"{split[i]}x{j - i}" if j - i > 1 else str(split[i]))
+        i = j
+    return ",".join(parts)
