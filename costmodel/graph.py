@@ -6,7 +6,10 @@ attention-out / MLP-down; Korthikanti et al. 2022 §4.2.2 for sequence paralleli
 x:[m,k], W:[n,k], dgrad dx = dy W is (m, k, n) and wgrad dW = dy^T x is (n, k, m) in (M, N, K) order.
 
 Rank order is Megatron's default tp-cp-dp-pp (tensor-parallel ranks adjacent), which decides which
-collective groups cross node boundaries.
+collective groups cross NVLink-domain boundaries: a collective's features ``nodes`` / ``ranks_per_node``
+(costmodel/core/kinds.py) count NVLink (scale-up) domains and ranks per domain (``plan.domain``: the node
+on DGX/HGX-class clusters, the 72-GPU rack of 4-GPU trays on NVL72), so groups inside a domain get the
+NVLink figures and groups across domains the scale-out network.
 
 Every per-layer and per-stage operator here is per micro-batch and per GPU; DP/optimizer operators
 are per iteration.
@@ -39,14 +42,29 @@ CE_ALLREDUCES = 3
 (megatron/core/tensor_parallel/cross_entropy.py), each of tokens x 4 bytes."""
 
 
-def group_topology(size: int, stride: int, gpus_per_node: int) -> tuple[int, int]:
-    """(nodes spanned, ranks per node) of a process group of ``size`` ranks spaced ``stride`` apart."""
+def group_topology(size: int, stride: int, domain: int) -> tuple[int, int]:
+    """(NVLink domains spanned, ranks per domain) of a process group of ``size`` ranks spaced ``stride``
+    apart, on domains of ``domain`` GPUs (``ParallelPlan.domain``)."""
     if size <= 1:
         return 1, 1
-    if stride >= gpus_per_node:
+    if stride >= domain:
         return size, 1
-    per_node = max(1, min(size, gpus_per_node // stride))
+    per_node = max(1, min(size, domain // stride))
     return -(-size // per_node), per_node
+
+
+def domain_warnings(plan: ParallelPlan) -> list[str]:
+    """Warnings for TP or CP groups that span NVLink domains (their collectives cross the scale-out network on
+    every layer, e.g. TP=8 on 4-GPU Perlmutter nodes)."""
+    out = []
+    d = plan.domain
+    for name, size, stride in (("TP", plan.tp, 1), ("CP", plan.cp, plan.tp)):
+        domains = group_topology(size, stride, d)[0]
+        if domains > 1:
+            out.append(f"{name}={size} groups span {domains} NVLink domains of {d} GPU{'s' * (d > 1)}: their per-layer "
+                       f"communication crosses the scale-out network; keep {name}"
+                       + (" x TP" if name == "CP" else "") + f" within {d} GPUs if you can")
+    return out
 
 
 @dataclass
@@ -152,7 +170,7 @@ def layer_operators(model: ModelSpec, plan: ParallelPlan) -> tuple[list[Op], lis
     kv_heads = max(1, model.num_kv_heads // t)       # KV heads are replicated when TP > kv heads
     f = model.ffn_hidden_size // t
     dtype = plan.dtype
-    gpn = plan.gpus_per_node
+    gpn = plan.domain
     tp_topo = group_topology(t, 1, gpn)
     act = tokens * h * EB                      # full [s, b, h] activation inside the TP region
 
@@ -245,7 +263,7 @@ def _embedding_ops(model: ModelSpec, plan: ParallelPlan) -> list[Op]:
     ops = [_mem("embedding", "embedding", Phase.FWD, (tokens, h, v), 2 * out),
            _mem("embedding", "embedding", Phase.BWD, (tokens, h, v), 3 * out)]
     if t > 1:
-        topo = group_topology(t, 1, plan.gpus_per_node)
+        topo = group_topology(t, 1, plan.domain)
         kind = "reduce_scatter" if plan.sp else "all_reduce"
         ops.append(_coll(kind, f"tp.embedding.{kind.replace('_', '')}", Phase.FWD, out, t, topo, Category.TP_COMM))
     return ops
@@ -262,7 +280,7 @@ def _head_ops(model: ModelSpec, plan: ParallelPlan) -> list[Op]:
     rms = _rms(model)
     ops = [_mem("norm", "final_norm", Phase.FWD, (sp_tokens, h, rms), 2 * norm_bytes, 8.0 * sp_tokens * h),
            _mem("norm", "final_norm", Phase.BWD, (sp_tokens, h, rms), 4 * norm_bytes, 16.0 * sp_tokens * h)]
-    topo = group_topology(t, 1, plan.gpus_per_node)
+    topo = group_topology(t, 1, plan.domain)
     act = tokens * h * EB
     ops += tp_boundary("lm_head", True, plan, act, topo)
     ops += _gemm_fwd_bwd("lm_head", tokens, v, h, plan.dtype)
@@ -282,7 +300,7 @@ def _iteration_ops(model: ModelSpec, plan: ParallelPlan, stage_params: int, firs
     params_gpu = stage_params / t
     ops: list[Op] = []
     if group > 1:
-        topo = group_topology(group, t, plan.gpus_per_node)
+        topo = group_topology(group, t, plan.domain)
         gbytes = params_gpu * GRAD_REDUCE_BYTES
         if plan.zero == 0:
             ops.append(_coll("all_reduce", "dp.grad_allreduce", Phase.DP_COMM, gbytes, group, topo, Category.DP_COMM))
@@ -296,7 +314,7 @@ def _iteration_ops(model: ModelSpec, plan: ParallelPlan, stage_params: int, firs
     if model.tied_embeddings and plan.pp > 1 and (first or last):
         # Megatron keeps the tied embedding on the first and last stage and all-reduces its gradient.
         nbytes = model.vocab_size * model.hidden_size / t * GRAD_REDUCE_BYTES
-        topo = group_topology(2, plan.tp * plan.cp * plan.dp * (plan.pp - 1), plan.gpus_per_node)
+        topo = group_topology(2, plan.tp * plan.cp * plan.dp * (plan.pp - 1), plan.domain)
         ops.append(_coll("all_reduce", "pp.embedding_grad_allreduce", Phase.DP_COMM, nbytes, 2, topo, Category.PP_COMM))
     shard = params_gpu / group if plan.zero >= 1 else params_gpu
     ops.append(Op("optimizer", "optimizer.adam", Phase.OPTIMIZER, (round(shard),),
@@ -333,5 +351,5 @@ def build_graph(model: ModelSpec, plan: ParallelPlan) -> OperatorGraph:
         tokens = plan.micro_batch_size * plan.seq_len // plan.cp
         nbytes = tokens * model.hidden_size * elem_bytes(plan.dtype) / (plan.tp if plan.sp else 1)
         stride = plan.tp * plan.cp * plan.dp
-        p2p = _p2p("pp.p2p", Phase.PP_COMM, nbytes, stride >= plan.gpus_per_node, Category.PP_COMM)
+        p2p = _p2p("pp.p2p", Phase.PP_COMM, nbytes, stride >= plan.domain, Category.PP_COMM)
     return OperatorGraph(stages, p2p, plan.num_microbatches, plan.vpp)

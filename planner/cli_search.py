@@ -311,6 +311,8 @@ def register(app: typer.Typer) -> None:
                            f"{s['elapsed_s']:.2f} s" + (f"; study {result.study_name!r} has {result.study_trials} "
                                                          "trials" if result.study_name else "")
                            + ("; * = on the time/cost Pareto front" if objective == "pareto" else ""))
+                for note in problem.notes:
+                    typer.echo(f"note: {note}")
                 same = [f"#{r.rank} = {', '.join(r.equivalent)}" for r in recs if r.equivalent]
                 if same:
                     typer.echo("equivalent plans folded into one row (same predicted time and cost, memory within "

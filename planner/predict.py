@@ -31,7 +31,7 @@ from costmodel.core.specs.plan import ParallelPlan
 from costmodel.cost.base import OperatorCostModel
 from costmodel.cost.measured import MeasuredCostModel
 from costmodel.cost.roofline import RooflineCostModel
-from costmodel.graph import OperatorGraph, build_graph
+from costmodel.graph import OperatorGraph, build_graph, domain_warnings
 
 __all__ = ["GIB", "Calibrating", "Prediction", "default_cost_model", "mfu_peak_dtype", "predict",
            "prediction_from_times"]
@@ -158,7 +158,7 @@ def predict(model: ModelSpec, plan: ParallelPlan, hardware: Hardware,
         if split != tuple(st.layers for st in graph.stages):
             graph = build_graph(model, plan)
             times = corun_slowdown(plan, hardware, cost_operators(graph, hardware, cost_model))
-    warnings = list(times.warnings)
+    warnings = domain_warnings(plan) + list(times.warnings)
     unread = model.extra.get("unread_keys") if isinstance(model.extra, dict) else None
     if unread:
         shown = ", ".join(map(str, unread[:8])) + (f" and {len(unread) - 8} more" if len(unread) > 8 else "")

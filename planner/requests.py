@@ -112,9 +112,11 @@ class PlanRequest:
             raise PlannerError(f"missing required key(s) {', '.join(missing)}")
         return cls(**{k: v for k, v in raw.items() if v is not None})
 
-    def to_plan(self, model: ModelSpec, gpus_per_node: int, extra: dict | None = None) -> ParallelPlan:
-        """The validated ParallelPlan of this request for ``model`` with nodes of ``gpus_per_node`` GPUs
-        (filling the default sequence length and global batch)."""
+    def to_plan(self, model: ModelSpec, gpus_per_node: int, extra: dict | None = None,
+                nvlink_domain: int = 0) -> ParallelPlan:
+        """The validated ParallelPlan of this request for ``model`` with nodes of ``gpus_per_node`` GPUs and
+        NVLink domains of ``nvlink_domain`` GPUs (0 = the node; filling the default sequence length and
+        global batch)."""
         seq = self.seq_len or model.max_seq_len
         mp = self.tp * self.pp * self.cp
         dp = self.gpus // mp if mp and self.gpus % mp == 0 else 1
@@ -124,7 +126,8 @@ class PlanRequest:
         plan = ParallelPlan(world_size=self.gpus, gpus_per_node=gpus_per_node, global_batch_size=gbs, seq_len=seq,
                             tp=self.tp, pp=self.pp, cp=self.cp, vpp=self.vpp, micro_batch_size=self.mbs,
                             recompute=self.recompute, sequence_parallel=self.sequence_parallel, zero=self.zero,
-                            dtype=self.dtype, layer_split=self.layer_split, extra=dict(extra or {}))
+                            dtype=self.dtype, layer_split=self.layer_split, nvlink_domain=nvlink_domain,
+                            extra=dict(extra or {}))
         plan.validate(model)
         return plan
 
@@ -133,7 +136,9 @@ class PlanRequest:
         model = resolve_model(self.model)
         model.require_dense()
         hardware = load_catalogue(hardware_files).resolve(self.gpu, self.cluster, self.gpus_per_node)
-        return ResolvedPlan(model, self.to_plan(model, min(hardware.gpus_per_node, self.gpus)), hardware)
+        hardware.gpu.check_dtype(self.dtype)
+        plan = self.to_plan(model, min(hardware.gpus_per_node, self.gpus), nvlink_domain=hardware.domain_for(self.gpus))
+        return ResolvedPlan(model, plan, hardware)
 
 
 REQUEST_KEYS: tuple[str, ...] = tuple(f.name for f in fields(PlanRequest))

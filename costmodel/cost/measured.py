@@ -161,7 +161,7 @@ class MeasuredCostModel(OperatorCostModel):
     def predict(self, ops: Sequence[Op], hardware: Hardware) -> CostResult:
         gpu = hardware.gpu.name
         gm = self._models(gpu)
-        cache = self._cache.setdefault((gpu, hardware.cluster.name, hardware.gpus_per_node), {})
+        cache = self._cache.setdefault((gpu, hardware.cluster.name, hardware.gpus_per_node, hardware.nvlink_domain), {})
         n = len(ops)
         t, lo, hi = np.empty(n), np.empty(n), np.empty(n)
         method = [""] * n
@@ -215,7 +215,8 @@ class MeasuredCostModel(OperatorCostModel):
 
     @staticmethod
     def _crosses_nodes(gm: _GpuModels, name: str, op: Op) -> bool:
-        """A collective spanning several nodes, costed by a regressor whose samples all ran inside one node:
+        """A collective spanning several NVLink domains ("nodes" in the features, costmodel/graph.py), costed by a
+        regressor whose samples all ran inside one node:
         leaving the sampled range across the network tier is not extrapolation the trees can do."""
         if op.kind not in COLLECTIVE_KINDS or op.features[2] <= 1:
             return False

@@ -12,7 +12,10 @@ Collectives (Hockney's alpha-beta model; nccl-tests "busbw" factors, nccl-tests 
 Across nodes the collective is hierarchical (NCCL's intra-node reduce-scatter + inter-node ring +
 intra-node all-gather, the "2D"/hierarchical all-reduce of Calculon, Isaev et al. SC'23 §3.3, and
 Horovod's hierarchical all-reduce): the inter-node stage moves ``bytes / ranks_per_node`` per GPU over
-that GPU's own NIC (rail-optimised nodes, one NIC per GPU).
+that GPU's own NIC (rail-optimised nodes, one NIC per GPU). "Node" here is the NVLink (scale-up) domain
+(the features ``nodes`` / ``ranks_per_node`` count domains, costmodel/graph.py): the intra figures of the
+cluster are its NVLink figures, the inter figures its scale-out network, so a TP group of 8 inside a
+72-GPU NVL72 rack of 4-GPU trays is costed on NVLink, one spanning two racks on the network.
 
 Every efficiency, the launch latency and the collective alphas come from
 ``costmodel/data/efficiency.json``, fitted by ``python -m costmodel.efficiency`` from the public
@@ -125,7 +128,7 @@ class RooflineCostModel(OperatorCostModel):
     @staticmethod
     def _hw_key(hw: Hardware) -> tuple:
         g, c = hw.gpu, hw.cluster
-        return (g.name, c.name, g.hbm_bw_gbs, tuple(sorted(g.peak_tflops.items())), c.gpus_per_node,
+        return (g.name, c.name, g.hbm_bw_gbs, tuple(sorted(g.peak_tflops.items())), c.gpus_per_node, hw.nvlink_domain,
                 c.intra_node_bw_gbs, c.inter_node_bw_gbs, c.intra_node_latency_us, c.inter_node_latency_us)
 
     def _res(self, hw: Hardware) -> _Resolved:

@@ -81,9 +81,11 @@ class Evaluator:
         target = p.targets[cand.target]
         plan = candidate_plan(p, cand)
         problems = plan.problems(p.model)
-        if cand.tp > target.gpus_per_node and not p.space.allow_tp_across_nodes:
-            problems.append(f"TP={cand.tp} exceeds the {target.gpus_per_node} GPUs of a node "
+        if cand.tp > target.nvlink_domain and not p.space.allow_tp_across_nodes:
+            problems.append(f"TP={cand.tp} exceeds the {target.nvlink_domain} GPUs of an NVLink domain "
                             "(pass --allow-tp-across-nodes to allow it)")
+        if cand.dtype == "fp8" and not target.hardware.gpu.has_fp8:
+            problems.append(f"fp8 on {target.hardware.gpu.name}, which has no fp8 tensor cores")
         if problems:
             return Evaluation("invalid", problems[0], 1.0 + len(problems)), None
         gpu = target.hardware.gpu

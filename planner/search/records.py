@@ -96,13 +96,17 @@ class PlanRecord:
     """Layers per pipeline stage when uneven (Prediction.layer_split: chosen when PP x VPP does not divide
     the layers); None = even."""
 
+    nvlink_domain: int = 0
+    """GPUs per NVLink domain the plan was costed with (ParallelPlan.nvlink_domain; 0 = gpus_per_node)."""
+
     def to_plan(self) -> ParallelPlan:
         """The ParallelPlan this record describes."""
         return ParallelPlan(world_size=self.gpus, gpus_per_node=self.gpus_per_node, global_batch_size=self.gbs,
                             seq_len=self.seq_len, tp=self.tp, pp=self.pp, cp=self.cp, vpp=self.vpp,
                             micro_batch_size=self.mbs, recompute=self.recompute,
                             sequence_parallel=self.sequence_parallel, zero=self.zero, dtype=self.dtype,
-                            layer_split=tuple(self.layer_split) if self.layer_split else None)
+                            layer_split=tuple(self.layer_split) if self.layer_split else None,
+                            nvlink_domain=self.nvlink_domain)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -126,7 +130,8 @@ def make_record(problem, target, plan: ParallelPlan, pred, price: float | None) 
     ctt = ttt / 3600.0 * plan.world_size * price if (ttt is not None and price is not None) else None
     return PlanRecord(
         model=problem.model.name, gpu=target.hardware.gpu.name, cluster=target.hardware.cluster.name,
-        nodes=plan.num_nodes, gpus_per_node=plan.gpus_per_node, gpus=plan.world_size, tp=plan.tp, pp=plan.pp,
+        nodes=plan.num_nodes, gpus_per_node=plan.gpus_per_node, nvlink_domain=plan.nvlink_domain,
+        gpus=plan.world_size, tp=plan.tp, pp=plan.pp,
         dp=plan.dp, cp=plan.cp, vpp=plan.vpp, mbs=plan.micro_batch_size, gbs=plan.global_batch_size,
         seq_len=plan.seq_len, num_microbatches=plan.num_microbatches, recompute=plan.recompute,
         sequence_parallel=plan.sp, zero=plan.zero, dtype=plan.dtype,

@@ -172,6 +172,11 @@ class Target:
     def nodes(self) -> int:
         return -(-self.world_size // self.gpus_per_node)
 
+    @property
+    def nvlink_domain(self) -> int:
+        """GPUs per NVLink domain as the plan sees it (Hardware.domain_for: e.g. 64 for 128 GPUs of NVL72)."""
+        return self.hardware.domain_for(self.world_size)
+
     def label(self) -> str:
         return f"{self.world_size} x {self.hardware.gpu.name}"
 
@@ -205,6 +210,8 @@ class SearchProblem:
     """Training token budget; time-to-train and cost-to-train are reported when given."""
     prices: dict = field(default_factory=dict)
     """GPU key -> USD per GPU-hour overrides (--price); others come from the catalogue."""
+    notes: tuple[str, ...] = ()
+    """What build_problem changed in the space and why (e.g. fp8 dropped on a GPU without fp8)."""
 
     def price(self, hardware: Hardware) -> float | None:
         """USD per GPU-hour of a GPU: --price override, else the catalogue's (None = unknown)."""
@@ -249,7 +256,25 @@ def build_problem(model: ModelSpec, targets: list[Target], space: SearchSpace, *
         raise PlannerError(f"--gbs must be a positive integer, got {gbs!r}.")
     if tokens is not None and not (tokens > 0 and math.isfinite(tokens)):
         raise PlannerError(f"--tokens must be a positive number, got {tokens!r}.")
-    return SearchProblem(model, tuple(targets), space, gbs, seq, tokens, dict(prices or {}))
+    space, notes = _fp8_space(space, targets)
+    return SearchProblem(model, tuple(targets), space, gbs, seq, tokens, dict(prices or {}), notes)
+
+
+def _fp8_space(space: SearchSpace, targets: list[Target]) -> tuple[SearchSpace, tuple[str, ...]]:
+    """fp8 only where the GPU has fp8 tensor cores (an fp8 peak in the catalogue): dropped from the space with a
+    note when no target has them (refused when fp8 is all that was asked); skipped per target otherwise."""
+    without = list(dict.fromkeys(t.hardware.gpu.name for t in targets if not t.hardware.gpu.has_fp8))
+    if "fp8" not in space.dtype or not without:
+        return space, ()
+    names = ", ".join(without)
+    if len(without) < len({t.hardware.gpu.name for t in targets}):
+        return space, (f"fp8 plans are skipped on {names} (no fp8 tensor cores)",)
+    if set(space.dtype) == {"fp8"}:
+        raise PlannerError(f"--dtype fp8: {names} has no fp8 tensor cores (no fp8 peak in the catalogue); use "
+                           "--dtype bf16, or a GPU with fp8 (see `planner gpus`).")
+    kept = tuple(d for d in space.dtype if d != "fp8")
+    return dataclasses.replace(space, dtype=kept), (f"fp8 dropped from --dtype: {names} has no fp8 tensor cores; "
+                                                    f"searching {', '.join(kept)}",)
 
 
 # -------------------------------------------------------------------------------- enumeration
@@ -292,7 +317,7 @@ def factorizations(model: ModelSpec, target: Target, space: SearchSpace) -> list
     """Valid (TP, PP, CP) degrees for one target: TP*PP*CP divides the GPU count, TP splits the heads
     and stays within a node (unless allowed), PP is at most the layer count (a PP that does not divide the
     layers gets an uneven Megatron split, chosen when the plan is predicted)."""
-    world, gpn = target.world_size, target.gpus_per_node
+    world, gpn = target.world_size, target.nvlink_domain   # TP stays within the NVLink domain
     out = []
     for tp, pp, cp in itertools.product(space.tp, space.pp, space.cp):
         mp = tp * pp * cp
@@ -306,10 +331,11 @@ def factorizations(model: ModelSpec, target: Target, space: SearchSpace) -> list
 
 def factorization_problem(model: ModelSpec, target: Target, space: SearchSpace) -> str:
     """Why no (TP, PP, CP) of the space is valid for a target: each rule with the degrees it rules out."""
-    world, gpn = target.world_size, target.gpus_per_node
+    world, gpn = target.world_size, target.nvlink_domain
     rules = {"TP*PP*CP must divide the GPU count": [], f"TP must split the {model.num_heads} heads, "
-             f"{model.num_kv_heads} KV heads and FFN width": [], f"TP must stay within a node of {gpn} GPUs "
-             "(--allow-tp-across-nodes)": [], f"PP must be at most the {model.num_layers} layers": []}
+             f"{model.num_kv_heads} KV heads and FFN width": [],
+             f"TP must stay within an NVLink domain of {gpn} GPUs (--allow-tp-across-nodes)": [],
+             f"PP must be at most the {model.num_layers} layers": []}
     names = list(rules)
     for tp, pp, cp in itertools.product(space.tp, space.pp, space.cp):
         for name, bad in zip(names, (world % (tp * pp * cp) != 0, not _tp_ok(model, tp),
@@ -454,4 +480,5 @@ def candidate_plan(problem: SearchProblem, c: Candidate) -> ParallelPlan:
     return ParallelPlan(world_size=t.world_size, gpus_per_node=t.gpus_per_node,
                         global_batch_size=problem.global_batch_size, seq_len=problem.seq_len, tp=c.tp, pp=c.pp,
                         cp=c.cp, vpp=c.vpp, micro_batch_size=c.mbs, recompute=c.recompute,
-                        sequence_parallel=c.sequence_parallel, zero=c.zero, dtype=c.dtype)
+                        sequence_parallel=c.sequence_parallel, zero=c.zero, dtype=c.dtype,
+                        nvlink_domain=t.nvlink_domain)

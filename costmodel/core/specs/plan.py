@@ -51,6 +51,9 @@ class ParallelPlan:
     """Overlap ZeRO parameter all-gathers with compute (prefetch)."""
     dp_bucket_mb: float = 40.0
     """DP gradient bucket size in MB (Megatron DDP default bucket_size = 40M elements... see docs)."""
+    nvlink_domain: int = 0
+    """GPUs per NVLink (scale-up) domain as this job is placed (``Hardware.domain_for``): process groups
+    within it use NVLink, across it the scale-out network. 0 = ``gpus_per_node`` (the node is the domain)."""
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     # --------------------------------------------------------------- derived
@@ -65,6 +68,11 @@ class ParallelPlan:
     @property
     def num_nodes(self) -> int:
         return -(-self.world_size // self.gpus_per_node)
+
+    @property
+    def domain(self) -> int:
+        """GPUs per NVLink (scale-up) domain: what decides which process groups cross the network."""
+        return self.nvlink_domain or self.gpus_per_node
 
     @property
     def num_microbatches(self) -> int:
@@ -112,6 +120,8 @@ class ParallelPlan:
                 p.append(f"{name}={v!r} must be a positive integer")
         if p:
             return p
+        if isinstance(self.nvlink_domain, bool) or not isinstance(self.nvlink_domain, int) or self.nvlink_domain < 0:
+            p.append(f"nvlink_domain={self.nvlink_domain!r} must be a non-negative integer (0 = gpus_per_node)")
         if self.recompute not in RECOMPUTE_MODES:
             p.append(f"recompute={self.recompute!r} must be one of {', '.join(RECOMPUTE_MODES)}")
         if self.dtype not in DTYPES:
