@@ -97,6 +97,8 @@ class SearchRequest:
     """Finish the study's interrupted run instead of adding trials."""
     progress: bool = True
     """Show a progress bar on stderr (terminals only)."""
+    top: int = 10
+    """Plans printed."""
     hardware_file: tuple[str, ...] = ()
     """TOML/YAML files adding GPUs/clusters."""
 
@@ -294,7 +296,7 @@ def register(app: typer.Typer) -> None:
             result, problem = _run_search(SearchRequest.from_flags(locals()))
             if not result.records:
                 # deferred: the planner.search package (engine, samplers) loads only for search commands
-                from planner.search.engine import no_fit_message
+                from planner.search.nofit import no_fit_message
 
                 raise PlannerError(no_fit_message(result, gbs is not None))
             recs = result.top(top)
@@ -455,7 +457,8 @@ def register(app: typer.Typer) -> None:
             prices = parse_prices(price, list(cat.gpus))
             m = resolve_model(model)
             res = run_size(m, tok, seconds, hws, load_space(space), max_gpus=max_gpus, budget_usd=budget, gbs=gbs,
-                           seq_len=seq_len, prices=prices, tokens_per_batch=O.parse_batch_tokens(tokens_per_batch))
+                           seq_len=seq_len, prices=prices, tokens_per_batch=O.parse_batch_tokens(tokens_per_batch),
+                           jobs=_jobs(0))
         except PlannerError as exc:
             raise _err(str(exc)) from None
         if fmt == "json":
@@ -493,7 +496,7 @@ def _run_search(r: SearchRequest):
     try:
         result = run(problem, r.objective, exhaustive=r.exhaustive, n_trials=r.trials, seed=r.seed, sampler=r.sampler,
                      storage=r.storage, study_name=r.study_name, progress=update, jobs=_jobs(r.jobs),
-                     resume=r.resume, mode=r.mode)
+                     resume=r.resume, mode=r.mode, detail=r.top)
     finally:
         if bar is not None:
             bar.stop()

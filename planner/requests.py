@@ -159,26 +159,17 @@ def batch_sequences(seq_len: int, unit: int, tokens: float = DEFAULT_BATCH_TOKEN
 def search_batch(seq_len: int, world_sizes: list[int] | tuple[int, ...], tokens: float = DEFAULT_BATCH_TOKENS) -> int:
     """One global batch (sequences) for every plan of a search, near ``tokens`` tokens whatever the GPU count.
 
-    Plans compare by iteration time only at the same batch, and a plan is valid when MBS x DP divides it. So
-    the batch is a multiple of the largest divisor ``d`` of the GPU count(s)' least common multiple that
-    does not exceed the ideal ``tokens / seq_len`` sequences, landing nearest the ideal: every DP dividing
-    ``d`` is valid with MBS = 1. When the GPU count fits in the ideal (``d`` = the count), every DP is valid;
-    beyond it, plans whose DP exceeds the batch are refused instead of the batch growing with the GPU count
-    (the batch is a training hyperparameter, not a parallelism knob)."""
+    Plans compare by iteration time only at the same batch, and a plan is valid when MBS x DP divides it. The
+    batch is a multiple of ``d`` landing nearest the ideal ``tokens / seq_len`` sequences, where ``d`` is the
+    GPU count (the least common multiple of several) halved until it fits the ideal: DP = GPUs / (TP x PP x CP)
+    with power-of-two degrees is then a divisor of the batch for every DP up to ``d`` (MBS = 1). Where the
+    GPU count exceeds the ideal, plans whose DP exceeds the batch are refused instead of the batch growing
+    with the GPU count (the batch is a training hyperparameter, not a parallelism knob)."""
     ideal = max(1.0, tokens / seq_len)
-    unit = math.lcm(*world_sizes)
-    d = largest_divisor_at_most(unit, int(ideal))
+    d = math.lcm(*world_sizes)
+    while d > ideal and d % 2 == 0:
+        d //= 2
     return d * max(1, math.floor(ideal / d + 0.5))
-
-
-def largest_divisor_at_most(n: int, cap: int) -> int:
-    """The largest divisor of ``n`` that is at most ``cap`` (>= 1)."""
-    if n <= cap:
-        return n
-    for d in range(max(1, cap), max(1, cap - 100_000), -1):
-        if n % d == 0:
-            return d
-    return math.gcd(n, 1 << max(0, cap.bit_length() - 1))  # a power of two <= cap (unreachable at real sizes)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,8 @@ from costmodel.core.specs.presets import resolve_model
 from costmodel.cost.roofline import RooflineCostModel
 from costmodel.memory import fits_in_memory, memory_per_gpu
 from planner.cli import app
-from planner.search.engine import exhaustive_search, min_gpus_to_fit, optuna_search
+from planner.search.engine import exhaustive_search, optuna_search
+from planner.search.nofit import min_gpus_to_fit
 from planner.search.records import CSV_COLUMNS, to_csv
 from planner.search.sizing import parse_deadline, parse_prices, parse_tokens
 from planner.search.space import (

@@ -5,7 +5,6 @@ wall-clock assertion (speed is benchmarks/bench_search.py's)."""
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import replace
 
 import pytest
@@ -45,12 +44,16 @@ def test_search_batch_stays_near_4m_tokens_whatever_the_gpu_count():
         for world in [8 * n for n in (1, 2, 3, 4, 6, 16, 64, 96, 128, 512, 1024, 1536, 2048)] + [16384, 24576]:
             gbs = search_batch(seq, [world])
             assert 0.5 * ideal <= gbs <= 1.5 * ideal, (seq, world, gbs)
-            # a divisor of the GPU count divides it, so DP = that divisor is valid with MBS 1
-            d = math.gcd(gbs, world)
-            assert d >= min(world, ideal) / 2
+            # the GPU count halved until it fits the ideal divides it: every DP up to there is valid with MBS 1
+            d = world
+            while d > ideal and d % 2 == 0:
+                d //= 2
+            assert gbs % d == 0
     # the bug of issue 14: 8,192 GPUs at seq 8192 gave 8,192 sequences (67M tokens)
     assert search_batch(8192, [8192]) == 512
     assert search_batch(4096, [128]) == 1024  # unchanged where the GPU count fits the ideal batch
+    assert search_batch(8192, [1536]) == 384  # 3 x 2^9 GPUs: DP 384 = 1536 / (TP x PP x CP = 4) stays valid
+    assert search_batch(8192, [8 * 131]) == 524  # 131 nodes: 262 x 2
 
 
 def test_tokens_per_batch_request_and_conflict():
@@ -124,3 +127,60 @@ def test_equivalent_plans_fold_into_one_row():
     # a real search never shows two rows with the same allocation, batch, time and memory
     seen = {(r.gpus, r.gbs, f"{r.iteration_time_s:.12g}", round(r.memory_gib_per_gpu, 1)) for r in recs}
     assert len(seen) == len(recs)
+
+
+# ------------------------------------------------------------------------------- quick predictions
+def test_quick_prediction_is_the_full_prediction_time():
+    from planner.predict import predict
+    from planner.search.objective import Evaluator, quick_prediction
+    from planner.search.space import candidate_plan, enumerate_candidates
+
+    for model, gpus in (("llama-13b", 16), ("gpt-20b", 32)):  # gpt-20b: 44 layers, PP 8 splits unevenly
+        cat = load_catalogue()
+        p = build_problem(resolve_model(model), [make_target(cat.resolve("a100-80gb"), gpus)],
+                          SearchSpace("t", tp=(1, 2, 4), pp=(1, 2, 8), cp=(1,), vpp=(1,), mbs=(1, 2),
+                                      recompute=("selective", "full"), zero=(1, 3)))
+        ev = Evaluator(p, CM)
+        plans = [candidate_plan(p, c) for c in enumerate_candidates(p) if ev.feasible(c)]
+        assert plans
+        hw = p.targets[0].hardware
+        for plan in plans:
+            q, full = quick_prediction(p.model, plan, hw, CM), predict(p.model, plan, hw, CM)
+            assert q.iteration_time_s == full.iteration_time_s and q.mfu == full.mfu
+            assert q.memory_gib_per_gpu == full.memory_gib_per_gpu and q.layer_split == full.layer_split
+
+
+def test_exhaustive_details_the_printed_plans_only():
+    big = _problem(tp=(1, 2, 4), mbs=(1, 2, 4), zero=(1, 3))
+    res = exhaustive_search(big, cost_model=CM, detail=3)
+    assert len(res.records) > 4
+    assert [r.quick for r in res.records[:4]] == [False, False, False, True]
+    assert all(r.bottleneck for r in res.records[:3]) and res.records[0].cost_sources
+    full = exhaustive_search(big, cost_model=CM, detail=len(res.records))
+    assert [(r.key(), r.iteration_time_s) for r in full.records] == [(r.key(), r.iteration_time_s)
+                                                                     for r in res.records]
+
+
+# ---------------------------------------------------------------------------------------- size
+def test_size_steps_to_the_smallest_meeting_allocation():
+    from planner.search.sizing import node_counts, size
+
+    cat = load_catalogue()
+    hw = cat.resolve("a100-80gb")
+    model = resolve_model("llama-7b")
+    space = SearchSpace("t", tp=(1, 2), pp=(1, 2), cp=(1,), vpp=(1,), mbs=(1,), recompute=("selective",), zero=(1,))
+    tokens = 2e11
+
+    def days(n_nodes):
+        p = build_problem(model, [make_target(hw, n_nodes * 8)], space, tokens=tokens)
+        return exhaustive_search(p, cost_model=CM, detail=1).best.time_to_train_s / 86400
+
+    counts = node_counts(64)
+    scan = {n: days(n) for n in counts}
+    for deadline_d in (3.0, 10.0, 40.0):
+        want = min((n for n in counts if scan[n] <= deadline_d), default=None)
+        if want is None:
+            continue
+        res = size(model, tokens, deadline_d * 86400, [hw], space, max_gpus=64 * 8, cost_model=CM)
+        assert res.smallest.record.nodes == want
+        assert res.searched < len(counts)  # stepped from the START_MFU estimate, not every count

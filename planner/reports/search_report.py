@@ -322,7 +322,8 @@ def write_size_report(path: str | os.PathLike, res, model: ModelSpec, tokens: fl
     cms = [a.record.cost_model for _, a in allocs]
     extra = ["", f"Model {model.name}, {model.total_params() / 1e9:.2f} B parameters; {tokens:.3g} tokens within "
              f"{human_duration(deadline_s)}; GPU types considered: {', '.join(h.gpu.name for h in hardwares)}; "
-             f"{res.searched} allocations searched exhaustively (node counts 2^k and 3 x 2^k, bisection)."]
+             f"{res.searched} allocations searched exhaustively (node counts 2^k and 3 x 2^k, stepped from the "
+             "count a plan at 50 % MFU would need)."]
     parts = [header(f"{model.name}: sizing an allocation for {tokens:.3g} tokens in {human_duration(deadline_s)}",
                     command or command_line(), cms, extra)]
     rows = []

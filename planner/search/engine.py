@@ -20,7 +20,6 @@ from typing import Callable
 
 from costmodel.core.errors import PlannerError
 from costmodel.cost.base import OperatorCostModel
-from costmodel.memory import fits_in_memory, memory_per_gpu
 from planner.search.objective import OBJECTIVES, Evaluator, _reason_kind, objective_values
 from planner.search.records import PlanRecord, rank
 from planner.search.space import (
@@ -28,12 +27,8 @@ from planner.search.space import (
     SearchProblem,
     candidate_from_params,
     candidate_params,
-    candidate_plan,
-    default_global_batch,
     dimension_choices,
     enumerate_candidates,
-    factorization_problem,
-    make_target,
     neighbours,
     suggest_candidate,
 )
@@ -55,8 +50,9 @@ less often in benchmarks/bench_search.py)."""
 EXHAUSTIVE_MAX_PLANS = 3000
 """The default search evaluates every plan when the space holds at most this many valid plans (valid and
 fitting in memory, counted with the microsecond checks before any prediction), else it runs Optuna. About
-two seconds of predictions on one core of the 2-core dev machine: benchmarks/bench_search.py measures
-1,300-1,500 full predictions per second there (llama-13b / 128 x a100-80gb, llama3-70b / 512 x h100-sxm)."""
+1.5 s of evaluation on one core of the 2-core dev machine, half that on both: benchmarks/bench_search.py
+measured 1,850-1,950 plans per second per process there (llama-13b / 128 x a100-80gb, llama3-70b / 512 x
+h100-sxm, gpt3-175b / 1,024 x h100-sxm; iteration-time-only evaluation, objective.quick_prediction)."""
 MODES = ("auto", "exhaustive", "optuna")
 """auto: exhaustive when the valid plans are at most EXHAUSTIVE_MAX_PLANS, else Optuna."""
 
@@ -137,7 +133,7 @@ _FORK_STATE: tuple | None = None
 def _eval_slice(args: tuple[int, int]) -> list:
     start, step = args
     problem, cost_model, cands = _FORK_STATE
-    ev = Evaluator(problem, cost_model)
+    ev = Evaluator(problem, cost_model, light=True)
     return [ev.evaluate(c) for c in cands[start::step]]
 
 
@@ -155,13 +151,20 @@ def _parallel_evaluations(problem: SearchProblem, cost_model, cands: list, jobs:
     return [e for part in parts for e in part]
 
 
+DETAIL_PLANS = 10
+"""Plans of an exhaustive search given the full prediction (breakdown, bottleneck, interval) by default: the
+ranked table's default length; the others carry the iteration time and what derives from it."""
+
+
 def exhaustive_search(problem: SearchProblem, objective: str = "time", cost_model: OperatorCostModel | None = None,
-                      progress: Progress | None = None, jobs: int = 1) -> SearchResult:
-    """Evaluate every valid candidate of the space (a plain loop; the ground truth). ``jobs`` > 1 splits
-    the candidates over that many forked processes (worth it above a few hundred candidates)."""
+                      progress: Progress | None = None, jobs: int = 1, detail: int = DETAIL_PLANS) -> SearchResult:
+    """Evaluate every valid candidate of the space (a plain loop; the ground truth). Each is ranked on its
+    iteration time (:func:`planner.search.objective.quick_prediction`, the same number as a full prediction in
+    about half the time); the first ``detail`` ranked plans get the full prediction. ``jobs`` > 1 splits the
+    candidates over that many forked processes (worth it above a few hundred candidates)."""
     _check_objective(problem, objective)
     t0 = time.perf_counter()
-    ev = Evaluator(problem, cost_model)
+    ev = Evaluator(problem, cost_model, light=True)
     cands = list(enumerate_candidates(problem))
     n = len(cands)
     evals = _parallel_evaluations(problem, ev.cost_model, cands, jobs) if jobs > 1 and n >= 256 else None
@@ -182,6 +185,7 @@ def exhaustive_search(problem: SearchProblem, objective: str = "time", cost_mode
         if progress is not None:
             progress(n, n)
     recs, folded = ranked_distinct([e.record for e in evals if e.record is not None], objective)
+    recs[:detail] = [ev.detailed(r) for r in recs[:detail]]
     return SearchResult(problem, objective, "exhaustive", recs, ev.evaluated, dict(ev.counts),
                         ev.reasons.most_common(), time.perf_counter() - t0, _space_size(problem), collapsed=folded)
 
@@ -517,13 +521,15 @@ def search(problem: SearchProblem, objective: str = "time", *, exhaustive: bool 
            n_trials: int = DEFAULT_TRIALS, seed: int | None = None, sampler: str = "tpe",
            storage: str | None = None, study_name: str | None = None,
            cost_model: OperatorCostModel | None = None, progress: Progress | None = None,
-           resume: bool = False, mode: str = "auto", max_plans: int = EXHAUSTIVE_MAX_PLANS) -> SearchResult:
+           resume: bool = False, mode: str = "auto", max_plans: int = EXHAUSTIVE_MAX_PLANS,
+           detail: int = DETAIL_PLANS) -> SearchResult:
     """Run a search; ``result.records`` are the ranked feasible plans (for tables, reports, exports).
 
     ``mode`` auto (default): count the space's valid plans first and evaluate them all when there are at
     most ``max_plans`` (the exhaustive search is then both exact and faster than a study), else run Optuna;
     a study (``storage``/``study_name``/``resume``) always runs Optuna. ``exhaustive=True`` is mode
-    'exhaustive'. ``result.mode_note`` says which ran and why."""
+    'exhaustive'. ``result.mode_note`` says which ran and why. ``detail``: ranked plans of an exhaustive search
+    given the full prediction (the ones printed)."""
     if mode not in MODES:
         raise PlannerError(f"--mode {mode!r} is not one of {', '.join(MODES)}.")
     if exhaustive:
@@ -538,7 +544,7 @@ def search(problem: SearchProblem, objective: str = "time", *, exhaustive: bool 
             note = (f"auto: exhaustive, the space has {n:,} valid plans (<= {max_plans:,})" if mode == "exhaustive"
                     else f"auto: Optuna {sampler}, the space has more than {max_plans:,} valid plans")
     if mode == "exhaustive":
-        res = exhaustive_search(problem, objective, cost_model, progress, jobs)
+        res = exhaustive_search(problem, objective, cost_model, progress, jobs, detail)
     else:
         res = optuna_search(problem, objective, n_trials, seed, sampler, storage, study_name, cost_model, progress,
                             resume)
@@ -558,20 +564,24 @@ def ranked_distinct(records: list[PlanRecord], objective: str) -> tuple[list[Pla
     is the group's plan needing least memory; its ``equivalent`` says how each other one differs.
     Returns (ranked records, number folded)."""
     groups: dict[tuple, list[PlanRecord]] = {}
-    for r in rank(records, objective, None):
+    for r in records:
         key = (r.gpu, r.cluster, r.gpus, r.gpus_per_node, r.gbs, r.seq_len, f"{r.iteration_time_s:.12g}",
                None if r.usd_per_mtoken is None else f"{r.usd_per_mtoken:.12g}")
         groups.setdefault(key, []).append(r)
     out: list[PlanRecord] = []
     folded = 0
-    for group in groups.values():  # in rank order of each group's first plan
+    for group in groups.values():
+        if len(group) == 1:
+            out.append(group[0])
+            continue
+        group = sorted(group, key=lambda r: (r.memory_gib_per_gpu, r.key()))
         while group:
-            keep = min(group, key=lambda r: r.memory_gib_per_gpu)
+            keep = group[0]
             same = [r for r in group if r.memory_gib_per_gpu - keep.memory_gib_per_gpu < EQUIVALENT_MEMORY_GIB]
             folded += len(same) - 1
-            out.append(replace(keep, equivalent=[_difference(keep, r) for r in same if r is not keep]))
-            group = [r for r in group if not any(r is x for x in same)]
-    return rank(out, objective, None), folded  # re-sorted: a kept row may differ from its group in the 13th digit
+            out.append(replace(keep, equivalent=[_difference(keep, r) for r in same[1:]]))
+            group = group[len(same):]
+    return rank(out, objective, None), folded
 
 
 _PLAN_FIELDS = ("tp", "pp", "dp", "cp", "vpp", "mbs", "recompute", "sequence_parallel", "zero", "dtype")
@@ -582,69 +592,3 @@ def _difference(a: PlanRecord, b: PlanRecord) -> str:
     text = " ".join(f"{f}={getattr(b, f)}" for f in _PLAN_FIELDS if getattr(a, f) != getattr(b, f)) or "same plan"
     extra = b.memory_gib_per_gpu - a.memory_gib_per_gpu
     return f"{text} (+{extra:.2f} GiB)" if extra >= 0.005 else text
-
-
-# ----------------------------------------------------------------------------- nothing fits
-def _first_fit(problem: SearchProblem) -> Candidate | None:
-    """A valid candidate that fits in memory (memory model only), or None."""
-    for c in enumerate_candidates(problem):
-        target = problem.targets[c.target]
-        plan = candidate_plan(problem, c)
-        if plan.problems(problem.model):
-            continue
-        gpu = target.hardware.gpu
-        if fits_in_memory(memory_per_gpu(problem.model, plan, gpu), gpu, problem.space.memory_headroom):
-            return c
-    return None
-
-
-def min_gpus_to_fit(problem: SearchProblem, gbs_given: bool = False,
-                    limit: int = 1 << 20) -> tuple[int, Candidate] | None:
-    """Smallest GPU count (whole nodes of the first target's node type) at which some plan of the space
-    fits in memory, found with the memory model only: doubling from the problem's count, then the node
-    counts in between. The batch follows the default rule unless ``gbs_given``. None = none up to limit."""
-    hw = problem.targets[0].hardware
-    gpn = hw.gpus_per_node
-
-    def at(world: int):
-        gbs = problem.global_batch_size if gbs_given else default_global_batch(problem.seq_len, [world])
-        p = replace(problem, targets=(make_target(hw, world),), global_batch_size=gbs)
-        c = _first_fit(p)
-        return c
-
-    world = max(gpn, -(-problem.targets[0].world_size // gpn) * gpn)
-    lo = world
-    hit = at(world)
-    while hit is None:
-        lo, world = world, world * 2
-        if world > limit:
-            return None
-        hit = at(world)
-    if world == lo:
-        return world, hit
-    step = max(gpn, (world - lo) // 32 // gpn * gpn)
-    for w in range(lo + step, world, step):
-        c = at(w)
-        if c is not None:
-            return w, c
-    return world, hit
-
-
-def no_fit_message(result: SearchResult, gbs_given: bool = False) -> str:
-    """One line explaining why no plan was found, with the GPU count the memory model says is needed."""
-    p = result.problem
-    mem = result.counts.get("memory", 0)
-    if mem == 0:
-        reason = result.reasons[0][0] if result.reasons else \
-            factorization_problem(p.model, p.targets[0], p.space)
-        return (f"no valid plan in the space for {p.model.name} on {p.targets[0].label()}; most common reason: "
-                f"{reason}. Widen --tp/--pp/--mbs or change --gbs/--gpus.")
-    gpu = p.targets[0].hardware.gpu
-    found = min_gpus_to_fit(p, gbs_given)
-    if found is None:
-        return (f"no plan fits: {p.model.name} does not fit in {gpu.hbm_gb:g} GB GPUs at seq {p.seq_len} with any "
-                f"plan of the space on up to {1 << 20} GPUs; add full recompute / ZeRO-3 to the space.")
-    n, c = found
-    return (f"no plan fits: {p.model.name} needs >= {n} GPUs of {gpu.hbm_gb:g} GB at seq {p.seq_len} with "
-            f"{c.recompute} recompute (e.g. TP={c.tp} PP={c.pp} CP={c.cp} MBS={c.mbs} ZeRO={c.zero}); "
-            f"{mem} of {result.evaluated} candidates exceed memory.")

@@ -13,7 +13,15 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
+from costmodel.compose import (
+    balanced_layer_split,
+    compose_iteration_time,
+    corun_slowdown,
+    cost_operators,
+    metrics,
+)
 from costmodel.cost.base import OperatorCostModel
+from costmodel.graph import build_graph
 from costmodel.memory import fits_in_memory, memory_per_gpu
 from planner.predict import default_cost_model, predict
 from planner.search.records import PlanRecord, make_record
@@ -47,9 +55,12 @@ def _reason_kind(problem: str) -> str:
 class Evaluator:
     """Evaluate candidates of one problem, with counts of every outcome and a cache."""
 
-    def __init__(self, problem: SearchProblem, cost_model: OperatorCostModel | None = None):
+    def __init__(self, problem: SearchProblem, cost_model: OperatorCostModel | None = None, light: bool = False):
         self.problem = problem
         self._cost_model = cost_model
+        self.light = light
+        """Records from :func:`quick_prediction` (iteration time, throughput, MFU, memory; no breakdown, interval
+        or bottleneck): about half the time of a full prediction; :meth:`detailed` completes one."""
         self.cache: dict[Candidate, Evaluation] = {}
         self.counts: Counter = Counter()
         """status -> number of distinct candidates."""
@@ -109,7 +120,7 @@ class Evaluator:
             return rejected
         p = self.problem
         target = p.targets[cand.target]
-        pred = predict(p.model, plan, target.hardware, self.cost_model)
+        pred = (quick_prediction if self.light else predict)(p.model, plan, target.hardware, self.cost_model)
         if pred.layer_split is not None and plan.layer_split is None:
             # the split predict chose (PP x VPP does not divide the layers): check memory with it
             plan = dataclasses.replace(plan, layer_split=tuple(pred.layer_split))
@@ -120,6 +131,18 @@ class Evaluator:
                 return Evaluation("memory", f"needs more than {gpu.hbm_gb:g} GB per GPU", mem.total / usable - 1.0)
         rec = make_record(p, target, plan, pred, p.price(target.hardware))
         return Evaluation("ok", "", 0.0, rec)
+
+    def detailed(self, rec: PlanRecord) -> PlanRecord:
+        """``rec`` with the full prediction (breakdown, bottleneck, interval, cost sources), ranking kept."""
+        if not rec.quick:
+            return rec
+        p = self.problem
+        target = next(t for t in p.targets if t.hardware.gpu.name == rec.gpu and t.hardware.cluster.name == rec.cluster
+                      and t.world_size == rec.gpus)
+        plan = rec.to_plan()
+        full = make_record(p, target, plan, predict(p.model, plan, target.hardware, self.cost_model),
+                           p.price(target.hardware))
+        return dataclasses.replace(full, rank=rec.rank, pareto=rec.pareto, trial=rec.trial, equivalent=rec.equivalent)
 
     @property
     def evaluated(self) -> int:
@@ -133,3 +156,43 @@ def objective_values(rec: PlanRecord, objective: str) -> tuple[float, ...]:
     if objective == "cost":
         return (rec.usd_per_mtoken,)
     return (rec.iteration_time_s, rec.usd_per_mtoken)
+
+
+@dataclass
+class QuickPrediction:
+    """What :func:`planner.search.records.make_record` reads of a Prediction, from the iteration time alone."""
+
+    iteration_time_s: float
+    tokens_per_s: float
+    mfu: float
+    model_tflops_per_gpu: float
+    memory_gib_per_gpu: float
+    cost_model: str
+    layer_split: list | None
+    iteration_time_low_s: float | None = None
+    iteration_time_high_s: float | None = None
+    bottleneck: str = ""
+    bubble_fraction: float = 0.0
+    cost_sources: dict = dataclasses.field(default_factory=dict)
+    quick: bool = True
+
+
+def quick_prediction(model, plan, hardware, cost_model: OperatorCostModel) -> QuickPrediction:
+    """The iteration time of :func:`planner.predict.predict` (uncalibrated; the same operator graph, costs,
+    layer split and composition steps, so the same number: tests/test_search_modes.py) without the breakdown,
+    interval and warnings, plus the metrics derived from it."""
+    graph = build_graph(model, plan)
+    times = corun_slowdown(plan, hardware, cost_operators(graph, hardware, cost_model))
+    split = None
+    if plan.needs_layer_split(model.num_layers):
+        split = balanced_layer_split(graph, times.time_s, hardware, model.num_layers)
+        plan = dataclasses.replace(plan, layer_split=split)
+        if split != tuple(st.layers for st in graph.stages):
+            graph = build_graph(model, plan)
+            times = corun_slowdown(plan, hardware, cost_operators(graph, hardware, cost_model))
+    elif plan.layer_split is not None:
+        split = plan.layer_split
+    t = compose_iteration_time(plan, hardware, graph, times.time_s)
+    met = metrics(model, plan, hardware, t)
+    return QuickPrediction(t, met.tokens_per_s, met.mfu, met.model_tflops_per_gpu, met.memory.total / GIB,
+                           cost_model.name, list(split) if split is not None else None)

@@ -92,6 +92,9 @@ class PlanRecord:
     equivalent: list = field(default_factory=list)
     """Other plans folded into this row: same allocation, batch, predicted time and memory (how each differs,
     e.g. 'recompute=selective'; planner.search.engine.ranked_distinct)."""
+    quick: bool = False
+    """Made from the iteration time alone (planner.search.objective.quick_prediction: no breakdown, interval,
+    bottleneck or cost sources); the exhaustive search completes the plans it prints."""
     layer_split: list | None = None
     """Layers per pipeline stage when uneven (Prediction.layer_split: chosen when PP x VPP does not divide
     the layers); None = even."""
@@ -141,6 +144,7 @@ def make_record(problem, target, plan: ParallelPlan, pred, price: float | None) 
         memory_limit_gib=target.hardware.gpu.hbm_bytes / GIB, price_usd_per_gpu_hour=price,
         usd_per_mtoken=usd_per_mtoken, time_to_train_s=ttt, cost_to_train_usd=ctt, bottleneck=pred.bottleneck,
         bubble_fraction=pred.bubble_fraction, cost_model=pred.cost_model, cost_sources=dict(pred.cost_sources),
+        quick=getattr(pred, "quick", False),
         layer_split=pred.layer_split)
 
 

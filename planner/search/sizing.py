@@ -3,6 +3,7 @@ that trains a token budget before a deadline). Both run the exhaustive search pe
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import re
 from dataclasses import dataclass, field
 
@@ -10,7 +11,10 @@ from costmodel.core.errors import PlannerError
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.cost.base import OperatorCostModel
-from planner.search.engine import SearchResult, exhaustive_search, no_fit_message
+from costmodel.flops import model_flops_per_iteration
+from planner.predict import default_cost_model
+from planner.search.engine import SearchResult, exhaustive_search
+from planner.search.nofit import no_fit_message
 from planner.search.records import PlanRecord
 from planner.search.space import SearchSpace, build_problem, make_target
 
@@ -153,56 +157,107 @@ def _allocation(rec: PlanRecord) -> Allocation:
     return Allocation(rec, hours * rec.gpus, hours * rec.nodes, rec.cost_to_train_usd)
 
 
+START_MFU = 0.5
+"""`planner size` starts each GPU type's search at the allocation a plan would need at this model FLOPs
+utilisation, then steps through the node counts down (while the deadline is met) or up (until it is). Large
+dense runs publish 38-43 % (Llama 3 405B on 16,384 H100: Dubey et al. 2024, Table 4), so the start is at or
+just below the answer and two or three allocations are searched per GPU type instead of a bisection from
+the largest allocation."""
+
+
+def _start_gpus(model: ModelSpec, tokens: float, deadline_s: float, hw: Hardware, space: SearchSpace) -> float:
+    """GPUs needed at START_MFU of the fastest peak of the space's dtypes (6 N D-style model FLOPs)."""
+    flops = model_flops_per_iteration(model, 1, model.max_seq_len) / model.max_seq_len * tokens
+    peak = max(hw.gpu.peak_flops(d) for d in space.dtype)
+    return flops / (START_MFU * peak * deadline_s)
+
+
+def _size_one(model: ModelSpec, tokens: float, deadline_s: float, hw: Hardware, space: SearchSpace, max_gpus: int,
+              problem_at, cost_model) -> tuple[list[Allocation], PlanRecord | None, Allocation | None, int]:
+    """One GPU type: (meeting allocations for the cheapest: the smallest and the next size up, and the one after
+    while the cost still falls; the fastest plan seen, the smallest meeting allocation or None, allocations
+    searched)."""
+    counts = node_counts(max(1, max_gpus // hw.gpus_per_node))
+    if not counts or counts[-1] * hw.gpus_per_node > max_gpus:
+        return [], None, None, 0
+    cache: dict[int, PlanRecord | None] = {}
+
+    def best(i: int) -> PlanRecord | None:
+        if i not in cache:
+            cache[i] = exhaustive_search(problem_at(hw, counts[i]), "time", cost_model, detail=1).best
+        return cache[i]
+
+    def meets(i: int) -> bool:
+        rec = best(i)
+        return rec is not None and rec.time_to_train_s <= deadline_s
+
+    start = _start_gpus(model, tokens, deadline_s, hw, space) / hw.gpus_per_node
+    i = next((k for k, n in enumerate(counts) if n >= start), len(counts) - 1)
+    if meets(i):  # more nodes never train slower (assumed, as the bisection did): step down while it holds
+        while i > 0 and meets(i - 1):
+            i -= 1
+    else:
+        while i < len(counts) - 1 and not meets(i):
+            i += 1
+        if not meets(i):
+            seen = [r for r in cache.values() if r is not None]
+            return [], min(seen, key=lambda r: r.time_to_train_s) if seen else None, None, len(cache)
+    smallest = _allocation(best(i))
+    found = [smallest]
+    for j in (i + 1, i + 2):  # larger allocations, while each is cheaper than the one before (cost falling)
+        if j >= len(counts) or not meets(j):
+            break
+        found.append(_allocation(best(j)))
+        if found[-1].cost_usd is None or found[-2].cost_usd is None or found[-1].cost_usd >= found[-2].cost_usd:
+            break
+    return found, best(i), smallest, len(cache)
+
+
+_FORK_SIZE: tuple | None = None
+"""Arguments of :func:`_size_one` per GPU type, handed to forked workers of :func:`size`."""
+
+
+def _size_forked(k: int):
+    args = _FORK_SIZE[k]
+    return _size_one(*args)
+
+
 def size(model: ModelSpec, tokens: float, deadline_s: float, hardwares: list[Hardware], space: SearchSpace, *,
          max_gpus: int = 16384, budget_usd: float | None = None, gbs: int | None = None,
          seq_len: int | None = None, prices: dict | None = None,
-         cost_model: OperatorCostModel | None = None, tokens_per_batch: int | None = None) -> SizingResult:
+         cost_model: OperatorCostModel | None = None, tokens_per_batch: int | None = None,
+         jobs: int = 1) -> SizingResult:
     """Smallest allocation (and cheapest, if different) that trains ``tokens`` within ``deadline_s``.
 
-    Per GPU type, node counts 2^k and 3 x 2^k are searched by bisection (assuming more nodes never
-    train slower), each with the exhaustive search; the cheapest is looked for among each type's
-    smallest meeting allocation and the next two sizes up.
+    Per GPU type, node counts 2^k and 3 x 2^k are searched from the count a START_MFU plan would need, down
+    while the deadline is met or up until it is (assuming more nodes never train slower), each with the
+    exhaustive search; the cheapest is looked for among each type's smallest meeting allocation and the
+    next size up, and the one after that when the next was cheaper still. ``jobs`` > 1 searches that many
+    GPU types at once in forked processes.
     """
-    searched = [0]
-    cache: dict = {}
+    global _FORK_SIZE
 
-    def best_at(hw: Hardware, n_nodes: int) -> PlanRecord | None:
-        key = (hw.gpu.name, hw.cluster.name, n_nodes)
-        if key not in cache:
-            problem = build_problem(model, [make_target(hw, n_nodes * hw.gpus_per_node)], space, gbs=gbs,
-                                    seq_len=seq_len, tokens=tokens, prices=prices, tokens_per_batch=tokens_per_batch)
-            cache[key] = exhaustive_search(problem, "time", cost_model).best
-            searched[0] += 1
-        return cache[key]
+    def problem_at(hw: Hardware, n_nodes: int):
+        return build_problem(model, [make_target(hw, n_nodes * hw.gpus_per_node)], space, gbs=gbs, seq_len=seq_len,
+                             tokens=tokens, prices=prices, tokens_per_batch=tokens_per_batch)
 
-    def meets(rec: PlanRecord | None) -> bool:
-        return rec is not None and rec.time_to_train_s <= deadline_s
-
-    per_gpu, candidates, fastest = [], [], []
-    for hw in hardwares:
-        counts = [n for n in node_counts(max(1, max_gpus // hw.gpus_per_node))]
-        if not counts or counts[-1] * hw.gpus_per_node > max_gpus:
-            continue
-        top = best_at(hw, counts[-1])
-        if top is not None:
-            fastest.append(top)
-        if not meets(top):
-            continue
-        lo, hi = 0, len(counts) - 1  # counts[hi] meets the deadline
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if meets(best_at(hw, counts[mid])):
-                hi = mid
-            else:
-                lo = mid + 1
-        alloc = _allocation(best_at(hw, counts[hi]))
-        per_gpu.append(alloc)
-        candidates.append(alloc)
-        for j in (hi + 1, hi + 2):
-            if j < len(counts):
-                rec = best_at(hw, counts[j])
-                if meets(rec):
-                    candidates.append(_allocation(rec))
+    if cost_model is None:
+        cost_model = default_cost_model()
+    args = [(model, tokens, deadline_s, hw, space, max_gpus, problem_at, cost_model) for hw in hardwares]
+    outs = None
+    if jobs > 1 and len(args) > 1 and "fork" in mp.get_all_start_methods():
+        _FORK_SIZE = tuple(args)
+        try:
+            with mp.get_context("fork").Pool(min(jobs, len(args))) as pool:
+                outs = pool.map(_size_forked, range(len(args)))
+        finally:
+            _FORK_SIZE = None
+    if outs is None:
+        outs = [_size_one(*a) for a in args]
+    per_gpu = [o[2] for o in outs if o[2] is not None]
+    candidates = [a for o in outs for a in o[0]]
+    fastest = [o[1] for o in outs if o[1] is not None]
+    searched = sum(o[3] for o in outs)
     if not per_gpu:
         days = deadline_s / 86400.0
         if not fastest:
@@ -224,4 +279,4 @@ def size(model: ModelSpec, tokens: float, deadline_s: float, hardwares: list[Har
     smallest = min(candidates, key=lambda a: (a.record.gpus, a.cost_usd if a.cost_usd is not None else float("inf")))
     priced = [a for a in candidates if a.cost_usd is not None]
     cheapest = min(priced, key=lambda a: (a.cost_usd, a.record.gpus)) if priced else None
-    return SizingResult(smallest, cheapest, per_gpu, searched[0])
+    return SizingResult(smallest, cheapest, per_gpu, searched)

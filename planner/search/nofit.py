@@ -1,0 +1,83 @@
+"""When no plan is found: the smallest GPU count at which some plan of the space fits in memory (memory model
+only), and the one-line message `planner search`/`compare` print."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from costmodel.memory import fits_in_memory, memory_per_gpu
+from planner.search.engine import SearchResult
+from planner.search.space import (
+    Candidate,
+    SearchProblem,
+    candidate_plan,
+    default_global_batch,
+    enumerate_candidates,
+    factorization_problem,
+    make_target,
+)
+
+
+def _first_fit(problem: SearchProblem) -> Candidate | None:
+    """A valid candidate that fits in memory (memory model only), or None."""
+    for c in enumerate_candidates(problem):
+        target = problem.targets[c.target]
+        plan = candidate_plan(problem, c)
+        if plan.problems(problem.model):
+            continue
+        gpu = target.hardware.gpu
+        if fits_in_memory(memory_per_gpu(problem.model, plan, gpu), gpu, problem.space.memory_headroom):
+            return c
+    return None
+
+
+def min_gpus_to_fit(problem: SearchProblem, gbs_given: bool = False,
+                    limit: int = 1 << 20) -> tuple[int, Candidate] | None:
+    """Smallest GPU count (whole nodes of the first target's node type) at which some plan of the space
+    fits in memory, found with the memory model only: doubling from the problem's count, then the node
+    counts in between. The batch follows the default rule unless ``gbs_given``. None = none up to limit."""
+    hw = problem.targets[0].hardware
+    gpn = hw.gpus_per_node
+
+    def at(world: int):
+        gbs = problem.global_batch_size if gbs_given else default_global_batch(problem.seq_len, [world])
+        p = replace(problem, targets=(make_target(hw, world),), global_batch_size=gbs)
+        c = _first_fit(p)
+        return c
+
+    world = max(gpn, -(-problem.targets[0].world_size // gpn) * gpn)
+    lo = world
+    hit = at(world)
+    while hit is None:
+        lo, world = world, world * 2
+        if world > limit:
+            return None
+        hit = at(world)
+    if world == lo:
+        return world, hit
+    step = max(gpn, (world - lo) // 32 // gpn * gpn)
+    for w in range(lo + step, world, step):
+        c = at(w)
+        if c is not None:
+            return w, c
+    return world, hit
+
+
+def no_fit_message(result: SearchResult, gbs_given: bool = False) -> str:
+    """One line explaining why no plan was found, with the GPU count the memory model says is needed."""
+    p = result.problem
+    mem = result.counts.get("memory", 0)
+    if mem == 0:
+        reason = result.reasons[0][0] if result.reasons else \
+            factorization_problem(p.model, p.targets[0], p.space)
+        return (f"no valid plan in the space for {p.model.name} on {p.targets[0].label()}; most common reason: "
+                f"{reason}. Widen --tp/--pp/--mbs or change --gbs/--gpus.")
+    gpu = p.targets[0].hardware.gpu
+    found = min_gpus_to_fit(p, gbs_given)
+    if found is None:
+        return (f"no plan fits: {p.model.name} does not fit in {gpu.hbm_gb:g} GB GPUs at seq {p.seq_len} with any "
+                f"plan of the space on up to {1 << 20} GPUs; add full recompute / ZeRO-3 to the space.")
+    n, c = found
+    return (f"no plan fits: {p.model.name} needs >= {n} GPUs of {gpu.hbm_gb:g} GB at seq {p.seq_len} with "
+            f"{c.recompute} recompute (e.g. TP={c.tp} PP={c.pp} CP={c.cp} MBS={c.mbs} ZeRO={c.zero}); "
+            f"{mem} of {result.evaluated} candidates exceed memory.")
