@@ -241,7 +241,7 @@ def stage_params(model: ModelSpec, plan: ParallelPlan) -> list[float]:
     return out
 
 
-def inflight_microbatches(pp: int, stage: int, num_microbatches: int, vpp: int = 1) -> float:
+def inflight_microbatches(pp: int, stage: int, num_microbatches: int, vpp: int = 1, group: int = 0) -> float:
     """Micro-batches whose activations stage ``stage`` holds at its peak, in whole-stage units.
 
     Plain 1F1B: ``min(p - i, m)`` ([NARAYANAN] Sec. 2.2; [KORTHIKANTI] Sec. 4.2.3).
@@ -250,11 +250,14 @@ def inflight_microbatches(pp: int, stage: int, num_microbatches: int, vpp: int =
     micro-batches; each chunk holds 1/v of the stage's layers, so the count is divided by v. For
     stage 0 this is ``p (1 + (p - 1) / (p v))``, Korthikanti's interleaving factor (Sec. 4.2.3);
     for p = 1 it is 1.
+    With a micro-batch group N != p (``group``; Megatron-Core's microbatch_group_size_per_vp_stage, needed
+    when m is not a multiple of p) the warm-up is ``2 (p - i - 1) + (v - 1) N`` chunk forwards
+    (schedules.py get_pp_rank_microbatches).
     """
     m = max(num_microbatches, 1)
     if vpp <= 1:
         return float(min(pp - stage, m))
-    chunks = min(2 * (pp - stage - 1) + (vpp - 1) * pp + 1, m * vpp)
+    chunks = min(2 * (pp - stage - 1) + (vpp - 1) * (group or pp) + 1, m * vpp)
     return chunks / vpp
 
 
@@ -343,6 +346,7 @@ def _stage_terms(model: ModelSpec, plan: ParallelPlan, flash_attention: bool) ->
     """(weights, gradients, optimizer, activations, inflight) for every stage; plain floats."""
     pp, vpp = plan.pp, plan.vpp
     m1 = max(plan.num_microbatches, 1)
+    group = (plan.vpp_microbatch_group or pp) if vpp > 1 else pp
     shard = max(plan.dp * plan.cp, 1)
     zero = plan.zero if shard > 1 else 0  # nothing to shard over one rank (FSDP falls back to NO_SHARD)
     per_layer_params = layer_params_per_gpu(model, plan.tp)
@@ -380,7 +384,7 @@ def _stage_terms(model: ModelSpec, plan: ParallelPlan, flash_attention: bool) ->
         if vpp <= 1:
             inflight = float(min(pp - i, m1))
         else:
-            inflight = min(2 * (pp - i - 1) + (vpp - 1) * pp + 1, m1 * vpp) / vpp
+            inflight = min(2 * (pp - i - 1) + (vpp - 1) * group + 1, m1 * vpp) / vpp
         act = n * act_layer * inflight
         if n and recompute_working:
             act += recompute_working

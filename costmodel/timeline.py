@@ -90,9 +90,11 @@ def validate(stage_fwd_s: Sequence[float], stage_bwd_s: Sequence[float], num_mic
                            f"{p} and {len(stage_bwd_s)}; pass one time per pipeline stage.")
     if min(stage_fwd_s) < 0 or min(stage_bwd_s) < 0 or p2p_s < 0:
         raise PlannerError("stage times and p2p_s must be >= 0; check the per-stage cost model.")
-    if vpp > 1 and num_microbatches % p != 0:
-        raise PlannerError(f"the interleaved schedule needs num_microbatches ({num_microbatches}) "
-                           f"divisible by the pipeline size ({p}) (Megatron-LM requirement); "
+    if vpp > 1 and num_microbatches < p:
+        # Megatron-Core schedules.py: the micro-batch group N of the interleaved schedule must satisfy
+        # p <= N <= m (ParallelPlan.vpp_microbatch_group picks N; older Megatron required m % p == 0)
+        raise PlannerError(f"the interleaved schedule needs num_microbatches ({num_microbatches}) >= the "
+                           f"pipeline size ({p}) (Megatron-Core requirement); "
                            "change the number of micro-batches or set vpp=1.")
 
 
@@ -100,8 +102,11 @@ def validate(stage_fwd_s: Sequence[float], stage_bwd_s: Sequence[float], num_mic
 # Simulator (reference)
 # ----------------------------------------------------------------------------------------------
 
-def _stage_order(i: int, p: int, m: int, v: int) -> list[tuple[str, int, int]]:
-    """The (kind, microbatch, chunk) ops of stage i in execution order (see module docstring)."""
+def _stage_order(i: int, p: int, m: int, v: int, group: int = 0) -> list[tuple[str, int, int]]:
+    """The (kind, microbatch, chunk) ops of stage i in execution order (see module docstring).
+
+    Interleaved: Megatron-Core's schedule table (schedules.py get_schedule_table): micro-batches in groups
+    of ``group`` (default p; the last group takes the rest), each group run chunk by chunk."""
     if v == 1:
         w = min(p - i - 1, m)
         ops = [("F", k, 0) for k in range(w)]
@@ -109,11 +114,13 @@ def _stage_order(i: int, p: int, m: int, v: int) -> list[tuple[str, int, int]]:
             ops += [("F", w + j, 0), ("B", j, 0)]
         return ops + [("B", k, 0) for k in range(m - w, m)]
     total = m * v
-    w = total if m == p else min((p - i - 1) * 2 + (v - 1) * p, total)
+    n = group or p
+    w = total if m == p else min((p - i - 1) * 2 + (v - 1) * n, total)
+    table = [(mb, c) for g in range(0, m, n) for c in range(v) for mb in range(g, min(g + n, m))]
 
     def op(k: int, kind: str) -> tuple[str, int, int]:
-        chunk = (k % (p * v)) // p
-        return kind, (k // (p * v)) * p + k % p, chunk if kind == "F" else v - 1 - chunk
+        mb, chunk = table[k]
+        return kind, mb, chunk if kind == "F" else v - 1 - chunk
 
     ops = [op(k, "F") for k in range(w)]
     for j in range(total - w):
@@ -122,17 +129,18 @@ def _stage_order(i: int, p: int, m: int, v: int) -> list[tuple[str, int, int]]:
 
 
 def simulate_1f1b(stage_fwd_s: Sequence[float], stage_bwd_s: Sequence[float], num_microbatches: int,
-                  vpp: int = 1, p2p_s: float = 0.0, record: bool = False) -> SimResult:
+                  vpp: int = 1, p2p_s: float = 0.0, record: bool = False, microbatch_group: int = 0) -> SimResult:
     """Dependency simulation of the exact 1F1B / interleaved-1F1B op order.
 
     Per-chunk times are stage time / vpp. Returns the makespan, per-stage busy and idle time and,
-    with ``record=True``, every op as a :class:`PipelineEvent` in scheduling order.
+    with ``record=True``, every op as a :class:`PipelineEvent` in scheduling order. ``microbatch_group``:
+    Megatron-Core's microbatch_group_size_per_vp_stage (0 = the pipeline size).
     """
     validate(stage_fwd_s, stage_bwd_s, num_microbatches, vpp, p2p_s)
     p, m, v = len(stage_fwd_s), num_microbatches, vpp
     last = p * v - 1
     hop = p2p_s if p > 1 else 0.0  # adjacent virtual stages sit on different devices iff p > 1
-    orders = [_stage_order(i, p, m, v) for i in range(p)]
+    orders = [_stage_order(i, p, m, v, microbatch_group) for i in range(p)]
     ptr, free, busy = [0] * p, [0.0] * p, [0.0] * p
     end: dict[tuple[str, int, int], float] = {}
     events: list[PipelineEvent] = []

@@ -160,6 +160,9 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, iterations: int | None =
             add("--num-virtual-stages-per-pipeline-rank", plan.vpp)
         else:
             add("--num-layers-per-virtual-pipeline-stage", model.num_layers // (plan.pp * plan.vpp))
+    if plan.vpp > 1 and plan.vpp_microbatch_group not in (None, plan.pp):
+        # micro-batches not a multiple of PP: Megatron-Core's default group (PP) is refused (schedules.py)
+        add("--microbatch-group-size-per-virtual-pipeline-stage", plan.vpp_microbatch_group)
     add("--micro-batch-size", plan.micro_batch_size)
     add("--global-batch-size", plan.global_batch_size)
     add("--seq-length", plan.seq_len)
@@ -290,6 +293,9 @@ def nemo_config(model: ModelSpec, plan: ParallelPlan, iterations: int | None = N
         "bias": model.linear_bias,
         "share_embeddings_and_output_weights": model.tied_embeddings,
     }
+    if plan.vpp > 1 and plan.vpp_microbatch_group != plan.pp:
+        # micro-batches not a multiple of PP: Megatron-Core's default group (PP) is refused (schedules.py)
+        m["microbatch_group_size_per_vp_stage"] = plan.vpp_microbatch_group
     act = {"gelu": "gelu", "swiglu": "swiglu", "squared_relu": "squared-relu"}.get(model.activation)
     if act is None:
         notes.append(f"activation {model.activation} is not among NeMo's activation options; set it by hand")

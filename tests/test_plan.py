@@ -58,6 +58,8 @@ def test_uneven_layer_split():
         plan(gpus=32, gpn=8, gbs=64, pp=4, layer_split=(8, 8, 8, 8)).validate(m)
 
 
-def test_interleaved_needs_microbatches_multiple_of_pp():
+def test_interleaved_needs_a_valid_microbatch_group():
+    # Megatron-Core: PP <= N <= M with M % N == 0 or >= PP (tests/test_microbatch_group.py has the rule)
     with pytest.raises(PlanError, match="interleaved"):
-        plan(gpus=4, gpn=4, gbs=6, pp=4, vpp=2).validate(llama())
+        plan(gpus=4, gpn=4, gbs=3, pp=4, vpp=2).validate(llama())
+    assert plan(gpus=4, gpn=4, gbs=6, pp=4, vpp=2).validate(llama()).vpp_microbatch_group == 6

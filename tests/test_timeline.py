@@ -142,7 +142,7 @@ def test_fewer_microbatches_than_stages():
 @pytest.mark.parametrize("kwargs, match", [
     (dict(num_microbatches=0), "positive integer"),
     (dict(num_microbatches=2.0), "positive integer"),
-    (dict(num_microbatches=6, vpp=2), "divisible"),
+    (dict(num_microbatches=3, vpp=2), "pipeline size"),
     (dict(num_microbatches=8, vpp=0), "vpp"),
     (dict(num_microbatches=8, p2p_s=-1.0), ">= 0"),
 ])

@@ -80,6 +80,26 @@ class ParallelPlan:
         return self.global_batch_size // denom if denom else 0
 
     @property
+    def vpp_microbatch_group(self) -> int | None:
+        """Contiguous micro-batches per virtual stage of the interleaved schedule (Megatron-Core's
+        ``microbatch_group_size_per_vp_stage``, flag ``--microbatch-group-size-per-virtual-pipeline-stage``;
+        default PP), or None when no group size is valid.
+
+        Megatron-Core ``pipeline_parallel/schedules.py`` (forward_backward_pipelining_with_interleaving,
+        commit 00611e6e) requires PP <= N <= M and ``M % N`` either 0 or >= PP (M = micro-batches). PP itself
+        when M is a multiple of PP (the default, and the only choice of older Megatron, which required
+        ``M % PP == 0``); else the smallest valid N > PP.
+        """
+        m, pp = self.num_microbatches, self.pp
+        if self.vpp <= 1:
+            return pp
+        if m < pp:
+            return None
+        if m % pp == 0:
+            return pp
+        return next((n for n in range(pp + 1, m + 1) if m % n == 0 or m % n >= pp), None)
+
+    @property
     def tokens_per_iteration(self) -> int:
         return self.global_batch_size * self.seq_len
 
@@ -143,9 +163,10 @@ class ParallelPlan:
             p.append(f"seq_len={self.seq_len} must be a multiple of 2*CP = {2 * self.cp} (load-balanced causal CP)")
         if self.sp and self.seq_len % self.tp != 0:
             p.append(f"seq_len={self.seq_len} must be a multiple of TP={self.tp} with sequence parallelism")
-        if self.vpp > 1 and dp > 0 and self.num_microbatches % self.pp != 0:
-            p.append(f"interleaved schedule needs micro-batches ({self.num_microbatches}) to be a multiple "
-                     f"of PP={self.pp}")
+        if self.vpp > 1 and dp > 0 and self.vpp_microbatch_group is None:
+            p.append(f"interleaved schedule needs micro-batches ({self.num_microbatches}) >= PP={self.pp} and a "
+                     f"group size N in [PP, micro-batches] with micro-batches % N = 0 or >= PP (Megatron-Core "
+                     f"schedules.py); change GBS or MBS")
         if model is not None:
             if model.num_heads % self.tp != 0:
                 p.append(f"heads={model.num_heads} must be a multiple of TP={self.tp}")
