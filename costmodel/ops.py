@@ -41,8 +41,12 @@ class Op:
             object.__setattr__(self, "phase", Phase(self.phase))
         if self.category is not None and type(self.category) is not Category:
             object.__setattr__(self, "category", Category(self.category))
-        # computed once: cost lookups ask for it many times per prediction
-        object.__setattr__(self, "_key", (self.kind, self.dtype, self.features, self.phase is Phase.BWD))
+        # computed once: cost lookups ask for it many times per prediction. The bytes belong to it: a
+        # memory-bound operator of an fp32 plan has the features and dtype label of its bf16 twin but twice
+        # the bytes, and without them a cost cached for one plan was reused for the other (the result of a
+        # batch line depended on the lines before it)
+        object.__setattr__(self, "_key", (self.kind, self.dtype, self.features, self.phase is Phase.BWD,
+                                          self.bytes))
 
     @property
     def backward(self) -> bool:
@@ -50,7 +54,8 @@ class Op:
         return self.phase is Phase.BWD
 
     def key(self) -> tuple:
-        """Identity of the operator for cost caching (independent of name and count)."""
+        """Identity of the operator for cost caching: kind, dtype, features, direction and bytes moved
+        (independent of name and count)."""
         return self._key
 
     def feature_dict(self) -> dict:
