@@ -24,7 +24,7 @@ Small typed steps, each a function with a frozen result:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from costmodel.core.kinds import COLLECTIVE_KINDS, Category, CostSource, Phase
@@ -228,8 +228,15 @@ def stage_times(graph: OperatorGraph, times: Times, hardware: Hardware) -> Stage
     return StageTimes(tuple(fwd), tuple(bwd), tuple(exposed), p2p_s)
 
 
+def split_fits(model: ModelSpec, plan: ParallelPlan, hardware: Hardware) -> Callable[[tuple[int, ...]], bool]:
+    """Whether ``plan`` with a given layer split fits the GPU's memory (the test :func:`metrics` reports)."""
+    def fits(split: tuple[int, ...]) -> bool:
+        return fits_in_memory(memory_per_gpu(model, replace(plan, layer_split=split), hardware.gpu), hardware.gpu)
+    return fits
+
+
 def balanced_layer_split(graph: OperatorGraph, times: Times, hardware: Hardware, num_layers: int,
-                         top: int = 4) -> tuple[int, ...]:
+                         top: int = 4, fits: Callable[[tuple[int, ...]], bool] | None = None) -> tuple[int, ...]:
     """The Megatron-expressible split of ``num_layers`` (first and last stage sizes free, middle stages equal,
     multiples of VPP, or an --account-for-embedding/loss split: costmodel.core.specs.plan) with the shortest
     predicted pipeline, from one costing.
@@ -241,6 +248,10 @@ def balanced_layer_split(graph: OperatorGraph, times: Times, hardware: Hardware,
     closed form (:func:`pipeline_time`), the shortest wins (ties: fewer layers on the last, then the first
     stage). The per-iteration tail (a stage's DP gradient reduction and optimizer step, a few layers'
     worth apart between candidates) is left out of the choice.
+
+    ``fits`` (e.g. :func:`split_fits`): the fastest split that fits in memory wins; the first stage holds the
+    embedding and the most in-flight micro-batches, so the fastest split is not always one that fits. The
+    candidates past the ``top`` are taken in the order of their slowest stage; when none fits, the fastest.
     """
     p, v, m = len(graph.stages), graph.vpp, graph.num_microbatches
     if p == 1:
@@ -266,15 +277,25 @@ def balanced_layer_split(graph: OperatorGraph, times: Times, hardware: Hardware,
         raise ValueError(f"no Megatron-expressible split of {num_layers} layers over PP={p} x VPP={v}")
     scored.sort()
     best: tuple | None = None
+    evaluated: list[tuple[tuple, tuple[int, ...]]] = []
     p2p = times[graph.p2p.key()] if graph.p2p is not None else 0.0
     for _, last, first, mid in scored[:top]:
         fwd = [first * lf + f0] + [mid * lf] * (p - 2) + [last * lf + fl]
         bwd = [first * lb + b0] + [mid * lb] * (p - 2) + [last * lb + bl]
         key = (pipeline_time(fwd, bwd, m, v, p2p).time_s, last, first)
+        evaluated.append((key, (first,) + (mid,) * (p - 2) + (last,)))
         if best is None or key < best[0]:
             best = (key, (first,) + (mid,) * (p - 2) + (last,))
     assert best is not None
-    return best[1]
+    if fits is None or fits(best[1]):
+        return best[1]
+    ranked = [s for _, s in sorted(evaluated)] + [_split(c, p) for c in scored[top:]]
+    return next((s for s in ranked if fits(s)), best[1])
+
+
+def _split(candidate: tuple[float, int, int, int], p: int) -> tuple[int, ...]:
+    _, last, first, mid = candidate
+    return (first,) + (mid,) * (p - 2) + (last,)
 
 
 # ------------------------------------------------------------------------------------- 3. pipeline

@@ -24,6 +24,7 @@ from costmodel.compose import (
     corun_slowdown,
     cost_operators,
     mfu_peak_dtype,
+    split_fits,
 )
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
@@ -153,7 +154,8 @@ def predict(model: ModelSpec, plan: ParallelPlan, hardware: Hardware,
         # PP x VPP does not divide the layers: cost the count-based default split once, choose the split
         # with the shortest predicted pipeline from its per-layer and per-stage times, predict that one
         scaled = times.scaled(calibration.scale_times) if calibration is not None else times
-        split = balanced_layer_split(graph, scaled.time_s, hardware, model.num_layers)
+        split = balanced_layer_split(graph, scaled.time_s, hardware, model.num_layers,
+                                     fits=split_fits(model, plan, hardware))
         plan = replace(plan, layer_split=split)
         if split != tuple(st.layers for st in graph.stages):
             graph = build_graph(model, plan)

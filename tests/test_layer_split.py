@@ -225,3 +225,23 @@ def test_plan_validation_accepts_uneven_layers_without_a_split():
     plan = ParallelPlan(world_size=128, gpus_per_node=8, global_batch_size=64, seq_len=8192, tp=8, pp=16)
     assert plan.problems(model) == [] and plan.needs_layer_split(126)
     assert plan.stage_layers(126) == default_layer_split(126, 16)
+
+
+def test_the_fastest_split_that_fits_in_memory_wins():
+    """balanced_layer_split takes a memory test: when the fastest split does not fit, the fastest one that does
+    (here: a fake test that refuses the unconstrained choice); when none fits, still the fastest."""
+    from costmodel.compose import balanced_layer_split, cost_operators
+    from costmodel.graph import build_graph
+    from planner.predict import default_cost_model
+
+    r = build_request({"model": "gpt3-175b", "gpu": "a100-80gb", "gpus": 448, "tp": 8, "pp": 7, "gbs": 448,
+                       "seq_len": 2048})
+    graph = build_graph(r.model, r.plan)
+    times = cost_operators(graph, r.hardware, default_cost_model()).time_s
+    fastest = balanced_layer_split(graph, times, r.hardware, 96)
+    assert balanced_layer_split(graph, times, r.hardware, 96, fits=lambda s: True) == fastest
+    assert balanced_layer_split(graph, times, r.hardware, 96, fits=lambda s: False) == fastest
+    other = balanced_layer_split(graph, times, r.hardware, 96, fits=lambda s: s != fastest)
+    assert other != fastest and sum(other) == 96 and _megatron_ok(other, 96, 7, 1)
+    smaller_first = balanced_layer_split(graph, times, r.hardware, 96, fits=lambda s: s[0] < fastest[0] - 1)
+    assert smaller_first[0] < fastest[0] - 1

@@ -19,6 +19,7 @@ from costmodel.compose import (
     corun_slowdown,
     cost_operators,
     metrics,
+    split_fits,
 )
 from costmodel.cost.base import OperatorCostModel
 from costmodel.graph import build_graph
@@ -185,7 +186,8 @@ def quick_prediction(model, plan, hardware, cost_model: OperatorCostModel) -> Qu
     times = corun_slowdown(plan, hardware, cost_operators(graph, hardware, cost_model))
     split = None
     if plan.needs_layer_split(model.num_layers):
-        split = balanced_layer_split(graph, times.time_s, hardware, model.num_layers)
+        split = balanced_layer_split(graph, times.time_s, hardware, model.num_layers,
+                                     fits=split_fits(model, plan, hardware))
         plan = dataclasses.replace(plan, layer_split=split)
         if split != tuple(st.layers for st in graph.stages):
             graph = build_graph(model, plan)
