@@ -216,6 +216,10 @@ def test_search_table_shows_the_split():
     pp_col = head.index("PP")
     assert all("(" in row[pp_col] for row in rows)
     assert recs[0].to_plan().layer_split == tuple(plans[0]["layer_split"])
+    # the one-line plan text of size / compare / reports carries the split too
+    from planner.search.records import describe_split, plan_text
+
+    assert f"PP{recs[0].pp} ({describe_split(recs[0].layer_split)})" in plan_text(recs[0])
 
 
 def test_plan_validation_accepts_uneven_layers_without_a_split():

@@ -259,8 +259,9 @@ def batch_text(gbs: int, seq_len: int) -> str:
 
 
 def plan_text(r: PlanRecord) -> str:
-    """'TP2 PP4 DP16 CP1 VPP1 MBS1 GBS 1024 (4.19M) selective ZeRO1' (+ ' fp8' for non-bf16 GEMMs)."""
-    s = (f"TP{r.tp} PP{r.pp} DP{r.dp} CP{r.cp} VPP{r.vpp} MBS{r.mbs} GBS {batch_text(r.gbs, r.seq_len)} "
+    """'TP2 PP4 DP16 CP1 VPP1 MBS1 GBS 1024 (4.19M) selective ZeRO1' (+ ' fp8' for non-bf16 GEMMs); an uneven
+    layer split follows PP, e.g. 'PP16 (8x15,6)'."""
+    s = (f"TP{r.tp} PP{_pp_cell(r)} DP{r.dp} CP{r.cp} VPP{r.vpp} MBS{r.mbs} GBS {batch_text(r.gbs, r.seq_len)} "
          f"{r.recompute} ZeRO{r.zero}")
     return s if r.dtype == "bf16" else f"{s} {r.dtype}"
 
