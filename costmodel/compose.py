@@ -195,18 +195,29 @@ class StageTimes:
     """One activation send between adjacent stages (0 without pipeline parallelism)."""
 
 
+def _fwd_bwd_time(ops: Sequence[Op], times: Times, bwd: tuple[Phase, ...]) -> tuple[float, float]:
+    """(phase_time(ops, times, (FWD,)), phase_time(ops, times, bwd)) in one pass over ``ops``, each sum
+    added in the same order as phase_time adds it (so the same floats)."""
+    f = b = 0
+    for o in ops:
+        ph = o.phase
+        if ph is Phase.FWD:
+            f += times[o.key()] * o.count
+        elif ph in bwd:
+            b += times[o.key()] * o.count
+    return f, b
+
+
 def _layer_and_stage(st: StageGraph, times: Times, overlaps: bool) -> tuple[float, float, float, float, float, float]:
     """(layer fwd, layer bwd, exposed fwd, exposed bwd, stage-ops fwd, stage-ops bwd) seconds of one micro-batch:
     a layer's compute plus its exposed overlapped communication, and the stage's once-per-micro-batch ops."""
-    lf = phase_time(st.layer_ops, times, _FWD)
-    lb = phase_time(st.layer_ops, times, _BWD_RECOMPUTE)
-    of = phase_time(st.layer_overlap_ops, times, _FWD)
-    ob = phase_time(st.layer_overlap_ops, times, _BWD)
+    lf, lb = _fwd_bwd_time(st.layer_ops, times, _BWD_RECOMPUTE)
+    of, ob = _fwd_bwd_time(st.layer_overlap_ops, times, _BWD)
     # overlapped comm (CP KV ring, ZeRO-3 prefetch) is exposed only beyond the layer's compute
     # (all of it where communication shares the compute cores)
     ef, eb = (max(0.0, of - lf), max(0.0, ob - lb)) if overlaps else (of, ob)
-    return (lf + ef, lb + eb, ef, eb, phase_time(st.stage_ops, times, _FWD),
-            phase_time(st.stage_ops, times, _BWD_RECOMPUTE))
+    sf, sb = _fwd_bwd_time(st.stage_ops, times, _BWD_RECOMPUTE)
+    return (lf + ef, lb + eb, ef, eb, sf, sb)
 
 
 def stage_times(graph: OperatorGraph, times: Times, hardware: Hardware) -> StageTimes:
