@@ -18,13 +18,11 @@ from costmodel.compose import (
     GIB,
     Composition,
     CompositionConstants,
-    balanced_layer_split,
     compose,
     compose_iteration_time,
     corun_slowdown,
     cost_operators,
     mfu_peak_dtype,
-    split_fits,
 )
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
@@ -33,6 +31,7 @@ from costmodel.cost.base import OperatorCostModel
 from costmodel.cost.measured import MeasuredCostModel
 from costmodel.cost.roofline import RooflineCostModel
 from costmodel.graph import OperatorGraph, build_graph, domain_warnings
+from costmodel.layer_split import balanced_layer_split, split_fits
 
 __all__ = ["GIB", "Calibrating", "Prediction", "default_cost_model", "mfu_peak_dtype", "predict",
            "prediction_from_times"]
@@ -93,7 +92,7 @@ class Prediction:
     layer_split: list | None = None
     """Layers per pipeline stage when the split is uneven: the request's, or, when PP x VPP does not divide
     the layers, the Megatron-expressible split chosen to minimise the predicted pipeline
-    (:func:`costmodel.compose.balanced_layer_split`); None = even split."""
+    (:func:`costmodel.layer_split.balanced_layer_split`); None = even split."""
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -14,15 +14,14 @@ from collections import Counter
 from dataclasses import dataclass
 
 from costmodel.compose import (
-    balanced_layer_split,
     compose_iteration_time,
     corun_slowdown,
     cost_operators,
     metrics,
-    split_fits,
 )
 from costmodel.cost.base import OperatorCostModel
 from costmodel.graph import build_graph
+from costmodel.layer_split import balanced_layer_split, split_fits
 from costmodel.memory import fits_in_memory, memory_per_gpu
 from planner.predict import default_cost_model, predict
 from planner.search.records import PlanRecord, make_record

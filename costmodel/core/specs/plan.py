@@ -218,7 +218,7 @@ def layer_split_candidates(num_layers: int, pp: int, vpp: int = 1) -> list[tuple
     equal middle stages, every stage holding a positive multiple of ``vpp`` layers (rules above).
 
     For 3+ stages only the two first-stage sizes nearest to balance per middle size are needed by
-    :func:`costmodel.compose.balanced_layer_split`; this function lists them all (tests, small inputs)."""
+    :func:`costmodel.layer_split.balanced_layer_split`; this function lists them all (tests, small inputs)."""
     out: list[tuple[int, ...]] = []
     if pp < 1 or vpp < 1:
         return out
