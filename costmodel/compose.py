@@ -34,7 +34,7 @@ from costmodel.core.specs.plan import ParallelPlan
 from costmodel.cost.base import OperatorCostModel
 from costmodel.flops import hardware_flops_per_iteration, model_flops_per_iteration
 from costmodel.graph import GRAD_REDUCE_BYTES, OperatorGraph, StageGraph
-from costmodel.memory import MemoryBreakdown, fits_in_memory, memory_per_gpu
+from costmodel.memory import MemoryBreakdown, fits_in_memory, memory_message, memory_per_gpu
 from costmodel.ops import Op
 from costmodel.sampling.skew import rank_scale
 from costmodel.timeline import PipelineResult, pipeline_time
@@ -534,7 +534,5 @@ def compose(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, graph: Ope
     rows = breakdown(plan, graph, times, stages, pipe, tail)
     met = metrics(model, plan, hardware, tail.time_s)
     if not met.fits_in_memory:
-        mem = met.memory
-        warnings.append(f"does not fit: {mem.total / GIB:.1f} GiB per GPU needed on stage {mem.stage}, "
-                        f"{hardware.gpu.name} has {hardware.gpu.hbm_bytes / GIB:.1f} GiB")
+        warnings.append(memory_message(met.memory, hardware.gpu))
     return Composition(stages, pipe, tail, rows, met, tuple(warnings))

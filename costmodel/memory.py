@@ -44,7 +44,9 @@ Conventions
   CP and gradients are reduced over DP x CP, so Megatron's distributed optimizer shards over the
   "data-parallel group with context parallelism" (``get_data_parallel_group(with_context_parallel=
   True)``, megatron/core/parallel_state.py).
-* Sizes are bytes; GB = 1e9 bytes (``GPUSpec.hbm_bytes``).
+* Sizes are bytes. GPU capacity is ``GPUSpec.hbm_bytes``: the MiB the driver reports (nvidia-smi
+  ``memory.total``, e.g. 81,920 MiB = 80 GiB for an "80 GB" A100) where the catalogue cites one, else
+  the vendor's GB x 1e9. Messages state sizes in GiB (2^30 bytes).
 """
 
 from __future__ import annotations
@@ -438,8 +440,22 @@ def memory_per_gpu(model: ModelSpec, plan: ParallelPlan, gpu: GPUSpec | None = N
     return MemoryBreakdown(w, g, o, a, ws, best, f)
 
 
+def usable_bytes(gpu: GPUSpec, headroom: float = DEFAULT_HEADROOM) -> float:
+    """Bytes a plan may use: the driver-reported capacity (``GPUSpec.hbm_bytes``) less ``headroom``."""
+    return gpu.hbm_bytes * (1.0 - headroom)
+
+
 def fits_in_memory(breakdown: MemoryBreakdown, gpu: GPUSpec, headroom: float = DEFAULT_HEADROOM) -> bool:
-    """True when the breakdown's total fits in the GPU's HBM (GB = 1e9 bytes, as the vendor states
-    it) less a ``headroom`` fraction kept for allocator fragmentation (default 5 %, see
-    DEFAULT_HEADROOM)."""
-    return breakdown.total <= gpu.hbm_bytes * (1.0 - headroom)
+    """True when the breakdown's total fits in the GPU's capacity as the driver reports it
+    (``GPUSpec.hbm_bytes``) less a ``headroom`` fraction kept for allocator fragmentation (default 5 %,
+    see DEFAULT_HEADROOM)."""
+    return breakdown.total <= usable_bytes(gpu, headroom)
+
+
+def memory_message(breakdown: MemoryBreakdown, gpu: GPUSpec, headroom: float = DEFAULT_HEADROOM) -> str:
+    """One line, all in GiB: needed on the most loaded stage vs usable = capacity less headroom."""
+    gib = float(2**30)
+    verdict = "fits" if fits_in_memory(breakdown, gpu, headroom) else "does not fit"
+    return (f"{verdict}: {breakdown.total / gib:.1f} GiB per GPU needed on stage {breakdown.stage}, "
+            f"{gpu.name} has {usable_bytes(gpu, headroom) / gib:.1f} GiB usable "
+            f"({gpu.hbm_bytes / gib:.1f} GiB capacity less {headroom:.0%} headroom)")

@@ -27,6 +27,7 @@ import yaml
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # the script also runs from a checkout where the package is not installed
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the TOML emitter beside this script
+from catalogue_capacity import CAPACITY_SOURCES, hbm_mib_figure  # noqa: E402
 from toml_emitter import toml_table  # noqa: E402
 
 from costmodel.core.fileio import atomic_write_text  # noqa: E402
@@ -50,8 +51,7 @@ def _fig(compute, hbm, hbm_bw, nvlink, tdp, fp32=None):
     out = {f"peak_tflops.{d}": list(compute) for d in _DTYPES}
     if fp32 is not None:
         out["peak_tflops.fp32"] = list(fp32)
-    out.update({"hbm_gb": list(hbm), "hbm_bw_gbs": list(hbm_bw), "nvlink_bw_gbs": list(nvlink),
-                "tdp_w": list(tdp)})
+    out.update({"hbm_gb": list(hbm), "hbm_bw_gbs": list(hbm_bw), "nvlink_bw_gbs": list(nvlink), "tdp_w": list(tdp)})
     return out
 
 
@@ -328,7 +328,7 @@ NCCL_FILES = {"a100_sxm": "a100_sxm_nccl_fp16__nccl-2.27.3.csv", "h100_sxm": "h1
               "gb200": "gb200_nccl_fp16__nccl-2.29.2.csv", "b300_sxm": "b300_sxm_nccl_fp16__nccl-2.29.2.csv",
               "gb300": "gb300_nccl_fp16__nccl-2.29.2.csv"}
 
-# Sources read for this catalogue that are not in the YAML registries.
+# Sources read for this catalogue that are not in the YAML registries (capacity ones: catalogue_capacity.py).
 EXTRA_SOURCES = {
     "nccl_tests_150": {
         "what": "NVIDIA/nccl-tests issue #150 (2023-06-29): all_reduce_perf between 2 nodes x 1 A100 80GB over "
@@ -429,7 +429,7 @@ def build(data: Path) -> dict[str, dict]:
     ctext = (data / "hardware" / "clusters.yaml").read_text()
     gy, cy = yaml.safe_load(gtext), yaml.safe_load(ctext)
     gcom, ccom = _comments(gtext, "gpus"), _comments(ctext, "systems")
-    registry = {**gy["sources"], **cy["sources"], **EXTRA_SOURCES}
+    registry = {**gy["sources"], **cy["sources"], **EXTRA_SOURCES, **CAPACITY_SOURCES}
 
     sources: dict[str, dict] = {}
     for sid in sorted(registry):
@@ -455,6 +455,7 @@ def build(data: Path) -> dict[str, dict]:
             notes.append(str(e["notes"]))
         nvlink = e.get("nvlink_bw_gbytes_s_per_gpu_unidirectional", e.get("xgmi_all_to_all_gbytes_s_unidirectional"))
         g = {"display_name": DISPLAY_NAMES[key], "peak_tflops": peak, "hbm_gb": float(e["hbm_gb"]),
+             **hbm_mib_figure(key, figs, notes),
              "hbm_bw_gbs": float(e["hbm_bw_gbytes_s"]), "nvlink_bw_gbs": float(nvlink),
              "default_cluster": DEFAULT_CLUSTER[key], "tdp_w": float(e["tdp_w"])}
         if key in PRICE_CHOICE:
@@ -476,6 +477,8 @@ def build(data: Path) -> dict[str, dict]:
         g["notes"] = " ".join(notes)
         gpus[key] = g
     for key, (fig, figs, note) in EXTRA_GPUS.items():
+        figs, notes = dict(figs), [note]
+        fig, note = {**fig, **hbm_mib_figure(key, figs, notes)}, " ".join(notes)
         gpus[key] = {"display_name": DISPLAY_NAMES[key], **fig, "default_cluster": DEFAULT_CLUSTER[key],
                      "measured_data": key in MEASURED, "sources": figs,
                      "notes": " ".join([note, UNFITTED_NOTE, "price: none in the catalogue; pass a hardware file "

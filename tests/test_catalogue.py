@@ -308,3 +308,25 @@ def test_cli_bad_hardware_file_exits_2(tmp_path):
     result = _invoke(["gpus", "--hardware-file", str(f)])
     assert result.exit_code == 2
     assert "error:" in result.output and "hbm_bw_gbs" in result.output
+
+
+def test_hbm_capacity_is_the_driver_figure_with_a_source():
+    """Capacity in MiB as nvidia-smi reports it, cited; GPUs without a cited figure keep hbm_gb and say so."""
+    cat = load_catalogue()
+    assert cat.gpu("a100-80gb").hbm_mib == 81920 and cat.gpu("a100-80gb").hbm_bytes == 80 * 2**30
+    assert cat.gpu("a100-40gb").hbm_bytes == 40 * 2**30
+    assert cat.gpu("h100-sxm").hbm_mib == 81559           # modal_client_pr_2797, nccl_issue_1264
+    assert cat.gpu("h100-sxm").hbm_bytes / 2**30 == pytest.approx(79.65, abs=0.005)
+    for name, g in cat.gpus.items():
+        if g.hbm_mib:
+            assert g.sources["hbm_mib"] and all(s in cat.sources for s in g.sources["hbm_mib"]), name
+        else:
+            assert "hbm_mib: no cited driver-reported capacity" in g.notes, name
+            assert g.hbm_bytes == g.hbm_gb * 1e9
+
+
+def test_hardware_file_capacity_in_gb_replaces_the_driver_figure(tmp_path):
+    f = tmp_path / "hw.toml"
+    f.write_text("[gpus.h100-sxm]\nhbm_gb = 40\n")
+    g = load_catalogue([f]).gpu("h100-sxm")
+    assert g.hbm_mib == 0 and g.hbm_bytes == 40e9 and "hbm_mib" not in g.sources

@@ -103,7 +103,8 @@ class Evaluator:
         mem = memory_per_gpu(p.model, plan, gpu)
         if not fits_in_memory(mem, gpu, p.space.memory_headroom):
             usable = gpu.hbm_bytes * (1.0 - p.space.memory_headroom)
-            return Evaluation("memory", f"needs more than {gpu.hbm_gb:g} GB per GPU", mem.total / usable - 1.0), None
+            return Evaluation("memory", f"needs more than {usable / GIB:.1f} GiB usable per GPU",
+                              mem.total / usable - 1.0), None
         return None, plan
 
     def feasible(self, cand: Candidate) -> bool:
@@ -128,7 +129,8 @@ class Evaluator:
             mem = memory_per_gpu(p.model, plan, gpu)
             if not fits_in_memory(mem, gpu, p.space.memory_headroom):
                 usable = gpu.hbm_bytes * (1.0 - p.space.memory_headroom)
-                return Evaluation("memory", f"needs more than {gpu.hbm_gb:g} GB per GPU", mem.total / usable - 1.0)
+                return Evaluation("memory", f"needs more than {usable / GIB:.1f} GiB usable per GPU",
+                                  mem.total / usable - 1.0)
         rec = make_record(p, target, plan, pred, p.price(target.hardware))
         return Evaluation("ok", "", 0.0, rec)
 

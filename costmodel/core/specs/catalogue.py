@@ -42,6 +42,7 @@ GPU_FIELDS = {
     "display_name": ("str", "a string"),
     "peak_tflops": ("tflops", f"a table of dense TFLOP/s > 0 keyed by {', '.join(DTYPES)}"),
     "hbm_gb": ("pos", "a number > 0 (GB)"),
+    "hbm_mib": ("pos", "a number > 0 (MiB, the capacity nvidia-smi reports as memory.total)"),
     "hbm_bw_gbs": ("pos", "a number > 0 (GB/s)"),
     "nvlink_bw_gbs": ("nonneg", "a number >= 0 (GB/s per GPU per direction; 0 = no GPU-GPU link)"),
     "default_cluster": ("str", "the name of a cluster in the catalogue"),
@@ -268,6 +269,9 @@ def _merge(table: dict, kind: str, raw: dict, origin: str, rules: dict) -> None:
         checked = {f: _check_field(where, f, v, rules) for f, v in fields.items()}
         existing = key in table
         entry = table.setdefault(key, {"_origin": origin})
+        if "hbm_gb" in checked and "hbm_mib" not in checked:  # a new capacity in GB replaces the driver figure
+            entry.pop("hbm_mib", None)
+            entry.get("sources", {}).pop("hbm_mib", None)
         for f, v in checked.items():
             if f in ("peak_tflops", "sources") and f in entry:
                 entry[f] = {**entry[f], **v}

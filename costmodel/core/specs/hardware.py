@@ -22,7 +22,7 @@ class GPUSpec:
     peak_tflops: dict
     """Dense peak TFLOP/s by dtype: keys among bf16, fp16, fp8, tf32, fp32."""
     hbm_gb: float
-    """HBM capacity in GB (10^9 bytes) as the vendor states it."""
+    """HBM capacity in GB (10^9 bytes) as the vendor markets it (often rounded: an "80 GB" A100 has 80 GiB)."""
     hbm_bw_gbs: float
     """HBM bandwidth in GB/s."""
     nvlink_bw_gbs: float
@@ -43,10 +43,13 @@ class GPUSpec:
     """Figure name -> source id (defined in the catalogue's source registry)."""
     notes: str = ""
     """Caveats carried from the catalogue (UNCERTAIN flags etc.)."""
+    hbm_mib: float = 0.0
+    """HBM capacity the driver reports (nvidia-smi ``memory.total``), MiB; 0 = no cited figure (hbm_gb is used)."""
 
     @property
     def hbm_bytes(self) -> float:
-        return self.hbm_gb * 1e9
+        """Device memory capacity in bytes: the driver-reported MiB where cited, else the vendor's GB."""
+        return self.hbm_mib * 2**20 if self.hbm_mib else self.hbm_gb * 1e9
 
     @property
     def has_fp8(self) -> bool:
