@@ -473,11 +473,14 @@ class Metrics:
     tokens_per_s: float
     tokens_per_s_per_gpu: float
     model_tflops_per_gpu: float
-    """Model FLOPs (fwd + bwd, no recomputation; SC21 eq. 3 convention) per GPU per second, in TFLOP/s."""
+    """Model FLOPs (fwd + bwd, causal attention, no recomputation: the convention of costmodel/flops.py) per
+    GPU per second, in TFLOP/s."""
     hardware_tflops_per_gpu: float
-    """FLOPs executed including recomputation, per GPU per second, in TFLOP/s."""
+    """FLOPs the operator graph executes (FlashAttention backward and full recomputation included), per GPU
+    per second, in TFLOP/s."""
     mfu: float
-    """Model TFLOP/s per GPU / the GPU's dense peak (:func:`mfu_peak_dtype`)."""
+    """Model TFLOP/s per GPU / the GPU's dense peak (:func:`mfu_peak_dtype`); never above the hardware
+    FLOP utilisation (tests/test_invariants.py)."""
     memory: MemoryBreakdown
     """Bytes per GPU on the peak stage."""
     fits_in_memory: bool

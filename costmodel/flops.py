@@ -1,33 +1,49 @@
 """Closed-form training FLOPs (for MFU/HFU reporting).
 
-Convention: Narayanan et al. SC21 (arXiv 2104.04473) eq. 3 and PaLM (Chowdhery et al. 2022,
-appendix B) count the full s x s attention score matrix (not halved for causal masking) and
-backward = 2 x forward. Generalised here term by term to GQA (K/V width a_kv*d), gated MLPs (three
-h x F matrices) and F != 4h; for GPT-3-style models it reduces exactly to eq. 3.
+Convention (README "MFU convention"):
+
+* **Model FLOPs** (MFU) count the math a step needs once: 2 FLOPs per multiply-add over every weight
+  matrix (QKV, output, MLP, LM head) and the attention core Q K^T and P V over the *causal* half of the
+  s x s score matrix, backward = 2 x forward. This is Megatron-LM's current
+  ``megatron/training/training.py`` ``num_floating_point_operations`` (``seq_len / 2  # causal mask``),
+  generalised to GQA, gated MLPs and F != 4h. Narayanan et al. SC21 (arXiv 2104.04473) eq. 3 and
+  PaLM (Chowdhery et al. 2022, appendix B) count the full s x s matrix instead; they are kept as
+  :func:`published_flops_per_iteration` because published TFLOP/s figures use them (planner validate
+  compares those figures in their own convention).
+* **Hardware FLOPs** (HFU) count what the operator graph (costmodel/graph.py) executes: the same GEMMs,
+  the causal attention forward, the FlashAttention backward at 2.5 x its forward (5 matmuls vs 2, Dao
+  2023 §3.1: it recomputes the scores itself, so selective recomputation adds nothing), and with full
+  recomputation one more forward of every layer. Hence MFU <= HFU, and hardware FLOP/s <= the peak
+  of the dtype the kernels are costed at.
 """
 
 from __future__ import annotations
 
 from costmodel.core.specs.model import ModelSpec
 
+CAUSAL_FRACTION = 0.5
+"""Share of the s x s score matrix a causal mask keeps (Megatron-LM transformer_flops: seq_len / 2)."""
+FLASH_BWD_OVER_FWD = 2.5
+"""FlashAttention backward FLOPs / forward FLOPs: 5 matmuls (incl. the recomputed Q K^T) vs 2 (Dao 2023,
+FlashAttention-2 §3.1); costmodel/graph.py costs attention_bwd with the same factor."""
+
 
 def forward_flops_per_token_layer(model: ModelSpec, seq_len: int) -> tuple[float, float]:
-    """(dense GEMM FLOPs, attention-core FLOPs) of one layer's forward for one token.
+    """(dense GEMM FLOPs, causal attention-core FLOPs) of one layer's forward for one token.
 
     Dense: 2 FLOPs per multiply-add over the QKV, output and MLP weights (SC21 eq. 3 derivation:
-    24*h^2 per token for h-wide MHA with F=4h). Attention core: Q K^T and P V, 2 * 2 * s * a*d.
+    24*h^2 per token for h-wide MHA with F=4h). Attention core: Q K^T and P V, 2 * 2 * s * a*d, times
+    :data:`CAUSAL_FRACTION`.
     """
     h, f = model.hidden_size, model.ffn_hidden_size
     dense = 2.0 * (h * (model.q_dim + 2 * model.kv_dim) + model.q_dim * h + h * f * (3 if model.gated else 2))
-    attn = 4.0 * seq_len * model.q_dim
+    attn = 4.0 * seq_len * model.q_dim * CAUSAL_FRACTION
     return dense, attn
 
 
 def model_flops_per_iteration(model: ModelSpec, global_batch: int, seq_len: int) -> float:
-    """Model FLOPs of one training step (forward + backward, no recomputation).
-
-    = 3 x forward (SC21 eq. 3 without the recompute forward), LM head 2*h*V per token forward.
-    """
+    """Model FLOPs of one training step: 3 x forward (causal attention, no recomputation), LM head 2*h*V
+    per token forward."""
     dense, attn = forward_flops_per_token_layer(model, seq_len)
     tokens = global_batch * seq_len
     head = 2.0 * model.hidden_size * model.vocab_size
@@ -35,15 +51,29 @@ def model_flops_per_iteration(model: ModelSpec, global_batch: int, seq_len: int)
 
 
 def hardware_flops_per_iteration(model: ModelSpec, global_batch: int, seq_len: int, recompute: str) -> float:
-    """FLOPs actually executed, counting the recomputed forward.
-
-    full: every layer's forward runs twice (SC21 eq. 3: factor 4 instead of 3 on the layers);
-    selective: the attention core is recomputed (Korthikanti et al. 2022 §5);
-    none: equal to the model FLOPs.
-    """
+    """FLOPs the operator graph executes: GEMMs forward + dgrad + wgrad, causal attention forward plus the
+    FlashAttention backward (:data:`FLASH_BWD_OVER_FWD`), and with ``recompute == "full"`` one more
+    forward of every layer. ``selective`` (the attention core, Korthikanti et al. 2022 §5) adds nothing:
+    the FlashAttention backward already recomputes the scores."""
     dense, attn = forward_flops_per_token_layer(model, seq_len)
     tokens = global_batch * seq_len
-    base = model_flops_per_iteration(model, global_batch, seq_len)
+    head = 2.0 * model.hidden_size * model.vocab_size
+    layer = 3.0 * dense + (1.0 + FLASH_BWD_OVER_FWD) * attn
+    if recompute == "full":
+        layer += dense + attn
+    return tokens * (model.num_layers * layer + 3.0 * head)
+
+
+def published_flops_per_iteration(model: ModelSpec, global_batch: int, seq_len: int, recompute: str) -> float:
+    """FLOPs of one step in the convention of published Megatron-era TFLOP/s figures (SC21 eq. 3, PaLM
+    appendix B): full s x s attention, backward = 2 x forward, and with ``recompute`` "full" one more
+    forward of every layer, "selective" one more attention core (Korthikanti et al. 2022 §5). For
+    GPT-3-style models with full recomputation this is eq. 3 exactly (:func:`narayanan_eq3`)."""
+    dense, attn = forward_flops_per_token_layer(model, seq_len)
+    attn /= CAUSAL_FRACTION
+    tokens = global_batch * seq_len
+    head = 2.0 * model.hidden_size * model.vocab_size
+    base = 3.0 * tokens * (model.num_layers * (dense + attn) + head)
     if recompute == "full":
         return base + tokens * model.num_layers * (dense + attn)
     if recompute == "selective":
