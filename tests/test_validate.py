@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 import planner.validation.report as Rep
 import planner.validation.runs as V
 from costmodel.core.errors import PlannerError
+from costmodel.flops import model_flops_per_iteration, published_flops_per_iteration
 from planner.cli_validate import register
 from planner.validation import sources as S
 from planner.validation.compare import compare
@@ -31,9 +32,9 @@ NAN = float("nan")
 STUB = {
     "KORTHI22-002": dict(iteration_time_s=2.0 * 1.1),            # +10 %
     "TORCHTITAN-001": dict(tokens_per_s_per_gpu=5000 * 0.8),      # -20 %
-    "NARAY21-005": dict(model_tflops_per_gpu=100 * 1.1, hardware_tflops_per_gpu=999.0),  # not the paper: +10 %
-    "MCORE-H100-002": dict(model_tflops_per_gpu=400 * 0.8, hardware_tflops_per_gpu=999.0),  # model FLOPs: -20 %
-    "LLAMA3-001M": dict(mfu=0.40 * 1.1),                          # percent of bf16 peak: +10 %
+    "NARAY21-005": dict(published_tflops=100 * 1.1),                # not the paper: model FLOPs, +10 %
+    "MCORE-H100-002": dict(published_tflops=400 * 0.8),             # model FLOPs: -20 %
+    "LLAMA3-001M": dict(published_mfu=0.40 * 1.1),                  # percent of bf16 peak: +10 %
 }
 EXPECTED_ERRORS = {"KORTHI22-002": 0.1, "TORCHTITAN-001": -0.2, "NARAY21-005": 0.1, "MCORE-H100-002": -0.2,
                    "LLAMA3-001M": 0.1}
@@ -48,7 +49,30 @@ def stub_prediction(**values):
 
 
 def stub_predict(model, plan, hardware):
-    return stub_prediction(**STUB[plan.extra["run_id"]])
+    values = dict(STUB[plan.extra["run_id"]])
+    if "published_tflops" in values:
+        values = timed_for_tflops(model, plan, values.pop("published_tflops"))
+    if "published_mfu" in values:
+        values = dict(mfu=values.pop("published_mfu") / convention_ratio(model, plan))
+    return stub_prediction(**values)
+
+
+def convention_ratio(model, plan) -> float:
+    """Published (full-attention) over planner's (causal) model FLOPs: compare() scales MFU by it."""
+    gbs, seq = plan.global_batch_size, plan.seq_len
+    return published_flops_per_iteration(model, gbs, seq, "none") / model_flops_per_iteration(model, gbs, seq)
+
+
+def timed_for_tflops(model, plan, tflops: float, recompute: str = "none") -> dict:
+    """The iteration time at which ``tflops`` per GPU in the published convention (compare() converts the
+    predicted time into it); the predicted TFLOP/s fields are NaN so that using them shows up."""
+    flops = published_flops_per_iteration(model, plan.global_batch_size, plan.seq_len, recompute)
+    return dict(iteration_time_s=flops / (tflops * 1e12 * plan.world_size))
+
+
+def tflops_pred(row, tflops: float, hfu: bool = False):
+    model, plan, _, _ = V.row_to_inputs(row)
+    return stub_prediction(**timed_for_tflops(model, plan, tflops, plan.recompute if hfu else "none"))
 
 
 # Test-only peaks (not datasheet values): bf16 / fp8 = 0.5 makes the FP8-peak conversion visible.
@@ -138,7 +162,8 @@ def test_tier_filter_and_measured_values():
 def test_fp8_peak_mfu_conversion():
     row = by_id(V.load_runs(FIXTURE))["LLAMA3-001M"]
     row = dataclasses.replace(row, text={**row.text, "notes": row.text["notes"] + " MFU uses the FP8 peak."})
-    pred, err = compare(row, stub_prediction(mfu=0.40 * 2 * 1.1), STUB_HW)
+    model, plan, _, _ = V.row_to_inputs(row)
+    pred, err = compare(row, stub_prediction(mfu=0.40 * 2 * 1.1 / convention_ratio(model, plan)), STUB_HW)
     assert pred == pytest.approx(40 * 1.1)
     assert err == pytest.approx(0.1)
     with pytest.raises(PlannerError):
@@ -161,7 +186,7 @@ def test_user_row_with_a_published_id_prefix_gets_no_rule():
         model, _, _, _ = V.row_to_inputs(row)
         assert model.dropout is False
         assert DROPOUT_NOTE not in row.assumptions
-    pred = stub_prediction(model_tflops_per_gpu=100 * 1.1, hardware_tflops_per_gpu=999.0)
+    pred = tflops_pred(rows["NARAY21-005"], 100 * 1.1)
     assert compare(rows["NARAY21-005"], pred)[1] == pytest.approx(0.1)
 
 
@@ -174,7 +199,7 @@ def test_row_naming_a_published_source_gets_its_rules(rid):
     model, _, _, _ = V.row_to_inputs(row)
     assert model.dropout is True
     assert DROPOUT_NOTE in row.assumptions
-    pred = stub_prediction(hardware_tflops_per_gpu=100 * 1.1, model_tflops_per_gpu=999.0)
+    pred = tflops_pred(row, 100 * 1.1, hfu=True)
     assert compare(row, pred)[1] == pytest.approx(0.1)
 
 
@@ -188,15 +213,14 @@ def test_published_file_rules(shared_validation):
     rows = by_id(rows)
     model, _, _, _ = V.row_to_inputs(rows["NARAY21-001"])
     assert model.dropout is True and DROPOUT_NOTE in rows["NARAY21-001"].assumptions
-    pred = stub_prediction(hardware_tflops_per_gpu=137.0 * 1.1, model_tflops_per_gpu=999.0)
+    pred = tflops_pred(rows["NARAY21-001"], 137.0 * 1.1, hfu=True)
     assert compare(rows["NARAY21-001"], pred)[1] == pytest.approx(0.1)
     model, _, _, _ = V.row_to_inputs(rows["KORTHI22-004"])
     assert model.dropout is True
     for rid in ("TORCHTITAN-003", "MCORE-H100-001", "NEMO2407-001"):
         model, _, _, _ = V.row_to_inputs(rows[rid])
         assert model.dropout is False and rows[rid].rule("tflops_counts_recompute") is None, rid
-    pred = stub_prediction(model_tflops_per_gpu=rows["MCORE-H100-001"].measured_value * 0.8,
-                           hardware_tflops_per_gpu=999.0)
+    pred = tflops_pred(rows["MCORE-H100-001"], rows["MCORE-H100-001"].measured_value * 0.8)
     assert compare(rows["MCORE-H100-001"], pred)[1] == pytest.approx(-0.2)
 
 

@@ -9,7 +9,8 @@ rows whose notes say the FP8 peak was the denominator are converted from planner
 from __future__ import annotations
 
 from costmodel.core.errors import PlannerError
-from planner.validation.runs import RunRow
+from costmodel.flops import model_flops_per_iteration, published_flops_per_iteration
+from planner.validation.runs import RunRow, row_to_inputs
 
 
 def uses_fp8_peak(row: RunRow) -> bool:
@@ -31,10 +32,20 @@ def compare(row: RunRow, prediction, hardware=None) -> tuple[float, float]:
     elif metric == "tokens_per_s_per_gpu":
         pred = prediction.tokens_per_s_per_gpu
     elif metric == "tflops_per_gpu":
+        # published TFLOP/s use SC21 eq. 3 / PaLM counting (full s x s attention), not planner's causal
+        # MFU convention (costmodel/flops.py): convert the predicted time into the source's convention
         hfu = row.rule("tflops_counts_recompute") is not None
-        pred = prediction.hardware_tflops_per_gpu if hfu else prediction.model_tflops_per_gpu
+        model, plan, _, _ = row_to_inputs(row)
+        flops = published_flops_per_iteration(model, plan.global_batch_size, plan.seq_len,
+                                              plan.recompute if hfu else "none")
+        pred = flops / (prediction.iteration_time_s * plan.world_size) / 1e12
     elif metric == "mfu":
-        pred = 100.0 * prediction.mfu
+        # published MFU (PaLM appendix B, Llama 3, Megatron) counts full attention too: scale planner's causal
+        # MFU by the ratio of the two conventions' model FLOPs (same time, same peak)
+        model, plan, _, _ = row_to_inputs(row)
+        ratio = (published_flops_per_iteration(model, plan.global_batch_size, plan.seq_len, "none")
+                 / model_flops_per_iteration(model, plan.global_batch_size, plan.seq_len))
+        pred = 100.0 * prediction.mfu * ratio
         if uses_fp8_peak(row):
             if hardware is None:
                 raise PlannerError(f"row {row.id}: FP8-peak MFU needs the hardware peaks to convert")
