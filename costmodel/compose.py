@@ -32,7 +32,7 @@ from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
 from costmodel.cost.base import OperatorCostModel
-from costmodel.flops import hardware_flops_per_iteration, model_flops_per_iteration
+from costmodel.flops import executed_model, hardware_flops_per_iteration, model_flops_per_iteration
 from costmodel.graph import GRAD_REDUCE_BYTES, OperatorGraph, StageGraph
 from costmodel.memory import MemoryBreakdown, fits_in_memory, memory_message, memory_per_gpu
 from costmodel.ops import Op
@@ -490,7 +490,8 @@ def metrics(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, iteration_
     """Throughput, FLOP rates, MFU and memory for an iteration of ``iteration_s`` seconds."""
     tokens = plan.tokens_per_iteration
     mflops = model_flops_per_iteration(model, plan.global_batch_size, plan.seq_len)
-    hflops = hardware_flops_per_iteration(model, plan.global_batch_size, plan.seq_len, plan.recompute)
+    hflops = hardware_flops_per_iteration(executed_model(model, plan.tp), plan.global_batch_size, plan.seq_len,
+                                          plan.recompute)
     per_gpu = iteration_s * plan.world_size
     model_tflops = mflops / per_gpu / 1e12
     mem = memory_per_gpu(model, plan, hardware.gpu)

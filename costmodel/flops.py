@@ -19,6 +19,8 @@ Convention (README "MFU convention"):
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from costmodel.core.specs.model import ModelSpec
 
 CAUSAL_FRACTION = 0.5
@@ -48,6 +50,17 @@ def model_flops_per_iteration(model: ModelSpec, global_batch: int, seq_len: int)
     tokens = global_batch * seq_len
     head = 2.0 * model.hidden_size * model.vocab_size
     return 3.0 * tokens * (model.num_layers * (dense + attn) + head)
+
+
+def executed_model(model: ModelSpec, tp: int) -> ModelSpec:
+    """The model as TP ranks execute it (costmodel/graph.py): each rank holds max(1, kv_heads // TP) KV heads, so
+    KV heads are replicated when TP exceeds them (Megatron-LM GQA with TP > num_query_groups), and the LM head is
+    padded to a multiple of TP. HFU counts these executed FLOPs; MFU counts the model's own."""
+    kv = tp * max(1, model.num_kv_heads // tp)
+    vocab = -(-model.vocab_size // tp) * tp
+    if kv == model.num_kv_heads and vocab == model.vocab_size:
+        return model
+    return replace(model, num_kv_heads=kv, vocab_size=vocab)
 
 
 def hardware_flops_per_iteration(model: ModelSpec, global_batch: int, seq_len: int, recompute: str) -> float:

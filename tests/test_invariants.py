@@ -17,11 +17,16 @@ from hypothesis import strategies as st
 
 from costmodel.compose import cost_operators
 from costmodel.core.specs.catalogue import load_catalogue
-from costmodel.flops import hardware_flops_per_iteration, model_flops_per_iteration, published_flops_per_iteration
+from costmodel.flops import (
+    executed_model,
+    hardware_flops_per_iteration,
+    model_flops_per_iteration,
+    published_flops_per_iteration,
+)
 from costmodel.graph import build_graph
 from costmodel.ops import Op
 from planner.predict import default_cost_model, mfu_peak_dtype, predict
-from tests.helpers import llama
+from tests.helpers import llama, plan
 from tests.test_properties import SETTINGS, hardware, setups
 
 DTYPES = ("bf16", "fp16", "fp8", "fp32")
@@ -104,10 +109,10 @@ def _executed_flops(model, plan) -> float:
 @given(dtype_setups())
 def test_hardware_flops_are_what_the_graph_executes(s):
     """HFU counts exactly the GEMM and attention FLOPs of the operator graph (the LM head padded to a
-    multiple of TP, as the graph shards it)."""
+    multiple of TP and KV heads replicated when TP exceeds them, as the graph shards them)."""
     model, plan, gpu = s
-    padded = replace(model, vocab_size=-(-model.vocab_size // plan.tp) * plan.tp)
-    expected = hardware_flops_per_iteration(padded, plan.global_batch_size, plan.seq_len, plan.recompute)
+    executed = executed_model(model, plan.tp)
+    expected = hardware_flops_per_iteration(executed, plan.global_batch_size, plan.seq_len, plan.recompute)
     assert _executed_flops(model, plan) == pytest.approx(expected, rel=REL)
 
 
@@ -212,3 +217,15 @@ def test_causal_convention_example():
     m = llama(seq=8192)
     diff = published_flops_per_iteration(m, 1, 8192, "none") - model_flops_per_iteration(m, 1, 8192)
     assert diff == pytest.approx(3 * 2.0 * 8192 * m.q_dim * m.num_layers * 8192, rel=1e-12)
+
+
+def test_hfu_counts_replicated_kv_heads():
+    """The example hypothesis 6.100 found: GQA with one KV head and TP2 executes the KV projection on both ranks
+    (costmodel/graph.py), which HFU counts and MFU does not."""
+    model = llama(layers=3, hidden=128, heads=2, kv=1, ffn=128, vocab=1000, seq=128)
+    p = plan(gpus=2, gpn=2, gbs=1, seq=128, tp=2, zero=0)
+    executed = executed_model(model, 2)
+    assert executed.num_kv_heads == 2 and executed.vocab_size == 1000
+    assert _executed_flops(model, p) == pytest.approx(
+        hardware_flops_per_iteration(executed, 1, 128, p.recompute), rel=REL)
+    assert hardware_flops_per_iteration(model, 1, 128, "none") < hardware_flops_per_iteration(executed, 1, 128, "none")
