@@ -265,7 +265,7 @@ class PreparedRun:
 
     def predicted_value(self, cal: Calibration | None) -> float:
         """Prediction in the row's measured metric (planner.validation.compare.compare)."""
-        return compare(self.row, self.predict(cal), self.hardware)[0]
+        return compare(self.row, self.predict(cal), self.model, self.plan, self.hardware)[0]
 
 
 def prepare_runs(rows: Iterable[RunRow], cost_model=None, hardware_fn: Callable | None = None

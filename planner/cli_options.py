@@ -13,7 +13,7 @@ import typer
 
 from costmodel.core.errors import PlannerError
 from costmodel.core.fileio import atomic_write_text
-from planner.requests import REQUEST_KEYS, PlanRequest
+from planner.requests import REQUEST_KEYS, PlanRequest, suffixed_number
 
 DEFAULT_GPU = "a100-80gb"
 """GPU used by `planner search` and `planner explain` when --gpu is not given (the issue's reference
@@ -111,12 +111,8 @@ def parse_batch_tokens(text: str | int | None) -> int | None:
     """--tokens-per-batch as an integer: 4194304, 4M (4e6), 16e6; None stays None."""
     if text is None or isinstance(text, int):
         return text
-    s = str(text).strip().lower().replace("_", "")
-    mult = 1.0
-    if s and s[-1] in _SUFFIX:
-        s, mult = s[:-1], _SUFFIX[s[-1]]
     try:
-        v = float(s) * mult
+        v = suffixed_number(text, _SUFFIX)
     except ValueError:
         v = float("nan")
     if not (v >= 1 and v < 2**53):

@@ -149,6 +149,16 @@ _TYPES: dict[str, type | tuple] = {"id": (str, int), "model": (str, dict), "gpu"
                                    "recompute": str, "dtype": str}
 
 
+def suffixed_number(text: object, suffixes: dict[str, float]) -> float:
+    """The number written in ``text`` ('4M', '2T', '1e12', '4_194_304'; case and underscores ignored), with a
+    final letter of ``suffixes`` as its multiplier; raises ValueError when it is not a number."""
+    s = str(text).strip().lower().replace("_", "")
+    mult = 1.0
+    if s and s[-1] in suffixes:
+        s, mult = s[:-1], suffixes[s[-1]]
+    return float(s) * mult
+
+
 def batch_sequences(seq_len: int, unit: int, tokens: float = DEFAULT_BATCH_TOKENS) -> int:
     """Global batch in sequences for a plan whose MBS x DP is ``unit``: the multiple of ``unit`` (MBS x DP x
     accumulation steps, at least one step) whose tokens land nearest ``tokens``."""

@@ -70,6 +70,12 @@ def timed_for_tflops(model, plan, tflops: float, recompute: str = "none") -> dic
     return dict(iteration_time_s=flops / (tflops * 1e12 * plan.world_size))
 
 
+def compare_row(row, prediction):
+    """compare() with the row's own model and plan, as validate() passes them."""
+    model, plan, _, _ = V.row_to_inputs(row)
+    return compare(row, prediction, model, plan)
+
+
 def tflops_pred(row, tflops: float, hfu: bool = False):
     model, plan, _, _ = V.row_to_inputs(row)
     return stub_prediction(**timed_for_tflops(model, plan, tflops, plan.recompute if hfu else "none"))
@@ -163,11 +169,11 @@ def test_fp8_peak_mfu_conversion():
     row = by_id(V.load_runs(FIXTURE))["LLAMA3-001M"]
     row = dataclasses.replace(row, text={**row.text, "notes": row.text["notes"] + " MFU uses the FP8 peak."})
     model, plan, _, _ = V.row_to_inputs(row)
-    pred, err = compare(row, stub_prediction(mfu=0.40 * 2 * 1.1 / convention_ratio(model, plan)), STUB_HW)
+    pred, err = compare(row, stub_prediction(mfu=0.40 * 2 * 1.1 / convention_ratio(model, plan)), model, plan, STUB_HW)
     assert pred == pytest.approx(40 * 1.1)
     assert err == pytest.approx(0.1)
     with pytest.raises(PlannerError):
-        compare(row, stub_prediction(mfu=0.5))
+        compare(row, stub_prediction(mfu=0.5), model, plan)
 
 
 # ------------------------------------------------------------------------------------------ source rules
@@ -187,7 +193,7 @@ def test_user_row_with_a_published_id_prefix_gets_no_rule():
         assert model.dropout is False
         assert DROPOUT_NOTE not in row.assumptions
     pred = tflops_pred(rows["NARAY21-005"], 100 * 1.1)
-    assert compare(rows["NARAY21-005"], pred)[1] == pytest.approx(0.1)
+    assert compare_row(rows["NARAY21-005"], pred)[1] == pytest.approx(0.1)
 
 
 @pytest.mark.parametrize("rid", ["NARAY21-005", "USER-RUN-1"])
@@ -200,7 +206,7 @@ def test_row_naming_a_published_source_gets_its_rules(rid):
     assert model.dropout is True
     assert DROPOUT_NOTE in row.assumptions
     pred = tflops_pred(row, 100 * 1.1, hfu=True)
-    assert compare(row, pred)[1] == pytest.approx(0.1)
+    assert compare_row(row, pred)[1] == pytest.approx(0.1)
 
 
 def test_published_file_rules(shared_validation):
@@ -214,14 +220,14 @@ def test_published_file_rules(shared_validation):
     model, _, _, _ = V.row_to_inputs(rows["NARAY21-001"])
     assert model.dropout is True and DROPOUT_NOTE in rows["NARAY21-001"].assumptions
     pred = tflops_pred(rows["NARAY21-001"], 137.0 * 1.1, hfu=True)
-    assert compare(rows["NARAY21-001"], pred)[1] == pytest.approx(0.1)
+    assert compare_row(rows["NARAY21-001"], pred)[1] == pytest.approx(0.1)
     model, _, _, _ = V.row_to_inputs(rows["KORTHI22-004"])
     assert model.dropout is True
     for rid in ("TORCHTITAN-003", "MCORE-H100-001", "NEMO2407-001"):
         model, _, _, _ = V.row_to_inputs(rows[rid])
         assert model.dropout is False and rows[rid].rule("tflops_counts_recompute") is None, rid
     pred = tflops_pred(rows["MCORE-H100-001"], rows["MCORE-H100-001"].measured_value * 0.8)
-    assert compare(rows["MCORE-H100-001"], pred)[1] == pytest.approx(-0.2)
+    assert compare_row(rows["MCORE-H100-001"], pred)[1] == pytest.approx(-0.2)
 
 
 def test_shipped_source_rules_are_checked():

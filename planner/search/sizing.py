@@ -13,6 +13,7 @@ from costmodel.core.specs.model import ModelSpec
 from costmodel.cost.base import OperatorCostModel
 from costmodel.flops import model_flops_per_iteration
 from planner.predict import default_cost_model
+from planner.requests import suffixed_number
 from planner.search.engine import SearchResult, exhaustive_search
 from planner.search.nofit import no_fit_message
 from planner.search.records import PlanRecord
@@ -34,12 +35,8 @@ _SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
 
 def parse_tokens(text: str) -> float:
     """Token count from '1e12', '2T', '300B', '2000000000000'."""
-    s = str(text).strip().lower().replace("_", "")
-    mult = 1.0
-    if s and s[-1] in _SUFFIX:
-        s, mult = s[:-1], _SUFFIX[s[-1]]
     try:
-        v = float(s) * mult
+        v = suffixed_number(text, _SUFFIX)
     except ValueError:
         raise PlannerError(f"--tokens {text!r} is not a number; write e.g. 1e12, 2T or 300B.") from None
     if not v > 0 or v == float("inf"):

@@ -9,8 +9,10 @@ rows whose notes say the FP8 peak was the denominator are converted from planner
 from __future__ import annotations
 
 from costmodel.core.errors import PlannerError
+from costmodel.core.specs.model import ModelSpec
+from costmodel.core.specs.plan import ParallelPlan
 from costmodel.flops import model_flops_per_iteration, published_flops_per_iteration
-from planner.validation.runs import RunRow, row_to_inputs
+from planner.validation.runs import RunRow
 
 
 def uses_fp8_peak(row: RunRow) -> bool:
@@ -19,10 +21,12 @@ def uses_fp8_peak(row: RunRow) -> bool:
     return "fp8 peak" in t or "fp8-peak" in t or "dgxc" in t
 
 
-def compare(row: RunRow, prediction, hardware=None) -> tuple[float, float]:
+def compare(row: RunRow, prediction, model: ModelSpec, plan: ParallelPlan, hardware=None) -> tuple[float, float]:
     """(predicted value in the row's measured_metric, signed relative error (pred - meas) / meas).
 
-    ``hardware`` is needed only for MFU rows with FP8-peak denominators.
+    ``model`` and ``plan`` are the row's (:func:`planner.validation.runs.row_to_inputs`, which the caller ran to
+    predict): TFLOP/s and MFU rows count FLOPs with them. ``hardware`` is needed only for MFU rows with FP8-peak
+    denominators.
     """
     metric, measured = row.measured_metric, row.measured_value
     if measured is None:
@@ -35,14 +39,12 @@ def compare(row: RunRow, prediction, hardware=None) -> tuple[float, float]:
         # published TFLOP/s use SC21 eq. 3 / PaLM counting (full s x s attention), not planner's causal
         # MFU convention (costmodel/flops.py): convert the predicted time into the source's convention
         hfu = row.rule("tflops_counts_recompute") is not None
-        model, plan, _, _ = row_to_inputs(row)
         flops = published_flops_per_iteration(model, plan.global_batch_size, plan.seq_len,
                                               plan.recompute if hfu else "none")
         pred = flops / (prediction.iteration_time_s * plan.world_size) / 1e12
     elif metric == "mfu":
         # published MFU (PaLM appendix B, Llama 3, Megatron) counts full attention too: scale planner's causal
         # MFU by the ratio of the two conventions' model FLOPs (same time, same peak)
-        model, plan, _, _ = row_to_inputs(row)
         ratio = (published_flops_per_iteration(model, plan.global_batch_size, plan.seq_len, "none")
                  / model_flops_per_iteration(model, plan.global_batch_size, plan.seq_len))
         pred = 100.0 * prediction.mfu * ratio

@@ -125,7 +125,7 @@ def validate(rows: list[RunRow], predict_fn: Callable | None = None, tiers: Iter
                 hw_cache[key] = hardware_fn(gpu_key, gpn, row.cluster)
             hardware = hw_cache[key]
             prediction = predict_fn(model, plan, hardware)
-            res.predicted, res.error = compare(row, prediction, hardware)
+            res.predicted, res.error = compare(row, prediction, model, plan, hardware)
         except (PlannerError, NotImplementedError) as exc:
             res.skip_reason = f"prediction failed: {exc}"
             continue
