@@ -64,21 +64,20 @@ def balanced_layer_split(graph: OperatorGraph, times: Times, hardware: Hardware,
     if not scored:
         raise ValueError(f"no Megatron-expressible split of {num_layers} layers over PP={p} x VPP={v}")
     scored.sort()
-    best: tuple | None = None
     evaluated: list[tuple[tuple, tuple[int, ...]]] = []
     p2p = times[graph.p2p.key()] if graph.p2p is not None else 0.0
-    for _, last, first, mid in scored[:top]:
+    for c in scored[:top]:
+        _, last, first, mid = c
         fwd = [first * lf + f0] + [mid * lf] * (p - 2) + [last * lf + fl]
         bwd = [first * lb + b0] + [mid * lb] * (p - 2) + [last * lb + bl]
-        key = (pipeline_time(fwd, bwd, m, v, p2p).time_s, last, first)
-        evaluated.append((key, (first,) + (mid,) * (p - 2) + (last,)))
-        if best is None or key < best[0]:
-            best = (key, (first,) + (mid,) * (p - 2) + (last,))
-    assert best is not None
-    if fits is None or fits(best[1]):
-        return best[1]
-    ranked = [s for _, s in sorted(evaluated)] + [_split(c, p) for c in scored[top:]]
-    return next((s for s in ranked if fits(s)), best[1])
+        evaluated.append(((pipeline_time(fwd, bwd, m, v, p2p).time_s, last, first), _split(c, p)))
+    # (time, last, first) names one split (first and last fix the middle), so the order has no ties
+    ranked = [s for _, s in sorted(evaluated)]
+    fastest = ranked[0]
+    if fits is None or fits(fastest):
+        return fastest
+    ranked += [_split(c, p) for c in scored[top:]]
+    return next((s for s in ranked if fits(s)), fastest)
 
 
 def _split(candidate: tuple[float, int, int, int], p: int) -> tuple[int, ...]:
