@@ -7,11 +7,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from costmodel.compose import Times, layer_and_stage_times
+from costmodel.compose import OperatorTimes, Times, corun_slowdown, cost_operators, layer_and_stage_times
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan, account_for_splits
-from costmodel.graph import OperatorGraph
+from costmodel.cost.base import OperatorCostModel
+from costmodel.graph import OperatorGraph, build_graph
 from costmodel.memory import fits_in_memory, memory_per_gpu
 from costmodel.timeline import pipeline_time
 
@@ -83,3 +84,22 @@ def balanced_layer_split(graph: OperatorGraph, times: Times, hardware: Hardware,
 def _split(candidate: tuple[float, int, int, int], p: int) -> tuple[int, ...]:
     _, last, first, mid = candidate
     return (first,) + (mid,) * (p - 2) + (last,)
+
+
+def costed_graph(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, cost_model: OperatorCostModel,
+                 scale: Callable[[dict], dict] | None = None) -> tuple[ParallelPlan, OperatorGraph, OperatorTimes]:
+    """``plan``'s operator graph and operator times (co-run slowdown applied). When PP x VPP does not divide the
+    layers, the plan first gets the split :func:`balanced_layer_split` chooses from the costing of the
+    count-based default split (with operator times passed through ``scale``, e.g. a calibration's, for the
+    choice), and the graph and times are those of the chosen split."""
+    graph = build_graph(model, plan)
+    times = corun_slowdown(plan, hardware, cost_operators(graph, hardware, cost_model))
+    if plan.needs_layer_split(model.num_layers):
+        chooser = times.scaled(scale) if scale is not None else times
+        split = balanced_layer_split(graph, chooser.time_s, hardware, model.num_layers,
+                                     fits=split_fits(model, plan, hardware))
+        plan = replace(plan, layer_split=split)
+        if split != tuple(st.layers for st in graph.stages):
+            graph = build_graph(model, plan)
+            times = corun_slowdown(plan, hardware, cost_operators(graph, hardware, cost_model))
+    return plan, graph, times

@@ -10,7 +10,7 @@ taken on the stage that finishes last. :class:`Prediction` is what planner repor
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Protocol
 
@@ -20,8 +20,6 @@ from costmodel.compose import (
     CompositionConstants,
     compose,
     compose_iteration_time,
-    corun_slowdown,
-    cost_operators,
     mfu_peak_dtype,
 )
 from costmodel.core.specs.hardware import Hardware
@@ -30,8 +28,8 @@ from costmodel.core.specs.plan import ParallelPlan
 from costmodel.cost.base import OperatorCostModel
 from costmodel.cost.measured import MeasuredCostModel
 from costmodel.cost.roofline import RooflineCostModel
-from costmodel.graph import OperatorGraph, build_graph, domain_warnings
-from costmodel.layer_split import balanced_layer_split, split_fits
+from costmodel.graph import OperatorGraph, domain_warnings
+from costmodel.layer_split import costed_graph
 
 __all__ = ["GIB", "Calibrating", "Prediction", "default_cost_model", "mfu_peak_dtype", "predict",
            "prediction_from_times"]
@@ -147,18 +145,9 @@ def predict(model: ModelSpec, plan: ParallelPlan, hardware: Hardware,
     model.require_dense()
     plan.validate(model)
     cost_model = cost_model or default_cost_model()
-    graph = build_graph(model, plan)
-    times = corun_slowdown(plan, hardware, cost_operators(graph, hardware, cost_model))
-    if plan.needs_layer_split(model.num_layers):
-        # PP x VPP does not divide the layers: cost the count-based default split once, choose the split
-        # with the shortest predicted pipeline from its per-layer and per-stage times, predict that one
-        scaled = times.scaled(calibration.scale_times) if calibration is not None else times
-        split = balanced_layer_split(graph, scaled.time_s, hardware, model.num_layers,
-                                     fits=split_fits(model, plan, hardware))
-        plan = replace(plan, layer_split=split)
-        if split != tuple(st.layers for st in graph.stages):
-            graph = build_graph(model, plan)
-            times = corun_slowdown(plan, hardware, cost_operators(graph, hardware, cost_model))
+    # PP x VPP not dividing the layers: the split with the shortest predicted pipeline that fits is predicted
+    plan, graph, times = costed_graph(model, plan, hardware, cost_model,
+                                      calibration.scale_times if calibration is not None else None)
     warnings = domain_warnings(plan) + list(times.warnings)
     unread = model.extra.get("unread_keys") if isinstance(model.extra, dict) else None
     if unread:

@@ -15,13 +15,10 @@ from dataclasses import dataclass
 
 from costmodel.compose import (
     compose_iteration_time,
-    corun_slowdown,
-    cost_operators,
     metrics,
 )
 from costmodel.cost.base import OperatorCostModel
-from costmodel.graph import build_graph
-from costmodel.layer_split import balanced_layer_split, split_fits
+from costmodel.layer_split import costed_graph
 from costmodel.memory import fits_in_memory, memory_per_gpu
 from planner.predict import default_cost_model, predict
 from planner.search.records import PlanRecord, make_record
@@ -183,18 +180,8 @@ def quick_prediction(model, plan, hardware, cost_model: OperatorCostModel) -> Qu
     """The iteration time of :func:`planner.predict.predict` (uncalibrated; the same operator graph, costs,
     layer split and composition steps, so the same number: tests/test_search_modes.py) without the breakdown,
     interval and warnings, plus the metrics derived from it."""
-    graph = build_graph(model, plan)
-    times = corun_slowdown(plan, hardware, cost_operators(graph, hardware, cost_model))
-    split = None
-    if plan.needs_layer_split(model.num_layers):
-        split = balanced_layer_split(graph, times.time_s, hardware, model.num_layers,
-                                     fits=split_fits(model, plan, hardware))
-        plan = dataclasses.replace(plan, layer_split=split)
-        if split != tuple(st.layers for st in graph.stages):
-            graph = build_graph(model, plan)
-            times = corun_slowdown(plan, hardware, cost_operators(graph, hardware, cost_model))
-    elif plan.layer_split is not None:
-        split = plan.layer_split
+    plan, graph, times = costed_graph(model, plan, hardware, cost_model)
+    split = plan.layer_split
     t = compose_iteration_time(plan, hardware, graph, times.time_s)
     met = metrics(model, plan, hardware, t)
     return QuickPrediction(t, met.tokens_per_s, met.mfu, met.model_tflops_per_gpu, met.memory.total / GIB,
