@@ -348,7 +348,7 @@ def _stage_terms(model: ModelSpec, plan: ParallelPlan, flash_attention: bool) ->
     """(weights, gradients, optimizer, activations, inflight) for every stage; plain floats."""
     pp, vpp = plan.pp, plan.vpp
     m1 = max(plan.num_microbatches, 1)
-    group = (plan.vpp_microbatch_group or pp) if vpp > 1 else pp
+    group = plan.vpp_microbatch_group or pp  # interleaved warm-up; pp when not interleaved or no valid group
     shard = max(plan.dp * plan.cp, 1)
     zero = plan.zero if shard > 1 else 0  # nothing to shard over one rank (FSDP falls back to NO_SHARD)
     per_layer_params = layer_params_per_gpu(model, plan.tp)
