@@ -33,6 +33,7 @@ from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
 from costmodel.cost.base import OperatorCostModel
 from costmodel.flops import executed_model, hardware_flops_per_iteration, model_flops_per_iteration
+from costmodel.framework_kernels import flash2_times
 from costmodel.graph import GRAD_REDUCE_BYTES, OperatorGraph, StageGraph
 from costmodel.memory import MemoryBreakdown, fits_in_memory, memory_message, memory_per_gpu
 from costmodel.ops import Op
@@ -172,6 +173,26 @@ def corun_slowdown(plan: ParallelPlan, hardware: Hardware, times: OperatorTimes)
 
     scaled = times.scaled(scale)
     return OperatorTimes(scaled.time_s, scaled.low_s, scaled.high_s, scaled.source, warnings)
+
+
+def framework_kernels(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph,
+                      times: OperatorTimes) -> OperatorTimes:
+    """The attention operators as the plan's framework runs them: FlashAttention-2 for stacks that call it
+    (:mod:`costmodel.framework_kernels`, its own measurements on the GPU die; source MEASURED), unchanged
+    for stacks that call the fused kernel the cost model measures. Interval ends keep their ratio to the
+    point time."""
+    ops = [o for st in _distinct_stages(graph) for o in st.layer_ops]
+    new, warnings = flash2_times(plan, hardware, ops)
+    if not new and not warnings:
+        return times
+
+    def scale(t: dict) -> dict:
+        return {k: (new[k] * v / times.time_s[k] if k in new and times.time_s[k] > 0 else new.get(k, v))
+                for k, v in t.items()}
+
+    scaled = times.scaled(scale)
+    source = {**times.source, **{k: CostSource.MEASURED for k in new if k in times.source}}
+    return OperatorTimes(scaled.time_s, scaled.low_s, scaled.high_s, source, times.warnings + tuple(warnings))
 
 
 # ------------------------------------------------------------------------------------- 2. stages

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from costmodel.core.kinds import Category, Phase
+from costmodel.core.specs.framework import get_framework
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
 from costmodel.ops import Op
@@ -244,10 +245,14 @@ def layer_operators(model: ModelSpec, plan: ParallelPlan) -> tuple[list[Op], lis
         # reduce-scatter its gradients after backward; prefetched, so overlapped with layer compute.
         group = plan.dp * cp
         topo = group_topology(group, t, gpn)
+        if topo[0] > 1 and get_framework(plan.framework).zero3_network == "flat":
+            # DeepSpeed ZeRO-3: each GPU's gathered bytes cross the network at its own NIC rate (ZeRO++,
+            # Wang et al. 2023, sec. 3: cross-node volume M per all-gather), costed as a ring of single-GPU nodes
+            topo = (group, 1)
         pbytes = model.params_per_layer() / t * PARAM_GATHER_BYTES
         overlap.append(_coll("all_gather", "zero3.param_allgather", Phase.FWD, pbytes, group, topo, Category.ZERO_COMM))
         overlap.append(_coll("all_gather", "zero3.param_allgather", Phase.BWD, pbytes, group, topo, Category.ZERO_COMM))
-        gbytes = model.params_per_layer() / t * GRAD_REDUCE_BYTES
+        gbytes = model.params_per_layer() / t * get_framework(plan.framework).grad_reduce_bytes
         overlap.append(_coll("reduce_scatter", "zero3.grad_reducescatter", Phase.BWD, gbytes, group, topo,
                              Category.ZERO_COMM))
     return ops, overlap
@@ -301,7 +306,7 @@ def _iteration_ops(model: ModelSpec, plan: ParallelPlan, stage_params: int, firs
     ops: list[Op] = []
     if group > 1:
         topo = group_topology(group, t, plan.domain)
-        gbytes = params_gpu * GRAD_REDUCE_BYTES
+        gbytes = params_gpu * get_framework(plan.framework).grad_reduce_bytes
         if plan.zero == 0:
             ops.append(_coll("all_reduce", "dp.grad_allreduce", Phase.DP_COMM, gbytes, group, topo, Category.DP_COMM))
         elif plan.zero in (1, 2):

@@ -32,11 +32,10 @@ from pathlib import Path
 
 import numpy as np
 
-from costmodel.compose import cost_operators
 from costmodel.core.errors import PlannerError
 from costmodel.core.fileio import atomic_write_text
 from costmodel.core.kinds import COLLECTIVE_KINDS
-from costmodel.graph import build_graph
+from costmodel.layer_split import costed_graph
 from planner import __version__
 from planner.predict import Prediction, default_cost_model, prediction_from_times
 from planner.validation.compare import compare
@@ -284,8 +283,8 @@ def prepare_runs(rows: Iterable[RunRow], cost_model=None, hardware_fn: Callable 
             if key not in hw_cache:
                 hw_cache[key] = hardware_fn(gpu_key, gpn, row.cluster)
             model.require_dense()
-            graph = build_graph(model, plan)
-            costed = cost_operators(graph, hw_cache[key], cost_model)
+            # the same costing predict() runs: co-run slowdown, framework kernels, the chosen layer split
+            plan, graph, costed = costed_graph(model, plan, hw_cache[key], cost_model)
             run = PreparedRun(row, model, plan, hw_cache[key], graph, costed.time_s, list(costed.warnings),
                               cost_model.name, costed.source_counts())
             run.predicted_value(None)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import os
+import re
 from typing import Optional
 
 import typer
@@ -10,7 +12,15 @@ import typer
 from costmodel.core.errors import PlannerError
 from costmodel.core.fileio import atomic_write_text
 from planner import cli_options as O
-from planner.export import FORMATS, export_plan, iterations_for_tokens
+from planner.export import (
+    DEFAULT_MAX_WALLTIME_S,
+    FORMATS,
+    STARTUP_ALLOWANCE_S,
+    TARGET_FILES,
+    export_targets,
+    iterations_for_tokens,
+    slurm_budget,
+)
 from planner.predict import predict
 from planner.requests import PlanRequest
 
@@ -25,10 +35,50 @@ def write_atomic(path: str, text: str) -> None:
     atomic_write_text(path, text)
 
 
-def run_export(request: PlanRequest | dict, to: str, iterations: int | None, tokens: float | None, margin: float,
-               job_name: str, cpus_per_task: int | None, hardware_files: tuple = ()) -> tuple[str, list[str]]:
+_UNITS = {"h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
+_FILE_SUFFIXES = (".txt", ".args", ".sh", ".sbatch", ".slurm", ".yaml", ".yml", ".toml", ".json", ".cfg", ".conf")
+
+
+def parse_walltime(text: str | float | None) -> float:
+    """--max-walltime in seconds from '48h', '7d', '2w' (None: the default, DEFAULT_MAX_WALLTIME_S)."""
+    if text is None:
+        return DEFAULT_MAX_WALLTIME_S
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        value = float(text)
+    else:
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([hdw])\s*", str(text).lower())
+        value = float(m.group(1)) * _UNITS[m.group(2)] if m else 0.0
+    if not value > 0 or value == float("inf"):
+        raise PlannerError(f"--max-walltime {text!r} is not a positive duration; write e.g. 48h, 7d or 2w "
+                           "(your partition's MaxTime: scontrol show partition)")
+    return value
+
+
+def parse_token_budget(tokens: str | float | None) -> float | None:
+    """--tokens as a number: 1e12, 2T, 300B (as planner size/compare)."""
+    if tokens is None or (isinstance(tokens, (int, float)) and not isinstance(tokens, bool)):
+        return tokens
+    from planner.search.sizing import parse_tokens  # deferred: the search package loads only when --tokens is text
+
+    return parse_tokens(tokens)
+
+
+def out_directory(out: str) -> str:
+    """``--out`` for ``--to all``: a directory (created when missing); a file path is refused."""
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise PlannerError(f"--to all writes one file per target, but --out {out} is a file; pass a directory, "
+                           "e.g. --out export/")
+    if not os.path.exists(out) and os.path.splitext(out)[1].lower() in _FILE_SUFFIXES:
+        raise PlannerError(f"--to all writes one file per target; --out {out} names a file: pass a directory, "
+                           "e.g. --out export/")
+    return out
+
+
+def run_export(request: PlanRequest | dict, to: str, iterations: int | None, tokens: float | str | None,
+               margin: float, job_name: str, cpus_per_task: int | None, hardware_files: tuple = (),
+               max_walltime: str | float | None = None) -> tuple[dict[str, str], list[str]]:
     """Check the export options, then predict and export the plan (a PlanRequest or its batch-line dict).
-    Returns (text, warnings); raises PlannerError on bad input."""
+    Returns ({target: text}, warnings); raises PlannerError on bad input."""
 
     if to not in FORMATS:  # before the (slower) prediction
         raise PlannerError(f"--to {to!r} is not one of {', '.join(FORMATS)}")
@@ -36,19 +86,23 @@ def run_export(request: PlanRequest | dict, to: str, iterations: int | None, tok
         raise PlannerError("give either --iterations or --tokens, not both")
     if iterations is not None and iterations <= 0:
         raise PlannerError(f"--iterations {iterations} must be a positive integer")
+    tokens = parse_token_budget(tokens)
     if tokens is not None and not (math.isfinite(tokens) and tokens > 0):
-        raise PlannerError(f"--tokens {tokens!r} must be a positive number, e.g. 1e12")
+        raise PlannerError(f"--tokens {tokens!r} must be a positive number, e.g. 1e12 or 2T")
+    max_walltime_s = parse_walltime(max_walltime)
     req = (request if isinstance(request, PlanRequest) else PlanRequest.from_dict(request)).resolve(hardware_files)
     if tokens is not None:
         iterations = iterations_for_tokens(tokens, req.plan)
     pred = predict(req.model, req.plan, req.hardware)
-    text = export_plan(req.model, req.plan, req.hardware, pred, to, iterations=iterations, margin=margin,
-                       job_name=job_name, cpus_per_task=cpus_per_task)
+    texts = export_targets(req.model, req.plan, req.hardware, pred, to, iterations=iterations, margin=margin,
+                           job_name=job_name, cpus_per_task=cpus_per_task, max_walltime_s=max_walltime_s)
     warnings = []
+    if "slurm" in texts and iterations is not None:
+        warnings += slurm_budget(iterations, pred, margin, STARTUP_ALLOWANCE_S, max_walltime_s)[2]
     if not pred.fits_in_memory:
         warnings.append(f"predicted memory {pred.memory_gib_per_gpu:.1f} GiB per GPU exceeds the GPU; "
                         "the exported plan will not fit")
-    return text, warnings
+    return texts, warnings
 
 
 def register(app: typer.Typer) -> None:
@@ -71,32 +125,46 @@ def register(app: typer.Typer) -> None:
         sequence_parallel: O.SequenceParallel = PlanRequest.sequence_parallel,
         zero: O.Zero = PlanRequest.zero,
         dtype: O.Dtype = PlanRequest.dtype,
+        framework: O.Framework = PlanRequest.framework,
         layer_split: O.LayerSplit = None,
         hardware_file: O.HardwareFile = [],
         to: str = typer.Option("all", "--to", help="megatron | nemo | torchtitan | slurm | all."),
         iterations: Optional[int] = typer.Option(None, "--iterations", help="Training iterations (optimizer steps)."),
-        tokens: Optional[float] = typer.Option(None, "--tokens", help="Training tokens, e.g. 1e12 (-> iterations)."),
+        tokens: O.TokenBudget = None,
         margin: float = typer.Option(1.25, "--margin",
                                      help="Slurm time-limit factor on the predicted run time (>= 1)."),
+        max_walltime: Optional[str] = typer.Option(
+            None, "--max-walltime", help="Partition time limit, e.g. 48h or 7d; the Slurm export warns past it "
+                                         "(default 7d)."),
         job_name: str = typer.Option("planner", "--job-name", help="Slurm job name."),
         cpus_per_task: Optional[int] = typer.Option(None, "--cpus-per-task", help="Slurm CPUs per task (= per node)."),
-        out: Optional[str] = typer.Option(None, "--out", help="Write to this file (atomically) instead of stdout."),
+        out: Optional[str] = typer.Option(None, "--out", help="Write to this file (atomically) instead of stdout; "
+                                          "with --to all, a directory: one file per target."),
     ) -> None:
         """Write launcher settings for one plan: Megatron-LM flags, NeMo YAML, torchtitan TOML, Slurm script."""
         raw = O.plan_flags(locals(), "planner export --model llama-13b --gpu a100-80gb --gpus 128 --tp 2 --pp 4 "
                                      "--to megatron")
         try:
-            text, warnings = run_export(raw, to, iterations, tokens, margin, job_name, cpus_per_task,
-                                        tuple(hardware_file))
+            if out is not None and to == "all":
+                out_directory(out)
+            texts, warnings = run_export(raw, to, iterations, tokens, margin, job_name, cpus_per_task,
+                                         tuple(hardware_file), max_walltime)
         except PlannerError as exc:
             raise _err(str(exc)) from None
         for w in warnings:
             typer.echo(f"warning: {w}", err=True)
         if out is None:
+            text = texts[to] if to != "all" else "\n".join(
+                f"# ======================== {name} ========================\n{t}" for name, t in texts.items())
             typer.echo(text, nl=False)
             return
+        paths = {name: os.path.join(out, TARGET_FILES[name]) for name in texts} if to == "all" else {to: out}
         try:
-            write_atomic(out, text)
+            if to == "all":
+                os.makedirs(out, exist_ok=True)
+            for name, path in paths.items():
+                write_atomic(path, texts[name])
         except OSError as exc:
-            raise _err(f"cannot write {out}: {exc.strerror}; pass a writable --out path") from None
-        typer.echo(f"wrote {out}", err=True)
+            raise _err(f"cannot write {exc.filename or out}: {exc.strerror}; pass a writable --out path") from None
+        for path in paths.values():
+            typer.echo(f"wrote {path}", err=True)

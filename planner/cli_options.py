@@ -42,6 +42,8 @@ Recompute = Annotated[str, typer.Option("--recompute", help="none | selective | 
 SequenceParallel = Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel")]
 Zero = Annotated[int, typer.Option("--zero", help="ZeRO stage 0-3 (1 = distributed optimizer, 3 = FSDP).")]
 Dtype = Annotated[str, typer.Option("--dtype", help="bf16 | fp16 | fp8 | fp32.")]
+Framework = Annotated[str, typer.Option(
+    "--framework", help="Training stack: megatron | deepspeed | fsdp | torchtitan (attention kernel, overlap).")]
 LayerSplit = Annotated[Optional[str], typer.Option("--layer-split", help="Uneven layers per stage, e.g. 9,8,8,7.")]
 HardwareFile = Annotated[list[str], typer.Option("--hardware-file", help="TOML/YAML file adding GPUs/clusters.")]
 
@@ -65,6 +67,8 @@ MbsChoices = Annotated[Optional[str], typer.Option("--mbs", help="Micro-batch si
 RecomputeChoices = Annotated[Optional[str], typer.Option("--recompute", help="Recompute modes: none,selective,full.")]
 ZeroChoices = Annotated[Optional[str], typer.Option("--zero", help="ZeRO stages, e.g. 1,3.")]
 SpChoices = Annotated[Optional[str], typer.Option("--sp", help="Sequence parallelism values: true,false.")]
+FrameworkChoices = Annotated[Optional[str], typer.Option(
+    "--framework", help="Training stacks to compare, e.g. megatron,fsdp (default megatron).")]
 DtypeChoices = Annotated[Optional[str], typer.Option("--dtype", help="GEMM precisions: bf16,fp8.")]
 AllowTpAcrossNodes = Annotated[bool, typer.Option("--allow-tp-across-nodes", help="Let TP groups span nodes.")]
 Headroom = Annotated[Optional[float], typer.Option("--headroom", help="HBM fraction kept free (default 0.05).")]

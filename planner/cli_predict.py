@@ -41,7 +41,7 @@ def predict_request(req: PlanRequest, hardware_files: tuple = (), calibration=No
                    "mbs": plan.micro_batch_size, "gbs": plan.global_batch_size,
                    "seq_len": plan.seq_len, "num_microbatches": plan.num_microbatches,
                    "recompute": plan.recompute, "sequence_parallel": plan.sp, "zero": plan.zero,
-                   "dtype": plan.dtype, "layer_split": pred.layer_split}
+                   "dtype": plan.dtype, "layer_split": pred.layer_split, "framework": plan.framework}
     return out
 
 
@@ -80,7 +80,7 @@ def _render_table(rec: dict) -> None:
               f"TP={p['tp']} PP={p['pp']} DP={p['dp']} CP={p['cp']} VPP={p['vpp']} MBS={p['mbs']} GBS={p['gbs']} "
               f"({p['gbs'] * p['seq_len'] / 1e6:.3g}M tokens) "
               f"seq={p['seq_len']} micro-batches={p['num_microbatches']} recompute={p['recompute']} "
-              f"SP={p['sequence_parallel']} ZeRO={p['zero']} dtype={p['dtype']}  "
+              f"SP={p['sequence_parallel']} ZeRO={p['zero']} dtype={p['dtype']} framework={p.get('framework')}  "
               f"[dim](cost model: {describe_cost_sources(rec.get('cost_sources') or {}, rec['cost_model'])})[/]")
     t = Table(title="Prediction", show_header=True)
     t.add_column("metric")
@@ -137,6 +137,7 @@ def register(app: typer.Typer) -> None:
         sequence_parallel: O.SequenceParallel = PlanRequest.sequence_parallel,
         zero: O.Zero = PlanRequest.zero,
         dtype: O.Dtype = PlanRequest.dtype,
+        framework: O.Framework = PlanRequest.framework,
         layer_split: O.LayerSplit = None,
         batch: Optional[str] = typer.Option(None, "--batch", help="JSONL file of requests ('-' = stdin)."),
         fmt: str = typer.Option("table", "--format", help="table | json (single plan); jsonl (batch)."),

@@ -353,6 +353,7 @@ def register(app: typer.Typer) -> None:
         sequence_parallel: O.SequenceParallel = PlanRequest.sequence_parallel,
         zero: O.Zero = PlanRequest.zero,
         dtype: O.Dtype = PlanRequest.dtype,
+        framework: O.Framework = PlanRequest.framework,
         layer_split: O.LayerSplit = None,
         fmt: str = typer.Option("table", "--format", help="table | json."),
         top: int = typer.Option(15, "--top", help="Operators per table."),

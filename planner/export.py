@@ -23,7 +23,6 @@ Sources:
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import re
 from typing import TYPE_CHECKING
@@ -31,21 +30,33 @@ from typing import TYPE_CHECKING
 import yaml
 
 from costmodel.core.errors import PlannerError
-from costmodel.core.kinds import describe_cost_sources
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan, account_for, chunk_layers
+from planner.export_arch import architecture, fmt_float, header, is_uneven
+from planner.export_torchtitan import dump_toml, export_torchtitan, torchtitan_config, torchtitan_model_parts
+
+__all__ = ["FORMATS", "TARGET_FILES", "dump_toml", "export_plan", "export_targets", "megatron_args", "nemo_config",
+           "torchtitan_config", "torchtitan_model_parts"]
 
 if TYPE_CHECKING:  # planner.predict pulls in the cost model; exports only read a finished Prediction
     from planner.predict import Prediction
 
 FORMATS = ("megatron", "nemo", "torchtitan", "slurm", "all")
+TARGET_FILES = {"megatron": "megatron.args", "nemo": "nemo.yaml", "torchtitan": "torchtitan.toml",
+                "slurm": "slurm.sbatch"}
+"""File written per target by ``planner export --to all --out DIR``."""
 
 STARTUP_ALLOWANCE_S = 600
 """Time added to a Slurm limit for launch, NCCL set-up and checkpoint load/save: 10 minutes, the 5 + 5
 minutes NVIDIA's MLPerf Training v5.1 NeMo configs add to one run's time
 (``WALLTIME=$((5 + NEXP * (WALLTIME_RUNANDTIME + 5)))``, mlcommons/training_results_v5.1
 NVIDIA/benchmarks/llama31_405b/implementations/theia_ngpu512_ngc25.09_nemo/config_DGXB200_64x8x144xtp4pp8cp2_cg.sh)."""
+
+DEFAULT_MAX_WALLTIME_S = 7 * 86400
+"""Walltime past which the Slurm export warns: 168 h, the longest queue limit on the DoD HPCMP ERDC Carpenter
+system (its long-walltime ``*_lw`` queues; its standard queues allow 24 h; https://erdc.hpc.mil/docs/queueSummary.html).
+Partitions differ: your site's MaxTime (``scontrol show partition``) goes to ``--max-walltime``."""
 
 RDZV_PORT = 29500
 """torchrun rendezvous port; 29500 is torch.distributed's default master port (torch/distributed/run.py)."""
@@ -58,6 +69,33 @@ def slurm_time_seconds(iterations: int, iteration_time_s: float, margin: float,
                        startup_s: float = STARTUP_ALLOWANCE_S) -> int:
     """Slurm limit in whole seconds: iterations x iteration time x margin + start-up allowance, rounded up."""
     return math.ceil(iterations * iteration_time_s * margin + startup_s)
+
+
+def slurm_budget(iterations: int, prediction: "Prediction", margin: float, startup_s: float = STARTUP_ALLOWANCE_S,
+                 max_walltime_s: float = DEFAULT_MAX_WALLTIME_S) -> tuple[int, list[str], list[str]]:
+    """The Slurm limit (s) from the header's predicted iteration time, the comment lines that explain it, and
+    warnings (prediction interval wider than the margin, limit past ``max_walltime_s``)."""
+    t = prediction.iteration_time_s
+    limit = slurm_time_seconds(iterations, t, margin, startup_s)
+    lines = [f"# --time = {iterations} iterations x {t:.4g} s (the predicted iteration time above) x margin {margin:g} "
+             f"(+{(margin - 1) * 100:.3g} % for prediction error and slow steps) + {startup_s:g} s start-up allowance "
+             "(launch, NCCL set-up, checkpoint load/save; the 5 + 5 min of MLPerf v5.1 NVIDIA NeMo configs), "
+             "rounded up to a second."]
+    warnings = []
+    high = prediction.iteration_time_high_s
+    if high is not None and high > t * margin:
+        need = math.ceil(high / t * 100) / 100
+        warnings.append(f"the prediction interval reaches {high:.4g} s per iteration, beyond margin {margin:g}; "
+                        f"pass --margin {need:g} to cover it")
+    elif high is not None and high > t:
+        lines.append(f"# The prediction interval's upper end, {high:.4g} s per iteration, lies inside the margin.")
+    if limit > max_walltime_s:
+        per_job = max(1, math.floor((max_walltime_s - startup_s) / (t * margin)))
+        warnings.append(f"--time {format_slurm_time(limit)} exceeds the {format_slurm_time(int(max_walltime_s))} "
+                        f"walltime limit (--max-walltime) that partitions commonly enforce; run chained jobs of "
+                        f"--iterations {per_job} that resume from checkpoints (sbatch --dependency=afterok), or set "
+                        "--max-walltime to your partition's MaxTime (scontrol show partition)")
+    return limit, lines, warnings
 
 
 def format_slurm_time(seconds: int) -> str:
@@ -83,10 +121,6 @@ def _uneven_first_last(split: tuple[int, ...]) -> tuple[int, int] | None:
     return None
 
 
-def _is_uneven(plan: ParallelPlan) -> bool:
-    return plan.layer_split is not None and len(set(plan.layer_split)) > 1
-
-
 def megatron_layout(plan: ParallelPlan) -> str:
     """The plan's split as Megatron-Core's --pipeline-model-parallel-layout string: stages separated by '|',
     virtual stage a of pipeline rank b at position a*PP + b, 'E' the embedding, 't' a decoder layer, 'L' the
@@ -106,20 +140,6 @@ def megatron_layout(plan: ParallelPlan) -> str:
     return "|".join(stages)
 
 
-def _header(title: str, model: ModelSpec, plan: ParallelPlan, hardware: Hardware,
-            prediction: "Prediction | None") -> list[str]:
-    lines = [f"# {title} for {model.name} on {plan.world_size} x {hardware.gpu.name} "
-             f"({plan.num_nodes} node(s) x {plan.gpus_per_node} GPUs), written by `planner export`.",
-             f"# Layout: {plan.factors()}"]
-    if prediction is not None:
-        lines.append(f"# Predicted iteration time {prediction.iteration_time_s:.4g} s, memory "
-                     f"{prediction.memory_gib_per_gpu:.1f} GiB per GPU (cost model: "
-                     f"{describe_cost_sources(prediction.cost_sources, prediction.cost_model)}).")
-        if not prediction.fits_in_memory:
-            lines.append("# WARNING: the predicted memory per GPU exceeds the GPU's capacity; this plan will not fit.")
-    return lines
-
-
 # --------------------------------------------------------------------------------------- Megatron-LM
 def megatron_args(model: ModelSpec, plan: ParallelPlan, iterations: int | None = None) -> tuple[list[str], list[str]]:
     """Megatron-LM ``pretrain_gpt.py`` arguments for the plan, and notes on what they cannot express.
@@ -128,6 +148,7 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, iterations: int | None =
     """
     a: list[str] = []
     notes: list[str] = []
+    arch = architecture(model)
 
     def add(flag: str, value=None) -> None:
         a.append(flag)
@@ -140,7 +161,7 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, iterations: int | None =
     add("--context-parallel-size", plan.cp)
     if plan.sp:
         add("--sequence-parallel")
-    uneven = _is_uneven(plan)
+    uneven = is_uneven(plan)
     flags = account_for(plan.layer_split, plan.vpp) if uneven else None
     if flags is not None and any(n % plan.vpp for n in plan.layer_split):
         # chunks of a stage differ in size: only the account-for options build this split
@@ -194,10 +215,25 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, iterations: int | None =
             {"rope": "rope", "learned": "learned_absolute", "none": "none"}[model.position_embedding])
         if model.position_embedding == "rope" and model.rope_theta is not None:
             add("--rotary-base", int(model.rope_theta))
+        elif model.position_embedding == "rope":
+            notes.append("the model's source states no RoPE base; Megatron's default --rotary-base 10000 applies")
+        if arch.rotary_percent is not None:
+            add("--rotary-percent", fmt_float(arch.rotary_percent))
+    if arch.norm_eps is not None:
+        add("--norm-epsilon", fmt_float(arch.norm_eps))
+    else:
+        notes.append("the model's source states no norm epsilon; Megatron's default --norm-epsilon 1e-5 applies")
+    if arch.sliding_window is not None:  # (left, right) window; right 0 = causal (tuple_type, "4096,0")
+        add("--window-size", f"{arch.sliding_window},0")
     if not model.tied_embeddings:
         add("--untie-embeddings-and-output-weights")
     if not model.linear_bias:
         add("--disable-bias-linear")
+        if arch.qkv_bias:
+            add("--add-qkv-bias")
+    # _add_tokenizer_args: read by NullTokenizer; a real tokenizer (--tokenizer-type ...) sets the vocabulary
+    add("--vocab-size", model.vocab_size)
+    notes += arch.notes
     if not model.dropout:  # Megatron's defaults are 0.1 (_add_regularization_args)
         add("--attention-dropout", 0.0)
         add("--hidden-dropout", 0.0)
@@ -245,7 +281,7 @@ def export_megatron(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, pr
                     iterations: int | None = None) -> str:
     """Comment header plus one flag (and its value) per line; ``shlex.split(text, comments=True)`` reads it."""
     args, notes = megatron_args(model, plan, iterations)
-    lines = _header("Megatron-LM pretrain_gpt.py flags", model, plan, hardware, prediction)
+    lines = header("Megatron-LM pretrain_gpt.py flags", model, plan, hardware, prediction)
     lines.append("# Flag names checked against NVIDIA/Megatron-LM megatron/training/arguments.py "
                  "(commit 000c4ac24f61).")
     lines.append("# Add data, tokenizer, optimizer and checkpoint flags (--data-path, --tokenizer-type, --lr, ...).")
@@ -306,10 +342,32 @@ def nemo_config(model: ModelSpec, plan: ParallelPlan, iterations: int | None = N
         notes.append(f"position embedding {model.position_embedding!r} is not among NeMo's options; set it by hand")
     else:
         m["position_embedding_type"] = pos
+    arch = architecture(model)
+    if model.position_embedding == "rope":
+        # NeMo megatron_gpt_model.py: GPTModel(rotary_base=self.cfg.get('rotary_base', 10000),
+        # rotary_percent=self.cfg.get('rotary_percentage', 1.0))
+        if model.rope_theta is not None:
+            m["rotary_base"] = int(model.rope_theta)
+        else:
+            notes.append("the model's source states no RoPE base; NeMo's default rotary_base 10000 applies")
+        if arch.rotary_percent is not None:
+            m["rotary_percentage"] = arch.rotary_percent
+    # layernorm_epsilon and window_size are TransformerConfig fields, which NeMo's build_transformer_config
+    # copies from the model config; qkv_bias -> add_qkv_bias (megatron_base_model.py)
+    if arch.norm_eps is not None:
+        m["layernorm_epsilon"] = arch.norm_eps
+    else:
+        notes.append("the model's source states no norm epsilon; NeMo's layernorm_epsilon default applies")
+    if arch.qkv_bias:
+        m["qkv_bias"] = True
+    if arch.sliding_window is not None:
+        m["window_size"] = [arch.sliding_window, 0]  # (left, right); NeMo's MistralConfig7B: [4096, 0]
+    notes += arch.notes
+    notes.append(f"the vocabulary ({model.vocab_size} tokens) comes from model.tokenizer: use the model's own")
     if not model.dropout:
         m["hidden_dropout"] = 0.0
         m["attention_dropout"] = 0.0
-    if _is_uneven(plan):
+    if is_uneven(plan):
         # Megatron-Core TransformerConfig fields (transformer_config.py), which NeMo's model config passes on
         fl = _uneven_first_last(plan.layer_split)
         flags = account_for(plan.layer_split, plan.vpp)
@@ -340,118 +398,18 @@ def nemo_config(model: ModelSpec, plan: ParallelPlan, iterations: int | None = N
 def export_nemo(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, prediction: "Prediction | None",
                 iterations: int | None = None) -> str:
     cfg, notes = nemo_config(model, plan, iterations)
-    lines = _header("NeMo megatron_gpt config fragment", model, plan, hardware, prediction)
+    lines = header("NeMo megatron_gpt config fragment", model, plan, hardware, prediction)
     lines.append("# Keys checked against NeMo-Framework-Launcher conf/training/llama/llama3_1_70b.yaml; merge into "
                  "your megatron_gpt config (tokenizer, data and optimizer settings are not included).")
     lines += [f"# NOTE: {n}." for n in notes]
     return "\n".join(lines) + "\n" + yaml.safe_dump(cfg, sort_keys=False, default_flow_style=False)
 
 
-# ---------------------------------------------------------------------------------------- torchtitan
-def torchtitan_config(model: ModelSpec, plan: ParallelPlan, iterations: int | None = None) -> tuple[dict, list[str]]:
-    """torchtitan job-config sections (torchtitan/config/job_config.py) and notes."""
-    notes: list[str] = []
-    fsdp = plan.zero == 3
-    if 0 < plan.zero < 3:
-        notes.append(f"torchtitan has no ZeRO-{plan.zero}: data parallelism is DDP (full optimizer states per GPU, "
-                     "more memory than planned) unless you switch to FSDP (data_parallel_shard_degree)")
-    par = {
-        "data_parallel_replicate_degree": 1 if fsdp else plan.dp,
-        "data_parallel_shard_degree": plan.dp if fsdp else 1,
-        "tensor_parallel_degree": plan.tp,
-        "pipeline_parallel_degree": plan.pp,
-        "context_parallel_degree": plan.cp,
-    }
-    if plan.tp > 1 and not plan.sequence_parallel:
-        notes.append("torchtitan's tensor parallelism always shards the sequence (sequence parallel) in norms")
-    if plan.pp > 1:
-        par["pipeline_parallel_schedule"] = "Interleaved1F1B" if plan.vpp > 1 else "1F1B"
-        par["pipeline_parallel_microbatch_size"] = plan.micro_batch_size
-        if _is_uneven(plan):
-            par["module_fqns_per_model_part"] = torchtitan_model_parts(plan)
-        elif plan.vpp > 1:
-            par["pipeline_parallel_layers_per_stage"] = model.num_layers // (plan.pp * plan.vpp)
-            notes.append("torchtitan versions that count the embedding/output as pipeline layers need those "
-                         "weights set to 0 to get exactly PP x VPP stages")
-        # with PP, local_batch_size is split into micro-batches of pipeline_parallel_microbatch_size
-        local = plan.global_batch_size // plan.dp
-    else:
-        # without PP, gradient accumulation steps = global_batch_size / (local_batch_size x DP)
-        local = plan.micro_batch_size
-    training: dict = {"local_batch_size": local, "global_batch_size": plan.global_batch_size,
-                      "seq_len": plan.seq_len}
-    if iterations is not None:
-        training["steps"] = iterations
-    if plan.dtype == "fp16":
-        notes.append("torchtitan's mixed_precision_param offers bfloat16 or float32 only, not fp16")
-    else:
-        training["mixed_precision_param"] = "bfloat16"
-    ac: dict = {"mode": plan.recompute}
-    if plan.recompute == "selective":
-        ac["selective_ac_option"] = "op"  # per-operator selective recompute (ActivationCheckpoint docstring)
-    sections: dict = {}
-    if plan.dtype == "fp8":
-        sections["model"] = {"converters": ["float8"]}
-    sections.update({"training": training, "parallelism": par, "activation_checkpoint": ac})
-    return sections, notes
-
-
-def torchtitan_model_parts(plan: ParallelPlan) -> list[list[str]]:
-    """torchtitan's ``module_fqns_per_model_part`` (torchtitan/config/job_config.py, Parallelism: "a list of
-    lists containing the FQNs of modules for each model chunk", e.g. [['tok_embeddings', 'layers.0'], ...]) for
-    the plan's split, chunks in virtual-stage order (chunk a of rank b is stage a*PP + b, torchtitan's looped
-    stage assignment); module names of torchtitan's Llama (tok_embeddings, layers.N, norm, output)."""
-    chunks = chunk_layers(plan.layer_split or (), plan.vpp)
-    parts = []
-    pos = 0
-    for a in range(plan.vpp):
-        for b in range(plan.pp):
-            part = [f"layers.{i}" for i in range(pos, pos + chunks[a][b])]
-            pos += chunks[a][b]
-            if a == 0 and b == 0:
-                part.insert(0, "tok_embeddings")
-            if a == plan.vpp - 1 and b == plan.pp - 1:
-                part += ["norm", "output"]
-            parts.append(part)
-    return parts
-
-
-def _toml_value(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, str):
-        return json.dumps(v)  # a JSON string of ASCII text is a valid TOML basic string
-    if isinstance(v, list):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    raise TypeError(f"no TOML form for {v!r}")
-
-
-def dump_toml(sections: dict) -> str:
-    """Tables of scalars / lists (all torchtitan needs); read back with tomllib."""
-    out = []
-    for name, table in sections.items():
-        out.append(f"[{name}]")
-        out += [f"{k} = {_toml_value(v)}" for k, v in table.items()]
-        out.append("")
-    return "\n".join(out)
-
-
-def export_torchtitan(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, prediction: "Prediction | None",
-                      iterations: int | None = None) -> str:
-    sections, notes = torchtitan_config(model, plan, iterations)
-    lines = _header("torchtitan job config", model, plan, hardware, prediction)
-    lines.append("# Keys checked against pytorch/torchtitan torchtitan/config/job_config.py; set [model] name/flavor "
-                 "and the dataset yourself.")
-    lines += [f"# NOTE: {n}." for n in notes]
-    return "\n".join(lines) + "\n" + dump_toml(sections)
-
-
 # --------------------------------------------------------------------------------------------- Slurm
 def export_slurm(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, prediction: "Prediction | None",
                  iterations: int | None = None, margin: float = 1.25, job_name: str = "planner",
-                 cpus_per_task: int | None = None, startup_s: float = STARTUP_ALLOWANCE_S) -> str:
+                 cpus_per_task: int | None = None, startup_s: float = STARTUP_ALLOWANCE_S,
+                 max_walltime_s: float = DEFAULT_MAX_WALLTIME_S) -> str:
     """``#SBATCH`` header (one task per node) plus an ``srun torchrun ... pretrain_gpt.py`` line."""
     lines = ["#!/bin/bash",
              f"#SBATCH --job-name={job_name}",
@@ -460,19 +418,15 @@ def export_slurm(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, predi
              f"#SBATCH --gpus-per-node={plan.gpus_per_node}"]
     if cpus_per_task is not None:
         lines.append(f"#SBATCH --cpus-per-task={cpus_per_task}")
-    t = None
+    budget = None
     if prediction is not None and iterations is not None:
-        # the upper end of the prediction interval when the cost model gives one
-        t = max(prediction.iteration_time_s, prediction.iteration_time_high_s or 0.0)
-        limit = slurm_time_seconds(iterations, t, margin, startup_s)
-        lines.append(f"#SBATCH --time={format_slurm_time(limit)}")
-    lines += _header("Slurm job", model, plan, hardware, prediction)
+        budget = slurm_budget(iterations, prediction, margin, startup_s, max_walltime_s)
+        lines.append(f"#SBATCH --time={format_slurm_time(budget[0])}")
+    lines += header("Slurm job", model, plan, hardware, prediction)
     lines.append("# Assumptions: one srun task per node runs torchrun, which starts one process per GPU; "
                  "pretrain_gpt.py is Megatron-LM's, run from its checkout.")
-    if t is not None:
-        lines.append(f"# --time = {iterations} iterations x {t:.4g} s x margin {margin:g} + {startup_s:g} s start-up "
-                     "allowance (launch, NCCL set-up, checkpoint load/save; the 5 + 5 min of MLPerf v5.1 NVIDIA "
-                     "NeMo configs), rounded up to a second.")
+    if budget is not None:
+        lines += budget[1] + [f"# WARNING: {w}." for w in budget[2]]
     else:
         lines.append("# --time not set: it needs a prediction and --iterations N or --tokens T.")
     if cpus_per_task is None:
@@ -514,18 +468,34 @@ def _check(model: ModelSpec, plan: ParallelPlan, fmt: str, iterations, margin: f
 
 def export_plan(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, prediction: "Prediction | None", fmt: str,
                 iterations: int | None = None, margin: float = 1.25, job_name: str = "planner",
-                cpus_per_task: int | None = None) -> str:
-    """Launcher settings for one plan as text. ``fmt``: megatron, nemo, torchtitan, slurm or all.
+                cpus_per_task: int | None = None, max_walltime_s: float = DEFAULT_MAX_WALLTIME_S) -> str:
+    """Launcher settings for one plan as text. ``fmt``: megatron, nemo, torchtitan, slurm or all (all four,
+    one after another under banner comments: for reading; :func:`export_targets` gives one text per file).
 
     ``slurm`` needs ``prediction`` and ``iterations`` for its time limit (``all`` writes the script without
     ``--time`` and says why). A plan whose layers PP x VPP does not divide is exported with the split the
     prediction chose (``prediction.layer_split``), else with the count-based default split.
     """
+    texts = export_targets(model, plan, hardware, prediction, fmt, iterations, margin, job_name, cpus_per_task,
+                           max_walltime_s)
+    if fmt != "all":
+        return texts[fmt]
+    return "\n".join(f"# ======================== {name} ========================\n{text}"
+                     for name, text in texts.items())
+
+
+def export_targets(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, prediction: "Prediction | None",
+                   fmt: str, iterations: int | None = None, margin: float = 1.25, job_name: str = "planner",
+                   cpus_per_task: int | None = None,
+                   max_walltime_s: float = DEFAULT_MAX_WALLTIME_S) -> dict[str, str]:
+    """{target: text} for ``fmt`` (one target, or all four for ``all``); arguments as :func:`export_plan`."""
     if plan.needs_layer_split(model.num_layers):
         split = prediction.layer_split if prediction is not None and prediction.layer_split else \
             plan.stage_layers(model.num_layers)
         plan = dataclasses.replace(plan, layer_split=tuple(split))
     _check(model, plan, fmt, iterations, margin, job_name)
+    if not (isinstance(max_walltime_s, (int, float)) and max_walltime_s > 0):
+        raise PlannerError(f"max_walltime_s={max_walltime_s!r} must be a positive number of seconds")
     if cpus_per_task is not None and (isinstance(cpus_per_task, bool) or not isinstance(cpus_per_task, int)
                                       or cpus_per_task <= 0):
         raise PlannerError(f"cpus_per_task={cpus_per_task!r} must be a positive integer")
@@ -536,9 +506,7 @@ def export_plan(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, predic
         "megatron": lambda: export_megatron(model, plan, hardware, prediction, iterations),
         "nemo": lambda: export_nemo(model, plan, hardware, prediction, iterations),
         "torchtitan": lambda: export_torchtitan(model, plan, hardware, prediction, iterations),
-        "slurm": lambda: export_slurm(model, plan, hardware, prediction, iterations, margin, job_name, cpus_per_task),
+        "slurm": lambda: export_slurm(model, plan, hardware, prediction, iterations, margin, job_name, cpus_per_task,
+                                      max_walltime_s=max_walltime_s),
     }
-    if fmt != "all":
-        return makers[fmt]()
-    return "\n".join(f"# ======================== {name} ========================\n{make()}"
-                     for name, make in makers.items())
+    return {name: make() for name, make in makers.items() if fmt in (name, "all")}

@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields
 
 from costmodel.core.errors import PlannerError
 from costmodel.core.specs.catalogue import load_catalogue
+from costmodel.core.specs.framework import DEFAULT_FRAMEWORK, FRAMEWORKS, get_framework
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import DTYPES, RECOMPUTE_MODES, ParallelPlan
@@ -79,6 +80,9 @@ class PlanRequest:
     """GEMM precision: bf16 | fp16 | fp8 | fp32."""
     layer_split: tuple[int, ...] | None = None
     """Layers per pipeline stage when uneven, e.g. [9, 8, 8, 7]; None = even split."""
+    framework: str = DEFAULT_FRAMEWORK
+    """Training stack: megatron | deepspeed | fsdp | torchtitan (its attention kernel, DP overlap and ZeRO-3
+    network behaviour, costmodel.core.specs.framework)."""
 
     def __post_init__(self) -> None:
         missing = [k for k in REQUIRED if getattr(self, k) is None]
@@ -92,6 +96,8 @@ class PlanRequest:
             raise PlannerError(f"recompute={self.recompute!r} must be one of {', '.join(RECOMPUTE_MODES)}")
         if self.dtype not in DTYPES:
             raise PlannerError(f"dtype={self.dtype!r} must be one of {', '.join(DTYPES)}")
+        if self.framework not in FRAMEWORKS:
+            raise PlannerError(f"framework={self.framework!r} must be one of {', '.join(FRAMEWORKS)}")
         if self.gbs is not None and self.tokens_per_batch is not None:
             raise PlannerError(f"gbs={self.gbs} and tokens_per_batch={self.tokens_per_batch} both give the batch; "
                                "pass only one (gbs in sequences, tokens_per_batch in tokens)")
@@ -127,6 +133,8 @@ class PlanRequest:
                             tp=self.tp, pp=self.pp, cp=self.cp, vpp=self.vpp, micro_batch_size=self.mbs,
                             recompute=self.recompute, sequence_parallel=self.sequence_parallel, zero=self.zero,
                             dtype=self.dtype, layer_split=self.layer_split, nvlink_domain=nvlink_domain,
+                            framework=self.framework,
+                            overlap_grad_reduce=get_framework(self.framework).overlap_grad_reduce,
                             extra=dict(extra or {}))
         plan.validate(model)
         return plan
@@ -146,7 +154,7 @@ REQUEST_KEYS: tuple[str, ...] = tuple(f.name for f in fields(PlanRequest))
 REQUIRED = ("model", "gpu", "gpus")
 _INT_KEYS = {"gpus", "gpus_per_node", "tp", "pp", "cp", "vpp", "mbs", "gbs", "tokens_per_batch", "seq_len", "zero"}
 _TYPES: dict[str, type | tuple] = {"id": (str, int), "model": (str, dict), "gpu": str, "cluster": str,
-                                   "recompute": str, "dtype": str}
+                                   "recompute": str, "dtype": str, "framework": str}
 
 
 def suffixed_number(text: object, suffixes: dict[str, float]) -> float:

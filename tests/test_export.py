@@ -1,6 +1,7 @@
 """Exports (Megatron-LM flags, NeMo YAML, torchtitan TOML, Slurm script): parse each back and check every value."""
 
 import dataclasses
+import json
 import math
 import os
 import shlex
@@ -67,7 +68,7 @@ def test_megatron_tp_pp_vpp_sp_zero1_llama():
         "--group-query-attention": True, "--num-query-groups": "8", "--ffn-hidden-size": "14336",
         "--swiglu": True, "--normalization": "RMSNorm", "--position-embedding-type": "rope",
         "--rotary-base": "500000", "--untie-embeddings-and-output-weights": True, "--disable-bias-linear": True,
-        "--attention-dropout": "0.0", "--hidden-dropout": "0.0",
+        "--vocab-size": "128256", "--attention-dropout": "0.0", "--hidden-dropout": "0.0",
         "--recompute-granularity": "full", "--recompute-method": "uniform", "--recompute-num-layers": "1",
         "--use-distributed-optimizer": True, "--overlap-grad-reduce": True, "--overlap-param-gather": True,
         "--bf16": True,
@@ -81,7 +82,8 @@ def test_megatron_fsdp_gpt_fp16():
         "--micro-batch-size": "4", "--global-batch-size": "256", "--seq-length": "2048",
         "--max-position-embeddings": "2048", "--num-layers": "24", "--hidden-size": "2048",
         "--num-attention-heads": "16", "--ffn-hidden-size": "8192", "--normalization": "LayerNorm",
-        "--position-embedding-type": "learned_absolute", "--recompute-granularity": "selective",
+        "--position-embedding-type": "learned_absolute", "--vocab-size": "50257",
+        "--recompute-granularity": "selective",
         "--use-distributed-optimizer": True, "--use-megatron-fsdp": True,
         "--data-parallel-sharding-strategy": "optim_grads_params", "--no-gradient-accumulation-fusion": True,
         "--ckpt-format": "fsdp_dtensor", "--overlap-grad-reduce": True, "--overlap-param-gather": True,
@@ -122,7 +124,7 @@ def test_nemo_yaml_llama():
         "kv_channels": None, "normalization": "rmsnorm", "bias": False, "share_embeddings_and_output_weights": False,
         "activation": "swiglu", "position_embedding_type": "rope", "hidden_dropout": 0.0, "attention_dropout": 0.0,
         "activations_checkpoint_granularity": "full", "activations_checkpoint_method": "uniform",
-        "activations_checkpoint_num_layers": 1,
+        "activations_checkpoint_num_layers": 1, "rotary_base": 500000,
         "optim": {"name": "distributed_fused_adam", "overlap_grad_sync": True, "overlap_param_sync": True},
     }
 
@@ -145,6 +147,8 @@ def test_nemo_yaml_fsdp_gpt():
 def test_torchtitan_toml_pipeline():
     t = tomllib.loads(export_plan(LLAMA, P_MEGATRON, HW, None, "torchtitan", iterations=500))
     assert t == {
+        # LLAMA is Llama 3 8B's architecture: torchtitan's own flavor builds it
+        "model": {"name": "llama3", "flavor": "8B"},
         # with PP: local batch = GBS / DP = 128 / 8, cut into micro-batches of MBS
         "training": {"local_batch_size": 16, "global_batch_size": 128, "seq_len": 4096, "steps": 500,
                      "mixed_precision_param": "bfloat16"},
@@ -160,6 +164,7 @@ def test_torchtitan_toml_fsdp():
     text = export_plan(GPT, P_FSDP, HW, None, "torchtitan")
     t = tomllib.loads(text)
     assert t == {
+        "model": {"name": "llama3", "flavor": GPT.name},  # no flavor is GPT-3 style: named for the user to register
         # without PP: local batch = MBS, gradient accumulation = 256 / (4 * 16) = 4 steps
         "training": {"local_batch_size": 4, "global_batch_size": 256, "seq_len": 2048},
         "parallelism": {"data_parallel_replicate_degree": 1, "data_parallel_shard_degree": 16,
@@ -168,7 +173,7 @@ def test_torchtitan_toml_fsdp():
     }
     assert "fp16" in text  # the unsupported fp16 is named in a comment
     fp8 = tomllib.loads(export_plan(LLAMA, dataclasses.replace(P_MEGATRON, dtype="fp8"), HW, None, "torchtitan"))
-    assert fp8["model"] == {"converters": ["float8"]}
+    assert fp8["model"]["converters"] == ["float8"]
 
 
 # ----------------------------------------------------------------------------------------------- Slurm
@@ -205,10 +210,17 @@ def test_slurm_script():
     assert argv[:i] == ["srun", "torchrun", "--nnodes", "$SLURM_NNODES", "--nproc-per-node", "8", "--rdzv-id",
                         "$SLURM_JOB_ID", "--rdzv-backend", "c10d", "--rdzv-endpoint", "$head_node:29500"]
     assert _flags(argv[i + 1:]) == _megatron(LLAMA, P_MEGATRON, iterations=1000)
-    # the upper end of a prediction interval, when there is one, sets the limit
+    # the limit comes from the header's iteration time; an interval beyond the margin is a warning, not a silent
+    # change of the time per iteration
     wide = dataclasses.replace(pred, iteration_time_high_s=3.0)
-    sbatch, _ = _slurm(export_plan(LLAMA, P_MEGATRON, HW, wide, "slurm", iterations=1000))
-    assert sbatch["--time"] == format_slurm_time(math.ceil(1000 * 3.0 * 1.25 + 600))
+    text = export_plan(LLAMA, P_MEGATRON, HW, wide, "slurm", iterations=1000)
+    sbatch, _ = _slurm(text)
+    assert sbatch["--time"] == "0-00:51:40" and "# Predicted iteration time 2 s" in text
+    assert "1000 iterations x 2 s (the predicted iteration time above) x margin 1.25 (+25 %" in text
+    assert "# WARNING: the prediction interval reaches 3 s per iteration, beyond margin 1.25; pass --margin 1.5" in text
+    narrow = dataclasses.replace(pred, iteration_time_high_s=2.2)
+    assert "upper end, 2.2 s per iteration, lies inside the margin" in export_plan(
+        LLAMA, P_MEGATRON, HW, narrow, "slurm", iterations=1000)
 
 
 def test_slurm_fsdp_and_missing_run_length():
@@ -288,3 +300,50 @@ def test_cli_export_unwritable_out(tmp_path):
     blocker.write_text("not a folder")
     res = runner.invoke(app, [*BASE, "--to", "megatron", "--out", str(blocker / "x.args")])
     assert res.exit_code == 2 and "cannot write" in res.stderr
+
+
+def test_cli_export_all_into_directory(tmp_path):
+    """--to all --out DIR: one file per target, each readable by its own parser; --tokens takes 1T like size."""
+    out = tmp_path / "job"
+    res = runner.invoke(app, [*BASE, "--to", "all", "--tokens", "1T", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert sorted(os.listdir(out)) == ["megatron.args", "nemo.yaml", "slurm.sbatch", "torchtitan.toml"]
+    iters = str(math.ceil(1e12 / (256 * 4096)))
+    assert _flags(shlex.split((out / "megatron.args").read_text(), comments=True))["--train-iters"] == iters
+    assert yaml.safe_load((out / "nemo.yaml").read_text())["trainer"]["max_steps"] == int(iters)
+    assert tomllib.loads((out / "torchtitan.toml").read_text())["training"]["steps"] == int(iters)
+    sbatch, argv = _slurm((out / "slurm.sbatch").read_text())
+    assert "--time" in sbatch and _flags(argv[argv.index("pretrain_gpt.py") + 1:])["--train-iters"] == iters
+
+
+@pytest.mark.parametrize("name", ["plan.txt", "existing"])
+def test_cli_export_all_refuses_a_file(tmp_path, name):
+    target = tmp_path / name
+    if name == "existing":
+        target.write_text("a file")
+    res = runner.invoke(app, [*BASE, "--to", "all", "--out", str(target)])
+    assert res.exit_code == 2
+    lines = [ln for ln in res.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and "pass a directory" in lines[0], res.stderr
+
+
+def test_cli_export_walltime_warning():
+    """A run longer than --max-walltime (default 7 days) warns on stderr and in the script, naming the fix."""
+    res = runner.invoke(app, [*BASE, "--to", "slurm", "--tokens", "2T"])
+    assert res.exit_code == 0, res.output
+    assert "exceeds the 7-00:00:00 walltime limit (--max-walltime)" in res.stderr
+    assert "# WARNING: --time" in res.stdout and "chained jobs of --iterations" in res.stdout
+    quiet = runner.invoke(app, [*BASE, "--to", "slurm", "--tokens", "1e9", "--max-walltime", "48h"])
+    assert quiet.exit_code == 0 and "walltime" not in quiet.stderr
+    bad = runner.invoke(app, [*BASE, "--to", "slurm", "--tokens", "1e9", "--max-walltime", "soon"])
+    assert bad.exit_code == 2 and "--max-walltime 'soon'" in bad.stderr
+
+
+def test_predict_json_plan_and_explain_take_the_layer_split():
+    """The JSON plan carries layer_split, and explain accepts --layer-split (issue 16)."""
+    args = ["--model", "llama3-8b", "--gpu", "a100-80gb", "--gpus", "24", "--pp", "3", "--layer-split", "12,10,10"]
+    res = runner.invoke(app, ["predict", *args, "--format", "json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["plan"]["layer_split"] == [12, 10, 10]
+    res = runner.invoke(app, ["explain", *args, "--format", "json"])
+    assert res.exit_code == 0, res.output

@@ -305,6 +305,18 @@ def _zero(text: str, notes: list[str]) -> int:
     raise PlannerError(f"optimizer sharding {text!r} not understood")
 
 
+def _framework(text: str, notes: list[str]) -> str:
+    """The row's ``framework`` text as a planner framework key (costmodel.core.specs.framework)."""
+    t = text.lower()
+    for key, words in (("deepspeed", ("deepspeed",)), ("torchtitan", ("torchtitan",)), ("fsdp", ("fsdp",)),
+                       ("megatron", ("megatron", "nemo"))):
+        if any(w in t for w in words):
+            return key
+    notes.append(f"framework {text!r} not recognised, assumed megatron" if t else
+                 "framework not stated, assumed megatron")
+    return "megatron"
+
+
 def _dtype(text: str, notes: list[str]) -> str:
     t = text.lower()
     if t == "fp32":
@@ -392,7 +404,8 @@ def row_to_inputs(row: RunRow) -> tuple[ModelSpec, ParallelPlan, str, int]:
         id=row.id, model=model, gpu=gpu_key, gpus=n, gpus_per_node=gpn, cluster=row.cluster or None, tp=tp, pp=pp,
         cp=cp, vpp=vpp, mbs=mbs, gbs=gbs, seq_len=seq_len, recompute=_recompute(row.text["recompute"], notes),
         sequence_parallel=sp, zero=_zero(row.text["dist_optimizer_or_zero"], notes),
-        dtype=_dtype(row.text["precision"], notes), layer_split=_layer_split(model.num_layers, pp, vpp, notes))
+        dtype=_dtype(row.text["precision"], notes), layer_split=_layer_split(model.num_layers, pp, vpp, notes),
+        framework=_framework(row.text["framework"], notes))
     plan = request.to_plan(model, gpus_per_node=gpn, extra={"run_id": row.id})
     return model, plan, gpu_key, gpn
 

@@ -207,7 +207,7 @@ def _llama_like(r: _Reader, model_type: str) -> tuple[dict, dict]:
         fields["experts_per_token"] = r.int_("num_experts_per_tok")
         if r.has("router_aux_loss_coef"):
             extra["router_aux_loss_coef"] = r.float_("router_aux_loss_coef")
-    for key in ("sliding_window", "rms_norm_eps"):
+    for key in ("sliding_window", "rms_norm_eps", "use_sliding_window", "max_window_layers"):
         if r.data.get(key) is not None:
             extra[key] = r.data[key]
     return fields, extra
@@ -377,6 +377,9 @@ SUPPORTED_MODEL_TYPES = tuple(_PARSERS)
 
 
 # -------------------------------------------------------------------- entry point
+NORM_EPS_KEYS = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps", "layernorm_epsilon")
+"""config.json names of the norm epsilon (Llama/Mistral/Qwen2, GPT-NeoX, GPT-2/BLOOM, Nemotron, NeMo-style)."""
+
 IRRELEVANT_KEYS = frozenset({
     # bookkeeping and tokenizer / generation settings of transformers' PretrainedConfig: they do not
     # change the network a training step runs
@@ -457,6 +460,11 @@ def from_hf_config(cfg: dict | str | Path, name: str | None = None) -> ModelSpec
                            f"are {', '.join(SUPPORTED_MODEL_TYPES)}.")
     fields, extra = parser(r, model_type)
     extra["model_type"] = model_type
+    # norm epsilon under any family's name, for launcher exports (planner.export_arch)
+    eps = next((data[k] for k in NORM_EPS_KEYS if isinstance(data.get(k), (int, float))
+                and not isinstance(data.get(k), bool)), None)
+    if eps is not None:
+        extra["norm_eps"] = float(eps)
     rope_theta = _rope_theta(r, extra) if fields["position_embedding"] == "rope" else None
     unread = unread_keys(data, r.seen)
     if unread:

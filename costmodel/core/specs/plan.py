@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from costmodel.core.errors import PlanError
+from costmodel.core.specs.framework import DEFAULT_FRAMEWORK, FRAMEWORKS
 from costmodel.core.specs.model import ModelSpec
 
 RECOMPUTE_MODES = ("none", "selective", "full")
@@ -54,6 +55,9 @@ class ParallelPlan:
     nvlink_domain: int = 0
     """GPUs per NVLink (scale-up) domain as this job is placed (``Hardware.domain_for``): process groups
     within it use NVLink, across it the scale-out network. 0 = ``gpus_per_node`` (the node is the domain)."""
+    framework: str = DEFAULT_FRAMEWORK
+    """Training stack that runs the plan (``costmodel.core.specs.framework``): its attention kernel, DP overlap
+    and ZeRO-3 network behaviour."""
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     # --------------------------------------------------------------- derived
@@ -127,7 +131,7 @@ class ParallelPlan:
         return (f"GPUs={self.world_size} gpus_per_node={self.gpus_per_node} TP={self.tp} PP={self.pp} "
                 f"CP={self.cp} DP={self.dp} VPP={self.vpp} MBS={self.micro_batch_size} "
                 f"GBS={self.global_batch_size} seq_len={self.seq_len} recompute={self.recompute} "
-                f"SP={self.sequence_parallel} ZeRO={self.zero} dtype={self.dtype}")
+                f"SP={self.sequence_parallel} ZeRO={self.zero} dtype={self.dtype} framework={self.framework}")
 
     def problems(self, model: ModelSpec | None = None) -> list[str]:
         """Every reason this plan is invalid (empty list when valid)."""
@@ -148,6 +152,8 @@ class ParallelPlan:
             p.append(f"dtype={self.dtype!r} must be one of {', '.join(DTYPES)}")
         if self.zero not in (0, 1, 2, 3):
             p.append(f"zero={self.zero!r} must be 0, 1, 2 or 3")
+        if self.framework not in FRAMEWORKS:
+            p.append(f"framework={self.framework!r} must be one of {', '.join(FRAMEWORKS)}")
         if self.world_size % self.model_parallel != 0:
             p.append(f"TP*PP*CP = {self.tp}*{self.pp}*{self.cp} = {self.model_parallel} must divide "
                      f"GPUs={self.world_size} (DP = GPUs / (TP*PP*CP))")

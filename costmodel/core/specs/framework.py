@@ -1,0 +1,88 @@
+"""The training framework that runs a plan (`Framework`), and the registry of known ones.
+
+A plan's numbers depend on the software stack as much as on the layout: which attention kernel it
+calls, whether it overlaps the data-parallel gradient reduction with backward, and how its ZeRO-3 /
+FSDP parameter gathers cross the network. Each behaviour below names the documentation or paper it
+comes from; nothing here is fitted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from costmodel.core.errors import PlanError
+
+ATTENTION_KERNELS = ("fused", "flash2")
+ZERO3_NETWORKS = ("hierarchical", "flat")
+
+
+@dataclass(frozen=True)
+class Framework:
+    """How one training stack executes a plan."""
+
+    name: str
+    """Key used by ``--framework`` and the batch key ``framework``."""
+    description: str
+    """One line for help texts and reports."""
+    attention_kernel: str
+    """``fused``: the fused attention the cost model's per-GPU attention data measure (Transformer Engine /
+    cuDNN fused attention on Hopper, FlashAttention-2 on Ampere); ``flash2``: FlashAttention-2 kernels
+    (the flash backend of PyTorch's ``scaled_dot_product_attention``, or ``flash_attn``), costed from the
+    FlashAttention-2 measurements of the same GPU die (costmodel/framework_kernels.py)."""
+    overlap_grad_reduce: bool
+    """Whether the data-parallel gradient reduction (ZeRO 0-2) overlaps backward by default."""
+    zero3_network: str
+    """``hierarchical``: ZeRO-3 / FSDP gathers run as NCCL collectives whose inter-node traffic per GPU is
+    the group's bytes / GPUs per node (rail-optimised nodes); ``flat``: every GPU's gathered bytes cross
+    the network at its own NIC rate."""
+    source: str
+    """Where these behaviours are documented."""
+    grad_reduce_bytes: int = 4
+    """Bytes per gradient element in the data-parallel / ZeRO-3 gradient reduction: 4 = fp32 (Megatron's
+    --accumulate-allreduce-grads-in-fp32, FSDP2 reduce_dtype float32 in torchtitan), 2 = the training dtype."""
+
+
+_REGISTRY: dict[str, Framework] = {}
+
+
+def register(framework: Framework) -> Framework:
+    """Add ``framework`` to the registry; a duplicate name is an error (torchtitan-style registries)."""
+    if framework.name in _REGISTRY:
+        raise ValueError(f"framework {framework.name!r} is already registered")
+    if framework.attention_kernel not in ATTENTION_KERNELS:
+        raise ValueError(f"framework {framework.name!r}: attention_kernel must be one of {ATTENTION_KERNELS}")
+    if framework.zero3_network not in ZERO3_NETWORKS:
+        raise ValueError(f"framework {framework.name!r}: zero3_network must be one of {ZERO3_NETWORKS}")
+    _REGISTRY[framework.name] = framework
+    return framework
+
+
+register(Framework(
+    "megatron", "Megatron-LM / Megatron-Core / NeMo (Transformer Engine)", "fused", True, "hierarchical",
+    "Megatron-Core DistributedDataParallelConfig.overlap_grad_reduce (on in NeMo and Megatron-Core recipes); "
+    "Transformer Engine DotProductAttention (cuDNN fused attention on Hopper)"))
+register(Framework(
+    "deepspeed", "DeepSpeed (ZeRO) or Megatron-DeepSpeed", "flash2", False, "flat",
+    "DeepSpeed config docs, zero_optimization.overlap_comm: default false for stages 1-2; ZeRO-3's per-GPU "
+    "cross-node volume of a parameter all-gather is the full model (Wang et al., ZeRO++, arXiv:2306.10209, "
+    "sec. 3, the motivation of hierarchical partitioning hpZ); flash-attn 2 in Megatron-DeepSpeed "
+    "(--use-flash-attn-v2); gradients communicated in the training dtype (DeepSpeed config docs, "
+    "communication_data_type: default the model's dtype)", grad_reduce_bytes=2))
+register(Framework(
+    "fsdp", "PyTorch FSDP / FSDP2 with scaled_dot_product_attention", "flash2", True, "hierarchical",
+    "PyTorch FSDP reduce-scatters gradients in backward hooks (torch.distributed.fsdp docs); "
+    "F.scaled_dot_product_attention's flash backend is FlashAttention-2 (PyTorch 2.2 release notes)"))
+register(Framework(
+    "torchtitan", "torchtitan (FSDP2, TP, PP, CP on PyTorch)", "flash2", True, "hierarchical",
+    "torchtitan docs/fsdp.md (FSDP2) and models/llama3 attention (F.scaled_dot_product_attention)"))
+
+FRAMEWORKS: tuple[str, ...] = tuple(_REGISTRY)
+DEFAULT_FRAMEWORK = "megatron"
+
+
+def get_framework(name: str) -> Framework:
+    """The registered framework ``name``; a PlanError naming the choices otherwise."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise PlanError(f"framework={name!r} is not known: choose one of {', '.join(FRAMEWORKS)}") from None
