@@ -8,6 +8,9 @@ Measures, on the machine it runs on:
      h100-sxm): space points per second (the cartesian product of the listed values, rejected ones
      included; target >= 5,000/s), distinct valid candidates evaluated per second and full predictions
      per second, with 1 and 2 processes, warm cost-model caches (a first, cold run is reported too);
+  2b. persistent studies (issue 16): the same search in memory, on a fresh sqlite:///F.db and on a fresh
+     journal:FILE study (median of --repeat runs, interleaved); each persistent run must take at most
+     PERSISTENT_RATIO x the in-memory run of the same command;
   3. quality: for every seed, the default search (planner.search.engine.search, mode auto: exhaustive when
      the space's valid plans are at most EXHAUSTIVE_MAX_PLANS, else Optuna) must find the exhaustive optimum
      within 0.5 % (issue 14); Optuna alone (200 trials) is reported beside it.
@@ -15,6 +18,7 @@ Measures, on the machine it runs on:
 Exits 1 when a time target or the 0.5 % quality target is missed (--no-fail only reports).
 
 Usage: python benchmarks/bench_search.py [--seeds 20] [--repeat 3] [--cost-model default|roofline] [--out FILE.json]
+       [--persistent-only]
 """
 
 from __future__ import annotations
@@ -39,6 +43,9 @@ COMMANDS = [["search", "--model", "llama-13b", "--gpus", "128", "--seed", "0", "
             ["size", "--model", "llama3-70b", "--tokens", "2e12", "--deadline", "30d"]]
 TARGET_S = 2.0
 """End-to-end target of each command on the 2-core dev machine (issue 14)."""
+PERSISTENT_RATIO = 2.0
+"""A search on a persistent study may take at most this multiple of the same search in memory (issue 16)."""
+PERSISTENT_ARGS = ["search", "--model", "llama-13b", "--gpus", "128", "--seed", "0", "--no-progress"]
 QUALITY_GAP = 0.005
 """The default search's best plan must be within 0.5 % of the exhaustive optimum for every seed (issue 14)."""
 
@@ -57,6 +64,31 @@ def end_to_end(repeat: int) -> list[dict]:
         out.append({"command": "planner " + " ".join(args), "wall_s": walls, "median_s": statistics.median(walls),
                     "target_s": TARGET_S})
     return out
+
+
+def persistent(repeat: int) -> list[dict]:
+    """End-to-end time of PERSISTENT_ARGS in memory (the default mode, and Optuna as the persistent runs use)
+    and on fresh SQLite and journal studies, runs interleaved so machine load hits all alike."""
+    import tempfile
+
+    cases = {"in memory (default mode)": [], "in memory (--mode optuna)": ["--mode", "optuna"],
+             "sqlite:///F.db": ["--storage", "sqlite:///{d}/s.db", "--study-name", "s"],
+             "journal:FILE": ["--storage", "journal:{d}/s.journal", "--study-name", "s"]}
+    walls: dict[str, list[float]] = {k: [] for k in cases}
+    for _ in range(repeat):
+        for name, extra in cases.items():
+            with tempfile.TemporaryDirectory() as d:
+                cmd = [sys.executable, "-c", "from planner.cli import main; main()", *PERSISTENT_ARGS,
+                       *[a.format(d=d) for a in extra]]
+                t0 = time.perf_counter()
+                r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+                walls[name].append(time.perf_counter() - t0)
+                if r.returncode != 0:
+                    raise SystemExit(f"planner {' '.join(cmd[3:])} failed: {r.stderr.strip()}")
+    base = statistics.median(walls["in memory (default mode)"])
+    return [{"storage": k, "command": "planner " + " ".join(PERSISTENT_ARGS + cases[k]), "wall_s": v,
+             "median_s": statistics.median(v), "ratio_to_in_memory": statistics.median(v) / base,
+             "target_ratio": None if k.startswith("in memory") else PERSISTENT_RATIO} for k, v in walls.items()]
 
 
 def exhaustive(problem, cost_model, jobs: int) -> dict:
@@ -94,6 +126,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--cost-model", choices=("default", "roofline"), default="default")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--persistent-only", action="store_true", help="Only the persistent-study timings (2b).")
     ap.add_argument("--no-fail", action="store_true", help="Report only; exit 0 even when a target is missed.")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
@@ -106,10 +139,11 @@ def main() -> None:
 
     cm = default_cost_model() if args.cost_model == "default" else RooflineCostModel()
     out = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}, "cost_model": cm.name,
-           "end_to_end": end_to_end(args.repeat), "cases": []}
+           "end_to_end": [] if args.persistent_only else end_to_end(args.repeat),
+           "persistent": persistent(args.repeat), "cases": []}
     cat = load_catalogue()
     misses: list[str] = []
-    for model, gpu, gpus in CASES:
+    for model, gpu, gpus in ([] if args.persistent_only else CASES):
         problem = build_problem(resolve_model(model), [make_target(cat.resolve(gpu), gpus)], load_space("default"))
         cold = exhaustive(problem, cm, 1)
         runs = [exhaustive(problem, cm, j) for j in (1, 2, 1, 2)]
@@ -133,6 +167,12 @@ def main() -> None:
               file=sys.stderr)
         if e["median_s"] > e["target_s"]:
             misses.append(f"{e['command']} took {e['median_s']:.2f} s > {e['target_s']:.0f} s")
+    for p in out["persistent"]:
+        print(f"persistent study: {p['storage']}: median {p['median_s']:.2f} s = {p['ratio_to_in_memory']:.2f} x "
+              "the in-memory run" + (f" (target {p['target_ratio']:.0f} x)" if p["target_ratio"] else ""),
+              file=sys.stderr)
+        if p["target_ratio"] and p["ratio_to_in_memory"] > p["target_ratio"]:
+            misses.append(f"{p['command']} took {p['ratio_to_in_memory']:.2f} x the in-memory run")
     text = json.dumps(out, indent=2)
     if args.out:
         from costmodel.core.fileio import atomic_write_text

@@ -61,6 +61,30 @@ def main(argv: list[str] | None = None) -> None:
     except PlannerError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)
+    except KeyboardInterrupt as exc:  # Ctrl-C outside a command (typer turns one inside into exit 130)
+        _interrupted(exc)
+    except SystemExit as exc:
+        ki = _interrupt_cause(exc)
+        if ki is None:
+            raise
+        _interrupted(ki)
+
+
+def _interrupt_cause(exc: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C behind an exit (typer raises Exit(130) from the KeyboardInterrupt), else None."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt):
+            return seen
+        seen = seen.__cause__ or (None if seen.__suppress_context__ else seen.__context__)
+    return None
+
+
+def _interrupted(exc: KeyboardInterrupt) -> None:
+    """One line ("interrupted" and how to go on, where the command said) and exit code 130."""
+    hint = getattr(exc, "hint", "")
+    typer.echo(f"interrupted; {hint}" if hint else "interrupted", err=True)
+    sys.exit(130)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 from dataclasses import dataclass, fields
 from typing import Optional
@@ -14,7 +15,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from costmodel.core.errors import PlannerError
+from costmodel.core.errors import Interrupted, PlannerError
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.presets import resolve_model
 from planner import cli_options as O
@@ -333,6 +334,8 @@ def register(app: typer.Typer) -> None:
                 _write_report(lambda: write_search_report(report, result, top=top))
         except PlannerError as exc:
             raise _err(str(exc)) from None
+        except Interrupted as exc:  # a study keeps the trials that finished: say how to finish it
+            raise (Interrupted(f"resume with {_resume_command()}", True) if exc.resumable else exc) from None
 
     @app.command("explain")
     def explain_cmd(
@@ -502,6 +505,12 @@ def _run_search(r: SearchRequest):
         if bar is not None:
             bar.stop()
     return result, problem
+
+
+def _resume_command() -> str:
+    """This command line with --resume (what finishes an interrupted study)."""
+    args = sys.argv[1:]
+    return shlex.join(["planner", *args, *([] if "--resume" in args else ["--resume"])])
 
 
 def _check_report(report: str | None) -> None:

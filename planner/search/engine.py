@@ -11,14 +11,13 @@ import json
 import multiprocessing as mp
 import os
 import signal
-import socket
 import time
 import warnings
 from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from costmodel.core.errors import PlannerError
+from costmodel.core.errors import Interrupted, PlannerError
 from costmodel.cost.base import OperatorCostModel
 from planner.search.objective import OBJECTIVES, Evaluator, _reason_kind, objective_values
 from planner.search.records import PlanRecord, rank
@@ -31,6 +30,15 @@ from planner.search.space import (
     enumerate_candidates,
     neighbours,
     suggest_candidate,
+)
+from planner.search.study import (  # noqa: F401  (open_storage, recover_stale_trials: re-exported for tests)
+    OWNER_ATTR,
+    InterruptFlag,
+    MirroredStudy,
+    ignore_sigint,
+    open_storage,
+    owner,
+    recover_stale_trials,
 )
 
 Progress = Callable[[int, int], None]
@@ -144,7 +152,7 @@ def _parallel_evaluations(problem: SearchProblem, cost_model, cands: list, jobs:
         return None
     _FORK_STATE = (problem, cost_model, cands)
     try:
-        with mp.get_context("fork").Pool(jobs) as pool:
+        with mp.get_context("fork").Pool(jobs, initializer=ignore_sigint) as pool:
             parts = pool.map(_eval_slice, [(i, jobs) for i in range(jobs)])
     finally:
         _FORK_STATE = None
@@ -191,43 +199,6 @@ def exhaustive_search(problem: SearchProblem, objective: str = "time", cost_mode
 
 
 # ------------------------------------------------------------------------------------- optuna
-def open_storage(url: str | None):
-    """An Optuna storage from a URL: None = in memory; ``journal:PATH`` = journal file (NFS-safe file
-    locking, for shared filesystems); sqlite/postgresql/mysql URLs = RDB storage."""
-    if url is None:
-        return None
-    import optuna  # deferred: Optuna takes about half a second to import
-
-    url = url.strip()
-    if url.startswith("journal:"):
-        path = url[len("journal:"):]
-        path = path[2:] if path.startswith("//") else path
-        if not path:
-            raise PlannerError("--storage journal: needs a file path, e.g. journal:./planner.journal.")
-        from optuna.storages.journal import JournalFileBackend, JournalStorage  # deferred: Optuna
-
-        try:
-            return JournalStorage(JournalFileBackend(path))
-        except OSError as exc:
-            raise PlannerError(f"cannot open journal file {path!r} ({exc.strerror}); check the path.") from None
-    scheme = url.split("://", 1)[0].split("+", 1)[0].lower() if "://" in url else ""
-    if scheme not in ("sqlite", "postgresql", "postgres", "mysql", "mariadb", "oracle", "mssql"):
-        raise PlannerError(f"--storage {url!r} is not a storage URL; use sqlite:///FILE.db, journal:FILE, or an "
-                           "RDB URL such as postgresql://user@host/db.")
-    kwargs = {"connect_args": {"timeout": 60}} if scheme == "sqlite" else {}
-    for attempt in range(6):
-        try:
-            return optuna.storages.RDBStorage(url, engine_kwargs=kwargs, heartbeat_interval=None)
-        except Exception as exc:  # sqlalchemy / driver errors: one line, no traceback
-            msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            # several processes creating the schema of one new database race; the loser retries
-            if attempt < 5 and any(k in msg for k in ("already exists", "locked", "UNIQUE constraint")):
-                time.sleep(0.2 * (attempt + 1))
-                continue
-            raise PlannerError(f"cannot open --storage {url!r} ({msg}); check the URL and that the database "
-                               "is reachable.") from None
-
-
 def _make_sampler(name: str, seed: int | None, multi: bool):
     import optuna  # deferred: Optuna takes about half a second to import
 
@@ -252,48 +223,11 @@ def _make_sampler(name: str, seed: int | None, multi: bool):
     return PerTrialSeedSampler(factory, seed)
 
 
-OWNER_ATTR = "planner_owner"
-"""Trial user attribute ``host:pid`` of the process evaluating it (to find trials of killed processes)."""
 RUN_ATTR = "planner_run"
 """Study user attribute: the trial budget of the latest run, so ``--resume`` can finish it."""
 FAULT_ENV = "PLANNER_FAULT_KILL_AT_TRIAL"
 """Fault injection for tests (tests/test_search.py): SIGKILL this process while it evaluates the trial
 that would be the study's N-th finished one, leaving it RUNNING in the storage as a real crash does."""
-
-
-def _owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def _process_gone(owner: str) -> bool:
-    """True when ``owner`` (``host:pid``) is a process of this host that no longer exists."""
-    host, _, pid = owner.rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit():
-        return False  # another machine's trial (or a foreign one): cannot tell, leave it
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
-
-
-def recover_stale_trials(study) -> int:
-    """Trials left RUNNING by a killed process of this host: mark them failed and queue their parameters
-    again, so the next run evaluates them first (nothing completed is lost or repeated). Returns how many."""
-    import optuna  # deferred: Optuna takes about half a second to import
-
-    n = 0
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        owner = t.user_attrs.get(OWNER_ATTR)
-        if not isinstance(owner, str) or not _process_gone(owner):
-            continue
-        study.tell(t.number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
-        if t.params:
-            study.enqueue_trial(dict(t.params), user_attrs={"planner_recovered_from": t.number})
-        n += 1
-    return n
 
 
 def _fault_point() -> int | None:
@@ -344,15 +278,14 @@ def optuna_search(problem: SearchProblem, objective: str = "time", n_trials: int
     t0 = time.perf_counter()
     if study_name is not None and storage is None:
         storage = "sqlite:///planner.db"
-    store = open_storage(storage)
     multi = objective == "pareto"
     directions = ["minimize", "minimize"] if multi else ["minimize"]
-    study = optuna.create_study(study_name=study_name, storage=store, sampler=_make_sampler(sampler, seed, multi),
-                                directions=directions, load_if_exists=True)
+    mirror = MirroredStudy(open_storage(storage), study_name, directions, _make_sampler(sampler, seed, multi))
+    study, meta = mirror.local, mirror.attrs_study
     ident = json.dumps({**problem.describe(), "objective": objective}, sort_keys=True)
-    old = study.user_attrs.get("planner_problem")
+    old = meta.user_attrs.get("planner_problem")
     if old is None:
-        study.set_user_attr("planner_problem", ident)
+        meta.set_user_attr("planner_problem", ident)
     elif old != ident:
         raise PlannerError(f"study {study_name!r} in {storage} was created for a different search (model, GPUs, "
                            "space, batch or objective); use another --study-name or repeat the original flags.")
@@ -361,10 +294,12 @@ def optuna_search(problem: SearchProblem, objective: str = "time", n_trials: int
     ev = Evaluator(problem, cost_model)
     done = [0]
     use_set_constraint = _HAS_SET_CONSTRAINT()
-    recover_stale_trials(study)
+    if mirror.remote is not None:
+        recover_stale_trials(mirror.remote)
+    mirror.load()
     finished = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
     if resume:
-        run = study.user_attrs.get(RUN_ATTR)
+        run = meta.user_attrs.get(RUN_ATTR)
         if not isinstance(run, dict) or storage is None:
             raise PlannerError("--resume needs an existing study in --storage with --study-name that an earlier "
                                "`planner search` run started; none was found.")
@@ -377,12 +312,12 @@ def optuna_search(problem: SearchProblem, objective: str = "time", n_trials: int
         polish0 = 0 if multi or n_trials < 40 else int(n_trials * POLISH_FRACTION)
         tpe_until, until = finished + n_trials - polish0, finished + n_trials
         if storage is not None:
-            study.set_user_attr(RUN_ATTR, {"tpe_until": tpe_until, "until": until, "seed": seed, "sampler": sampler})
-    owner = _owner()
+            meta.set_user_attr(RUN_ATTR, {"tpe_until": tpe_until, "until": until, "seed": seed, "sampler": sampler})
+    who = owner()
     kill_at = _fault_point()
 
     def obj(trial):
-        trial.set_user_attr(OWNER_ATTR, owner)
+        trial.set_user_attr(OWNER_ATTR, who)
         if kill_at is not None and len(study.get_trials(deepcopy=False, states=(
                 optuna.trial.TrialState.COMPLETE,))) + 1 >= kill_at:
             os.kill(os.getpid(), signal.SIGKILL)  # fault injection: die mid-trial (tests only)
@@ -399,8 +334,13 @@ def optuna_search(problem: SearchProblem, objective: str = "time", n_trials: int
         vals = objective_values(e.record, objective)
         return vals if multi else vals[0]
 
+    stop = InterruptFlag()
+
     def tick(study_, trial_):
         done[0] += 1
+        mirror.after_trial(study_, trial_)
+        if stop.hit:
+            study_.stop()
         if progress is not None:
             progress(done[0], n_trials)
 
@@ -408,15 +348,20 @@ def optuna_search(problem: SearchProblem, objective: str = "time", n_trials: int
         # phases by study-wide counts of finished trials, so a resumed run picks up where the killed one was
         sample = max(0, tpe_until - finished)
         polish = until - finished - sample
-        if sample:
-            study.optimize(obj, n_trials=sample, callbacks=[tick], gc_after_trial=False)
-        left = _polish(study, obj, choices, polish, tick, ev) if polish else 0
-        if left:
-            study.optimize(obj, n_trials=left, callbacks=[tick], gc_after_trial=False)
+        with stop:
+            if sample:
+                study.optimize(obj, n_trials=sample, callbacks=[tick], gc_after_trial=False)
+            left = _polish(study, obj, choices, polish, tick, ev, stop) if polish and not stop.hit else 0
+            if left and not stop.hit:
+                study.optimize(obj, n_trials=left, callbacks=[tick], gc_after_trial=False)
+            mirror.flush()
+        if stop.hit:
+            raise Interrupted("resume with --resume" if mirror.remote is not None else "", resumable=(
+                mirror.remote is not None))
     # Collect every completed trial (earlier runs and other processes included).
     recs, status, reasons = [], Counter(), Counter()
     seen = set()
-    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    complete = mirror.complete_trials()
     for t in complete:
         key = tuple(sorted(t.params.items()))
         st = t.user_attrs.get("status", "invalid")
@@ -454,7 +399,7 @@ def _repair(c: Candidate, choices: dict, ev: Evaluator) -> Candidate | None:
     return None
 
 
-def _polish(study, obj, choices: dict, budget: int, tick, ev: Evaluator) -> int:
+def _polish(study, obj, choices: dict, budget: int, tick, ev: Evaluator, stop=None) -> int:
     """Constraint-aware local search with enqueued trials: take the untried neighbours
     (:func:`planner.search.space.neighbours`) of the best feasible trial, repair those that break a
     rule or do not fit (:func:`_repair`; cheap checks, no trial spent) and evaluate them; when none
@@ -476,7 +421,7 @@ def _polish(study, obj, choices: dict, budget: int, tick, ev: Evaluator) -> int:
         n = min(len(waiting), budget)
         study.optimize(obj, n_trials=n, callbacks=[tick], gc_after_trial=False)
         budget -= n
-    while budget > 0:
+    while budget > 0 and not (stop is not None and stop.hit):
         trials = study.get_trials(deepcopy=False, states=states)
         seen = {cand(t) for t in trials}
         ok = sorted((t for t in trials if t.state == optuna.trial.TrialState.COMPLETE

@@ -18,6 +18,7 @@ from planner.search.engine import SearchResult, exhaustive_search
 from planner.search.nofit import no_fit_message
 from planner.search.records import PlanRecord
 from planner.search.space import SearchSpace, build_problem, make_target
+from planner.search.study import ignore_sigint
 
 _UNITS = {"h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
 
@@ -245,7 +246,7 @@ def size(model: ModelSpec, tokens: float, deadline_s: float, hardwares: list[Har
     if jobs > 1 and len(args) > 1 and "fork" in mp.get_all_start_methods():
         _FORK_SIZE = tuple(args)
         try:
-            with mp.get_context("fork").Pool(min(jobs, len(args))) as pool:
+            with mp.get_context("fork").Pool(min(jobs, len(args)), initializer=ignore_sigint) as pool:
                 outs = pool.map(_size_forked, range(len(args)))
         finally:
             _FORK_SIZE = None
