@@ -31,7 +31,7 @@ from pathlib import Path
 
 from costmodel.core.fileio import atomic_write_text
 from costmodel.core.paths import require_data_dir
-from costmodel.core.specs.framework import get_framework
+from costmodel.core.specs.framework import attention_kernel, get_framework
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.plan import ParallelPlan
 from costmodel.ops import Op
@@ -123,7 +123,7 @@ def flash2_times(plan: ParallelPlan, hardware: Hardware, ops: list[Op],
     """({Op.key(): seconds} of the attention operators of ``ops`` as FlashAttention-2 runs them, warnings);
     empty when the plan's framework calls the fused kernel the cost model already measures."""
     fw = get_framework(plan.framework)
-    if fw.attention_kernel != "flash2":
+    if attention_kernel(plan) != "flash2":
         return {}, []
     table = table or load_table()
     die = _die_of(hardware.gpu.name, table)

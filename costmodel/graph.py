@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from costmodel.core.kinds import Category, Phase
-from costmodel.core.specs.framework import get_framework
+from costmodel.core.specs.framework import attention_kernel, get_framework
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
 from costmodel.ops import Op
@@ -139,6 +139,43 @@ def _rms(model: ModelSpec) -> int:
     return 1 if model.norm == "rmsnorm" else 0
 
 
+SOFTMAX_FLOPS_PER_SCORE = 5.0
+"""Scale, mask, max, exp and normalise per attention score (a count of the kernel's arithmetic)."""
+
+
+def unfused_attention(b: int, s: int, s_full: int, heads: int, d: int, dtype: str, dropout: bool,
+                      recompute_core: bool) -> list[Op]:
+    """Attention before FlashAttention (Megatron-LM 2019-2022), one layer and micro-batch on one rank.
+
+    The kernels Korthikanti et al. 2022 §5 list for the attention core: the QK^T batched GEMM, the fused
+    scale-mask-softmax, the softmax dropout and the attention-over-V batched GEMM, over the full s x S score
+    matrix (no causal skipping). The batched GEMMs are costed as one GEMM stacked over the b x heads batch
+    (rows M = b * heads * s); the softmax and dropout are element-wise passes over the M x S scores, costed by
+    the element-wise activation model (M rows of width S): softmax reads and writes a 2-byte score, dropout
+    also writes a 1-byte mask. Backward: four GEMMs (dP = dO V^T, dV = P^T dO, dQ = dS K, dK = dS^T Q) and the
+    two passes' backward. Selective recompute re-runs the core's forward in backward (Korthikanti §5)."""
+    EB = elem_bytes(dtype)
+    m = b * heads * s
+    n_scores = float(m * s_full)
+    drop = 1.25 if dropout else 0.0  # a dropout pass moves 5 bytes per score vs the softmax's 4
+
+    def passes(phase: Phase, name: str, count: float, fwd: bool) -> Op:
+        per = 2 * EB if fwd else 3 * EB
+        return Op("activation", name, phase, (m, s_full, 0), flops=SOFTMAX_FLOPS_PER_SCORE * n_scores,
+                  bytes=per * n_scores, count=count, category=Category.COMPUTE)
+
+    fwd = [_gemm("attention.scores", Phase.FWD, m, s_full, d, dtype),
+           passes(Phase.FWD, "attention.softmax", 1.0 + drop, True),
+           _gemm("attention.context", Phase.FWD, m, d, s_full, dtype)]
+    bwd = [_gemm("attention.scores.grad", Phase.BWD, m, s_full, d, dtype),
+           passes(Phase.BWD, "attention.softmax", 1.0 + drop, False),
+           Op("gemm", "attention.context.grad", Phase.BWD, (m, d, s_full), flops=2.0 * m * d * s_full,
+              bytes=float(EB * (m * s_full + s_full * d + m * d)), dtype=dtype, count=3.0, category=Category.COMPUTE)]
+    again = [Op(o.kind, o.name, Phase.RECOMPUTE, o.features, o.flops, o.bytes, o.dtype, o.count, o.category)
+             for o in fwd] if recompute_core else []
+    return fwd + bwd + again
+
+
 def tp_boundary(name: str, entering: bool, plan: ParallelPlan, act: float, topo: tuple[int, int]) -> list[Op]:
     """TP collectives at the edge of a Megatron tensor-parallel region (Shoeybi et al. 2019 §3, f/g
     operators; Korthikanti et al. 2022 §4.2.2 with sequence parallelism), for one [s, b, h] activation.
@@ -198,14 +235,17 @@ def layer_operators(model: ModelSpec, plan: ParallelPlan) -> tuple[list[Op], lis
                         3.0 * rope_elems))
         ops.append(_mem("rope", "rope", Phase.BWD, (tokens, heads + kv_heads, d), 2 * rope_elems * EB,
                         3.0 * rope_elems))
-    attn_feat = (b, s, s_full, heads, kv_heads, d, 1)
-    # FLOPs of causal flash attention on this rank: QK^T and PV over the visible half of the s x S matrix.
-    attn_flops = 4.0 * b * s * s_full * heads * d * 0.5
-    qkvo_bytes = EB * tokens * (2 * heads + 2 * kv_heads) * d
-    ops.append(_mem("attention_fwd", "attention", Phase.FWD, attn_feat, qkvo_bytes, attn_flops))
-    # Backward: dQ, dK, dV plus the recomputed scores: 2.5x the forward matmul FLOPs (FlashAttention-2 paper,
-    # Dao 2023 §3.1 counts 5 matmuls backward vs 2 forward).
-    ops.append(_mem("attention_bwd", "attention", Phase.BWD, attn_feat, 2 * qkvo_bytes, 2.5 * attn_flops))
+    if attention_kernel(plan) == "unfused":
+        ops += unfused_attention(b, s, s_full, heads, d, dtype, model.dropout, plan.recompute == "selective")
+    else:
+        attn_feat = (b, s, s_full, heads, kv_heads, d, 1)
+        # FLOPs of causal flash attention on this rank: QK^T and PV over the visible half of the s x S matrix.
+        attn_flops = 4.0 * b * s * s_full * heads * d * 0.5
+        qkvo_bytes = EB * tokens * (2 * heads + 2 * kv_heads) * d
+        ops.append(_mem("attention_fwd", "attention", Phase.FWD, attn_feat, qkvo_bytes, attn_flops))
+        # Backward: dQ, dK, dV plus the recomputed scores: 2.5x the forward matmul FLOPs (FlashAttention-2
+        # paper, Dao 2023 §3.1 counts 5 matmuls backward vs 2 forward).
+        ops.append(_mem("attention_bwd", "attention", Phase.BWD, attn_feat, 2 * qkvo_bytes, 2.5 * attn_flops))
     if cp > 1:
         # ring attention (Megatron CP): cp-1 KV-chunk exchanges forward, and K/V plus dK/dV backward,
         # each overlapped with the attention compute of the previous chunk.

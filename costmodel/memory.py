@@ -53,6 +53,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from costmodel.core.specs.framework import attention_kernel
 from costmodel.core.specs.hardware import GPUSpec
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
@@ -354,6 +355,7 @@ def _stage_terms(model: ModelSpec, plan: ParallelPlan, flash_attention: bool) ->
     per_layer_params = layer_params_per_gpu(model, plan.tp)
     emb = _embedding_params_per_gpu(model, plan.tp)
     head = _head_params_per_gpu(model, plan.tp, pp)
+    flash_attention = flash_attention and attention_kernel(plan) != "unfused"
     act_layer = activation_bytes_per_layer(model, plan, flash_attention)
     b_param, b_grad, b_opt = _state_bytes(plan)
     # Full recompute re-materialises one layer at a time in backward; that layer's activations

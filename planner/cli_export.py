@@ -126,6 +126,7 @@ def register(app: typer.Typer) -> None:
         zero: O.Zero = PlanRequest.zero,
         dtype: O.Dtype = PlanRequest.dtype,
         framework: O.Framework = PlanRequest.framework,
+        attention: O.Attention = PlanRequest.attention,
         layer_split: O.LayerSplit = None,
         hardware_file: O.HardwareFile = [],
         to: str = typer.Option("all", "--to", help="megatron | nemo | torchtitan | slurm | all."),

@@ -7,6 +7,7 @@ The plan-request options (``--model`` .. ``--layer-split``) name the fields of
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -44,8 +45,13 @@ Zero = Annotated[int, typer.Option("--zero", help="ZeRO stage 0-3 (1 = distribut
 Dtype = Annotated[str, typer.Option("--dtype", help="bf16 | fp16 | fp8 | fp32.")]
 Framework = Annotated[str, typer.Option(
     "--framework", help="Training stack: megatron | deepspeed | fsdp | torchtitan (attention kernel, overlap).")]
+Attention = Annotated[str, typer.Option(
+    "--attention", help="Attention kernel: fused | flash2 | unfused (default: the framework's).")]
 LayerSplit = Annotated[Optional[str], typer.Option("--layer-split", help="Uneven layers per stage, e.g. 9,8,8,7.")]
 HardwareFile = Annotated[list[str], typer.Option("--hardware-file", help="TOML/YAML file adding GPUs/clusters.")]
+ModelsDir = Annotated[Optional[Path], typer.Option(
+    "--models", help="Fitted models from `planner fit --out DIR` (default: $PLANNER_MODELS_DIR; shipped models "
+                     "for GPUs it does not cover).")]
 
 # ---------------------------------------------------------------- allocations and spaces (search, compare, size)
 # `planner search` takes --tp .. --dtype as lists of choices that replace its space's (e.g. --tp 1,2,4).

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from costmodel.core.errors import PlannerError
 from costmodel.core.kinds import describe_cost_sources
+from costmodel.core.specs.framework import attention_kernel
 from costmodel.core.specs.plan import describe_split
 from planner import cli_options as O
 from planner.calibrate import resolve_calibration
@@ -41,7 +42,8 @@ def predict_request(req: PlanRequest, hardware_files: tuple = (), calibration=No
                    "mbs": plan.micro_batch_size, "gbs": plan.global_batch_size,
                    "seq_len": plan.seq_len, "num_microbatches": plan.num_microbatches,
                    "recompute": plan.recompute, "sequence_parallel": plan.sp, "zero": plan.zero,
-                   "dtype": plan.dtype, "layer_split": pred.layer_split, "framework": plan.framework}
+                   "dtype": plan.dtype, "layer_split": pred.layer_split, "framework": plan.framework,
+                   "attention": attention_kernel(plan)}
     return out
 
 
@@ -138,6 +140,7 @@ def register(app: typer.Typer) -> None:
         zero: O.Zero = PlanRequest.zero,
         dtype: O.Dtype = PlanRequest.dtype,
         framework: O.Framework = PlanRequest.framework,
+        attention: O.Attention = PlanRequest.attention,
         layer_split: O.LayerSplit = None,
         batch: Optional[str] = typer.Option(None, "--batch", help="JSONL file of requests ('-' = stdin)."),
         fmt: str = typer.Option("table", "--format", help="table | json (single plan); jsonl (batch)."),

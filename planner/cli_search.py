@@ -357,6 +357,7 @@ def register(app: typer.Typer) -> None:
         zero: O.Zero = PlanRequest.zero,
         dtype: O.Dtype = PlanRequest.dtype,
         framework: O.Framework = PlanRequest.framework,
+        attention: O.Attention = PlanRequest.attention,
         layer_split: O.LayerSplit = None,
         fmt: str = typer.Option("table", "--format", help="table | json."),
         top: int = typer.Option(15, "--top", help="Operators per table."),

@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 
 from costmodel.core.errors import PlannerError
 from costmodel.core.specs.catalogue import load_catalogue
-from costmodel.core.specs.framework import DEFAULT_FRAMEWORK, FRAMEWORKS, get_framework
+from costmodel.core.specs.framework import ATTENTION_KERNELS, DEFAULT_FRAMEWORK, FRAMEWORKS, get_framework
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import DTYPES, RECOMPUTE_MODES, ParallelPlan
@@ -83,6 +83,8 @@ class PlanRequest:
     framework: str = DEFAULT_FRAMEWORK
     """Training stack: megatron | deepspeed | fsdp | torchtitan (its attention kernel, DP overlap and ZeRO-3
     network behaviour, costmodel.core.specs.framework)."""
+    attention: str = ""
+    """Attention kernel: fused | flash2 | unfused; "" = the framework's (unfused = pre-FlashAttention stacks)."""
 
     def __post_init__(self) -> None:
         missing = [k for k in REQUIRED if getattr(self, k) is None]
@@ -98,6 +100,8 @@ class PlanRequest:
             raise PlannerError(f"dtype={self.dtype!r} must be one of {', '.join(DTYPES)}")
         if self.framework not in FRAMEWORKS:
             raise PlannerError(f"framework={self.framework!r} must be one of {', '.join(FRAMEWORKS)}")
+        if self.attention and self.attention not in ATTENTION_KERNELS:
+            raise PlannerError(f"attention={self.attention!r} must be one of {', '.join(ATTENTION_KERNELS)}")
         if self.gbs is not None and self.tokens_per_batch is not None:
             raise PlannerError(f"gbs={self.gbs} and tokens_per_batch={self.tokens_per_batch} both give the batch; "
                                "pass only one (gbs in sequences, tokens_per_batch in tokens)")
@@ -133,7 +137,7 @@ class PlanRequest:
                             tp=self.tp, pp=self.pp, cp=self.cp, vpp=self.vpp, micro_batch_size=self.mbs,
                             recompute=self.recompute, sequence_parallel=self.sequence_parallel, zero=self.zero,
                             dtype=self.dtype, layer_split=self.layer_split, nvlink_domain=nvlink_domain,
-                            framework=self.framework,
+                            framework=self.framework, attention=self.attention,
                             overlap_grad_reduce=get_framework(self.framework).overlap_grad_reduce,
                             extra=dict(extra or {}))
         plan.validate(model)
@@ -154,7 +158,7 @@ REQUEST_KEYS: tuple[str, ...] = tuple(f.name for f in fields(PlanRequest))
 REQUIRED = ("model", "gpu", "gpus")
 _INT_KEYS = {"gpus", "gpus_per_node", "tp", "pp", "cp", "vpp", "mbs", "gbs", "tokens_per_batch", "seq_len", "zero"}
 _TYPES: dict[str, type | tuple] = {"id": (str, int), "model": (str, dict), "gpu": str, "cluster": str,
-                                   "recompute": str, "dtype": str, "framework": str}
+                                   "recompute": str, "dtype": str, "framework": str, "attention": str}
 
 
 def suffixed_number(text: object, suffixes: dict[str, float]) -> float:

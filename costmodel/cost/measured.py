@@ -185,9 +185,8 @@ class MeasuredCostModel(OperatorCostModel):
                 groups.setdefault(plan, []).append(i)
         for name, idx in cross.items():
             self._fallback(ops, idx, hardware, t, lo, hi, method, source, warns, cache,
-                           (f"{name.split('.')[0]} across nodes: every measured {gpu} sample of it ran inside one "
-                            "node, so the regressor knows nothing of the network; using the analytical "
-                            "alpha-beta model",))
+                           (f"{name.split('.')[0]} across nodes: costed with the cluster's network figures "
+                            "(alpha-beta model); measured samples describe another network or none",))
         for (name, factor, label, src), idx in groups.items():
             ent = gm.entry(name)
             if not isinstance(ent, _Entry):  # unusable artifact: flagged fallback, never a traceback
@@ -215,14 +214,13 @@ class MeasuredCostModel(OperatorCostModel):
 
     @staticmethod
     def _crosses_nodes(gm: _GpuModels, name: str, op: Op) -> bool:
-        """A collective spanning several NVLink domains ("nodes" in the features, costmodel/graph.py), costed by a
-        regressor whose samples all ran inside one node:
-        leaving the sampled range across the network tier is not extrapolation the trees can do."""
-        if op.kind not in COLLECTIVE_KINDS or op.features[2] <= 1:
-            return False
-        entry = gm.entries.get(name)
-        nodes = (entry.get("raw_feature_ranges") or {}).get("nodes") if isinstance(entry, dict) else None
-        return isinstance(nodes, (list, tuple)) and len(nodes) == 2 and float(nodes[1]) <= 1
+        """A collective spanning several NVLink domains ("nodes" in the features, costmodel/graph.py) is costed
+        by the analytical alpha-beta model with the target cluster's own network figures (the catalogue's
+        cited NIC bandwidth and latency): the regressors' features do not include the network, and the
+        measured samples across nodes describe the network they ran on, not the target's (vidur's DGX
+        samples: NIC setup unknown, ~6 GB/s busbw for a 2-node all-reduce per its PROVENANCE; Perlmutter's
+        socket-transport rows are filtered out), or there are none."""
+        return op.kind in COLLECTIVE_KINDS and op.features[2] > 1
 
     def _route(self, gm: _GpuModels, op: Op):
         """(model name, factor, method label, cost source) for ``op``, or None for the fallback."""

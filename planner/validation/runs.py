@@ -317,6 +317,16 @@ def _framework(text: str, notes: list[str]) -> str:
     return "megatron"
 
 
+def _attention(row: RunRow, notes: list[str]) -> str:
+    """'unfused' for rows of a published source whose stack predates FlashAttention (rule unfused_attention),
+    else "" (the framework's kernel)."""
+    rule = row.rule("unfused_attention")
+    if rule is None:
+        return ""
+    notes.append(rule.assumption)
+    return "unfused"
+
+
 def _dtype(text: str, notes: list[str]) -> str:
     t = text.lower()
     if t == "fp32":
@@ -405,7 +415,7 @@ def row_to_inputs(row: RunRow) -> tuple[ModelSpec, ParallelPlan, str, int]:
         cp=cp, vpp=vpp, mbs=mbs, gbs=gbs, seq_len=seq_len, recompute=_recompute(row.text["recompute"], notes),
         sequence_parallel=sp, zero=_zero(row.text["dist_optimizer_or_zero"], notes),
         dtype=_dtype(row.text["precision"], notes), layer_split=_layer_split(model.num_layers, pp, vpp, notes),
-        framework=_framework(row.text["framework"], notes))
+        framework=_framework(row.text["framework"], notes), attention=_attention(row, notes))
     plan = request.to_plan(model, gpus_per_node=gpn, extra={"run_id": row.id})
     return model, plan, gpu_key, gpn
 

@@ -23,6 +23,7 @@ RULES = {
     "tflops_counts_recompute": "tflops_per_gpu counts the recompute forward pass (HFU-like): compared with "
                                "the predicted hardware FLOPs instead of model FLOPs",
     "dropout": "the runs trained with dropout active: the model is built with dropout",
+    "unfused_attention": "the stack predates FlashAttention: the plan's attention kernel is unfused",
 }
 """Rule name -> what it changes. A rule not listed here is an error in the TOML file."""
 

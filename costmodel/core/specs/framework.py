@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from costmodel.core.errors import PlanError
 
-ATTENTION_KERNELS = ("fused", "flash2")
+ATTENTION_KERNELS = ("fused", "flash2", "unfused")
 ZERO3_NETWORKS = ("hierarchical", "flat")
 
 
@@ -25,10 +25,13 @@ class Framework:
     description: str
     """One line for help texts and reports."""
     attention_kernel: str
-    """``fused``: the fused attention the cost model's per-GPU attention data measure (Transformer Engine /
+    """Attention kernel the stack calls by default (a plan may override it, ``ParallelPlan.attention``).
+    ``fused``: the fused attention the cost model's per-GPU attention data measure (Transformer Engine /
     cuDNN fused attention on Hopper, FlashAttention-2 on Ampere); ``flash2``: FlashAttention-2 kernels
     (the flash backend of PyTorch's ``scaled_dot_product_attention``, or ``flash_attn``), costed from the
-    FlashAttention-2 measurements of the same GPU die (costmodel/framework_kernels.py)."""
+    FlashAttention-2 measurements of the same GPU die (costmodel/framework_kernels.py); ``unfused``: the
+    attention of stacks before FlashAttention (Megatron-LM 2019-2022): batched GEMMs for QK^T and PV over the
+    full s x s matrix with a fused scale-mask-softmax and dropout kernel between them (costmodel/graph.py)."""
     overlap_grad_reduce: bool
     """Whether the data-parallel gradient reduction (ZeRO 0-2) overlaps backward by default."""
     zero3_network: str
@@ -78,6 +81,11 @@ register(Framework(
 
 FRAMEWORKS: tuple[str, ...] = tuple(_REGISTRY)
 DEFAULT_FRAMEWORK = "megatron"
+
+
+def attention_kernel(plan) -> str:
+    """The attention kernel a plan runs: its own ``attention`` when set, else its framework's."""
+    return plan.attention or get_framework(plan.framework).attention_kernel
 
 
 def get_framework(name: str) -> Framework:

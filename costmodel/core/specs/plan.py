@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from costmodel.core.errors import PlanError
-from costmodel.core.specs.framework import DEFAULT_FRAMEWORK, FRAMEWORKS
+from costmodel.core.specs.framework import ATTENTION_KERNELS, DEFAULT_FRAMEWORK, FRAMEWORKS
 from costmodel.core.specs.model import ModelSpec
 
 RECOMPUTE_MODES = ("none", "selective", "full")
@@ -58,6 +58,9 @@ class ParallelPlan:
     framework: str = DEFAULT_FRAMEWORK
     """Training stack that runs the plan (``costmodel.core.specs.framework``): its attention kernel, DP overlap
     and ZeRO-3 network behaviour."""
+    attention: str = ""
+    """Attention kernel: fused, flash2 or unfused (``costmodel.core.specs.framework.ATTENTION_KERNELS``);
+    "" = the framework's."""
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     # --------------------------------------------------------------- derived
@@ -131,7 +134,8 @@ class ParallelPlan:
         return (f"GPUs={self.world_size} gpus_per_node={self.gpus_per_node} TP={self.tp} PP={self.pp} "
                 f"CP={self.cp} DP={self.dp} VPP={self.vpp} MBS={self.micro_batch_size} "
                 f"GBS={self.global_batch_size} seq_len={self.seq_len} recompute={self.recompute} "
-                f"SP={self.sequence_parallel} ZeRO={self.zero} dtype={self.dtype} framework={self.framework}")
+                f"SP={self.sequence_parallel} ZeRO={self.zero} dtype={self.dtype} framework={self.framework}"
+                + (f" attention={self.attention}" if self.attention else ""))
 
     def problems(self, model: ModelSpec | None = None) -> list[str]:
         """Every reason this plan is invalid (empty list when valid)."""
@@ -154,6 +158,9 @@ class ParallelPlan:
             p.append(f"zero={self.zero!r} must be 0, 1, 2 or 3")
         if self.framework not in FRAMEWORKS:
             p.append(f"framework={self.framework!r} must be one of {', '.join(FRAMEWORKS)}")
+        if self.attention and self.attention not in ATTENTION_KERNELS:
+            p.append(f"attention={self.attention!r} must be one of {', '.join(ATTENTION_KERNELS)} (or empty: the "
+                     "framework's)")
         if self.world_size % self.model_parallel != 0:
             p.append(f"TP*PP*CP = {self.tp}*{self.pp}*{self.cp} = {self.model_parallel} must divide "
                      f"GPUs={self.world_size} (DP = GPUs / (TP*PP*CP))")
