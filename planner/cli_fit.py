@@ -13,6 +13,7 @@ from costmodel.core.kinds import FEATURES
 from costmodel.core.paths import require_data_dir
 from costmodel.regressors.artifacts import SHIPPED_MODELS_DIR
 from planner.cli_options import write_or_print
+from planner.models_dir import fit_output_dir
 
 
 def run_fit(data_dir: Path | None, profiles: list[Path] | None, out: Path | None, gpus: list[str] | None,
@@ -44,14 +45,18 @@ def run_fit(data_dir: Path | None, profiles: list[Path] | None, out: Path | None
         if missing:
             raise PlannerError(f"no measured data for --gpu {missing[0]}; GPUs with data: "
                                f"{', '.join(sorted({k[1] for k in datasets}))}")
-    out = Path(out) if out else SHIPPED_MODELS_DIR
+    out = fit_output_dir(out)  # the user's folder, never the installed package's (planner.models_dir)
     # deferred: the sampling readers load only when fitting
     from costmodel.sampling.corun import load as load_corun
     from costmodel.sampling.skew import load as load_skew
 
-    return F.fit_all(datasets, out, gpus=set(gpus) if gpus else None, kinds=set(kind_list) if kind_list else None,
-                     quick=quick, max_rows=max_rows or F.MAX_ROWS, n_jobs=jobs, log=typer.echo,
-                     sync_skew=load_skew(profiles), corun=load_corun(profiles))
+    typer.echo(f"writing fitted models to {out}")
+    result = F.fit_all(datasets, out, gpus=set(gpus) if gpus else None, kinds=set(kind_list) if kind_list else None,
+                       quick=quick, max_rows=max_rows or F.MAX_ROWS, n_jobs=jobs, log=typer.echo,
+                       sync_skew=load_skew(profiles), corun=load_corun(profiles))
+    typer.echo(f"models in {out}; predict with them: --models {out} (or PLANNER_MODELS_DIR={out}); "
+               "GPUs they do not cover keep the shipped models")
+    return result
 
 
 def register(app: typer.Typer) -> None:
@@ -62,7 +67,8 @@ def register(app: typer.Typer) -> None:
         profile: Annotated[list[Path] | None, typer.Option(
             "--profile", help="Dataset folder(s) written by `planner profile` (repeatable).")] = None,
         out: Annotated[Path | None, typer.Option(
-            "--out", help="Models folder (default: the shipped costmodel/data/models).")] = None,
+            "--out", help="Models folder (default: $XDG_CACHE_HOME/planner/models or ~/.cache/planner/models; "
+                          "never the installed package's).")] = None,
         gpu: Annotated[list[str] | None, typer.Option(
             "--gpu", help="Only these GPUs (repeatable), e.g. h100-sxm or cpu.")] = None,
         kinds: Annotated[str | None, typer.Option(

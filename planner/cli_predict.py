@@ -17,6 +17,7 @@ from costmodel.core.specs.framework import attention_kernel
 from costmodel.core.specs.plan import describe_split
 from planner import cli_options as O
 from planner.calibrate import resolve_calibration
+from planner.models_dir import models_dir_for, use_models_dir
 from planner.predict import predict
 from planner.requests import PlanRequest
 
@@ -35,6 +36,7 @@ def predict_request(req: PlanRequest, hardware_files: tuple = (), calibration=No
     out = pred.to_dict()
     if calibration is not None:
         out["calibration"] = calibration.name
+    out["models_dir"] = models_dir_for(res.hardware.gpu.name)  # '' = no fitted model for this GPU (roofline)
     plan = res.plan
     out["plan"] = {"model": res.model.name, "gpu": res.hardware.gpu.name, "cluster": res.hardware.cluster.name,
                    "gpus": plan.world_size, "gpus_per_node": plan.gpus_per_node, "tp": plan.tp,
@@ -115,6 +117,7 @@ def _render_table(rec: dict) -> None:
     for row in rec["breakdown"][:12]:
         b.add_row(row["operator"], row["phase"], f"{row['time_s']:.4g}", f"{100 * row['share']:.1f}")
     con.print(b)
+    con.print(f"fitted models: {escape(rec.get('models_dir') or 'none for this GPU (roofline)')}")
     for w in rec["warnings"]:
         con.print(f"[yellow]warning:[/] {w}")
 
@@ -145,6 +148,7 @@ def register(app: typer.Typer) -> None:
         batch: Optional[str] = typer.Option(None, "--batch", help="JSONL file of requests ('-' = stdin)."),
         fmt: str = typer.Option("table", "--format", help="table | json (single plan); jsonl (batch)."),
         hardware_file: O.HardwareFile = [],
+        models: O.ModelsDir = None,
         calibration: Optional[str] = typer.Option(
             None, "--calibration",
             help="Calibration NAME (calibrations/NAME.json) or file from `planner calibrate`."),
@@ -153,6 +157,10 @@ def register(app: typer.Typer) -> None:
         if fmt not in FORMATS:
             raise _err(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
         hw_files = tuple(hardware_file)
+        try:
+            use_models_dir(models)
+        except PlannerError as exc:
+            raise _err(str(exc)) from None
         cal = None
         if calibration is not None:
             try:

@@ -18,16 +18,20 @@ Prediction intervals (``low_s``/``high_s``) come from the ensembles; fallback ro
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
 from costmodel.core.errors import PlannerError
-from costmodel.core.kinds import COLLECTIVE_KINDS, FEATURES
+from costmodel.core.kinds import COLLECTIVE_KINDS, FEATURES, Phase
+from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.hardware import Hardware
 from costmodel.cost.base import CostResult, CostSource, OperatorCostModel
+from costmodel.cost.basis import donor_for, roofline_ratio
 from costmodel.cost.roofline import RooflineCostModel
+from costmodel.cost.shape import ANCHORED_KINDS, byte_grid, clip_to_box, envelope_at, isotonic, knots
 from costmodel.ops import Op
 from costmodel.regressors.artifacts import SHIPPED_MODELS_DIR, read_index
 from costmodel.regressors.features import DeviceConstants, build_features, feature_names
@@ -117,6 +121,35 @@ class _GpuModels:
         return got
 
 
+RING_TWINS = {"all_gather": "reduce_scatter", "reduce_scatter": "all_gather"}
+"""All-gather and reduce-scatter of the same buffer move the same bytes: in NCCL's ring each rank sends (n-1)/n
+of it (nccl-tests doc/PERFORMANCE.md: busBw = algBw x (n-1)/n for both; reduce-scatter adds only the
+element-wise sum). Where one of the two has no model or a poor one, it is costed by the other's."""
+
+
+def _cv_mape(gm: "_GpuModels", name: str) -> float | None:
+    entry = gm.entries.get(name)
+    mape = (entry.get("cv") or {}).get("mape") if isinstance(entry, dict) else None
+    return float(mape) if isinstance(mape, (int, float)) else None
+
+
+def _ring_twin(gm: "_GpuModels", kind: str) -> str | None:
+    """The twin collective's model name when it stands in for ``kind``'s (absent, or CV MAPE above
+    MAX_CV_MAPE while the twin's is within it), else None."""
+    other = RING_TWINS.get(kind)
+    if other is None:
+        return None
+    own, twin = f"{kind}.fwd", f"{other}.fwd"
+    if twin not in gm.names:
+        return None
+    twin_mape = _cv_mape(gm, twin)
+    if own not in gm.names:
+        return twin if twin_mape is None or twin_mape <= MAX_CV_MAPE else None
+    own_mape = _cv_mape(gm, own)
+    poor = own_mape is not None and own_mape > MAX_CV_MAPE
+    return twin if poor and twin_mape is not None and twin_mape <= MAX_CV_MAPE else None
+
+
 class MeasuredCostModel(OperatorCostModel):
     """Operator times from fitted xgboost regressors, falling back to the roofline where none exists."""
 
@@ -138,6 +171,11 @@ class MeasuredCostModel(OperatorCostModel):
         self.fallback = fallback
         self._gpus: dict[str, _GpuModels] = {}
         self._cache: dict = {}
+        self._donors: dict = {}
+        self._envelopes: dict = {}
+        self._roof = RooflineCostModel(fallback.table if isinstance(fallback, RooflineCostModel) else None)
+        """The analytical model that anchors extrapolation and scales borrowed models: a private instance, so its
+        look-ups never add to the warnings the fallback reports (only its times are used)."""
 
     # -- loading -----------------------------------------------------------------------------
     def _models(self, gpu: str) -> _GpuModels:
@@ -159,6 +197,63 @@ class MeasuredCostModel(OperatorCostModel):
 
     # -- predict -----------------------------------------------------------------------------
     def predict(self, ops: Sequence[Op], hardware: Hardware) -> CostResult:
+        res = self._predict_basis(ops, hardware)
+        self._attention_floor(ops, hardware, res)
+        return res
+
+    def _predict_basis(self, ops: Sequence[Op], hardware: Hardware) -> CostResult:
+        """This GPU's own models, or, for a GPU without any, its measured sibling's (costmodel/cost/basis.py)."""
+        if not self._models(hardware.gpu.name).names:
+            donor = self._donor(hardware)
+            if donor is not None:
+                return self._borrowed(ops, hardware, *donor)
+        return self._predict_own(ops, hardware)
+
+    def _donor(self, hardware: Hardware) -> tuple[Hardware, str] | None:
+        g = hardware.gpu
+        key = (g.name, g.hbm_bw_gbs, tuple(sorted(g.peak_tflops.items())))
+        if key not in self._donors:
+            found = donor_for(g, load_catalogue().gpu)
+            self._donors[key] = found if found is not None and self._models(found[0].name).names else None
+        found = self._donors[key]
+        return None if found is None else (Hardware(gpu=found[0], cluster=hardware.cluster), found[1])
+
+    def _borrowed(self, ops: Sequence[Op], hardware: Hardware, donor: Hardware, note: str) -> CostResult:
+        r = self._predict_own(ops, donor)
+        ratio = roofline_ratio(self._roof, ops, hardware, donor)
+        gpu = hardware.gpu.name
+        method = [m if s is CostSource.NONE else f"{m} scaled to {gpu}" for m, s in zip(r.method, r.source)]
+        source: list[CostSource] = [CostSource.DERIVED if s is CostSource.MEASURED else s for s in r.source]
+        lo = r.low_s if r.low_s is not None else r.time_s
+        hi = r.high_s if r.high_s is not None else r.time_s
+        return CostResult(time_s=r.time_s * ratio, low_s=lo * ratio, high_s=hi * ratio, method=method, source=source,
+                          warnings=sorted(set(r.warnings) | {note}))
+
+    def _attention_floor(self, ops: Sequence[Op], hardware: Hardware, res: CostResult) -> None:
+        """Attention backward >= its forward (FlashAttention-2, arXiv 2307.08691, §3.1.2: the backward recomputes
+        the forward's scores and runs 5 matmuls to its 2); the models of the two directions come from different
+        sources and sampled boxes, so where they disagree the backward is raised to the forward, with a warning."""
+        bwd = [i for i, o in enumerate(ops) if o.kind == "attention_bwd"]
+        if not bwd:
+            return
+        fwd = self._predict_basis([Op("attention_fwd", "attention", Phase.FWD, ops[i].features, dtype=ops[i].dtype)
+                                   for i in bwd], hardware)
+        if not any(res.time_s[i] < fwd.time_s[j] for j, i in enumerate(bwd)):
+            return
+        for j, i in enumerate(bwd):
+            f = float(fwd.time_s[j])
+            if res.time_s[i] < f:
+                res.time_s[i] = f
+                if res.low_s is not None and res.high_s is not None:
+                    res.low_s[i] = max(res.low_s[i], float(fwd.low_s[j]) if fwd.low_s is not None else f)
+                    res.high_s[i] = max(res.high_s[i], f)
+                res.method[i] = f"{res.method[i]}, raised to the forward"
+        msg = (f"attention backward predicted below its forward on {hardware.gpu.name} "
+               "(the two directions' models come from different measurements): raised to the forward's time, "
+               "a lower bound (the FlashAttention backward recomputes the forward, FlashAttention-2 §3.1.2)")
+        res.warnings = sorted(set(res.warnings) | {msg})
+
+    def _predict_own(self, ops: Sequence[Op], hardware: Hardware) -> CostResult:
         gpu = hardware.gpu.name
         gm = self._models(gpu)
         cache = self._cache.setdefault((gpu, hardware.cluster.name, hardware.gpus_per_node, hardware.nvlink_domain), {})
@@ -194,8 +289,8 @@ class MeasuredCostModel(OperatorCostModel):
                                (f"{ent}: using the analytical roofline for {name} on {gpu}",))
                 continue
             try:
-                self._predict_group(ent, name, factor, label, src, ops, idx, t, lo, hi, method, source, warns,
-                                    cache, gpu)
+                self._predict_group(ent, name, factor, label, src, ops, idx, hardware, t, lo, hi, method, source,
+                                    warns, cache)
             except ValueError as exc:  # e.g. an artifact fitted with another feature layout: flagged fallback
                 self._fallback(ops, idx, hardware, t, lo, hi, method, source, warns, cache,
                                (f"model {gpu}/{name} cannot be used ({exc}); re-run `planner fit`: "
@@ -229,6 +324,10 @@ class MeasuredCostModel(OperatorCostModel):
         # collectives are the same kernel in either pass: their data (nccl-tests) are stored as fwd
         direction = "bwd" if op.backward and op.kind not in COLLECTIVE_KINDS else "fwd"
         name = f"{op.kind}.{direction}"
+        twin = _ring_twin(gm, op.kind)
+        if twin is not None:
+            return (twin, 1.0, f"xgboost:{gm.gpu}/{twin.split('.')[0]} (as {op.kind}: same ring traffic)",
+                    CostSource.DERIVED)
         if name in gm.names:
             return (name, 1.0, f"xgboost:{gm.gpu}/{op.kind}", CostSource.MEASURED)
         d = gm.derived.get(name)
@@ -239,13 +338,21 @@ class MeasuredCostModel(OperatorCostModel):
             return (src, factor, label, CostSource.DERIVED)
         return None
 
-    def _predict_group(self, ent: _Entry, name, factor, label, src, ops, idx, t, lo, hi, method, source, warns, cache,
-                       gpu):
+    def _predict_group(self, ent: _Entry, name, factor, label, src, ops, idx, hw, t, lo, hi, method, source, warns,
+                       cache):
+        gpu = hw.gpu.name
         kind, direction = name.split(".")
         raw = np.array([ops[i].features for i in idx], dtype=float)
-        X = build_features(kind, raw, [ops[i].dtype for i in idx], direction == "bwd", ent.dev)
-        p, low, h = ent.reg.predict_with_interval(X, self.q)
+        dtypes = [ops[i].dtype for i in idx]
+        anchored = kind in COLLECTIVE_KINDS or ops[idx[0]].kind in ANCHORED_KINDS
+        if kind in COLLECTIVE_KINDS:
+            p, low, h = self._collective(ent, name, [ops[i] for i in idx], raw, dtypes, hw)
+        else:
+            p, low, h = self._trees(ent, kind, direction, raw, dtypes)
+            if anchored:
+                self._anchor(ent, kind, direction, [ops[i] for i in idx], raw, dtypes, hw, p, low, h)
         p, low, h = p * factor, low * factor, h * factor
+        how = "anchored to the roofline at the nearest sampled point" if anchored else "extrapolating"
         # out-of-range flags: one warning per (model, feature, side)
         row_w: list[list[str]] = [[] for _ in idx]
         for j, f in enumerate(FEATURES[kind]):
@@ -256,7 +363,7 @@ class MeasuredCostModel(OperatorCostModel):
             for side, bad in (("above", col > rng[1]), ("below", col < rng[0])):
                 if bad.any():
                     v = col[bad].max() if side == "above" else col[bad].min()
-                    msg = (f"{kind} {f}={v:g} outside sampled range [{rng[0]:g}, {rng[1]:g}] for {gpu}: extrapolating")
+                    msg = f"{kind} {f}={v:g} outside sampled range [{rng[0]:g}, {rng[1]:g}] for {gpu}: {how}"
                     for row in np.flatnonzero(bad):
                         row_w[row].append(msg)
         for r, i in enumerate(idx):
@@ -264,6 +371,54 @@ class MeasuredCostModel(OperatorCostModel):
             w = tuple(row_w[r])
             warns.update(dict.fromkeys(w))
             cache[ops[i].key()] = (float(p[r]), float(low[r]), float(h[r]), label, src, w)
+
+    def _trees(self, ent: _Entry, kind: str, direction: str, raw: np.ndarray, dtypes: list):
+        X = build_features(kind, raw, dtypes, direction == "bwd", ent.dev)
+        return ent.reg.predict_with_interval(X, self.q)
+
+    def _anchor(self, ent: _Entry, kind, direction, ops: list[Op], raw, dtypes, hw, p, low, h) -> None:
+        """Rows outside the sampled box: the trees at the clipped point x the roofline's ratio (shape.py)."""
+        clipped, out = clip_to_box(raw, FEATURES[kind], ent.ranges)
+        if not out.any():
+            return
+        rows = np.flatnonzero(out)
+        pc, lc, hc = self._trees(ent, kind, direction, clipped[rows], [dtypes[r] for r in rows])
+        asked = [ops[r] for r in rows]
+        anchors = [replace(ops[r], features=tuple(float(x) for x in clipped[r])) for r in rows]
+        ratio = self._roof.predict(asked, hw).time_s / self._roof.predict(anchors, hw).time_s
+        p[rows], low[rows], h[rows] = pc * ratio, lc * ratio, hc * ratio
+
+    def _collective(self, ent: _Entry, name: str, ops: list[Op], raw: np.ndarray, dtypes: list, hw):
+        """Monotone-in-bytes collective times: isotonic envelope of the trees over the sampled bytes, anchored to
+        the alpha-beta model outside them (shape.py)."""
+        kind = name.split(".")[0]
+        b_lo, b_hi = ent.ranges.get("bytes", (float(raw[:, 0].min()), float(raw[:, 0].max())))
+        n = len(ops)
+        p, low, h = np.empty(n), np.empty(n), np.empty(n)
+        groups: dict[tuple, list[int]] = {}
+        for r in range(n):
+            groups.setdefault((*raw[r, 1:].tolist(), dtypes[r]), []).append(r)
+        for key, rows in groups.items():
+            env = self._envelopes.get((id(ent), key))
+            if env is None:
+                grid = byte_grid(b_lo, b_hi)
+                g_raw = np.column_stack([grid] + [np.full(len(grid), v) for v in key[:-1]])
+                curves = self._trees(ent, kind, "fwd", g_raw, [key[-1]] * len(grid))
+                env = self._envelopes[(id(ent), key)] = (grid, [knots(grid, isotonic(c)) for c in curves])
+            grid, curves = env
+            nbytes = raw[rows, 0]
+            vals = [envelope_at(c, nbytes) for c in curves]
+            outside = (nbytes < grid[0]) | (nbytes > grid[-1])
+            if outside.any():
+                sub = [ops[rows[k]] for k in np.flatnonzero(outside)]
+                ends = [grid[0] if op.features[0] < grid[0] else grid[-1] for op in sub]
+                anchors = [replace(op, features=(e, *op.features[1:]), bytes=e) for op, e in zip(sub, ends)]
+                ratio = self._roof.predict(sub, hw).time_s / self._roof.predict(anchors, hw).time_s
+                for v in vals:
+                    v[outside] *= ratio
+            mid = vals[0]
+            p[rows], low[rows], h[rows] = mid, np.minimum(vals[1], mid), np.maximum(vals[2], mid)
+        return p, low, h
 
     def _fallback(self, ops, idx, hw, t, lo, hi, method, source, warns, cache, extra=(), per_kind=False):
         if not idx:
