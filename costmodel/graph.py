@@ -176,6 +176,21 @@ def unfused_attention(b: int, s: int, s_full: int, heads: int, d: int, dtype: st
     return fwd + bwd + again
 
 
+def op_sac_recompute(ops: list[Op], tokens: int, h: int, q: int, kv: int, f: int, gated: bool,
+                     dtype: str) -> list[Op]:
+    """What torchtitan's per-op selective activation checkpointing re-runs in backward, per layer: every
+    element-wise forward op (not in its save list) and every second matmul of the block in execution order
+    (wq, wk, wv, wo, w1, [w3,] w2: wk, wo and w3, or w2 without a gate), per torchtitan's
+    parallelize_llama.py ``_custom_policy`` ("Saves output of all compute ops, except every second mm")."""
+    elementwise = [Op(o.kind, o.name, Phase.RECOMPUTE, o.features, o.flops, o.bytes, o.dtype, o.count, o.category)
+                   for o in ops if o.phase is Phase.FWD and o.kind in ("norm", "rope", "activation", "residual_add")]
+    mms = [_gemm("qkv.k", Phase.RECOMPUTE, tokens, kv, h, dtype),
+           _gemm("attn_out", Phase.RECOMPUTE, tokens, h, q, dtype),
+           _gemm("mlp_up.w3", Phase.RECOMPUTE, tokens, f, h, dtype) if gated
+           else _gemm("mlp_down", Phase.RECOMPUTE, tokens, h, f, dtype)]
+    return elementwise + mms
+
+
 def tp_boundary(name: str, entering: bool, plan: ParallelPlan, act: float, topo: tuple[int, int]) -> list[Op]:
     """TP collectives at the edge of a Megatron tensor-parallel region (Shoeybi et al. 2019 §3, f/g
     operators; Korthikanti et al. 2022 §4.2.2 with sequence parallelism), for one [s, b, h] activation.
@@ -279,6 +294,8 @@ def layer_operators(model: ModelSpec, plan: ParallelPlan) -> tuple[list[Op], lis
         ops += recompute
     # selective recompute of the attention core costs nothing extra here: FlashAttention's backward
     # kernel recomputes the scores itself (its cost is inside attention_bwd).
+    elif plan.recompute == "selective" and get_framework(plan.framework).selective_recompute == "op":
+        ops += op_sac_recompute(ops, tokens, h, heads * d, kv_heads * d, f, model.gated, dtype)
 
     if plan.zero == 3 and plan.dp * cp > 1:
         # FSDP: all-gather this layer's parameter shard before forward and again before backward,

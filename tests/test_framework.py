@@ -195,3 +195,22 @@ def test_inter_node_collectives_use_the_cluster_network():
     analytic = RooflineCostModel().predict([op], hw)
     assert measured.time_s[0] == pytest.approx(analytic.time_s[0])
     assert any("cluster's network figures" in w for w in measured.warnings)
+
+
+def test_torchtitan_selective_ac_recomputes_elementwise_ops_and_every_second_matmul():
+    def layer(fw):
+        req = PlanRequest(model="llama3-8b", gpu="h100-sxm", gpus=8, gbs=8, seq_len=4096, zero=3, framework=fw,
+                          recompute="selective")
+        res = req.resolve()
+        return res.model, build_graph(res.model, res.plan).stages[0].layer_ops
+
+    model, titan = layer("torchtitan")
+    _, fsdp = layer("fsdp")
+    assert not [o for o in fsdp if o.phase.value == "recompute"]  # attention-core recompute: free with flash
+    again = [o for o in titan if o.phase.value == "recompute"]
+    h, kv, f = model.hidden_size, model.num_kv_heads * model.head_dim, model.ffn_hidden_size
+    mm = sorted(o.features for o in again if o.kind == "gemm")
+    assert mm == sorted([(4096, kv, h), (4096, h, model.num_heads * model.head_dim), (4096, f, h)])  # wk, wo, w3
+    fwd_elementwise = sorted(o.name for o in titan if o.phase.value == "fwd"
+                             and o.kind in ("norm", "rope", "activation", "residual_add"))
+    assert sorted(o.name for o in again if o.kind != "gemm") == fwd_elementwise

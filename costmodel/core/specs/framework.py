@@ -40,6 +40,10 @@ class Framework:
     the network at its own NIC rate."""
     source: str
     """Where these behaviours are documented."""
+    selective_recompute: str = "attention-core"
+    """What ``recompute=selective`` re-runs in backward: ``attention-core`` (Megatron, Korthikanti et al. 2022
+    sec. 5: the attention core, free with flash kernels) or ``op`` (torchtitan's per-op selective AC: every
+    element-wise op and every second matmul of a block, costmodel.graph.op_sac_recompute)."""
     grad_reduce_bytes: int = 4
     """Bytes per gradient element in the data-parallel / ZeRO-3 gradient reduction: 4 = fp32 (Megatron's
     --accumulate-allreduce-grads-in-fp32, FSDP2 reduce_dtype float32 in torchtitan), 2 = the training dtype."""
@@ -77,7 +81,9 @@ register(Framework(
     "F.scaled_dot_product_attention's flash backend is FlashAttention-2 (PyTorch 2.2 release notes)"))
 register(Framework(
     "torchtitan", "torchtitan (FSDP2, TP, PP, CP on PyTorch)", "flash2", True, "hierarchical",
-    "torchtitan docs/fsdp.md (FSDP2) and models/llama3 attention (F.scaled_dot_product_attention)"))
+    "torchtitan docs/fsdp.md (FSDP2) and models/llama3 attention (F.scaled_dot_product_attention); selective AC "
+    "'op' saves all compute ops except every second mm (torchtitan parallelize_llama.py _custom_policy)",
+    selective_recompute="op"))
 
 FRAMEWORKS: tuple[str, ...] = tuple(_REGISTRY)
 DEFAULT_FRAMEWORK = "megatron"
