@@ -62,8 +62,7 @@ def test_predict_reads_models_dir_from_env_and_flag(fitted):
     root, env, _, _ = fitted
     out = root / "xdg" / "planner" / "models"
     # the same plan with the shipped models, then with PLANNER_MODELS_DIR set to a fit that covers only the CPU
-    args = ["predict", "--model", "llama-7b", "--gpu", "a100-80gb", "--gpus", "8", "--format", "json",
-            "--calibration", "none"]
+    args = ["predict", "--model", "llama-7b", "--gpu", "a100-80gb", "--gpus", "8", "--format", "json"]
     shipped = json.loads(_planner(args, env).stdout)
     assert Path(shipped["models_dir"]) == SHIPPED_MODELS_DIR
     # a user folder that lacks the GPU keeps the shipped models for it and says so
