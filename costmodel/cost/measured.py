@@ -6,10 +6,16 @@ loaded lazily, one (GPU, kind, direction) at a time, from xgboost JSON (no pickl
 
 Per operator the model is, in order of preference:
 
-1. the regressor fitted for (GPU, kind, direction): method ``xgboost:<gpu>/<kind>``;
+1. the regressor fitted for (GPU, kind, direction): method ``xgboost:<gpu>/<kind>``; for all-gather and
+   reduce-scatter the twin's model where this one is absent or poor (``RING_TWINS``);
 2. a recorded derivation (index.json ``derived``): backward GEMMs (dgrad/wgrad) through the forward
    GEMM model; ``attention_bwd`` = ratio x the ``attention_fwd`` model;
 3. the analytical fallback (:class:`~costmodel.cost.roofline.RooflineCostModel`), with a warning.
+
+A GPU without any models of its own uses those of its same-silicon sibling scaled by the roofline ratio
+(:mod:`costmodel.cost.basis`). The trees' shapes are constrained (:mod:`costmodel.cost.shape`): attention
+outside its sampled box is anchored to the roofline, collectives are monotone in bytes, and the attention
+backward is never below its forward.
 
 Operators outside a regressor's sampled feature ranges are flagged (one warning per feature).
 Prediction intervals (``low_s``/``high_s``) come from the ensembles; fallback rows repeat the point.
