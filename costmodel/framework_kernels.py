@@ -31,6 +31,7 @@ from pathlib import Path
 
 from costmodel.core.fileio import atomic_write_text
 from costmodel.core.paths import require_data_dir
+from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.framework import attention_kernel, get_framework
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.plan import ParallelPlan
@@ -44,7 +45,7 @@ BWD_FLOPS_RATIO = 2.5
 # Which GPUs share the die each measured system ran on (same SM count and tensor cores; NVIDIA H100 / H200
 # / GH200 and A100 datasheets): the FlashAttention-2 rate of the die applies to all of them.
 DIES = {
-    "Vista": {"die": "GH100", "measured_on": "gh200", "gpus": ["gh200", "h100-sxm", "h200"]},
+    "Vista": {"die": "GH100", "measured_on": "gh200", "gpus": ["gh200", "h100-sxm", "h200", "h100-sxm-500w"]},
     "Perlmutter": {"die": "GA100", "measured_on": "a100-80gb", "gpus": ["a100-80gb", "a100-40gb"]},
 }
 FILES = {"Vista": "NVIDIAGH200120GB_flash_atten_fp16.csv", "Perlmutter": "NVIDIAA100-SXM4-80GB_flash_atten_fp16.csv"}
@@ -130,13 +131,22 @@ def flash2_times(plan: ParallelPlan, hardware: Hardware, ops: list[Op],
     if die is None:
         return {}, [f"framework {fw.name} runs FlashAttention-2, which has no measurement on the "
                     f"{hardware.gpu.name} die: its attention is costed as the cost model's fused kernel"]
+    # a GPU of the die run at another power limit (catalogue peaks scaled to it) runs the kernel at the
+    # ratio of its peak to the measured GPU's: attention at these shapes is compute-bound
+    measured_peak = load_catalogue().gpu(die["measured_on"]).peak_tflops.get("bf16", 0.0)
+    own_peak = hardware.gpu.peak_tflops.get("bf16", 0.0)
+    clock = own_peak / measured_peak if measured_peak > 0 and own_peak > 0 else 1.0
     out: dict[tuple, float] = {}
     notes: set[str] = set()
+    if clock != 1.0:
+        notes.add(f"rate scaled by the bf16 peak ratio {own_peak:g}/{measured_peak:g} of {hardware.gpu.name} to "
+                  f"{die['measured_on']}")
     for op in ops:
         if op.kind not in ATTENTION_KINDS or op.key() in out:
             continue
         _, s, s_full, _, _, d, _ = op.features
         rate, why = _rate(die, int(d), int(s_full))
+        rate *= clock
         notes.update(why)
         fwd_flops = op.flops if op.kind == "attention_fwd" else op.flops / BWD_FLOPS_RATIO
         t = fwd_flops / (rate * 1e12)

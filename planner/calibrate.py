@@ -37,13 +37,16 @@ from costmodel.core.fileio import atomic_write_text
 from costmodel.core.kinds import COLLECTIVE_KINDS
 from costmodel.layer_split import costed_graph
 from planner import __version__
+from planner.intervals import fit_intervals, lookup, plan_framework, time_residual
 from planner.predict import Prediction, default_cost_model, prediction_from_times
 from planner.validation.compare import compare
 from planner.validation.runs import RunRow, default_hardware, load_runs, parallelism_kind, row_to_inputs
 
 SCHEMA_VERSION = 1
 DEFAULT_DIR = Path("calibrations")
-CV_SCHEMES = ("kfold", "model", "kind")
+CV_SCHEMES = ("kfold", "model", "kind", "source")
+DEFAULT_NAME = "default"
+"""Name of the shipped default calibration (search_spaces/calibration/default.json)."""
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,10 @@ class Calibration:
     """ISO 8601 time of the fit (UTC)."""
     warnings: list = field(default_factory=list)
     """Notes from the fit (unidentifiable constants, constants at a bound, skipped runs)."""
+    intervals: dict = field(default_factory=dict)
+    """80 % interval table from leave-one-source-out residuals (planner.intervals.fit_intervals); {} = none."""
+    provenance: dict = field(default_factory=dict)
+    """How the file was made (command, runs file, rows and sources each constant rests on); free-form."""
     schema_version: int = SCHEMA_VERSION
     """Version of this file format."""
 
@@ -137,6 +144,11 @@ class Calibration:
             return [f"calibration {self.name!r} was fitted on cost model {self.cost_model!r}, "
                     f"applied to {cost_model_name!r}"]
         return []
+
+    def interval_group(self, gpu: str, framework: str) -> tuple[str, dict] | None:
+        """(group key, {n, q_low, q_high}) of the 80 % interval for a plan on ``gpu`` with ``framework``;
+        None when the calibration carries no interval table (planner.intervals.lookup)."""
+        return lookup(self.intervals, gpu, framework)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -207,6 +219,27 @@ def resolve_calibration(ref: str | Path, directory: str | Path = DEFAULT_DIR) ->
         raise PlannerError(f"calibration {ref_s!r} not found as a file or as {candidate}; "
                            "pass a calibration file path or a name saved by planner calibrate.")
     return load_calibration(candidate)
+
+
+def default_calibration_path() -> Path:
+    """The shipped default calibration (fitted on the open published runs by
+    scripts/fit_default_calibration.py; provenance inside the file)."""
+    import search_spaces  # deferred: only to locate the package data folder
+
+    return Path(search_spaces.__file__).resolve().parent / "calibration" / f"{DEFAULT_NAME}.json"
+
+
+def calibration_option(ref: str | Path | None, directory: str | Path = DEFAULT_DIR) -> Calibration | None:
+    """``--calibration``: None (not given) = the shipped default calibration when it exists, 'none' = no
+    calibration, else a path or NAME as :func:`resolve_calibration`."""
+    if ref is None:
+        path = default_calibration_path()
+        return load_calibration(path) if path.is_file() else None
+    if str(ref).strip().lower() == "none":
+        return None
+    if str(ref) == DEFAULT_NAME and not (Path(directory) / f"{DEFAULT_NAME}.json").is_file():
+        return load_calibration(default_calibration_path())
+    return resolve_calibration(ref, directory)
 
 
 def save_calibration(cal: Calibration, directory: str | Path = DEFAULT_DIR) -> Path:
@@ -402,24 +435,42 @@ def cross_validate(runs: Sequence[PreparedRun], names: Sequence[str], scheme: st
     if scheme == "kfold":
         splits = list(KFold(n_splits=max(2, min(folds, n)), shuffle=True, random_state=seed).split(idx))
     else:
-        groups = [r.model.name if scheme == "model" else parallelism_kind(r.plan) for r in runs]
+        groups = [cv_group(r, scheme) for r in runs]
         if len(set(groups)) < 2:
-            raise PlannerError(f"--cv {scheme} needs runs of at least two different "
-                               f"{'models' if scheme == 'model' else 'parallelism kinds'}; use --cv kfold.")
+            what = {"model": "models", "kind": "parallelism kinds", "source": "sources"}[scheme]
+            raise PlannerError(f"--cv {scheme} needs runs of at least two different {what}; use --cv kfold.")
         splits = list(LeaveOneGroupOut().split(idx, groups=groups))
-    per_run, skipped_folds = [], 0
+    per_run, skipped_folds, fold_constants = [], 0, []
     for fold, (train, test) in enumerate(splits):
         if len(train) < len(names):
             skipped_folds += 1
             continue
         fit = fit_constants([runs[i] for i in train], names)
         cal = identity(fit.constants, name=f"fold-{fold}")
+        fold_constants.append({"fold": fold, "held_out": sorted({cv_group(runs[i], scheme) for i in test})
+                               if scheme != "kfold" else [], "constants": fit.constants})
         for i in test:
-            per_run.append({"id": runs[i].row.id, "fold": fold, "before": _rel_error(runs[i], None),
-                            "after": _rel_error(runs[i], cal)})
+            run = runs[i]
+            pred = run.predicted_value(cal)
+            per_run.append({"id": run.row.id, "fold": fold, "source": run.row.prefix, "gpu": run.hardware.gpu.name,
+                            "framework": plan_framework(run.plan), "metric": run.row.measured_metric,
+                            "predicted": pred, "before": _rel_error(run, None),
+                            "after": pred / run.row.measured_value - 1.0,
+                            "residual": time_residual(run.row.measured_metric, pred, run.row.measured_value)})
     return {"scheme": scheme, "folds": len(splits), "folds_skipped": skipped_folds,
             "held_out_before": error_stats([p["before"] for p in per_run]),
-            "held_out_after": error_stats([p["after"] for p in per_run]), "per_run": per_run}
+            "held_out_after": error_stats([p["after"] for p in per_run]), "fold_constants": fold_constants,
+            "per_run": per_run}
+
+
+def cv_group(run: PreparedRun, scheme: str) -> str:
+    """The group of a run under a leave-one-group-out scheme: its model, parallelism kind or source (the run
+    id's prefix, as planner validate groups sources)."""
+    if scheme == "model":
+        return run.model.name
+    if scheme == "kind":
+        return parallelism_kind(run.plan)
+    return run.row.prefix
 
 
 def fit_calibration(runs: Sequence[PreparedRun], name: str, constants: Sequence[str] | None = None, *,
@@ -453,6 +504,8 @@ def fit_calibration(runs: Sequence[PreparedRun], name: str, constants: Sequence[
     cal.planner_version = _planner_version()
     cal.created_utc = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
     cal.warnings = warnings
+    if cv == "source":  # held-out residuals of sources the fold never saw: the 80 % interval table
+        cal.intervals = fit_intervals(cvres["per_run"])
     return cal
 
 

@@ -21,6 +21,7 @@ from planner import (
     cli_models,
     cli_predict,
     cli_profile,
+    cli_runs,
     cli_search,
     cli_validate,
 )
@@ -49,6 +50,7 @@ COMMAND_MODULES = (
     cli_profile,
     cli_fit,
     cli_calibrate,
+    cli_runs,
 )
 
 for _module in COMMAND_MODULES:

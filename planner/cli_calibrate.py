@@ -15,7 +15,6 @@ from rich.table import Table
 from costmodel.core.errors import PlannerError
 from planner.calibrate import CONSTANTS, calibrate_files
 from planner.cli_options import ModelsDir
-from planner.models_dir import announce_models_dir, use_models_dir
 
 FORMATS = ("table", "json")
 
@@ -86,8 +85,6 @@ def register(app: typer.Typer) -> None:
         models: ModelsDir = None,
     ) -> None:
         """Fit a few composition constants (compute/comm scale, overlap, overhead) to your measured runs."""
-        use_models_dir(models)
-        announce_models_dir()
 
         if fmt not in FORMATS:
             raise PlannerError(f"unknown --format {fmt!r}: use one of {', '.join(FORMATS)}.")

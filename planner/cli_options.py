@@ -14,6 +14,7 @@ import typer
 
 from costmodel.core.errors import PlannerError
 from costmodel.core.fileio import atomic_write_text
+from planner.models_dir import announce_models_dir, use_models_dir
 from planner.requests import REQUEST_KEYS, PlanRequest, suffixed_number
 
 DEFAULT_GPU = "a100-80gb"
@@ -49,9 +50,18 @@ Attention = Annotated[str, typer.Option(
     "--attention", help="Attention kernel: fused | flash2 | unfused (default: the framework's).")]
 LayerSplit = Annotated[Optional[str], typer.Option("--layer-split", help="Uneven layers per stage, e.g. 9,8,8,7.")]
 HardwareFile = Annotated[list[str], typer.Option("--hardware-file", help="TOML/YAML file adding GPUs/clusters.")]
+
+
+def _use_models(value: Optional[Path]) -> Optional[Path]:
+    """--models: the first folder predictions read fitted models from (planner.models_dir)."""
+    use_models_dir(value)
+    announce_models_dir()
+    return value
+
+
 ModelsDir = Annotated[Optional[Path], typer.Option(
-    "--models", help="Fitted models from `planner fit --out DIR` (default: $PLANNER_MODELS_DIR; shipped models "
-                     "for GPUs it does not cover).")]
+    "--models", callback=_use_models, help="Fitted models from `planner fit --out DIR` (default: "
+    "$PLANNER_MODELS_DIR; shipped models for GPUs it does not cover).")]
 
 # ---------------------------------------------------------------- allocations and spaces (search, compare, size)
 # `planner search` takes --tp .. --dtype as lists of choices that replace its space's (e.g. --tp 1,2,4).

@@ -17,7 +17,7 @@ from costmodel.core.specs.framework import attention_kernel
 from costmodel.core.specs.plan import describe_split
 from planner import cli_options as O
 from planner.calibrate import resolve_calibration
-from planner.models_dir import models_dir_for, use_models_dir
+from planner.models_dir import models_dir_for
 from planner.predict import predict
 from planner.requests import PlanRequest
 
@@ -157,10 +157,6 @@ def register(app: typer.Typer) -> None:
         if fmt not in FORMATS:
             raise _err(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
         hw_files = tuple(hardware_file)
-        try:
-            use_models_dir(models)
-        except PlannerError as exc:
-            raise _err(str(exc)) from None
         cal = None
         if calibration is not None:
             try:

@@ -20,7 +20,6 @@ from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.presets import resolve_model
 from planner import cli_options as O
 from planner.cli_options import DEFAULT_GPU, SIZE_DEFAULT_GPUS
-from planner.models_dir import announce_models_dir, use_models_dir
 from planner.reports.markdown import report_path
 from planner.requests import PlanRequest
 
@@ -282,13 +281,10 @@ def register(app: typer.Typer) -> None:
         progress: bool = typer.Option(
             True, "--progress/--no-progress", help="Progress bar on stderr (terminals only)."),
         hardware_file: O.HardwareFile = [],
-        report: O.Report = None,
-        models: O.ModelsDir = None,
+        report: O.Report = None, models: O.ModelsDir = None,
     ) -> None:
         """Search parallel layouts (every valid plan when the space is small enough, else Optuna) and print the
         ranked plans."""
-        use_models_dir(models)
-        announce_models_dir()
         # deferred: the planner.search package (engine, samplers) loads only for search commands
         from planner.search.records import FORMATS, batch_text
 
@@ -365,12 +361,9 @@ def register(app: typer.Typer) -> None:
         layer_split: O.LayerSplit = None,
         fmt: str = typer.Option("table", "--format", help="table | json."),
         top: int = typer.Option(15, "--top", help="Operators per table."),
-        hardware_file: O.HardwareFile = [],
-        models: O.ModelsDir = None,
+        hardware_file: O.HardwareFile = [], models: O.ModelsDir = None,
     ) -> None:
         """Operator breakdown of one plan by pipeline stage and phase."""
-        use_models_dir(models)
-        announce_models_dir()
         if fmt not in ("table", "json"):
             raise _err(f"--format {fmt!r} is not one of table, json")
         try:

@@ -17,7 +17,6 @@ from rich.table import Table
 from costmodel.core.errors import PlannerError
 from planner.calibrate import resolve_calibration
 from planner.cli_options import ModelsDir, write_or_print
-from planner.models_dir import announce_models_dir, use_models_dir
 from planner.predict import predict
 from planner.reports.validate_report import build_and_write, render_markdown, report_tables
 from planner.validation.report import ValidationReport, validate_files
@@ -79,8 +78,6 @@ def register(app: typer.Typer) -> None:
         models: ModelsDir = None,
     ) -> None:
         """Compare whole-iteration predictions with measured published training runs."""
-        use_models_dir(models)
-        announce_models_dir()
         if report is not None:
             files, rep = build_and_write(report, runs, tier, predict_fn=calibrated_predict(calibration))
             o = rep.overall()

@@ -30,6 +30,7 @@ from costmodel.cost.measured import MeasuredCostModel
 from costmodel.cost.roofline import RooflineCostModel
 from costmodel.graph import OperatorGraph, domain_warnings
 from costmodel.layer_split import costed_graph
+from planner.intervals import plan_framework, time_band
 
 __all__ = ["GIB", "Calibrating", "Prediction", "default_cost_model", "mfu_peak_dtype", "predict",
            "prediction_from_times"]
@@ -44,6 +45,15 @@ class Calibrating(CompositionConstants, Protocol):
 
     def warnings_for(self, cost_model_name: str) -> list[str]:
         """Notes on using the calibration with this cost model."""
+        ...
+
+    @property
+    def name(self) -> str:
+        """Name the outputs report."""
+        ...
+
+    def interval_group(self, gpu: str, framework: str) -> tuple[str, dict] | None:
+        """(group, {n, q_low, q_high}) of the calibration's 80 % interval for this regime; None = none."""
         ...
 
 
@@ -79,6 +89,10 @@ class Prediction:
     warnings: list = field(default_factory=list)
     iteration_time_low_s: float | None = None
     iteration_time_high_s: float | None = None
+    interval: str = ""
+    """What [iteration_time_low_s, iteration_time_high_s] is: an 80 % interval from a calibration's
+    leave-one-source-out residuals (group and n stated), or the regressors' ensemble spread (not an 80 %
+    interval); '' when there is none."""
     stage_times_s: list = field(default_factory=list)
     """Per stage: [forward, backward] seconds for one micro-batch."""
     cost_model: str = ""
@@ -159,9 +173,19 @@ def predict(model: ModelSpec, plan: ParallelPlan, hardware: Hardware,
         warnings = warnings + calibration.warnings_for(cost_model.name)
     pred = prediction_from_times(model, plan, hardware, graph, times.time_s, warnings, cost_model.name,
                                  calibration, times.source_counts())
-    if times.low_s is not None and times.high_s is not None and times.has_interval:
+    found = calibration.interval_group(hardware.gpu.name, plan_framework(plan)) if calibration is not None else None
+    if found is not None:
+        # 80 % interval: percentiles of held-out log(predicted / measured) of published runs of sources the
+        # calibration's fold never saw (planner.intervals), for this GPU family / framework group
+        key, group = found
+        pred.iteration_time_low_s, pred.iteration_time_high_s = time_band(pred.iteration_time_s, group)
+        pred.interval = (f"80 % interval from leave-one-source-out residuals of calibration {calibration.name!r} "
+                         f"({key}, n={group['n']})")
+    elif times.low_s is not None and times.high_s is not None and times.has_interval:
         # the regressors' ensemble intervals, carried through the same composition (each end
         # composes every operator at that end: a conservative band, not a joint quantile)
         pred.iteration_time_low_s = compose_iteration_time(plan, hardware, graph, times.low_s, calibration)
         pred.iteration_time_high_s = compose_iteration_time(plan, hardware, graph, times.high_s, calibration)
+        pred.interval = ("ensemble spread of the operator regressors, not an 80 % interval "
+                         "(no calibration with intervals applied)")
     return pred

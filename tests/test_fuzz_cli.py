@@ -56,7 +56,7 @@ def test_fuzz_cli_batch_file(tmp_path):
 CLI_BASE = {
     "predict": ["--model", "llama-7b", "--gpu", "a100-80gb", "--gpus", "16", "--tp", "2", "--pp", "2", "--gbs", "64"],
     "gpus": [], "models": [],
-    "validate": ["--runs", str(FIXTURES / "runs_small.csv")],
+    "validate": ["--runs", str(FIXTURES / "runs_small.csv"), "--cv", "none"],  # --cv source fits (slow)
     "search": ["--model", "llama-7b", "--gpu", "a100-80gb", "--gpus", "16", "--trials", "3", "--tp", "1,2", "--pp",
                "1", "--cp", "1", "--vpp", "1", "--mbs", "1", "--seed", "1", "--no-progress"],
     "explain": ["--model", "llama-7b", "--gpu", "a100-80gb", "--gpus", "16", "--tp", "2"],

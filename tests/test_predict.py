@@ -149,7 +149,7 @@ def test_batch_and_single_agree(tmp_path):
     req = {"id": "x", "model": "llama-13b", "gpu": "h100-sxm", "gpus": 64, "tp": 4, "pp": 2, "gbs": 256}
     f = tmp_path / "r.jsonl"
     f.write_text(json.dumps(req) + "\n")
-    res = runner.invoke(app, ["predict", "--batch", str(f)])
+    res = runner.invoke(app, ["predict", "--batch", str(f), "--calibration", "none"])  # predict() is uncalibrated
     batch = json.loads(res.stdout.strip())
     single = predict(*_req({k: v for k, v in req.items() if k != "id"}))
     assert batch["iteration_time_s"] == single.iteration_time_s

@@ -324,19 +324,19 @@ def test_cli_with_stub_predict(monkeypatch, tmp_path):
     monkeypatch.setattr(Rep, "predict", stub_predict)
     monkeypatch.setattr(Rep, "default_hardware", lambda: stub_hardware)
     runner = CliRunner()
-    res = runner.invoke(_app(), ["validate", "--runs", str(FIXTURE), "--format", "md"])
+    res = runner.invoke(_app(), ["validate", "--runs", str(FIXTURE), "--format", "md", "--cv", "none"])
     assert res.exit_code == 0, res.output
     assert "| KORTHI22-002 |" in res.output and "+10.0" in res.output and "-20.0" in res.output
     assert "Skipped runs (1)" in res.output and "CHECK" in res.output
     assert "error [%]" in res.output and "MAPE [%]" in res.output
-    res = runner.invoke(_app(), ["validate", "--runs", str(FIXTURE), "--format", "json", "--tier", "b"])
+    res = runner.invoke(_app(), ["validate", "--runs", str(FIXTURE), "--format", "json", "--tier", "b", "--cv", "none"])
     data = json.loads(res.output)
     assert {r["id"] for r in data["rows"]} == {"NARAY21-005", "MCORE-H100-002", "LLAMA3-001M"}
     out = tmp_path / "report.txt"
-    res = runner.invoke(_app(), ["validate", "--runs", str(FIXTURE), "--out", str(out)])
+    res = runner.invoke(_app(), ["validate", "--runs", str(FIXTURE), "--out", str(out), "--cv", "none"])
     assert res.exit_code == 0 and "TORCHTITAN-001" in out.read_text()
     assert "iteration_time_s [s]" in out.read_text()  # rich markup escaped
-    res = runner.invoke(_app(), ["validate", "--runs", str(FIXTURE), "--format", "csv"])
+    res = runner.invoke(_app(), ["validate", "--runs", str(FIXTURE), "--format", "csv", "--cv", "none"])
     assert isinstance(res.exception, PlannerError)
 
 
@@ -347,7 +347,7 @@ def test_cli_without_run_file(monkeypatch):
 
 
 def test_cli_with_real_predict():
-    res = CliRunner().invoke(_app(), ["validate", "--runs", str(FIXTURE), "--format", "json"])
+    res = CliRunner().invoke(_app(), ["validate", "--runs", str(FIXTURE), "--format", "json", "--cv", "none"])
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)
     assert len(data["rows"]) == 6

@@ -27,10 +27,17 @@ SAME_SILICON: dict[str, tuple[str, str]] = {
 """GPU without measurements -> (measured GPU with the same SM count, clocks and peaks, why). Used only when the
 catalogue also gives both the same peak for every dtype (checked by :func:`donor_for`)."""
 
+POWER_CAPPED: dict[str, tuple[str, str]] = {
+    "h100-sxm-500w": ("h100-sxm", "the same GH100 (132 SMs) at a 500 W power cap with HBM2e at 2.4 TB/s; its "
+                      "catalogue peaks are the H100 SXM's scaled to the cap"),
+}
+"""GPU without measurements -> (measured GPU of the same chip run at another power limit, why): the peaks
+differ by the catalogue's power-cap scaling, so the equal-peak check of SAME_SILICON does not apply."""
+
 
 def donor_for(gpu: GPUSpec, catalogue_gpu) -> tuple[GPUSpec, str] | None:
     """(the measured sibling's spec, note) for ``gpu``, or None. ``catalogue_gpu(name)`` looks a spec up."""
-    entry = SAME_SILICON.get(gpu.name)
+    entry = SAME_SILICON.get(gpu.name) or POWER_CAPPED.get(gpu.name)
     if entry is None:
         return None
     name, why = entry
@@ -38,7 +45,7 @@ def donor_for(gpu: GPUSpec, catalogue_gpu) -> tuple[GPUSpec, str] | None:
         donor = catalogue_gpu(name)
     except Exception:  # noqa: BLE001 - a custom catalogue without the sibling: no borrowing
         return None
-    if donor.peak_tflops != gpu.peak_tflops:
+    if gpu.name in SAME_SILICON and donor.peak_tflops != gpu.peak_tflops:
         return None
     bf16 = gpu.peak_tflops.get("bf16", 0.0)
     note = (f"no measurements of {gpu.name}: operator times derived from {name} measurements ({why}), scaled per "

@@ -151,10 +151,17 @@ def validate_files(runs: Sequence[Path] | None, tiers: Sequence[str] | None,
     """Load the run files (default: shared/validation/published_runs.csv), check the tier filter and
     predict every run with ``predict_fn`` (default :func:`planner.predict.predict`; the CLI passes a
     calibrated one for ``--calibration``)."""
+    files, rows, tiers = load_run_files(runs, tiers)
+    return files, validate(rows, predict_fn=predict_fn, tiers=tiers)
+
+
+def load_run_files(runs: Sequence[Path] | None, tiers: Sequence[str] | None
+                   ) -> tuple[list[Path], list[RunRow], list[str] | None]:
+    """(files, their rows, upper-cased tiers or None): the run files (default:
+    shared/validation/published_runs.csv) and a checked tier filter."""
     tiers = [t.upper() for t in tiers] if tiers else None
     bad = [t for t in tiers or () if t not in TIERS]
     if bad:
         raise PlannerError(f"unknown --tier {bad[0]!r}: use A, B or C.")
     files = list(runs) if runs else [default_run_file()]
-    rows = [row for f in files for row in load_runs(f)]
-    return files, validate(rows, predict_fn=predict_fn, tiers=tiers)
+    return files, [row for f in files for row in load_runs(f)], tiers

@@ -188,8 +188,7 @@ def map_gpu(gpu: str) -> tuple[str, str]:
         if "pcie" in t:
             return "h100-pcie", ""
         if "96gb" in t or "hbm2e" in t or "500w" in t:
-            return "h100-sxm", (f"caveat: GPU is {gpu!r}, not a standard H100 SXM 80GB/700 W; "
-                                "predicted with h100-sxm figures")
+            return "h100-sxm-500w", ""
         if "sxm" in t or "dgx" in t:
             return "h100-sxm", ""
         return "h100-sxm", f"H100 form factor not stated ({gpu!r}), assumed h100-sxm"
@@ -396,7 +395,11 @@ def row_to_inputs(row: RunRow) -> tuple[ModelSpec, ParallelPlan, str, int]:
         raise PlannerError(f"TP*PP*DP*CP = {tp}*{pp}*{dp}*{cp} = {tp * pp * dp * cp} != GPUs={n}")
     vpp = row.get("vp") or 1
     mbs = row.get("mbs")
-    if not mbs:
+    no_accumulation = row.rule("no_gradient_accumulation")
+    if not mbs and no_accumulation is not None and gbs % dp == 0:
+        mbs = gbs // dp
+        notes.append(f"{no_accumulation.assumption}: MBS = GBS / DP = {mbs}")
+    elif not mbs:
         mbs = 1
         notes.append("MBS not stated, assumed 1")
     if gbs % (mbs * dp):

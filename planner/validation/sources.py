@@ -24,6 +24,8 @@ RULES = {
                                "the predicted hardware FLOPs instead of model FLOPs",
     "dropout": "the runs trained with dropout active: the model is built with dropout",
     "unfused_attention": "the stack predates FlashAttention: the plan's attention kernel is unfused",
+    "no_gradient_accumulation": "the stack has no gradient accumulation: an unstated micro-batch is the global "
+                                "batch over data-parallel replicas",
 }
 """Rule name -> what it changes. A rule not listed here is an error in the TOML file."""
 

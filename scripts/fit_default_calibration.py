@@ -1,0 +1,126 @@
+"""Fit planner's shipped default calibration on the open published runs, with provenance.
+
+    python scripts/fit_default_calibration.py [--runs ../shared/validation/published_runs.csv] [--tier A ...]
+
+Fits every constant of ``planner.calibrate.CONSTANTS`` on all predictable runs of the run file (found through
+``costmodel.core.paths``: ``$PLANNER_DATA_DIR`` or ``../shared``; never copied into the repository), judges
+them by leave-one-source-out cross-validation (each source predicted by constants fitted on the other
+sources), derives the 80 % interval table from those held-out residuals (``planner.intervals``) and writes
+``search_spaces/calibration/default.json`` atomically. The file records the run file's SHA-256, the run
+ids, the planner version, this command, how many rows and sources each constant rests on (rows whose
+prediction moves with it) and the cross-validated figures overall and per source.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import shlex
+import sys
+from pathlib import Path
+
+from costmodel.core.errors import PlannerError
+from costmodel.core.paths import validation_dir
+from planner.calibrate import (
+    CONSTANTS,
+    DEFAULT_NAME,
+    calibrate_files,
+    default_calibration_path,
+    error_stats,
+    identity,
+    prepare_runs,
+    save_calibration,
+)
+from planner.intervals import covers, held_out_coverage
+from planner.validation.report import RUN_FILE_NAME
+from planner.validation.runs import load_runs
+
+NOTE = ("Fitted by scripts/fit_default_calibration.py on the open published runs; regenerated with that script "
+        "whenever the training-step model changes (the constants are only valid for the cost model and "
+        "composition they were fitted on).")
+
+
+def support(runs, cal) -> dict:
+    """Per constant: rows and sources whose prediction moves when the constant moves (finite difference
+    of log prediction at the fitted point: the data the constant rests on)."""
+    out = {}
+    for name, value in cal.constants.items():
+        spec = CONSTANTS[name]
+        step = max(abs(value) * 1e-3, 1e-4)
+        moved = value + step if value + step <= spec.upper else value - step
+        probe = identity({**cal.constants, name: moved}, name="probe")
+        hit = [r for r in runs if abs(math.log(r.predicted_value(probe) / r.predicted_value(cal))) > 1e-7]
+        out[name] = {"rows": len(hit), "sources": sorted({r.row.prefix for r in hit})}
+    return out
+
+
+def loso_summary(per_run: list[dict]) -> dict:
+    """Cross-validated error and 80 % interval coverage overall and per source."""
+    bands = held_out_coverage(per_run)
+    flags = [None if b is None else covers(b[1], p["residual"]) for p, b in zip(per_run, bands)]
+
+    def block(idx: list[int]) -> dict:
+        got = [flags[i] for i in idx if flags[i] is not None]
+        return {**error_stats([per_run[i]["after"] for i in idx]),
+                "interval_coverage": sum(got) / len(got) if got else None}
+
+    sources = sorted({p["source"] for p in per_run})
+    return {"overall": block(list(range(len(per_run)))),
+            "per_source": {s: block([i for i, p in enumerate(per_run) if p["source"] == s]) for s in sources},
+            "uncalibrated": error_stats([p["before"] for p in per_run])}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=Path, default=None, help="run file (default: shared/validation/published_runs.csv)")
+    ap.add_argument("--tier", action="append", default=None, help="keep only these tiers (repeatable)")
+    ap.add_argument("--constants", default=None, help="comma-separated constants (default: all of CONSTANTS)")
+    ap.add_argument("--out", type=Path, default=default_calibration_path().parent, help="output folder")
+    args = ap.parse_args(argv)
+    runs_file = args.runs
+    if runs_file is None:
+        vdir = validation_dir()
+        if vdir is None or not (vdir / RUN_FILE_NAME).is_file():
+            print("error: shared/validation/published_runs.csv not found; set PLANNER_DATA_DIR or pass --runs.",
+                  file=sys.stderr)
+            return 2
+        runs_file = vdir / RUN_FILE_NAME
+    try:
+        cal, _ = calibrate_files([runs_file], DEFAULT_NAME, args.constants, out_dir=None, cv="source",
+                                 tiers=args.tier)
+        wanted = {t.upper() for t in args.tier} if args.tier else None
+        runs, _ = prepare_runs([r for r in load_runs(runs_file) if wanted is None or r.tier in wanted])
+    except PlannerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for f in cal.fitted_on:  # the run file as the repository sees it, not this machine's absolute path
+        f["file"] = f"../shared/validation/{Path(f['file']).name}"
+    loso = loso_summary(cal.cv["per_run"])
+    cal.provenance = {
+        "note": NOTE,
+        "command": shlex.join(["python", "scripts/fit_default_calibration.py",
+                               *(argv if argv is not None else sys.argv[1:])]),
+        "runs_file": cal.fitted_on[0]["file"], "runs_sha256": cal.fitted_on[0]["sha256"],
+        "tiers": sorted(wanted) if wanted else "all",
+        "constant_support": support(runs, cal),
+        "leave_one_source_out": loso,
+    }
+    before, after = cal.cv["held_out_before"]["mape_pct"], cal.cv["held_out_after"]["mape_pct"]
+    if after > before:
+        cal.warnings.append(f"leave-one-source-out MAPE with these constants ({after:.1f} %) is higher than "
+                            f"uncalibrated ({before:.1f} %): the constants do not generalise across sources")
+    path = save_calibration(cal, args.out)
+    o = loso["overall"]
+    print(f"wrote {path}: {len(runs)} runs; leave-one-source-out MAPE {o['mape_pct']:.1f} %, bias "
+          f"{o['bias_pct']:+.1f} %, 80 % interval coverage {100 * (o['interval_coverage'] or 0):.0f} %")
+    for s, b in loso["per_source"].items():
+        cov = "-" if b["interval_coverage"] is None else f"{100 * b['interval_coverage']:.0f} %"
+        print(f"  {s:12s} n={b['n']:3d} MAPE {b['mape_pct']:6.1f} %  bias {b['bias_pct']:+7.1f} %  coverage {cov}")
+    print("constants: " + ", ".join(f"{k}={v:.4g}" for k, v in cal.constants.items()))
+    for w in cal.warnings:
+        print(f"warning: {w}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,186 @@
+"""planner validate --cv source: leave-one-source-out calibration, 80 % intervals from other sources' residuals,
+the shipped default calibration and --calibration none."""
+
+import json
+import math
+
+import pytest
+from typer.testing import CliRunner
+
+import planner.calibrate as C
+import planner.predict as P
+from costmodel.core.errors import PlannerError
+from costmodel.cost.roofline import RooflineCostModel
+from costmodel.workloads.runner import write_runs_csv
+from planner import intervals as I
+from planner.cli import app
+from planner.source_cv import validate_source_cv
+from planner.validation.report import validate_files
+from planner.validation.runs import default_hardware, load_runs, row_to_inputs
+
+# three sources whose runs take 1.2x the roofline time (a 2 % deterministic spread), one (SRCX) at 3x
+FACTORS = {"SRCA": 1.2, "SRCB": 1.2, "SRCC": 1.2, "SRCX": 3.0}
+SPREAD = (-0.02, -0.01, 0.0, 0.005, 0.01, 0.02)
+SHAPES = [(4, 1024, 16, 2816), (8, 1024, 16, 2816), (4, 2048, 16, 5504), (8, 2048, 16, 5504),
+          (6, 1536, 16, 4096), (6, 1024, 16, 2816)]
+
+
+@pytest.fixture(scope="module")
+def roofline():
+    return RooflineCostModel()
+
+
+def _rows(measured=None):
+    rows = []
+    for src in FACTORS:
+        for j, (L, h, a, f) in enumerate(SHAPES):
+            rid = f"{src}-{j:03d}"
+            rows.append(dict(
+                id=rid, source=f"synthetic {src} (tests/test_cv_source.py)", model_name=f"syn-{L}L-{h}h",
+                n_layers=L, hidden=h, n_heads=a, n_kv_heads=a, ffn_hidden=f, vocab=32000, seq_len=2048,
+                arch_notes="SwiGLU, RMSNorm, RoPE", gpu="A100-80GB", n_gpus=1, gpus_per_node=8, tp=1, pp=1, dp=1,
+                cp=1, mbs=1, gbs=4, recompute="none", seq_parallel="n", dist_optimizer_or_zero="none",
+                precision="bf16", framework="synthetic", measured_metric="iteration_time_s",
+                measured_value=1.0 if measured is None else measured[rid], notes="TIER=A; synthetic"))
+    return rows
+
+
+@pytest.fixture(scope="module")
+def runs_file(tmp_path_factory, roofline):
+    path = write_runs_csv(_rows(), tmp_path_factory.mktemp("cv") / "runs.csv")
+    hw_fn, measured = default_hardware(), {}
+    for row in load_runs(path):
+        model, p, gpu_key, gpn = row_to_inputs(row)
+        t = P.predict(model, p, hw_fn(gpu_key, gpn, row.cluster), roofline).iteration_time_s
+        j = int(row.id.rsplit("-", 1)[1])
+        measured[row.id] = f"{t * FACTORS[row.prefix] * (1 + SPREAD[j]):.6g}"
+    return write_runs_csv(_rows(measured), path)
+
+
+@pytest.fixture(scope="module")
+def report(runs_file, roofline):
+    return validate_source_cv(load_runs(runs_file), constants="compute_scale", cost_model=roofline)
+
+
+def test_held_out_source_is_never_in_its_fold(report):
+    """SRCX alone would fit compute_scale ~3; its fold must have seen only the 1.2x sources."""
+    fold = {tuple(f["held_out"]): f["constants"]["compute_scale"] for f in report.folds}
+    assert set(fold) == {(s,) for s in FACTORS}
+    assert fold[("SRCX",)] == pytest.approx(1.2, rel=0.01)
+    assert fold[("SRCA",)] > 1.4  # pulled up by SRCX, which that fold did see
+    x = [r for r in report.rows if r.source == "SRCX"]
+    assert len(x) == len(SHAPES) and all(r.error == pytest.approx(1.2 / 3.0 - 1.0, abs=0.03) for r in x)
+    assert report.in_sample["constants"]["compute_scale"] > 1.4  # in-sample, every source seen
+
+
+def test_interval_comes_from_other_sources_only(report):
+    x = [r for r in report.rows if r.source == "SRCX"]
+    others = [r for r in report.rows if r.source != "SRCX"]
+    # SRCX's band rests on the 18 residuals of SRCA/B/C, all positive (those folds saw SRCX): its -0.9 ones lie
+    # outside
+    assert all(r.interval_n == 3 * len(SHAPES) and r.covered is False for r in x)
+    assert all(r.interval_high < r.measured for r in x)  # predicted 2.5x too fast, band below the run
+    recs = [{"gpu": r.gpu, "framework": "megatron", "residual": math.log(r.predicted / r.measured)} for r in others]
+    _, group = I.lookup(I.fit_intervals(recs), "a100-80gb", "megatron")
+    assert x[0].interval_low == pytest.approx(x[0].predicted * math.exp(-group["q_high"]), rel=1e-9)
+    assert x[0].interval_group == "gpu_family=ampere,framework=megatron"
+    src = {s.value: s for s in report.summaries if s.group == "source"}
+    assert src["SRCX"].interval_coverage == 0.0
+    overall = report.overall()
+    flags = [r.covered for r in report.rows]
+    assert overall.interval_coverage == pytest.approx(sum(flags) / len(flags))
+
+
+def test_json_keys(report):
+    d = report.to_dict()
+    assert d["cv"] == "source" and list(d)[0] == "cv"
+    overall = next(s for s in d["summaries"] if s["group"] == "overall")
+    assert {"group", "value", "n", "mape_pct", "bias_pct", "interval_coverage"} <= set(overall)
+    assert overall["n"] == len(FACTORS) * len(SHAPES)
+    assert {"constants", "folds", "in_sample", "uncalibrated"} <= set(d)
+
+
+def test_interval_table_groups_and_fallback():
+    recs = [{"gpu": "h100-sxm", "framework": "fsdp", "residual": 0.1 * i} for i in range(9)]
+    recs += [{"gpu": "a100-80gb", "framework": "fsdp", "residual": -0.1} for _ in range(3)]
+    t = I.fit_intervals(recs)
+    key, g = I.lookup(t, "h100-sxm", "fsdp")
+    assert key == "gpu_family=hopper,framework=fsdp" and g["n"] == 9
+    assert g["q_low"] == pytest.approx(0.08) and g["q_high"] == pytest.approx(0.72)
+    key, g = I.lookup(t, "a100-80gb", "fsdp")  # 3 ampere runs: falls back to the framework group
+    assert key == "framework=fsdp" and g["n"] == 12
+    key, _ = I.lookup(t, "b200", "megatron")
+    assert key == "pooled"
+    lo, hi = I.time_band(2.0, {"q_low": -0.1, "q_high": 0.2})  # pred 20 % high -> measured lower
+    assert lo == pytest.approx(2.0 * math.exp(-0.2)) and hi == pytest.approx(2.0 * math.exp(0.1))
+
+
+# ------------------------------------------------------------------------------------------ CLI
+
+
+@pytest.fixture
+def roofline_everywhere(monkeypatch, roofline):
+    monkeypatch.setattr(P, "default_cost_model", lambda: roofline)
+    monkeypatch.setattr(C, "default_cost_model", lambda: roofline)
+
+
+def test_cli_cv_none_is_todays_output(roofline_everywhere, runs_file):
+    res = CliRunner().invoke(app, ["validate", "--runs", str(runs_file), "--format", "json", "--cv", "none"])
+    assert res.exit_code == 0, res.output
+    _, today = validate_files([runs_file], None)
+    assert json.loads(res.output) == json.loads(json.dumps(today.to_dict()))
+    assert "cv" not in json.loads(res.output)
+
+
+def test_cli_cv_source_default_and_errors(roofline_everywhere, runs_file):
+    runner = CliRunner()
+    res = runner.invoke(app, ["validate", "--runs", str(runs_file), "--format", "json", "--tier", "A"])
+    assert res.exit_code == 0, res.output  # the shipped default calibration exists: --cv source by default
+    d = json.loads(res.output)
+    assert d["cv"] == "source" and d["constants"] == list(C.CONSTANTS)
+    res = runner.invoke(app, ["validate", "--runs", str(runs_file), "--cv", "source", "--calibration", "x"])
+    assert isinstance(res.exception, PlannerError) and "drop --calibration" in str(res.exception)
+    res = runner.invoke(app, ["validate", "--runs", str(runs_file), "--cv", "kfold"])
+    assert isinstance(res.exception, PlannerError) and "use none or source" in str(res.exception)
+
+
+def test_cli_calibrate_cv_source(roofline_everywhere, runs_file, tmp_path):
+    res = CliRunner().invoke(app, ["calibrate", "--runs", str(runs_file), "--name", "s", "--out", str(tmp_path),
+                                   "--cv", "source", "--constants", "compute_scale", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output)
+    assert d["cv"]["scheme"] == "source" and d["cv"]["folds"] == len(FACTORS)
+    assert d["intervals"]["groups"]["pooled"]["n"] == len(FACTORS) * len(SHAPES)
+    assert C.load_calibration(tmp_path / "s.json").interval_group("a100-80gb", "megatron") is not None
+
+
+# ------------------------------------------------------------------------------------------ default calibration
+
+
+def test_shipped_default_calibration_has_provenance():
+    path = C.default_calibration_path()
+    cal = C.load_calibration(path)
+    assert cal.name == "default" and set(cal.constants) <= set(C.CONSTANTS)
+    prov = cal.provenance
+    assert {"note", "command", "runs_file", "runs_sha256", "constant_support", "leave_one_source_out"} <= set(prov)
+    assert "regenerated" in prov["note"]
+    assert set(prov["constant_support"]) == set(cal.constants)
+    assert cal.fitted_on[0]["run_ids"] and cal.cv["scheme"] == "source"
+    assert cal.intervals["groups"]["pooled"]["n"] >= I.MIN_GROUP_RUNS
+
+
+def test_predict_applies_default_and_calibration_none():
+    runner = CliRunner()
+    args = ["predict", "--model", "llama-7b", "--gpu", "a100-80gb", "--gpus", "8", "--gbs", "16", "--format", "json"]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    cal = json.loads(res.output)
+    assert cal["calibration"] == "default" and cal["interval"].startswith("80 % interval")
+    assert cal["iteration_time_low_s"] < cal["iteration_time_high_s"]
+    res = runner.invoke(app, args + ["--calibration", "none"])
+    assert res.exit_code == 0, res.output
+    plain = json.loads(res.output)
+    assert plain["calibration"] == "none" and not plain["interval"].startswith("80 % interval")
+    shipped = C.load_calibration(C.default_calibration_path())
+    if shipped.constants != {k: C.CONSTANTS[k].default for k in shipped.constants}:
+        assert plain["iteration_time_s"] != cal["iteration_time_s"]
