@@ -75,8 +75,10 @@ def register(app: typer.Typer) -> None:
                                 "overlap_efficiency, iteration_overhead_s.")] = None,
         out: Annotated[Path, typer.Option("--out", help="Directory to write the calibration to.")] = Path(
             "calibrations"),
-        cv: Annotated[str, typer.Option("--cv", help="Cross-validation: kfold, model (leave one model out) or "
-                                                     "kind (leave one parallelism kind out).")] = "kfold",
+        cv: Annotated[str, typer.Option("--cv", help="Cross-validation: kfold, model (leave one model out), "
+                                                     "kind (leave one parallelism kind out) or source (leave one "
+                                                     "source, the run id prefix, out; also fits the 80 % interval "
+                                                     "table).")] = "kfold",
         folds: Annotated[int, typer.Option("--folds", help="Folds for --cv kfold.")] = 5,
         seed: Annotated[int, typer.Option("--seed", help="Shuffle seed for --cv kfold.")] = 0,
         tier: Annotated[list[str] | None, typer.Option(

@@ -16,7 +16,7 @@ from costmodel.core.kinds import describe_cost_sources
 from costmodel.core.specs.framework import attention_kernel
 from costmodel.core.specs.plan import describe_split
 from planner import cli_options as O
-from planner.calibrate import resolve_calibration
+from planner.calibrate import calibration_option
 from planner.models_dir import models_dir_for
 from planner.predict import predict
 from planner.requests import PlanRequest
@@ -34,8 +34,7 @@ def predict_request(req: PlanRequest, hardware_files: tuple = (), calibration=No
     res = req.resolve(hardware_files)
     pred = predict(res.model, res.plan, res.hardware, calibration=calibration)
     out = pred.to_dict()
-    if calibration is not None:
-        out["calibration"] = calibration.name
+    out["calibration"] = calibration.name if calibration is not None else "none"
     out["models_dir"] = models_dir_for(res.hardware.gpu.name)  # '' = no fitted model for this GPU (roofline)
     plan = res.plan
     out["plan"] = {"model": res.model.name, "gpu": res.hardware.gpu.name, "cluster": res.hardware.cluster.name,
@@ -91,7 +90,7 @@ def _render_table(rec: dict) -> None:
     t.add_column("value", justify="right")
     band = ""
     if rec.get("iteration_time_low_s") is not None and rec.get("iteration_time_high_s") is not None:
-        band = f" (interval {rec['iteration_time_low_s']:.4g} .. {rec['iteration_time_high_s']:.4g})"
+        band = f" [{rec['iteration_time_low_s']:.4g} .. {rec['iteration_time_high_s']:.4g}]"
     t.add_row(escape("iteration time [s]"), f"{rec['iteration_time_s']:.4g}{band}")
     t.add_row(escape("throughput [tokens/s]"), f"{rec['tokens_per_s']:,.0f}")
     t.add_row(escape("throughput [tokens/s/GPU]"), f"{rec['tokens_per_s_per_gpu']:,.1f}")
@@ -118,6 +117,8 @@ def _render_table(rec: dict) -> None:
         b.add_row(row["operator"], row["phase"], f"{row['time_s']:.4g}", f"{100 * row['share']:.1f}")
     con.print(b)
     con.print(f"fitted models: {escape(rec.get('models_dir') or 'none for this GPU (roofline)')}")
+    con.print(f"calibration: {escape(rec.get('calibration') or 'none')}"
+              + (f"; interval: {escape(rec['interval'])}" if rec.get("interval") else ""))
     for w in rec["warnings"]:
         con.print(f"[yellow]warning:[/] {w}")
 
@@ -151,18 +152,17 @@ def register(app: typer.Typer) -> None:
         models: O.ModelsDir = None,
         calibration: Optional[str] = typer.Option(
             None, "--calibration",
-            help="Calibration NAME (calibrations/NAME.json) or file from `planner calibrate`."),
+            help="Calibration NAME (calibrations/NAME.json) or file from `planner calibrate`; default: the "
+                 "shipped default calibration (search_spaces/calibration/default.json); 'none' = uncalibrated."),
     ) -> None:
         """Predict iteration time, throughput, MFU, memory and operator breakdown of one plan (or a batch)."""
         if fmt not in FORMATS:
             raise _err(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
         hw_files = tuple(hardware_file)
-        cal = None
-        if calibration is not None:
-            try:
-                cal = resolve_calibration(calibration)
-            except PlannerError as exc:
-                raise _err(str(exc)) from None
+        try:
+            cal = calibration_option(calibration)
+        except PlannerError as exc:
+            raise _err(str(exc)) from None
         if batch is not None:
             if fmt == "table":
                 fmt = "jsonl"

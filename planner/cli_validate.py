@@ -15,13 +15,15 @@ from rich.markup import escape
 from rich.table import Table
 
 from costmodel.core.errors import PlannerError
-from planner.calibrate import resolve_calibration
+from planner.calibrate import calibration_option, default_calibration_path
 from planner.cli_options import ModelsDir, write_or_print
 from planner.predict import predict
-from planner.reports.validate_report import build_and_write, render_markdown, report_tables
-from planner.validation.report import ValidationReport, validate_files
+from planner.reports.validate_report import build_and_write, render_markdown, report_tables, write_validation_report
+from planner.source_cv import CVReport, validate_source_cv
+from planner.validation.report import ValidationReport, load_run_files, validate_files
 
 FORMATS = ("table", "json", "md")
+CV_CHOICES = ("none", "source")
 
 
 def render_rich(report: ValidationReport, console: Console) -> None:
@@ -36,29 +38,82 @@ def render_rich(report: ValidationReport, console: Console) -> None:
         console.print(f"{report.excluded_by_tier} runs left out by the tier filter.")
 
 
+def render_cv_preface(report: ValidationReport) -> list[str]:
+    """Lines that say what the headline figures of a --cv source report are, and the coverage per source."""
+    if not isinstance(report, CVReport):
+        return []
+    o = report.overall()
+    lines = ["Cross-validated (leave-one-source-out): each source is predicted with constants ("
+             + ", ".join(report.constants) + ") fitted on the other sources only; the summaries below are "
+             "these held-out errors. Interval = 80 % interval from the other sources' held-out residuals."]
+    if o is not None:
+        cov = "-" if o.interval_coverage is None else f"{100 * o.interval_coverage:.0f} %"
+        lines.append(f"cross-validated: {o.n} runs, MAPE {o.mape_pct:.1f} %, bias {o.bias_pct:+.1f} %, "
+                     f"80 % interval coverage {cov}")
+    for label, st in (("in-sample (constants fitted on all runs, optimistic)", report.in_sample),
+                      ("uncalibrated", report.uncalibrated)):
+        if st and st.get("mape_pct") is not None:
+            lines.append(f"{label}: MAPE {st['mape_pct']:.1f} %, bias {st['bias_pct']:+.1f} %")
+    per_source = [s for s in report.summaries if s.group == "source"]
+    if per_source:
+        lines.append("per source (cross-validated): " + "; ".join(
+            f"{s.value} n={s.n} MAPE {s.mape_pct:.1f} % bias {s.bias_pct:+.1f} % coverage "
+            + ("-" if s.interval_coverage is None else f"{100 * s.interval_coverage:.0f} %") for s in per_source))
+    return lines
+
+
+def cv_report(runs: list[Path] | None, tiers: list[str] | None, constants: str | None = None
+              ) -> tuple[list[Path], CVReport]:
+    """Load the run files as `planner validate` does and validate them leave-one-source-out."""
+    files, rows, wanted = load_run_files(runs, tiers)
+    return files, validate_source_cv(rows, wanted, constants)
+
+
 def calibrated_predict(calibration: str | None) -> Callable | None:
-    """predict with `planner calibrate`'s constants (calibration NAME or file); None = uncalibrated."""
-    if calibration is None:
-        return None
-    return partial(predict, calibration=resolve_calibration(calibration))
+    """predict with `planner calibrate`'s constants (calibration NAME or file, 'default' = the shipped one);
+    None or 'none' = uncalibrated."""
+    cal = None if calibration is None else calibration_option(calibration)
+    return None if cal is None else partial(predict, calibration=cal)
+
+
+def resolve_cv(cv: str | None, calibration: str | None) -> str:
+    """--cv as given, else 'source' when the shipped default calibration exists and no --calibration is
+    given (the shipped constants were fitted on the published runs: only held-out figures are honest), else
+    'none' (predictions as planner predict makes them, uncalibrated or with --calibration)."""
+    if cv is None:
+        return "source" if calibration is None and default_calibration_path().is_file() else "none"
+    if cv not in CV_CHOICES:
+        raise PlannerError(f"unknown --cv {cv!r}: use none or source.")
+    if cv == "source" and calibration is not None:
+        raise PlannerError("--cv source fits its own constants per held-out source; drop --calibration "
+                           "(or use --cv none to apply a calibration).")
+    return cv
+
+
+def _report(runs, tiers, calibration, cv) -> tuple[list[Path], ValidationReport]:
+    if cv == "source":
+        return cv_report(runs, tiers)
+    return validate_files(runs, tiers, calibrated_predict(calibration))
 
 
 def run_validate(runs: list[Path] | None, tiers: list[str] | None, fmt: str, out: Path | None,
-                 calibration: str | None = None) -> str | None:
+                 calibration: str | None = None, cv: str = "none") -> str | None:
     """Load, predict and render; returns the text for json/md (None when printed as rich tables)."""
     if fmt not in FORMATS:
         raise PlannerError(f"unknown --format {fmt!r}: use one of {', '.join(FORMATS)}.")
-    _, report = validate_files(runs, tiers, calibrated_predict(calibration))
+    _, report = _report(runs, tiers, calibration, cv)
     if fmt == "json":
         return json.dumps(report.to_dict(), indent=2)
+    preface = render_cv_preface(report)
     if fmt == "md":
-        return render_markdown(report)
-    if out is None:
-        render_rich(report, Console())
-        return None
+        return "".join(f"{line}\n\n" for line in preface) + render_markdown(report)
+    console = Console() if out is None else None
     buf = io.StringIO()
-    render_rich(report, Console(file=buf, width=240, no_color=True, force_terminal=False))
-    return buf.getvalue()
+    console = console or Console(file=buf, width=240, no_color=True, force_terminal=False)
+    for line in preface:
+        console.print(escape(line))
+    render_rich(report, console)
+    return None if out is None else buf.getvalue()
 
 
 def register(app: typer.Typer) -> None:
@@ -74,17 +129,30 @@ def register(app: typer.Typer) -> None:
             "--report", help="Write a Markdown report with a predicted-vs-measured PNG, e.g. reports/validation.md; "
                              "prints only its summary unless --format/--out is given.")] = None,
         calibration: Annotated[str | None, typer.Option(
-            "--calibration", help="Calibration NAME (calibrations/NAME.json) or file from planner calibrate.")] = None,
+            "--calibration", help="With --cv none: calibration NAME (calibrations/NAME.json), file from planner "
+                                  "calibrate, or 'default' (the shipped one); default uncalibrated.")] = None,
+        cv: Annotated[str | None, typer.Option(
+            "--cv", help="source: each source predicted by constants fitted on the other sources (leave one "
+                         "source out; headline figures and 80 % interval coverage are held-out); none: "
+                         "predictions as planner predict makes them. Default: source when planner ships a "
+                         "default calibration and no --calibration is given, else none.")] = None,
         models: ModelsDir = None,
     ) -> None:
         """Compare whole-iteration predictions with measured published training runs."""
+        cv = resolve_cv(cv, calibration)
         if report is not None:
-            files, rep = build_and_write(report, runs, tier, predict_fn=calibrated_predict(calibration))
+            if cv == "source":
+                files_used, rep = cv_report(runs, tier)
+                files = write_validation_report(report, rep, files_used)
+            else:
+                files, rep = build_and_write(report, runs, tier, predict_fn=calibrated_predict(calibration))
             o = rep.overall()
-            typer.echo(f"wrote {files.markdown}" + (f" ({o.n} runs, MAPE {o.mape_pct:.1f} %)" if o else ""), err=True)
+            label = "cross-validated " if cv == "source" else ""
+            typer.echo(f"wrote {files.markdown}" + (f" ({o.n} runs, {label}MAPE {o.mape_pct:.1f} %)" if o else ""),
+                       err=True)
             if fmt == "table" and out is None:
                 return
-        text = run_validate(runs, tier, fmt, out, calibration)
+        text = run_validate(runs, tier, fmt, out, calibration, cv)
         if text is None:
             return
         write_or_print(text, out)
