@@ -10,8 +10,8 @@ checked-in files equal a fresh build. The TOML is written by the tiny emitter in
 
 Usage: ``python scripts/build_catalogue.py [--data DIR] [--out DIR] [--check]``.
 
-Every choice made here (which YAML entry, which price, which comparable latency) is listed in the
-tables below and explained in ``search_spaces/hardware/PROVENANCE.md``.
+Every choice made here (which YAML entry, which price, which comparable latency) is listed in the tables below
+(GPU variants in scripts/catalogue_variants.py) and explained in ``search_spaces/hardware/PROVENANCE.md``.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # the script also runs from a checkout where the package is not installed
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the TOML emitter beside this script
 from catalogue_capacity import CAPACITY_SOURCES, hbm_mib_figure  # noqa: E402
+from catalogue_variants import VARIANT_UNFITTED, merge_variants  # noqa: E402
 from toml_emitter import toml_table  # noqa: E402
 
 from costmodel.core.fileio import atomic_write_text  # noqa: E402
@@ -365,6 +366,7 @@ EXTRA_SOURCES = {
                     "in the index read)",
     },
 }
+merge_variants(globals())  # GPU variants and node types of published runs (scripts/catalogue_variants.py)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -481,8 +483,8 @@ def build(data: Path) -> dict[str, dict]:
         fig, note = {**fig, **hbm_mib_figure(key, figs, notes)}, " ".join(notes)
         gpus[key] = {"display_name": DISPLAY_NAMES[key], **fig, "default_cluster": DEFAULT_CLUSTER[key],
                      "measured_data": key in MEASURED, "sources": figs,
-                     "notes": " ".join([note, UNFITTED_NOTE, "price: none in the catalogue; pass a hardware file "
-                                        "with price_usd_per_gpu_hour."])}
+                     "notes": " ".join([note, VARIANT_UNFITTED.get(key, UNFITTED_NOTE), "price: none in the "
+                                        "catalogue; pass a hardware file with price_usd_per_gpu_hour."])}
 
     clusters: dict[str, dict] = {}
     for key, spec in CLUSTERS.items():
@@ -572,8 +574,7 @@ def render(data: Path) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=None,
-                    help="shared/data folder (default: costmodel.core.paths.data_dir())")
+    ap.add_argument("--data", type=Path, default=None, help="shared/data folder (default: paths.data_dir())")
     ap.add_argument("--out", type=Path, default=OUT_DIR)
     ap.add_argument("--check", action="store_true", help="exit 1 if the files on disk differ from a fresh build")
     args = ap.parse_args(argv)
@@ -585,8 +586,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, text in render(data).items():
         path = args.out / name
         if args.check:
-            if not path.exists() or path.read_text() != text:
-                stale.append(name)
+            stale += [name] if not path.exists() or path.read_text() != text else []
         else:
             atomic_write_text(path, text)
             print(f"wrote {path}")

@@ -214,3 +214,29 @@ def test_torchtitan_selective_ac_recomputes_elementwise_ops_and_every_second_mat
     fwd_elementwise = sorted(o.name for o in titan if o.phase.value == "fwd"
                              and o.kind in ("norm", "rope", "activation", "residual_add"))
     assert sorted(o.name for o in again if o.kind != "gemm") == fwd_elementwise
+
+
+def test_megatron_2020_rows_take_the_per_replica_batch_as_micro_batch():
+    from costmodel.core.paths import validation_dir
+    from planner.validation.runs import load_runs, row_to_inputs
+
+    vdir = validation_dir()
+    if vdir is None:
+        pytest.skip("../shared/validation not present")
+    rows = {r.id: r for r in load_runs(vdir / "published_runs.csv")}
+    _, plan, _, _ = row_to_inputs(rows["MLM-SEP20-002"])    # GBS 2048 over DP 128, no accumulation in 2020
+    assert plan.micro_batch_size == 16 and plan.num_microbatches == 1
+    assert any("MBS = GBS / DP = 16" in a for a in rows["MLM-SEP20-002"].assumptions)
+    _, plan, _, _ = row_to_inputs(rows["NARAY21-001"])      # no such rule: MBS not stated stays 1
+    assert plan.micro_batch_size == 1
+
+
+def test_power_capped_h100_is_priced_from_h100_measurements_at_its_own_peak_and_bandwidth():
+    capped = PlanRequest(model="llama3-8b", gpu="h100-sxm-500w", gpus=8, gbs=8, seq_len=4096,
+                         framework="torchtitan", zero=3).resolve()
+    full = PlanRequest(model="llama3-8b", gpu="h100-sxm", gpus=8, gbs=8, seq_len=4096,
+                       framework="torchtitan", zero=3).resolve()
+    pc, pf = predict(capped.model, capped.plan, capped.hardware), predict(full.model, full.plan, full.hardware)
+    assert pc.iteration_time_s > pf.iteration_time_s
+    assert capped.hardware.gpu.peak_tflops["bf16"] == pytest.approx(989.4 * (500 / 700) ** (1 / 3), abs=0.1)
+    assert any("derived from h100-sxm" in w for w in pc.warnings)
