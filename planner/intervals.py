@@ -6,6 +6,9 @@ TFLOP/s and MFU rows are inverse times, so their residual is ``-log(predicted / 
 q90 the 10th and 90th percentiles of the residuals of a group, the measured time lies in
 ``[t * exp(-q90), t * exp(-q10)]`` for 80 % of such runs, if a new run behaves like the runs of its group.
 
+The percentiles are those of source-shifted residuals (:func:`source_shifted`): a new source's bias plus the
+scatter within a source, so that the band also holds for runs of a source the table never saw.
+
 Groups, most specific first: ``gpu_family=F,framework=W``, ``framework=W``, ``gpu_family=F``, ``pooled``;
 the first with at least :data:`MIN_GROUP_RUNS` residuals is used, and the interval states which and how
 many. GPU families are NVIDIA's / AMD's architecture names of the catalogue GPUs (vendor data sheets).
@@ -25,6 +28,9 @@ QUANTILES = (10.0, 90.0)
 MIN_GROUP_RUNS = 8
 """A group with fewer residuals falls back to the next, coarser one (10th/90th percentiles of fewer than
 ~8 values are the extreme values themselves)."""
+MIN_GROUP_SOURCES = 2
+"""A group whose residuals come from one source says nothing about how another source of the regime differs
+(its between-source spread is unknown): it falls back to the next, coarser group."""
 DEFAULT_FRAMEWORK = "megatron"
 """Framework of a plan that does not name one (planner's default)."""
 
@@ -59,17 +65,29 @@ def time_residual(metric: str, predicted: float, measured: float) -> float:
     return r if metric == "iteration_time_s" else -r
 
 
+def source_shifted(by_source: Mapping[str, list[float]]) -> np.ndarray:
+    """Residuals a run of a *new* source may have: every source's mean residual (its bias: the sources differ in
+    stack version, cluster and how they measured) plus every within-source deviation from its source's mean,
+    all combinations, each source mean and each deviation weighted alike (a two-level random-effects spread,
+    as a grouped bootstrap would draw it). With one source it is that source's residuals."""
+    means = {s: float(np.mean(v)) for s, v in by_source.items()}
+    devs = np.array([r - means[s] for s, v in by_source.items() for r in v])
+    return np.add.outer(np.array(list(means.values())), devs).ravel()
+
+
 def fit_intervals(records: Iterable[Mapping]) -> dict:
-    """Interval table from residual records ``{gpu, framework, residual}``: every group with its n and
-    percentiles (groups below MIN_GROUP_RUNS are kept with their n, and skipped by :func:`lookup`)."""
-    by_group: dict[str, list[float]] = {}
+    """Interval table from residual records ``{source, gpu, framework, residual}``: every group with its n, its
+    sources and the percentiles of :func:`source_shifted` residuals (groups below MIN_GROUP_RUNS are kept with
+    their n, and skipped by :func:`lookup`)."""
+    by_group: dict[str, dict[str, list[float]]] = {}
     for rec in records:
         for key in regime_keys(rec["gpu"], rec["framework"]):
-            by_group.setdefault(key, []).append(float(rec["residual"]))
+            by_group.setdefault(key, {}).setdefault(str(rec.get("source", "")), []).append(float(rec["residual"]))
     groups = {}
-    for key, vals in sorted(by_group.items()):
-        q_lo, q_hi = np.percentile(np.asarray(vals), QUANTILES)
-        groups[key] = {"n": len(vals), "q_low": float(q_lo), "q_high": float(q_hi)}
+    for key, by_source in sorted(by_group.items()):
+        q_lo, q_hi = np.percentile(source_shifted(by_source), QUANTILES)
+        groups[key] = {"n": sum(len(v) for v in by_source.values()), "sources": len(by_source),
+                       "q_low": float(q_lo), "q_high": float(q_hi)}
     return {"level": LEVEL, "percentiles": list(QUANTILES), "min_group_runs": MIN_GROUP_RUNS,
             "residual": "log(predicted / measured iteration time), leave-one-source-out", "groups": groups}
 
@@ -82,7 +100,7 @@ def lookup(table: Mapping | None, gpu: str, framework: str) -> tuple[str, dict] 
     need = int(table.get("min_group_runs", MIN_GROUP_RUNS))
     for key in regime_keys(gpu, framework):
         g = groups.get(key)
-        if g is not None and g["n"] >= need:
+        if g is not None and g["n"] >= need and g.get("sources", MIN_GROUP_SOURCES) >= MIN_GROUP_SOURCES:
             return key, g
     return None
 

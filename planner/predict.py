@@ -161,7 +161,7 @@ def predict(model: ModelSpec, plan: ParallelPlan, hardware: Hardware,
     cost_model = cost_model or default_cost_model()
     # PP x VPP not dividing the layers: the split with the shortest predicted pipeline that fits is predicted
     plan, graph, times = costed_graph(model, plan, hardware, cost_model,
-                                      calibration.scale_times if calibration is not None else None)
+                                      calibration.scaler(plan) if calibration is not None else None)
     warnings = domain_warnings(plan) + list(times.warnings)
     unread = model.extra.get("unread_keys") if isinstance(model.extra, dict) else None
     if unread:
@@ -169,7 +169,7 @@ def predict(model: ModelSpec, plan: ParallelPlan, hardware: Hardware,
         warnings = [f"{model.source or 'config.json'}: keys planner does not read, ignored: {shown} (check that "
                     "they do not change the architecture)"] + warnings
     if calibration is not None:
-        times = times.scaled(calibration.scale_times)
+        times = times.scaled(calibration.scaler(plan))
         warnings = warnings + calibration.warnings_for(cost_model.name)
     pred = prediction_from_times(model, plan, hardware, graph, times.time_s, warnings, cost_model.name,
                                  calibration, times.source_counts())

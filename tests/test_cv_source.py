@@ -4,6 +4,7 @@ the shipped default calibration and --calibration none."""
 import json
 import math
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -80,7 +81,8 @@ def test_interval_comes_from_other_sources_only(report):
     # outside
     assert all(r.interval_n == 3 * len(SHAPES) and r.covered is False for r in x)
     assert all(r.interval_high < r.measured for r in x)  # predicted 2.5x too fast, band below the run
-    recs = [{"gpu": r.gpu, "framework": "megatron", "residual": math.log(r.predicted / r.measured)} for r in others]
+    recs = [{"source": r.source, "gpu": r.gpu, "framework": "megatron",
+             "residual": math.log(r.predicted / r.measured)} for r in others]
     _, group = I.lookup(I.fit_intervals(recs), "a100-80gb", "megatron")
     assert x[0].interval_low == pytest.approx(x[0].predicted * math.exp(-group["q_high"]), rel=1e-9)
     assert x[0].interval_group == "gpu_family=ampere,framework=megatron"
@@ -101,12 +103,14 @@ def test_json_keys(report):
 
 
 def test_interval_table_groups_and_fallback():
-    recs = [{"gpu": "h100-sxm", "framework": "fsdp", "residual": 0.1 * i} for i in range(9)]
-    recs += [{"gpu": "a100-80gb", "framework": "fsdp", "residual": -0.1} for _ in range(3)]
+    # one run per source: source-shifted residuals are the residuals themselves
+    recs = [{"source": f"S{i}", "gpu": "h100-sxm", "framework": "fsdp", "residual": 0.1 * i} for i in range(9)]
+    recs += [{"source": f"T{i}", "gpu": "a100-80gb", "framework": "fsdp", "residual": -0.1} for i in range(3)]
     t = I.fit_intervals(recs)
     key, g = I.lookup(t, "h100-sxm", "fsdp")
     assert key == "gpu_family=hopper,framework=fsdp" and g["n"] == 9
-    assert g["q_low"] == pytest.approx(0.08) and g["q_high"] == pytest.approx(0.72)
+    want = np.percentile(np.repeat([0.1 * i for i in range(9)], 9), (10, 90))  # 9 source means x 9 zero deviations
+    assert (g["q_low"], g["q_high"]) == pytest.approx(tuple(want))
     key, g = I.lookup(t, "a100-80gb", "fsdp")  # 3 ampere runs: falls back to the framework group
     assert key == "framework=fsdp" and g["n"] == 12
     key, _ = I.lookup(t, "b200", "megatron")
@@ -184,3 +188,15 @@ def test_predict_applies_default_and_calibration_none():
     shipped = C.load_calibration(C.default_calibration_path())
     if shipped.constants != {k: C.CONSTANTS[k].default for k in shipped.constants}:
         assert plain["iteration_time_s"] != cal["iteration_time_s"]
+
+
+def test_source_shifted_residuals_carry_the_between_source_spread():
+    # two sources, each tight around its own bias: a new source may sit at either bias, with either scatter
+    shifted = I.source_shifted({"A": [0.09, 0.11], "B": [-0.21, -0.19]})
+    want = [0.09, 0.11, 0.09, 0.11, -0.21, -0.19, -0.21, -0.19]  # each mean + each deviation (+-0.01)
+    assert sorted(np.round(shifted, 6)) == sorted(want)
+    # one source gives no between-source spread and the lookup falls back to a coarser group
+    recs = [{"source": "A", "gpu": "h100-sxm", "framework": "fsdp", "residual": 0.01 * i} for i in range(10)]
+    recs += [{"source": s, "gpu": "b200", "framework": "megatron", "residual": 0.0} for s in "BC" for _ in range(5)]
+    key, g = I.lookup(I.fit_intervals(recs), "h100-sxm", "fsdp")
+    assert key == "pooled" and g["sources"] == 3
