@@ -31,6 +31,8 @@ app = typer.Typer(
     no_args_is_help=True,
     help="Predict LLM training iteration time, memory and cost per token; search parallel layouts.",
     pretty_exceptions_enable=False,
+    # plain-text help: rich markup would eat bracketed units ("[us]") and make ":b:" of "A:B:STEP" an emoji
+    rich_markup_mode=None,
 )
 
 

@@ -84,7 +84,7 @@ def register(app: typer.Typer) -> None:
         run_fit(data_dir, profile, out, gpu, kinds, quick, no_public, max_rows, jobs)
         typer.echo(f"fit done in {time.perf_counter() - t0:.0f} s")
 
-    cm = typer.Typer(help="Inspect the measured operator cost models.", no_args_is_help=True)
+    cm = typer.Typer(help="Inspect the measured operator cost models.", no_args_is_help=True, rich_markup_mode=None)
     app.add_typer(cm, name="costmodel")
 
     @cm.command("report")

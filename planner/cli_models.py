@@ -3,19 +3,33 @@
 from __future__ import annotations
 
 import json
+import sys
 from enum import Enum
 
 import typer
+from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.presets import get_preset, preset_names
+from planner.formats import HEADERS, csv_text, md_rows
 
 
 class OutputFormat(str, Enum):
     table = "table"
     json = "json"
+    csv = "csv"
+    md = "md"
+
+
+# model_row key -> column header (the plan columns' names where they mean the same: planner.formats.HEADERS)
+COLUMNS = {"name": HEADERS["model"], "num_layers": HEADERS["num_layers"], "hidden_size": HEADERS["hidden_size"],
+           "num_heads": "Heads", "num_kv_heads": "KV Heads", "ffn_hidden_size": HEADERS["ffn_hidden_size"],
+           "vocab_size": "Vocab [tokens]", "activation": "Activation", "norm": "Norm",
+           "position_embedding": "Position Embedding", "params_billion": HEADERS["params_billion"],
+           "max_seq_len": "Max Seq Length [tokens]", "source": "Source"}
 
 
 def model_row(spec: ModelSpec) -> dict:
@@ -38,36 +52,32 @@ def model_row(spec: ModelSpec) -> dict:
 
 
 def _table(rows: list[dict]) -> Table:
-    table = Table(title="Model presets (search_spaces/models/*.toml)")
+    table = Table(title="Model presets (search_spaces/models; norm, sources: --format csv|md|json)",
+                  box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, title_justify="left", padding=(0, 0, 0, 1))
     table.add_column("name", no_wrap=True)
-    table.add_column("layers", justify="right")
-    table.add_column("hidden (dim)", justify="right")
-    table.add_column("heads / kv heads", justify="right")
-    table.add_column("FFN (dim)", justify="right")
-    table.add_column("vocab (tokens)", justify="right")
-    table.add_column("activation")
-    table.add_column("norm")
-    table.add_column("params (B)", justify="right")
-    table.add_column("max seq (tokens)", justify="right")
-    table.add_column("source", overflow="fold")
+    for head in ("layers", "hidden", "heads\n/KV", "FFN", "vocab\n[tokens]"):
+        table.add_column(escape(head), justify="right")
+    table.add_column("MLP")
+    table.add_column(escape("params\n[B]"), justify="right")
+    table.add_column(escape("max seq\n[tokens]"), justify="right")
     for r in rows:
         table.add_row(r["name"], str(r["num_layers"]), str(r["hidden_size"]),
-                      f"{r['num_heads']} / {r['num_kv_heads']}", str(r["ffn_hidden_size"]), str(r["vocab_size"]),
-                      r["activation"], r["norm"], f"{r['params_billion']:.2f}", str(r["max_seq_len"]), r["source"])
+                      f"{r['num_heads']}/{r['num_kv_heads']}", str(r["ffn_hidden_size"]), str(r["vocab_size"]),
+                      r["activation"], f"{r['params_billion']:.2f}", str(r["max_seq_len"]))
     return table
 
 
 def register(app: typer.Typer) -> None:
     @app.command("models")
     def models(
-        fmt: OutputFormat = typer.Option(OutputFormat.table, "--format", help="Output as a table or as JSON."),
+        fmt: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table | json | csv | md."),
     ) -> None:
         """List the shipped model presets (use a name with --model, or pass a config.json path)."""
         rows = [model_row(get_preset(n)) for n in preset_names()]
         if fmt is OutputFormat.json:
             typer.echo(json.dumps(rows, indent=2))
+        elif fmt in (OutputFormat.csv, OutputFormat.md):
+            cells = [{COLUMNS[k]: v for k, v in r.items()} for r in rows]
+            sys.stdout.write(csv_text(cells) if fmt is OutputFormat.csv else md_rows(cells))
         else:
-            console = Console()
-            if not console.is_terminal:  # piped or captured: do not squeeze the table to 80 columns
-                console = Console(width=200)
-            console.print(_table(rows))
+            Console().print(_table(rows))

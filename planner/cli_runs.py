@@ -52,7 +52,8 @@ def import_runs(logs: list[Path], framework: str, layout: Layout, skip: int, out
 
 
 def register(app: typer.Typer) -> None:
-    runs = typer.Typer(help="Your own measured runs: import them from training logs.", no_args_is_help=True)
+    runs = typer.Typer(help="Your own measured runs: import them from training logs.", no_args_is_help=True,
+                       rich_markup_mode=None)
     app.add_typer(runs, name="runs")
 
     @runs.command("import")

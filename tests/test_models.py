@@ -292,7 +292,7 @@ def test_cli_models_table():
     assert result.exit_code == 0, result.output
     for name in preset_names():
         assert name in result.output
-    assert "params (B)" in result.output and "405.85" in result.output
+    assert "params" in result.output and "[B]" in result.output and "405.85" in result.output
 
 
 def test_cli_models_json():

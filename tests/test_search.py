@@ -310,7 +310,7 @@ def test_cli_search_formats():
     base = ["search", "--model", "llama-13b", "--gpus", "16", *SMALL, "--exhaustive", "--no-progress", "--top", "3"]
     out = _ok(base + ["--format", "csv"])
     lines = out.strip().splitlines()
-    assert lines[0].split(",")[:4] == ["Rank", "Model Name", "Model Size", "Seq Length"]
+    assert lines[0].split(",")[:4] == ["Rank", "Model Name", "Model Size [B params]", "Seq Length [tokens]"]
     assert len(lines) == 4 and len(lines[0].split(",")) == len(CSV_COLUMNS)
     import json
 

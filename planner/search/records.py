@@ -6,14 +6,20 @@ search stores it with each Optuna trial, the report writer and ``planner export`
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io
 import json
 from dataclasses import dataclass, field
 
 from costmodel.core.kinds import describe_cost_sources
+from costmodel.core.specs.framework import DEFAULT_FRAMEWORK, get_framework
 from costmodel.core.specs.plan import ParallelPlan, describe_split
+from planner.formats import (
+    FORMATS,  # noqa: F401 (re-exported: the formats of every result-printing command)
+    PLAN_FIELDS,
+    csv_text,
+    model_facts,
+    plan_row,
+)
 
 GIB = 1024**3
 
@@ -101,6 +107,8 @@ class PlanRecord:
 
     nvlink_domain: int = 0
     """GPUs per NVLink domain the plan was costed with (ParallelPlan.nvlink_domain; 0 = gpus_per_node)."""
+    framework: str = DEFAULT_FRAMEWORK
+    """Training stack the plan was costed for (ParallelPlan.framework)."""
 
     def to_plan(self) -> ParallelPlan:
         """The ParallelPlan this record describes."""
@@ -109,7 +117,8 @@ class PlanRecord:
                             micro_batch_size=self.mbs, recompute=self.recompute,
                             sequence_parallel=self.sequence_parallel, zero=self.zero, dtype=self.dtype,
                             layer_split=tuple(self.layer_split) if self.layer_split else None,
-                            nvlink_domain=self.nvlink_domain)
+                            nvlink_domain=self.nvlink_domain, framework=self.framework,
+                            overlap_grad_reduce=get_framework(self.framework).overlap_grad_reduce)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -122,7 +131,8 @@ class PlanRecord:
     def key(self) -> tuple:
         """Identity of the plan (for de-duplication across trials and processes)."""
         return (self.gpu, self.cluster, self.gpus, self.gpus_per_node, self.tp, self.pp, self.cp, self.vpp,
-                self.mbs, self.recompute, self.sequence_parallel, self.zero, self.dtype, self.gbs, self.seq_len)
+                self.mbs, self.recompute, self.sequence_parallel, self.zero, self.dtype, self.gbs, self.seq_len,
+                self.framework)
 
 
 def make_record(problem, target, plan: ParallelPlan, pred, price: float | None) -> PlanRecord:
@@ -137,7 +147,7 @@ def make_record(problem, target, plan: ParallelPlan, pred, price: float | None) 
         gpus=plan.world_size, tp=plan.tp, pp=plan.pp,
         dp=plan.dp, cp=plan.cp, vpp=plan.vpp, mbs=plan.micro_batch_size, gbs=plan.global_batch_size,
         seq_len=plan.seq_len, num_microbatches=plan.num_microbatches, recompute=plan.recompute,
-        sequence_parallel=plan.sp, zero=plan.zero, dtype=plan.dtype,
+        sequence_parallel=plan.sp, zero=plan.zero, dtype=plan.dtype, framework=plan.framework,
         iteration_time_s=pred.iteration_time_s, iteration_time_low_s=pred.iteration_time_low_s,
         iteration_time_high_s=pred.iteration_time_high_s, tokens_per_s=tps, mfu=pred.mfu,
         model_tflops_per_gpu=pred.model_tflops_per_gpu, memory_gib_per_gpu=pred.memory_gib_per_gpu,
@@ -183,62 +193,13 @@ def rank(records: list[PlanRecord], objective: str = "time", top_k: int | None =
 
 
 # ----------------------------------------------------------------------------------- formats
-FORMATS = ("table", "json", "csv", "md")
-
-# CSV columns. Where a column means the same as one of NeMo Auto Configurator's results summary
-# (final_summary_<N>nodes.csv written by get_results() in NVIDIA/NeMo
-# nemo/collections/llm/tools/auto_configurator/core/calculate_performance.py: "Model Name",
-# "Model Size", "Seq Length", "TP", "PP", "CP", "EP", "MBS", ..., "Num Layers", "Hidden Size",
-# "FFN Hidden Size", "GBS", "Nodes", "GPUs per Node", "Time per Step", "Samples per Second",
-# "Model TFLOPS / GPU", "Model TFLOPS Aggregate") it carries that name; the others are planner's.
-# Model Size is in billions of parameters as there; EP is 1 (dense models only).
-CSV_COLUMNS: list[tuple[str, object]] = [
-    ("Rank", lambda r, m: r.rank),
-    ("Model Name", lambda r, m: r.model),
-    ("Model Size", lambda r, m: round(m.total_params() / 1e9, 2) if m is not None else ""),
-    ("Seq Length", lambda r, m: r.seq_len),
-    ("TP", lambda r, m: r.tp),
-    ("PP", lambda r, m: r.pp),
-    ("CP", lambda r, m: r.cp),
-    ("EP", lambda r, m: 1),
-    ("MBS", lambda r, m: r.mbs),
-    ("Num Layers", lambda r, m: m.num_layers if m is not None else ""),
-    ("Hidden Size", lambda r, m: m.hidden_size if m is not None else ""),
-    ("FFN Hidden Size", lambda r, m: m.ffn_hidden_size if m is not None else ""),
-    ("GBS", lambda r, m: r.gbs),
-    ("Nodes", lambda r, m: r.nodes),
-    ("GPUs per Node", lambda r, m: r.gpus_per_node),
-    ("Time per Step", lambda r, m: f"{r.iteration_time_s:.6g}"),
-    ("Samples per Second", lambda r, m: f"{r.gbs / r.iteration_time_s:.6g}"),
-    ("Model TFLOPS / GPU", lambda r, m: f"{r.model_tflops_per_gpu:.6g}"),
-    ("Model TFLOPS Aggregate", lambda r, m: f"{r.model_tflops_per_gpu * r.gpus:.6g}"),
-    ("GPU", lambda r, m: r.gpu),
-    ("Cluster", lambda r, m: r.cluster),
-    ("GPUs", lambda r, m: r.gpus),
-    ("DP", lambda r, m: r.dp),
-    ("VPP", lambda r, m: r.vpp),
-    ("Layers per Stage", lambda r, m: " ".join(map(str, r.layer_split)) if r.layer_split else ""),
-    ("Recompute", lambda r, m: r.recompute),
-    ("Sequence Parallel", lambda r, m: r.sequence_parallel),
-    ("ZeRO", lambda r, m: r.zero),
-    ("Dtype", lambda r, m: r.dtype),
-    ("Time per Step Low", lambda r, m: _opt(r.iteration_time_low_s)),
-    ("Time per Step High", lambda r, m: _opt(r.iteration_time_high_s)),
-    ("Tokens per Second", lambda r, m: f"{r.tokens_per_s:.6g}"),
-    ("MFU", lambda r, m: f"{r.mfu:.4f}"),
-    ("Memory per GPU (GiB)", lambda r, m: f"{r.memory_gib_per_gpu:.2f}"),
-    ("USD per GPU Hour", lambda r, m: _opt(r.price_usd_per_gpu_hour)),
-    ("USD per Million Tokens", lambda r, m: _opt(r.usd_per_mtoken)),
-    ("Time to Train (s)", lambda r, m: _opt(r.time_to_train_s)),
-    ("Cost to Train (USD)", lambda r, m: _opt(r.cost_to_train_usd)),
-    ("Bottleneck", lambda r, m: r.bottleneck),
-    ("Pareto", lambda r, m: r.pareto),
-    ("Cost Model", lambda r, m: describe_cost_sources(r.cost_sources, r.cost_model)),
-]
+# CSV columns: the plan fields shared by every command's CSV (names and units defined once in
+# planner.formats.PLAN_FIELDS, NeMo Auto Configurator's names where the meaning is the same).
+def _flat(r: PlanRecord, m) -> dict:
+    return {**r.to_dict(), **model_facts(m), "cost_model_text": describe_cost_sources(r.cost_sources, r.cost_model)}
 
 
-def _opt(v) -> str:
-    return "" if v is None else f"{v:.6g}"
+CSV_COLUMNS: list[tuple[str, object]] = [(f.header, lambda r, m, f=f: f.cell(_flat(r, m))) for f in PLAN_FIELDS]
 
 
 def human_duration(seconds: float | None) -> str:
@@ -263,7 +224,8 @@ def plan_text(r: PlanRecord) -> str:
     layer split follows PP, e.g. 'PP16 (8x15,6)'."""
     s = (f"TP{r.tp} PP{_pp_cell(r)} DP{r.dp} CP{r.cp} VPP{r.vpp} MBS{r.mbs} GBS {batch_text(r.gbs, r.seq_len)} "
          f"{r.recompute} ZeRO{r.zero}")
-    return s if r.dtype == "bf16" else f"{s} {r.dtype}"
+    s = s if r.dtype == "bf16" else f"{s} {r.dtype}"
+    return s if r.framework == DEFAULT_FRAMEWORK else f"{s} {r.framework}"
 
 
 def _time_cell(r: PlanRecord) -> str:
@@ -304,12 +266,7 @@ def to_json(records: list[PlanRecord], meta: dict | None = None) -> str:
 
 
 def to_csv(records: list[PlanRecord], model=None) -> str:
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow([c for c, _ in CSV_COLUMNS])
-    for r in records:
-        w.writerow([f(r, model) for _, f in CSV_COLUMNS])
-    return buf.getvalue()
+    return csv_text([plan_row(_flat(r, model)) for r in records], [f.header for f in PLAN_FIELDS])
 
 
 def to_markdown(records: list[PlanRecord]) -> str:
