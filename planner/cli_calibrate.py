@@ -15,8 +15,12 @@ from rich.table import Table
 from costmodel.core.errors import PlannerError
 from planner.calibrate import CONSTANTS, calibrate_files
 from planner.cli_options import ModelsDir
+from planner.formats import csv_text, md_rows
 
-FORMATS = ("table", "json")
+FORMATS = ("table", "json", "csv", "md")
+
+CONSTANT_COLUMNS = ("constant", "value", "unit", "sigma (1 sd)", "uncalibrated", "meaning")
+"""CSV / Markdown columns of the fitted constants (a constant's unit in its own column: they differ)."""
 
 
 def _fmt(v: float | None, pct: bool = False) -> str:
@@ -28,6 +32,28 @@ def _fmt(v: float | None, pct: bool = False) -> str:
 
 def _pc(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}"
+
+
+def constant_rows(cal) -> list[dict]:
+    """One row per fitted constant (numbers unformatted)."""
+    return [dict(zip(CONSTANT_COLUMNS, (name, value, CONSTANTS[name].unit, cal.uncertainty.get(name),
+                                        CONSTANTS[name].default, CONSTANTS[name].doc)))
+            for name, value in cal.constants.items()]
+
+
+def error_rows(cal) -> list[dict]:
+    """Held-out and in-sample error before and after calibration, [%]."""
+    cv = cal.cv
+    out = []
+    for label, before, after in (
+            (f"held-out ({cv['scheme']}, {cv['folds'] - cv['folds_skipped']} folds)", cv["held_out_before"],
+             cv["held_out_after"]),
+            ("in-sample (all fitted runs)", cal.in_sample["before"], cal.in_sample["after"])):
+        out.append({"runs": label, "n": after["n"], "MAPE before [%]": before["mape_pct"],
+                    "MAPE after [%]": after["mape_pct"], "median |err| before [%]": before["median_abs_pct"],
+                    "median |err| after [%]": after["median_abs_pct"], "bias before [%]": before["bias_pct"],
+                    "bias after [%]": after["bias_pct"]})
+    return out
 
 
 def render_table(cal, path: Path | None) -> str:
@@ -83,7 +109,8 @@ def register(app: typer.Typer) -> None:
         seed: Annotated[int, typer.Option("--seed", help="Shuffle seed for --cv kfold.")] = 0,
         tier: Annotated[list[str] | None, typer.Option(
             "--tier", help="Keep only runs of these tiers (repeatable); default all runs.")] = None,
-        fmt: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
+        fmt: Annotated[str, typer.Option(
+            "--format", help="table | json | csv (the constants) | md (constants and errors).")] = "table",
         models: ModelsDir = None,
     ) -> None:
         """Fit a few composition constants (compute/comm scale, overlap, overhead) to your measured runs."""
@@ -95,5 +122,11 @@ def register(app: typer.Typer) -> None:
         cal, path = calibrate_files(runs, name, constants, out_dir=out, cv=cv, folds=folds, seed=seed, tiers=tier)
         if fmt == "json":
             typer.echo(json.dumps({**cal.to_dict(), "path": str(path)}, indent=2))
+        elif fmt == "csv":
+            typer.echo(csv_text(constant_rows(cal), CONSTANT_COLUMNS), nl=False)
+        elif fmt == "md":
+            typer.echo(f"### Fitted constants ({cal.name}, written to {path})\n\n" + md_rows(constant_rows(cal))
+                       + "\n### Error vs measured, (predicted - measured) / measured\n\n" + md_rows(error_rows(cal)),
+                       nl=False)
         else:
             typer.echo(render_table(cal, path), nl=False)

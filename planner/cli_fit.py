@@ -13,6 +13,7 @@ from costmodel.core.kinds import FEATURES
 from costmodel.core.paths import require_data_dir
 from costmodel.regressors.artifacts import SHIPPED_MODELS_DIR
 from planner.cli_options import write_or_print
+from planner.formats import FORMATS, csv_text
 from planner.models_dir import fit_output_dir
 
 
@@ -59,6 +60,23 @@ def run_fit(data_dir: Path | None, profiles: list[Path] | None, out: Path | None
     return result
 
 
+REPORT_COLUMNS = {"gpu": "GPU", "kind": "kind", "direction": "direction", "samples": "samples",
+                  "available": "available", "model": "model", "target": "target", "cv_mape": "CV MAPE [fraction]",
+                  "median_ape": "median APE [fraction]", "p90_ape": "p90 APE [fraction]",
+                  "ranges": "training ranges", "mape_target": "MAPE goal [fraction]", "met": "goal met",
+                  "why": "why not met"}
+"""CSV columns of `planner costmodel report --format csv` (costmodel.fit.report_rows keys -> header)."""
+
+
+def report_csv(models_dir: Path) -> str:
+    """One row per (GPU, operator kind, direction) of the fitted models."""
+    from costmodel.fit import report_rows  # deferred: the fitting stack (xgboost, sklearn) is slow to import
+
+    rows = [{REPORT_COLUMNS[k]: ("; ".join(f"{n} {lo:g}..{hi:g}" for n, (lo, hi) in v.items()) if k == "ranges" else v)
+             for k, v in r.items() if k in REPORT_COLUMNS} for r in report_rows(models_dir)]
+    return csv_text(rows, list(REPORT_COLUMNS.values()))
+
+
 def register(app: typer.Typer) -> None:
     @app.command("fit")
     def fit_cmd(
@@ -90,13 +108,14 @@ def register(app: typer.Typer) -> None:
     @cm.command("report")
     def report_cmd(
         models: Annotated[Path | None, typer.Option("--models", help="Models folder (default: shipped).")] = None,
-        fmt: Annotated[str, typer.Option("--format", help="table, json or md.")] = "table",
+        fmt: Annotated[str, typer.Option("--format", help="table | json | csv | md.")] = "table",
         out: Annotated[Path | None, typer.Option("--out", help="Write the report to this file.")] = None,
     ) -> None:
         """Per (GPU, operator): samples, grouped-CV MAPE, median and p90 error, ranges, winning model."""
         from costmodel.fit import render_report  # deferred: the fitting stack (xgboost, sklearn) is slow to import
 
-        if fmt not in ("table", "json", "md"):
-            raise PlannerError(f"unknown --format {fmt!r}: use table, json or md")
-        text = render_report(models or SHIPPED_MODELS_DIR, fmt)
+        if fmt not in FORMATS:
+            raise PlannerError(f"unknown --format {fmt!r}: use {', '.join(FORMATS)}")
+        text = report_csv(models or SHIPPED_MODELS_DIR) if fmt == "csv" else render_report(models or SHIPPED_MODELS_DIR,
+                                                                                            fmt)
         write_or_print(text, out)

@@ -17,11 +17,12 @@ from costmodel.core.specs.framework import attention_kernel
 from costmodel.core.specs.plan import describe_split
 from planner import cli_options as O
 from planner.calibrate import calibration_option
+from planner.formats import PLAN_FIELDS, csv_text, md_rows, prediction_row, shown_warnings
 from planner.models_dir import models_dir_for
 from planner.predict import predict
 from planner.requests import PlanRequest
 
-FORMATS = ("table", "json", "jsonl")
+FORMATS = ("table", "json", "jsonl", "csv", "md")
 
 
 def _err(message: str) -> typer.Exit:
@@ -76,7 +77,7 @@ def run_batch(lines, hardware_files: tuple = (), calibration=None):
             yield {"id": rid, "line": lineno, "error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__}
 
 
-def _render_table(rec: dict) -> None:
+def _render_table(rec: dict, verbose: bool = False) -> None:
     con = Console()
     p = rec["plan"]
     con.print(f"[bold]{p['model']}[/] on {p['gpus']} x {p['gpu']} ({p['cluster']}, {p['gpus_per_node']}/node)  "
@@ -119,8 +120,25 @@ def _render_table(rec: dict) -> None:
     con.print(f"fitted models: {escape(rec.get('models_dir') or 'none for this GPU (roofline)')}")
     con.print(f"calibration: {escape(rec.get('calibration') or 'none')}"
               + (f"; interval: {escape(rec['interval'])}" if rec.get("interval") else ""))
-    for w in rec["warnings"]:
-        con.print(f"[yellow]warning:[/] {w}")
+    lines, note = shown_warnings(rec["warnings"], verbose)
+    for w in lines:
+        con.print(f"[yellow]warning:[/] {escape(w)}")
+    if note:
+        con.print(f"[dim]{escape(note)}[/]")
+
+
+BATCH_COLUMNS = ("id", *(f.header for f in PLAN_FIELDS), "error")
+"""CSV / Markdown columns of `predict --batch --format csv|md`: the request id, the plan columns, the error."""
+
+
+def _write_rows(recs, fmt: str) -> None:
+    """Batch records as CSV or Markdown rows, one line each as they come (a bad line: id and error only)."""
+    for i, rec in enumerate(recs):
+        row = {"id": rec.get("id"), "error": rec.get("error", "")}
+        if "error" not in rec:
+            row.update(prediction_row(rec))
+        text = csv_text([row], BATCH_COLUMNS) if fmt == "csv" else md_rows([row], BATCH_COLUMNS)
+        sys.stdout.write(text if i == 0 else text.split("\n", 1 if fmt == "csv" else 2)[-1])
 
 
 def register(app: typer.Typer) -> None:
@@ -147,7 +165,11 @@ def register(app: typer.Typer) -> None:
         attention: O.Attention = PlanRequest.attention,
         layer_split: O.LayerSplit = None,
         batch: Optional[str] = typer.Option(None, "--batch", help="JSONL file of requests ('-' = stdin)."),
-        fmt: str = typer.Option("table", "--format", help="table | json (single plan); jsonl (batch)."),
+        fmt: str = typer.Option(
+            "table", "--format", help="table | json | csv | md; jsonl (one JSON object per line, the --batch "
+            "default); csv and md give the plan columns shared with search, compare and size."),
+        verbose: bool = typer.Option(False, "--verbose", "-v", help="Every warning on its own line (default: "
+                                     "one line per cause with a count)."),
         hardware_file: O.HardwareFile = [],
         models: O.ModelsDir = None,
         calibration: Optional[str] = typer.Option(
@@ -173,8 +195,11 @@ def register(app: typer.Typer) -> None:
                            "pass an existing JSONL file or '-'") from None
             with fh:
                 try:
-                    for rec in run_batch(fh, hw_files, cal):
-                        sys.stdout.write(json.dumps(rec) + "\n")
+                    if fmt in ("csv", "md"):
+                        _write_rows(run_batch(fh, hw_files, cal), fmt)
+                    else:  # json and jsonl: one object per line
+                        for rec in run_batch(fh, hw_files, cal):
+                            sys.stdout.write(json.dumps(rec) + "\n")
                 except UnicodeDecodeError:
                     raise _err(f"batch file {batch} is not UTF-8 text; pass a JSONL file") from None
             return
@@ -185,5 +210,8 @@ def register(app: typer.Typer) -> None:
             raise _err(str(exc)) from None
         if fmt in ("json", "jsonl"):
             typer.echo(json.dumps(rec, indent=2 if fmt == "json" else None))
+        elif fmt in ("csv", "md"):
+            row = prediction_row(rec)
+            sys.stdout.write(csv_text([row]) if fmt == "csv" else md_rows([row]))
         else:
-            _render_table(rec)
+            _render_table(rec, verbose)

@@ -33,8 +33,10 @@ def parse_ops(text: str | None) -> tuple[list[str] | None, list[str] | None]:
 
 def profile(
     device: Annotated[str, typer.Option(help="cpu or cuda")] = "cpu",
-    plan: Annotated[Optional[str], typer.Option(help="built-in plan (cpu-tiny, cpu-small, gpu-default) or a TOML "
-                                                     "path; default cpu-small on cpu, gpu-default on cuda")] = None,
+    plan: Annotated[Optional[str], typer.Option(
+        help="cpu-workload (the shapes of the CPU ground-truth workloads, for `planner fit --profile`), cpu-small, "
+             "cpu-tiny or gpu-default (built-in plans), or a TOML path; default cpu-small on cpu, gpu-default on "
+             "cuda")] = None,
     out: Annotated[Optional[Path], typer.Option(help="output folder (default profiles/<cpu or gpu-name>)")] = None,
     threads: Annotated[Optional[int], typer.Option(help="torch intra-op threads (default: torch's)")] = None,
     ops: Annotated[Optional[str], typer.Option(help="comma-separated operator kinds to measure (default all)")] = None,

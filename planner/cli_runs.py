@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import re
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.console import Console
 
 from costmodel.core.errors import PlannerError
 from costmodel.core.fileio import atomic_write_text
 from planner import cli_options as O
+from planner.formats import FORMATS, render_rows, rich_rows
 from planner.runs_import import DEFAULT_SKIP, FRAMEWORKS, Layout, check_row, lost_fields, read_log, run_row, to_csv
 
 EXAMPLE = ("planner runs import --from megatron train.log --model llama-7b --gpu h100-sxm --gpus 8 --tp 1 --pp 1 "
@@ -84,12 +88,17 @@ def register(app: typer.Typer) -> None:
             "--skip", help=f"Warm-up iterations left out (default {DEFAULT_SKIP}); the median of the rest is used.")
         ] = DEFAULT_SKIP,
         out: Annotated[Optional[Path], typer.Option("--out", help="Run CSV to write (default: stdout).")] = None,
+        fmt: Annotated[str, typer.Option(
+            "--format", help="Without --out: csv (the run file) | json | md | table; --out always writes csv.")
+        ] = "csv",
         append: Annotated[bool, typer.Option("--append", help="Add the rows to an existing --out file.")] = False,
         id_prefix: Annotated[Optional[str], typer.Option(
             "--id", help="Run id prefix (default: the log's file name); ids get -001, -002, ...")] = None,
     ) -> None:
         """Read iteration times (TFLOP/s, tokens/s, MFU where printed) from training logs into the run-file
         schema of `planner validate --runs` and `planner calibrate --runs`."""
+        if fmt not in FORMATS:
+            raise PlannerError(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
         if framework not in FRAMEWORKS:
             raise PlannerError(f"--from {framework!r} is not one of {', '.join(FRAMEWORKS)}")
         if append and out is None:
@@ -101,7 +110,12 @@ def register(app: typer.Typer) -> None:
         for note in notes:
             typer.echo(note, err=True)
         if out is None:
-            typer.echo(text, nl=False)
+            rows = list(csv.DictReader(io.StringIO(text)))
+            shown = text if fmt == "csv" else render_rows(fmt, rows, title="Imported runs")
+            if shown is None:
+                Console().print(rich_rows(rows, "Imported runs (run-file schema)"))
+            else:
+                typer.echo(shown, nl=False)
         else:
             atomic_write_text(out, text)
             typer.echo(f"wrote {out}", err=True)

@@ -24,6 +24,8 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
+from costmodel.core.kinds import describe_cost_sources
+
 FORMATS = ("table", "json", "csv", "md")
 """Formats every result-printing command accepts."""
 
@@ -233,3 +235,15 @@ def shown_warnings(warnings: Sequence[str], verbose: bool) -> tuple[list[str], s
     note = (f"{len(warnings)} warnings grouped into {len(grouped)} by cause; --verbose lists each"
             if len(grouped) < len(warnings) else "")
     return grouped, note
+
+
+def prediction_row(rec: dict) -> dict[str, object]:
+    """The plan columns of one `planner predict` record (its JSON: metrics at the top, the plan under 'plan');
+    the model's size columns stay empty (the record does not carry them)."""
+    plan = rec.get("plan") or {}
+    flat = {**rec, **plan}
+    if plan.get("gpus") and plan.get("gpus_per_node"):
+        flat["nodes"] = -(-plan["gpus"] // plan["gpus_per_node"])
+    if rec.get("cost_model"):
+        flat["cost_model_text"] = describe_cost_sources(rec.get("cost_sources") or {}, rec["cost_model"])
+    return plan_row(flat)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -339,6 +340,10 @@ def test_cli_with_stub_predict(monkeypatch, tmp_path):
     assert res.exit_code == 0 and "TORCHTITAN-001" in out.read_text()
     assert "iteration_time_s [s]" in out.read_text()  # rich markup escaped
     res = runner.invoke(_app(), ["validate", "--runs", str(FIXTURE), "--format", "csv", "--cv", "none"])
+    assert res.exit_code == 0, res.output
+    rows = list(csv.DictReader(io.StringIO(res.output)))
+    assert {r["id"] for r in rows} >= {"KORTHI22-002", "TORCHTITAN-001"} and "error [%]" in rows[0]
+    res = runner.invoke(_app(), ["validate", "--runs", str(FIXTURE), "--format", "xml", "--cv", "none"])
     assert isinstance(res.exception, PlannerError)
 
 

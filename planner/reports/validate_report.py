@@ -71,6 +71,37 @@ def report_tables(report: ValidationReport) -> list[tuple[str, list[str], list[l
     return tables
 
 
+RUN_COLUMNS = ("id", "source", "model", "GPU", "GPUs", "TP", "PP", "DP", "CP", "VP", "MBS [seq]", "GBS [seq]",
+               "kind", "metric", "unit", "measured [unit]", "predicted [unit]", "error [%]", "tier", "skip reason")
+"""CSV columns of `planner validate --format csv`: one row per run, numbers unformatted."""
+
+
+def run_rows(report: ValidationReport) -> list[dict]:
+    """Every run (predicted and skipped) as a row of :data:`RUN_COLUMNS`."""
+    out = []
+    for r in report.rows:
+        lay = r.layout or {}
+        err = None if r.error is None else round(100 * r.error, 3)
+        out.append(dict(zip(RUN_COLUMNS, (
+            r.id, r.source, r.model, r.gpu, r.n_gpus,
+            *(lay.get(k) for k in ("tp", "pp", "dp", "cp", "vp", "mbs", "gbs")),
+            r.kind, r.metric, METRIC_UNITS.get(r.metric, ""), r.measured, r.predicted, err, r.tier, r.skip_reason))))
+    return out
+
+
+def headline(report: ValidationReport) -> str:
+    """One line: runs predicted and skipped, MAPE, median and p90 |error|, bias, runs within 10 % and 20 %."""
+    overall = report.overall()
+    if overall is None:
+        return f"No run could be predicted ({len(report.skipped)} skipped); see the skipped runs."
+    pred = report.predicted
+    within10 = sum(1 for r in pred if abs(r.error) <= 0.10)
+    within20 = sum(1 for r in pred if abs(r.error) <= 0.20)
+    return (f"{overall.n} runs predicted, {len(report.skipped)} skipped: MAPE {overall.mape_pct:.1f} %, "
+            f"median |error| {overall.median_abs_pct:.1f} %, p90 {overall.p90_abs_pct:.1f} %, bias "
+            f"{overall.bias_pct:+.1f} %; {within10} within ±10 %, {within20} within ±20 %.")
+
+
 def render_markdown(report: ValidationReport) -> str:
     """The report's tables as Markdown (``planner validate --format md`` and the report body)."""
     out = []
@@ -105,15 +136,7 @@ def validation_report_text(md: Path, report: ValidationReport, run_files: Sequen
              "(predicted - measured) / measured, in the metric each run was published in."]
     parts = [header("Validation: predicted vs measured training runs", command or command_line(),
                     [cost_model or _cost_model_name()], extra)]
-    overall = report.overall()
-    if overall is not None:
-        within10 = sum(1 for r in pred if abs(r.error) <= 0.10)
-        within20 = sum(1 for r in pred if abs(r.error) <= 0.20)
-        parts += [f"{overall.n} runs predicted, {len(report.skipped)} skipped: MAPE {overall.mape_pct:.1f} %, "
-                  f"median |error| {overall.median_abs_pct:.1f} %, p90 {overall.p90_abs_pct:.1f} %, bias "
-                  f"{overall.bias_pct:+.1f} %; {within10} within ±10 %, {within20} within ±20 %.", ""]
-    else:
-        parts += [f"No run could be predicted ({len(report.skipped)} skipped); see the skipped runs below.", ""]
+    parts += [headline(report), ""]
     images = []
     if pred:
         png = validation_png([(r.source, r.metric, r.measured, r.predicted) for r in pred],

@@ -195,11 +195,12 @@ def rank(records: list[PlanRecord], objective: str = "time", top_k: int | None =
 # ----------------------------------------------------------------------------------- formats
 # CSV columns: the plan fields shared by every command's CSV (names and units defined once in
 # planner.formats.PLAN_FIELDS, NeMo Auto Configurator's names where the meaning is the same).
-def _flat(r: PlanRecord, m) -> dict:
+def flat_record(r: PlanRecord, m) -> dict:
+    """The flat field dict of planner.formats.PLAN_FIELDS for one record (m: its ModelSpec, or None)."""
     return {**r.to_dict(), **model_facts(m), "cost_model_text": describe_cost_sources(r.cost_sources, r.cost_model)}
 
 
-CSV_COLUMNS: list[tuple[str, object]] = [(f.header, lambda r, m, f=f: f.cell(_flat(r, m))) for f in PLAN_FIELDS]
+CSV_COLUMNS: list[tuple[str, object]] = [(f.header, lambda r, m, f=f: f.cell(flat_record(r, m))) for f in PLAN_FIELDS]
 
 
 def human_duration(seconds: float | None) -> str:
@@ -258,6 +259,11 @@ def display_rows(records: list[PlanRecord], with_train: bool = False) -> tuple[l
             row[-1:-1] = [human_duration(r.time_to_train_s),
                           "-" if r.cost_to_train_usd is None else f"{r.cost_to_train_usd:,.0f}"]
         rows.append(row)
+    if any(r.framework != DEFAULT_FRAMEWORK for r in records):  # frameworks compared: say which row is which
+        at = head.index("ZeRO") + 1
+        head.insert(at, "framework")
+        for row, r in zip(rows, records):
+            row.insert(at, r.framework)
     return head, rows
 
 
@@ -266,7 +272,7 @@ def to_json(records: list[PlanRecord], meta: dict | None = None) -> str:
 
 
 def to_csv(records: list[PlanRecord], model=None) -> str:
-    return csv_text([plan_row(_flat(r, model)) for r in records], [f.header for f in PLAN_FIELDS])
+    return csv_text([plan_row(flat_record(r, model)) for r in records], [f.header for f in PLAN_FIELDS])
 
 
 def to_markdown(records: list[PlanRecord]) -> str:

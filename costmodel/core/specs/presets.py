@@ -22,6 +22,10 @@ MODELS_DIR = REPO_ROOT / "search_spaces" / "models"
 
 _SPEC_FIELDS = {f.name for f in fields(ModelSpec)}
 
+UNMODELLED_EXTRA = ("sliding_window",)
+"""[extra] keys that change the architecture but not the cost model (attention is costed over the whole causal
+sequence): a preset carrying one warns as a config.json does (hf_config.unread_keys -> extra['unread_keys'])."""
+
 
 def _load_preset(path: Path) -> ModelSpec:
     try:
@@ -39,6 +43,11 @@ def _load_preset(path: Path) -> ModelSpec:
     if name != path.stem:
         raise PlannerError(f"model preset {path} says name = {name!r}; the name must match the file name "
                            f"{path.stem!r}.")
+    extra = data.get("extra")
+    if isinstance(extra, dict):
+        unmodelled = [k for k in UNMODELLED_EXTRA if extra.get(k) is not None]
+        if unmodelled:
+            data["extra"] = {**extra, "unread_keys": unmodelled}
     return ModelSpec(name=name, **data)
 
 
