@@ -11,16 +11,16 @@ from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from costmodel.core.errors import Interrupted, PlannerError
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.presets import resolve_model
 from planner import cli_options as O
 from planner.cli_options import DEFAULT_GPU, SIZE_DEFAULT_GPUS
+from planner.formats import FORMATS
 from planner.reports.markdown import report_path
+from planner.reports.results import compare_table, emit_records, explain_out, size_out, working
 from planner.requests import PlanRequest
 
 
@@ -218,20 +218,6 @@ def _progress_bar(description: str):
     return bar, update
 
 
-def _emit(records, fmt: str, model, meta: dict, title: str) -> None:
-    # deferred: the planner.search package (engine, samplers) loads only for search commands
-    from planner.search.records import rich_table, to_csv, to_json, to_markdown
-
-    if fmt == "json":
-        typer.echo(to_json(records, meta))
-    elif fmt == "csv":
-        sys.stdout.write(to_csv(records, model))
-    elif fmt == "md":
-        sys.stdout.write(to_markdown(records))
-    else:
-        Console(width=None if sys.stdout.isatty() else 240).print(rich_table(records, title))
-
-
 def register(app: typer.Typer) -> None:
     @app.command()
     def search(
@@ -286,7 +272,7 @@ def register(app: typer.Typer) -> None:
         """Search parallel layouts (every valid plan when the space is small enough, else Optuna) and print the
         ranked plans."""
         # deferred: the planner.search package (engine, samplers) loads only for search commands
-        from planner.search.records import FORMATS, batch_text
+        from planner.search.records import batch_text
 
         if fmt not in FORMATS:
             raise _err(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
@@ -306,7 +292,7 @@ def register(app: typer.Typer) -> None:
             title = (f"{problem.model.name}: top {len(recs)} of {len(result.records)} distinct feasible plans "
                      f"(GBS {batch_text(problem.global_batch_size, problem.seq_len)} tokens, seq {problem.seq_len}, "
                      f"{result.method}, objective {objective})")
-            _emit(recs, fmt, problem.model, meta, title)
+            emit_records(recs, fmt, problem.model, meta, title)
             if fmt == "table":
                 typer.echo(f"search: {result.method} ({result.mode_note}); "
                            f"{s['evaluated']} distinct candidates evaluated of a space of {s['space_size']}: "
@@ -326,7 +312,7 @@ def register(app: typer.Typer) -> None:
                 rec = result.records[explain - 1]
                 hw = next(t.hardware for t in problem.targets if t.hardware.gpu.name == rec.gpu
                           and t.world_size == rec.gpus)
-                _explain_out(problem.model, rec.to_plan(), hw, "json" if fmt == "json" else "table")
+                explain_out(problem.model, rec.to_plan(), hw, "json" if fmt == "json" else "table")
             if report is not None:
                 # deferred: the report writer loads matplotlib
                 from planner.reports.search_report import write_search_report
@@ -359,17 +345,17 @@ def register(app: typer.Typer) -> None:
         framework: O.Framework = PlanRequest.framework,
         attention: O.Attention = PlanRequest.attention,
         layer_split: O.LayerSplit = None,
-        fmt: str = typer.Option("table", "--format", help="table | json."),
+        fmt: str = typer.Option("table", "--format", help="table | json | csv | md (csv, md: every operator)."),
         top: int = typer.Option(15, "--top", help="Operators per table."),
         hardware_file: O.HardwareFile = [], models: O.ModelsDir = None,
     ) -> None:
         """Operator breakdown of one plan by pipeline stage and phase."""
-        if fmt not in ("table", "json"):
-            raise _err(f"--format {fmt!r} is not one of table, json")
+        if fmt not in FORMATS:
+            raise _err(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
         try:
             req = O.plan_request(locals(), "planner explain --model llama-13b --gpus 128 --tp 2 --pp 4")
             res = req.resolve(tuple(hardware_file))
-            _explain_out(res.model, res.plan, res.hardware, fmt, top)
+            explain_out(res.model, res.plan, res.hardware, fmt, top)
         except PlannerError as exc:
             raise _err(str(exc)) from None
 
@@ -391,7 +377,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Best plan per GPU type: time/iteration, tokens/s, $ per Mtoken, time and cost to train."""
         # deferred: the planner.search package (engine, samplers) loads only for search commands
-        from planner.search.records import FORMATS, rank
+        from planner.search.records import rank
         from planner.search.sizing import compare as run_compare
         from planner.search.sizing import parse_prices, parse_tokens
         from planner.search.space import load_space
@@ -414,9 +400,9 @@ def register(app: typer.Typer) -> None:
         if fmt == "json":
             typer.echo(json.dumps({"model": m.name, "tokens": tok, "rows": [r.to_dict() for r in rows]}, indent=2))
         elif fmt in ("csv", "md"):
-            _emit(rank(best, "time", None), fmt, m, {}, "")
+            emit_records(rank(best, "time", None), fmt, m, {}, "")
         else:
-            _compare_table(m, rows, tok)
+            compare_table(m, rows, tok)
         if report is not None and best:
             # deferred: the report writer loads matplotlib
             from planner.reports.search_report import write_compare_report
@@ -438,7 +424,7 @@ def register(app: typer.Typer) -> None:
         gbs: O.Gbs = None,
         tokens_per_batch: O.TokensPerBatch = None,
         seq_len: O.SeqLen = None,
-        fmt: str = typer.Option("table", "--format", help="table | json."),
+        fmt: str = typer.Option("table", "--format", help="table | json | csv | md."),
         hardware_file: O.HardwareFile = [],
         report: O.Report = None,
     ) -> None:
@@ -448,8 +434,8 @@ def register(app: typer.Typer) -> None:
         from planner.search.sizing import size as run_size
         from planner.search.space import load_space
 
-        if fmt not in ("table", "json"):
-            raise _err(f"--format {fmt!r} is not one of table, json")
+        if fmt not in FORMATS:
+            raise _err(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
         try:
             _check_report(report)
             seconds = parse_deadline(deadline)
@@ -461,15 +447,13 @@ def register(app: typer.Typer) -> None:
             cat, hws = _hardwares(gpu or list(SIZE_DEFAULT_GPUS), None, None, hardware_file)
             prices = parse_prices(price, list(cat.gpus))
             m = resolve_model(model)
-            res = run_size(m, tok, seconds, hws, load_space(space), max_gpus=max_gpus, budget_usd=budget, gbs=gbs,
-                           seq_len=seq_len, prices=prices, tokens_per_batch=O.parse_batch_tokens(tokens_per_batch),
-                           jobs=_jobs(0))
+            with working(f"sizing {m.name} on {', '.join(h.gpu.name for h in hws)}"):
+                res = run_size(m, tok, seconds, hws, load_space(space), max_gpus=max_gpus, budget_usd=budget, gbs=gbs,
+                               seq_len=seq_len, prices=prices, tokens_per_batch=O.parse_batch_tokens(tokens_per_batch),
+                               jobs=_jobs(0))
         except PlannerError as exc:
             raise _err(str(exc)) from None
-        if fmt == "json":
-            typer.echo(json.dumps({"model": m.name, "tokens": tok, "deadline_s": seconds, **res.to_dict()}, indent=2))
-        else:
-            _size_table(m, tok, seconds, res)
+        size_out(m, tok, seconds, res, fmt)
         if report is not None:
             # deferred: the report writer loads matplotlib
             from planner.reports.search_report import write_size_report
@@ -531,70 +515,3 @@ def _jobs(jobs: int) -> int:
     if jobs < 0:
         raise PlannerError(f"--jobs must be >= 0, got {jobs}.")
     return jobs or max(1, min(4, os.cpu_count() or 1))
-
-
-def _explain_out(model, plan, hw, fmt: str, top: int = 15) -> None:
-    # deferred: the planner.search package (engine, samplers) loads only for search commands
-    from planner.search.explain import explain_plan, render_explanation
-
-    ex = explain_plan(model, plan, hw)
-    if fmt == "json":
-        typer.echo(json.dumps(ex, indent=2))
-    else:
-        render_explanation(ex, Console(width=None if sys.stdout.isatty() else 200), top)
-
-
-def _compare_table(m, rows, tokens) -> None:
-    # deferred: the planner.search package (engine, samplers) loads only for search commands
-    from planner.search.records import human_duration, plan_text
-
-    t = Table(title=f"{m.name}: best plan per GPU type" + (f", {tokens:.3g} tokens" if tokens else ""))
-    head = ["GPU", "nodes x GPUs/node", "plan", "iter time [s]", "tokens/s", "MFU %", "$/GPU-h (date, source)",
-            "$/Mtoken"] + (["time to train", "cost to train [$]"] if tokens else [])
-    for h in head:
-        t.add_column(escape(h), justify="left" if h in ("GPU", "plan") else "right")
-    for r in rows:
-        b = r.best
-        if b is None:
-            t.add_row(r.gpu, "-", escape(r.message), *["-"] * (len(head) - 3))
-            continue
-        g = r.hardware.gpu
-        src = f"{b.price_usd_per_gpu_hour:.2f} ({g.price_date or 'undated'}, {g.price_source or '--price'})" \
-            if b.price_usd_per_gpu_hour is not None else "-"
-        if b.price_usd_per_gpu_hour is not None and b.price_usd_per_gpu_hour != g.price_usd_per_gpu_hour:
-            src = f"{b.price_usd_per_gpu_hour:.2f} (--price)"
-        plan = plan_text(b)
-        row = [b.gpu, f"{b.nodes} x {b.gpus_per_node}", plan, f"{b.iteration_time_s:.3f}", f"{b.tokens_per_s:,.0f}",
-               f"{100 * b.mfu:.1f}", src, "-" if b.usd_per_mtoken is None else f"{b.usd_per_mtoken:.3f}"]
-        if tokens:
-            row += [human_duration(b.time_to_train_s),
-                    "-" if b.cost_to_train_usd is None else f"{b.cost_to_train_usd:,.0f}"]
-        t.add_row(*[escape(c) for c in row])
-    Console(width=None if sys.stdout.isatty() else 200).print(t)
-
-
-def _size_table(m, tokens, deadline_s, res) -> None:
-    # deferred: the planner.search package (engine, samplers) loads only for search commands
-    from planner.search.records import human_duration, plan_text
-
-    con = Console(width=None if sys.stdout.isatty() else 200)
-    con.print(f"[bold]{m.name}[/]: {tokens:.3g} tokens within {human_duration(deadline_s)} "
-              f"({res.searched} allocations searched)")
-    t = Table(title="Allocations that meet the deadline")
-    for h in ("", "GPU", "nodes x GPUs/node", "GPUs", "plan", "time to train", "GPU-hours", "node-hours", "cost [$]"):
-        t.add_column(escape(h), justify="left" if h in ("", "GPU", "plan") else "right")
-    rows = [("smallest", res.smallest)]
-    if res.cheapest is not None and res.cheapest is not res.smallest \
-            and res.cheapest.record.key() != res.smallest.record.key():
-        rows.append(("cheapest", res.cheapest))
-    elif res.cheapest is not None:
-        rows[0] = ("smallest & cheapest", res.smallest)
-    rows += [(f"smallest {a.record.gpu}", a) for a in res.per_gpu
-             if a.record.key() not in {x.record.key() for _, x in rows}]
-    for label, a in rows:
-        b = a.record
-        plan = plan_text(b)
-        t.add_row(escape(label), b.gpu, f"{b.nodes} x {b.gpus_per_node}", str(b.gpus), escape(plan),
-                  human_duration(b.time_to_train_s), f"{a.gpu_hours:,.0f}", f"{a.node_hours:,.0f}",
-                  "-" if a.cost_usd is None else f"{a.cost_usd:,.0f}")
-    con.print(t)

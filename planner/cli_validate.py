@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -17,18 +18,34 @@ from rich.table import Table
 from costmodel.core.errors import PlannerError
 from planner.calibrate import calibration_option, default_calibration_path
 from planner.cli_options import ModelsDir, write_or_print
+from planner.formats import csv_text
 from planner.predict import predict
-from planner.reports.validate_report import build_and_write, render_markdown, report_tables, write_validation_report
+from planner.reports.validate_report import (
+    RUN_COLUMNS,
+    build_and_write,
+    headline,
+    render_markdown,
+    report_tables,
+    run_rows,
+    write_validation_report,
+)
 from planner.source_cv import CVReport, validate_source_cv
 from planner.validation.report import ValidationReport, load_run_files, validate_files
 
-FORMATS = ("table", "json", "md")
+FORMATS = ("table", "json", "csv", "md")
 CV_CHOICES = ("none", "source")
 
 
-def render_rich(report: ValidationReport, console: Console) -> None:
-    for title, headers, rows in report_tables(report):
-        table = Table(title=escape(title), title_justify="left")
+PER_RUN_TABLES = ("Predicted vs measured", "Assumptions and warnings per run")
+"""Titles (starts) of the tables with one row per run: on stdout only with --verbose (the report has them)."""
+
+
+def render_rich(report: ValidationReport, console: Console, per_run: bool = True) -> None:
+    """The summary tables first (error summary, skipped runs), then, when ``per_run``, the per-run tables."""
+    tables = report_tables(report)
+    summary = [t for t in tables if not t[0].startswith(PER_RUN_TABLES)]
+    for title, headers, rows in summary + ([t for t in tables if t not in summary] if per_run else []):
+        table = Table(title=escape(title), title_justify="left", box=box.SIMPLE_HEAD, show_edge=False)
         for h in headers:
             table.add_column(escape(h), overflow="fold")
         for row in rows:
@@ -97,13 +114,17 @@ def _report(runs, tiers, calibration, cv) -> tuple[list[Path], ValidationReport]
 
 
 def run_validate(runs: list[Path] | None, tiers: list[str] | None, fmt: str, out: Path | None,
-                 calibration: str | None = None, cv: str = "none") -> str | None:
-    """Load, predict and render; returns the text for json/md (None when printed as rich tables)."""
+                 calibration: str | None = None, cv: str = "none", verbose: bool = False) -> str | None:
+    """Load, predict and render; returns the text for json/csv/md and for a table written to ``out`` (None
+    when printed as rich tables). A table printed to the terminal is the summary (headline, error summaries,
+    skipped runs); the per-run rows follow only with ``verbose`` (they are in ``out``, csv, md and json)."""
     if fmt not in FORMATS:
         raise PlannerError(f"unknown --format {fmt!r}: use one of {', '.join(FORMATS)}.")
     _, report = _report(runs, tiers, calibration, cv)
     if fmt == "json":
         return json.dumps(report.to_dict(), indent=2)
+    if fmt == "csv":
+        return csv_text(run_rows(report), RUN_COLUMNS)
     preface = render_cv_preface(report)
     if fmt == "md":
         return "".join(f"{line}\n\n" for line in preface) + render_markdown(report)
@@ -112,7 +133,12 @@ def run_validate(runs: list[Path] | None, tiers: list[str] | None, fmt: str, out
     console = console or Console(file=buf, width=240, no_color=True, force_terminal=False)
     for line in preface:
         console.print(escape(line))
-    render_rich(report, console)
+    console.print(escape(headline(report)))
+    per_run = verbose or out is not None
+    render_rich(report, console, per_run)
+    if not per_run:
+        console.print(f"Per-run rows ({len(report.rows)} runs): --verbose prints them here; --report PATH.md, "
+                      "--out FILE or --format csv|md|json write them.")
     return None if out is None else buf.getvalue()
 
 
@@ -123,7 +149,7 @@ def register(app: typer.Typer) -> None:
             "--runs", help="Run CSV(s) with the published_runs.csv header (default: shared/validation).")] = None,
         tier: Annotated[list[str] | None, typer.Option(
             "--tier", help="Keep only these tiers (repeat: --tier A --tier B); default all.")] = None,
-        fmt: Annotated[str, typer.Option("--format", help="table, json or md.")] = "table",
+        fmt: Annotated[str, typer.Option("--format", help="table | json | csv | md (csv: one row per run).")] = "table",
         out: Annotated[Path | None, typer.Option("--out", help="Write the report to this file.")] = None,
         report: Annotated[Path | None, typer.Option(
             "--report", help="Write a Markdown report with a predicted-vs-measured PNG, e.g. reports/validation.md; "
@@ -137,8 +163,10 @@ def register(app: typer.Typer) -> None:
                          "predictions as planner predict makes them. Default: source when planner ships a "
                          "default calibration and no --calibration is given, else none.")] = None,
         models: ModelsDir = None,
+        verbose: Annotated[bool, typer.Option(
+            "--verbose", "-v", help="Table format: also print the per-run rows after the summary.")] = False,
     ) -> None:
-        """Compare whole-iteration predictions with measured published training runs."""
+        """Compare whole-iteration predictions with measured published training runs (summary first)."""
         cv = resolve_cv(cv, calibration)
         if report is not None:
             if cv == "source":
@@ -152,7 +180,7 @@ def register(app: typer.Typer) -> None:
                        err=True)
             if fmt == "table" and out is None:
                 return
-        text = run_validate(runs, tier, fmt, out, calibration, cv)
+        text = run_validate(runs, tier, fmt, out, calibration, cv, verbose)
         if text is None:
             return
         write_or_print(text, out)

@@ -1,0 +1,169 @@
+"""Console output of `planner search`, `compare`, `size` and `explain` in every format (table | json | csv | md).
+
+Plan columns (CSV and the Markdown of size) come from :data:`planner.formats.PLAN_FIELDS` through
+:func:`planner.search.records.to_csv`, so the three commands share their names and units. The command
+module (planner/cli_search.py) parses flags and runs; this module prints.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from contextlib import contextmanager
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from planner.formats import PLAN_FIELDS, csv_text, md_rows, plan_row
+from planner.search.records import (
+    flat_record,
+    human_duration,
+    plan_text,
+    rich_table,
+    to_csv,
+    to_json,
+    to_markdown,
+)
+
+
+def _console(width: int = 200) -> Console:
+    """stdout: the terminal's width, or ``width`` columns when piped (tables are not squeezed)."""
+    return Console(width=None if sys.stdout.isatty() else width)
+
+
+def emit_records(records, fmt: str, model, meta: dict, title: str) -> None:
+    """Ranked plans (search, compare) in ``fmt``."""
+    if fmt == "json":
+        typer.echo(to_json(records, meta))
+    elif fmt == "csv":
+        sys.stdout.write(to_csv(records, model))
+    elif fmt == "md":
+        sys.stdout.write(to_markdown(records))
+    else:
+        _console(240).print(rich_table(records, title))
+
+
+# ------------------------------------------------------------------------------------------- explain
+EXPLAIN_COLUMNS = ("Stage", "Layers", "Operator", "Kind", "Phase", "Overlapped", "Calls per Iteration",
+                   "Time per Call [s]", "Time per Iteration [s]")
+"""CSV / Markdown columns of `planner explain`: one row per (pipeline stage, operator)."""
+
+
+def explain_rows(ex: dict) -> list[dict]:
+    """One row per (stage, operator) of an explanation (planner.search.explain.explain_plan)."""
+    return [dict(zip(EXPLAIN_COLUMNS, (s["stage"], s["layers"], r["operator"], r.get("kind", ""), r["phase"],
+                                       r["overlapped"], f"{r['calls_per_iteration']:g}", f"{r['time_per_call_s']:.6g}",
+                                       f"{r['time_per_iteration_s']:.6g}")))
+            for s in ex["stages"] for r in s["operators"]]
+
+
+def explain_out(model, plan, hw, fmt: str, top: int = 15) -> None:
+    """Explain one plan and print it in ``fmt``."""
+    # deferred: the planner.search package (engine, samplers) loads only for search commands
+    from planner.search.explain import explain_plan, render_explanation
+
+    ex = explain_plan(model, plan, hw)
+    if fmt == "json":
+        typer.echo(json.dumps(ex, indent=2))
+    elif fmt == "csv":
+        sys.stdout.write(csv_text(explain_rows(ex), EXPLAIN_COLUMNS))
+    elif fmt == "md":
+        sys.stdout.write(md_rows(explain_rows(ex), EXPLAIN_COLUMNS))
+    else:
+        render_explanation(ex, _console(), top)
+
+
+# ------------------------------------------------------------------------------------------- compare
+def compare_table(m, rows, tokens) -> None:
+    """The rich table of `planner compare`: best plan per GPU type (or why none)."""
+    t = Table(title=f"{m.name}: best plan per GPU type" + (f", {tokens:.3g} tokens" if tokens else ""))
+    head = ["GPU", "nodes x GPUs/node", "plan", "iter time [s]", "tokens/s", "MFU %", "$/GPU-h (date, source)",
+            "$/Mtoken"] + (["time to train", "cost to train [$]"] if tokens else [])
+    for h in head:
+        t.add_column(escape(h), justify="left" if h in ("GPU", "plan") else "right")
+    for r in rows:
+        b = r.best
+        if b is None:
+            t.add_row(r.gpu, "-", escape(r.message), *["-"] * (len(head) - 3))
+            continue
+        g = r.hardware.gpu
+        src = f"{b.price_usd_per_gpu_hour:.2f} ({g.price_date or 'undated'}, {g.price_source or '--price'})" \
+            if b.price_usd_per_gpu_hour is not None else "-"
+        if b.price_usd_per_gpu_hour is not None and b.price_usd_per_gpu_hour != g.price_usd_per_gpu_hour:
+            src = f"{b.price_usd_per_gpu_hour:.2f} (--price)"
+        row = [b.gpu, f"{b.nodes} x {b.gpus_per_node}", plan_text(b), f"{b.iteration_time_s:.3f}",
+               f"{b.tokens_per_s:,.0f}", f"{100 * b.mfu:.1f}", src,
+               "-" if b.usd_per_mtoken is None else f"{b.usd_per_mtoken:.3f}"]
+        if tokens:
+            row += [human_duration(b.time_to_train_s),
+                    "-" if b.cost_to_train_usd is None else f"{b.cost_to_train_usd:,.0f}"]
+        t.add_row(*[escape(c) for c in row])
+    _console().print(t)
+
+
+# ---------------------------------------------------------------------------------------------- size
+SIZE_COLUMNS = ("Allocation", "GPU-hours [GPU-h]", "Node-hours [node-h]", "Cost [USD]")
+"""Columns of `planner size` besides the plan columns (planner.formats.PLAN_FIELDS)."""
+
+
+def size_allocations(res) -> list[tuple[str, object]]:
+    """(label, Allocation) rows of a sizing answer: smallest, cheapest (if another), smallest per GPU type."""
+    rows = [("smallest", res.smallest)]
+    if res.cheapest is not None and res.cheapest is not res.smallest \
+            and res.cheapest.record.key() != res.smallest.record.key():
+        rows.append(("cheapest", res.cheapest))
+    elif res.cheapest is not None:
+        rows[0] = ("smallest & cheapest", res.smallest)
+    rows += [(f"smallest {a.record.gpu}", a) for a in res.per_gpu
+             if a.record.key() not in {x.record.key() for _, x in rows}]
+    return rows
+
+
+def size_rows(m, res) -> list[dict]:
+    """CSV / Markdown rows of `planner size`: the allocation label, its figures, then the plan columns."""
+    out = []
+    for label, a in size_allocations(res):
+        own = dict(zip(SIZE_COLUMNS, (label, f"{a.gpu_hours:.6g}", f"{a.node_hours:.6g}",
+                                      "" if a.cost_usd is None else f"{a.cost_usd:.6g}")))
+        out.append({**own, **plan_row(flat_record(a.record, m))})
+    return out
+
+
+def size_out(m, tokens, deadline_s, res, fmt: str) -> None:
+    """Print a sizing answer in ``fmt``."""
+    if fmt == "json":
+        typer.echo(json.dumps({"model": m.name, "tokens": tokens, "deadline_s": deadline_s, **res.to_dict()},
+                              indent=2))
+        return
+    if fmt in ("csv", "md"):
+        rows = size_rows(m, res)
+        head = [*SIZE_COLUMNS, *(f.header for f in PLAN_FIELDS)]
+        sys.stdout.write(csv_text(rows, head) if fmt == "csv" else md_rows(rows, head))
+        return
+    con = _console()
+    con.print(f"[bold]{escape(m.name)}[/]: {tokens:.3g} tokens within {human_duration(deadline_s)} "
+              f"({res.searched} allocations searched)")
+    t = Table(title="Allocations that meet the deadline")
+    for h in ("", "GPU", "nodes x GPUs/node", "GPUs", "plan", "time to train", "GPU-hours", "node-hours", "cost [$]"):
+        t.add_column(escape(h), justify="left" if h in ("", "GPU", "plan") else "right")
+    for label, a in size_allocations(res):
+        b = a.record
+        t.add_row(escape(label), b.gpu, f"{b.nodes} x {b.gpus_per_node}", str(b.gpus), escape(plan_text(b)),
+                  human_duration(b.time_to_train_s), f"{a.gpu_hours:,.0f}", f"{a.node_hours:,.0f}",
+                  "-" if a.cost_usd is None else f"{a.cost_usd:,.0f}")
+    con.print(t)
+
+
+@contextmanager
+def working(description: str):
+    """A spinner with the elapsed time on stderr while a long step runs (terminals only; gone when done)."""
+    # deferred: the progress display loads only around a long step
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
+                  transient=True, disable=not console.is_terminal) as bar:
+        bar.add_task(description, total=None)
+        yield
