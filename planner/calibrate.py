@@ -146,6 +146,11 @@ class Calibration:
             return times
         return {k: v * (ms if k[0] in COLLECTIVE_KINDS else cs) for k, v in times.items()}
 
+    def applies_to(self, hardware) -> bool:
+        """False for the shipped default calibration on the CPU device: it was fitted on published GPU runs
+        (a calibration a user fits on CPU runs applies there)."""
+        return not (self.name == DEFAULT_NAME and getattr(hardware.gpu, "name", "") == "cpu")
+
     def scaler(self, plan) -> Callable[[dict], dict]:
         """:meth:`scale_times` for ``plan``'s framework."""
         framework = getattr(plan, "framework", "megatron")

@@ -153,3 +153,35 @@ def write_or_print(text: str, out) -> None:
         typer.echo(f"wrote {out}")
     else:
         typer.echo(text, nl=False)
+
+
+# ---------------------------------------------------------------- search dimension flags (lists of choices)
+def int_list(name: str, text: str | None) -> list[int] | None:
+    """A search dimension flag as integers: '1,2,4' -> [1, 2, 4]; None stays None."""
+    if text is None:
+        return None
+    try:
+        vals = [int(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise PlannerError(f"{name} {text!r} must be comma-separated integers, e.g. 1,2,4,8.") from None
+    if not vals:
+        raise PlannerError(f"{name} needs at least one value.")
+    return vals
+
+
+def str_list(text: str | None) -> list[str] | None:
+    """A search dimension flag as strings: 'megatron, fsdp' -> ['megatron', 'fsdp']; None stays None."""
+    return None if text is None else [x.strip() for x in text.split(",") if x.strip()]
+
+
+def bool_list(text: str | None) -> list[bool] | None:
+    """--sp values: 'true,false' -> [True, False]; None stays None."""
+    if text is None:
+        return None
+    table = {"true": True, "on": True, "1": True, "yes": True, "false": False, "off": False, "0": False, "no": False}
+    out = []
+    for x in str_list(text):
+        if x.lower() not in table:
+            raise PlannerError(f"--sp {text!r} must list true/false values, e.g. true,false.")
+        out.append(table[x.lower()])
+    return out

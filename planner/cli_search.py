@@ -18,6 +18,9 @@ from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.presets import resolve_model
 from planner import cli_options as O
 from planner.cli_options import DEFAULT_GPU, SIZE_DEFAULT_GPUS
+from planner.cli_options import bool_list as _bool_list
+from planner.cli_options import int_list as _int_list
+from planner.cli_options import str_list as _str_list
 from planner.formats import FORMATS
 from planner.reports.markdown import report_path
 from planner.reports.results import compare_table, emit_records, explain_out, size_out, working
@@ -62,6 +65,8 @@ class SearchRequest:
     """Sequence-parallelism values replacing the space's, e.g. "true,false"."""
     dtype: str | None = None
     """GEMM precisions replacing the space's, e.g. "bf16,fp8"."""
+    framework: str | None = None
+    """Training stacks replacing the space's, e.g. "megatron,fsdp" (compared on the same allocation)."""
     allow_tp_across_nodes: bool = False
     """Let TP groups span nodes."""
     headroom: float | None = None
@@ -115,44 +120,15 @@ def _err(message: str) -> typer.Exit:
     return typer.Exit(code=2)
 
 
-def _int_list(name: str, text: str | None) -> list[int] | None:
-    if text is None:
-        return None
-    try:
-        vals = [int(x) for x in text.replace(" ", "").split(",") if x]
-    except ValueError:
-        raise PlannerError(f"{name} {text!r} must be comma-separated integers, e.g. 1,2,4,8.") from None
-    if not vals:
-        raise PlannerError(f"{name} needs at least one value.")
-    return vals
-
-
-def _str_list(text: str | None) -> list[str] | None:
-    return None if text is None else [x.strip() for x in text.split(",") if x.strip()]
-
-
-def _bool_list(text: str | None) -> list[bool] | None:
-    if text is None:
-        return None
-    table = {"true": True, "on": True, "1": True, "yes": True, "false": False, "off": False, "0": False, "no": False}
-    out = []
-    for x in _str_list(text):
-        if x.lower() not in table:
-            raise PlannerError(f"--sp {text!r} must list true/false values, e.g. true,false.")
-        out.append(table[x.lower()])
-    return out
-
-
 def _space(r: SearchRequest):
     from planner.search.space import load_space  # deferred: the planner.search package loads only for search commands
 
-    space = load_space(r.space)
-    return space.override(tp=_int_list("--tp", r.tp), pp=_int_list("--pp", r.pp), cp=_int_list("--cp", r.cp),
-                          vpp=_int_list("--vpp", r.vpp), mbs=_int_list("--mbs", r.mbs),
-                          recompute=_str_list(r.recompute), zero=_int_list("--zero", r.zero),
-                          sequence_parallel=_bool_list(r.sp), dtype=_str_list(r.dtype),
-                          allow_tp_across_nodes=True if r.allow_tp_across_nodes else None,
-                          memory_headroom=r.headroom)
+    return load_space(r.space).override(
+        tp=_int_list("--tp", r.tp), pp=_int_list("--pp", r.pp), cp=_int_list("--cp", r.cp),
+        vpp=_int_list("--vpp", r.vpp), mbs=_int_list("--mbs", r.mbs), recompute=_str_list(r.recompute),
+        zero=_int_list("--zero", r.zero), sequence_parallel=_bool_list(r.sp), dtype=_str_list(r.dtype),
+        framework=_str_list(r.framework), allow_tp_across_nodes=True if r.allow_tp_across_nodes else None,
+        memory_headroom=r.headroom)
 
 
 def _hardwares(gpu, cluster: str | None, gpus_per_node: int | None, hardware_file):
@@ -237,7 +213,7 @@ def register(app: typer.Typer) -> None:
         recompute: O.RecomputeChoices = None,
         zero: O.ZeroChoices = None,
         sp: O.SpChoices = None,
-        dtype: O.DtypeChoices = None,
+        dtype: O.DtypeChoices = None, framework: O.FrameworkChoices = None,
         allow_tp_across_nodes: O.AllowTpAcrossNodes = False,
         headroom: O.Headroom = None,
         gbs: O.Gbs = None,
@@ -464,6 +440,7 @@ def register(app: typer.Typer) -> None:
 def _run_search(r: SearchRequest):
     """Build the search problem of ``r`` and run it (with a progress bar when asked); returns (result, problem)."""
     # deferred: the planner.search package (engine, samplers) loads only for search commands
+    from planner.calibrate import calibration_option
     from planner.search.engine import search as run
     from planner.search.sizing import parse_prices, parse_tokens
     from planner.search.space import build_problem
@@ -478,7 +455,8 @@ def _run_search(r: SearchRequest):
     m = resolve_model(r.model)
     problem = build_problem(m, _targets(hws, r.gpus, r.nodes, r.nodes_range), space, gbs=r.gbs, seq_len=r.seq_len,
                             tokens=parse_tokens(r.tokens) if r.tokens is not None else None, prices=prices,
-                            tokens_per_batch=O.parse_batch_tokens(r.tokens_per_batch))
+                            tokens_per_batch=O.parse_batch_tokens(r.tokens_per_batch),
+                            calibration=calibration_option(None))  # as `planner predict` applies it
     bar, update = _progress_bar("searching") if r.progress else (None, None)
     if bar is not None:
         bar.start()

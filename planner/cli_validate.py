@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from costmodel.core.errors import PlannerError
-from planner.calibrate import calibration_option, default_calibration_path
+from planner.calibrate import calibration_option, default_calibration_path, load_calibration
 from planner.cli_options import ModelsDir, write_or_print
 from planner.formats import csv_text
 from planner.predict import predict
@@ -81,8 +81,11 @@ def render_cv_preface(report: ValidationReport) -> list[str]:
 
 def cv_report(runs: list[Path] | None, tiers: list[str] | None, constants: str | None = None
               ) -> tuple[list[Path], CVReport]:
-    """Load the run files as `planner validate` does and validate them leave-one-source-out."""
+    """Load the run files as `planner validate` does and validate them leave-one-source-out, fitting the
+    constants the shipped default calibration fits (its headline is then the shipped calibration's)."""
     files, rows, wanted = load_run_files(runs, tiers)
+    if constants is None and default_calibration_path().is_file():
+        constants = ",".join(load_calibration(default_calibration_path()).constants)
     return files, validate_source_cv(rows, wanted, constants)
 
 
@@ -93,12 +96,12 @@ def calibrated_predict(calibration: str | None) -> Callable | None:
     return None if cal is None else partial(predict, calibration=cal)
 
 
-def resolve_cv(cv: str | None, calibration: str | None) -> str:
+def resolve_cv(cv: str | None, calibration: str | None, runs=()) -> str:
     """--cv as given, else 'source' when the shipped default calibration exists and no --calibration is
     given (the shipped constants were fitted on the published runs: only held-out figures are honest), else
     'none' (predictions as planner predict makes them, uncalibrated or with --calibration)."""
-    if cv is None:
-        return "source" if calibration is None and default_calibration_path().is_file() else "none"
+    if cv is None:  # a user's own --runs file: predictions as planner predict makes them
+        return "source" if not runs and calibration is None and default_calibration_path().is_file() else "none"
     if cv not in CV_CHOICES:
         raise PlannerError(f"unknown --cv {cv!r}: use none or source.")
     if cv == "source" and calibration is not None:
@@ -167,7 +170,7 @@ def register(app: typer.Typer) -> None:
             "--verbose", "-v", help="Table format: also print the per-run rows after the summary.")] = False,
     ) -> None:
         """Compare whole-iteration predictions with measured published training runs (summary first)."""
-        cv = resolve_cv(cv, calibration)
+        cv = resolve_cv(cv, calibration, runs)
         if report is not None:
             if cv == "source":
                 files_used, rep = cv_report(runs, tier)

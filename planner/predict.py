@@ -158,11 +158,16 @@ def predict(model: ModelSpec, plan: ParallelPlan, hardware: Hardware,
     """
     model.require_dense()
     plan.validate(model)
+    skipped = []
+    if calibration is not None and not getattr(calibration, "applies_to", lambda hw: True)(hardware):
+        skipped = [f"calibration {calibration.name!r} was fitted on published GPU runs: not applied to "
+                   f"{hardware.gpu.name}"]
+        calibration = None
     cost_model = cost_model or default_cost_model()
     # PP x VPP not dividing the layers: the split with the shortest predicted pipeline that fits is predicted
     plan, graph, times = costed_graph(model, plan, hardware, cost_model,
                                       calibration.scaler(plan) if calibration is not None else None)
-    warnings = domain_warnings(plan) + list(times.warnings)
+    warnings = skipped + domain_warnings(plan) + list(times.warnings)
     unread = model.extra.get("unread_keys") if isinstance(model.extra, dict) else None
     if unread:
         shown = ", ".join(map(str, unread[:8])) + (f" and {len(unread) - 8} more" if len(unread) > 8 else "")

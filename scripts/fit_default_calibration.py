@@ -2,7 +2,8 @@
 
     python scripts/fit_default_calibration.py [--runs ../shared/validation/published_runs.csv] [--tier A ...]
 
-Fits DEFAULT_CONSTANTS (``--constants`` to choose others of ``planner.calibrate.CONSTANTS``) on all predictable runs of the run file (found through
+Fits DEFAULT_CONSTANTS (``--constants`` to choose others of ``planner.calibrate.CONSTANTS``) on all predictable
+runs of the run file (found through
 ``costmodel.core.paths``: ``$PLANNER_DATA_DIR`` or ``../shared``; never copied into the repository), judges
 them by leave-one-source-out cross-validation (each source predicted by constants fitted on the other
 sources), derives the 80 % interval table from those held-out residuals (``planner.intervals``) and writes

@@ -28,11 +28,11 @@ loop) does."""
 CLI_CALL_BUDGET = {"calibrate": 1_000_000, "compare": 30_000_000, "costmodel report": 8_000_000,
                    "explain": 2_000_000, "export": 400_000, "fit": 400_000, "gpus": 400_000, "models": 400_000,
                    "predict": 700_000, "profile": 400_000, "search": 5_000_000, "size": 75_000_000,
-                   "validate": 1_500_000}
+                   "runs import": 450_000, "validate": 1_500_000}
 """The same per command for test_fuzz_every_cli_flag, about 10x the most one command line made on
 2026-11-26: calibrate 88,975, compare 2,910,108, costmodel report 817,754, explain 155,217, export 36,643,
 fit 32,908, gpus 33,721, models 31,498, predict 68,480, profile 32,448, search 420,549 (3 trials),
-size 7,337,730 (the valid base command line does this much), validate 121,647."""
+size 7,337,730 (the valid base command line does this much), validate 121,647; runs import 44,761 (2026-11-25)."""
 HANG_GUARD_S = 120
 """Stops an input stuck in a loop that calls no function (the call budget cannot see it): a hang guard,
 not a speed check (every input here takes milliseconds to seconds)."""

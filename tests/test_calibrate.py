@@ -248,7 +248,7 @@ def test_cli_errors_are_one_line(roofline_default, synthetic_runs, tmp_path, mon
     for argv in (["predict", "--model", "llama-7b", "--gpu", "a100-80gb", "--gpus", "8", "--calibration",
                   "broken.json"],
                  ["validate", "--runs", str(synthetic_runs), "--calibration", "missing-name"],
-                 ["calibrate", "--runs", str(synthetic_runs), "--name", "x", "--format", "csv"]):
+                 ["calibrate", "--runs", str(synthetic_runs), "--name", "x", "--format", "xml"]):
         with pytest.raises(SystemExit) as exc:
             main(argv)
         assert exc.value.code == 2

@@ -240,3 +240,35 @@ def test_power_capped_h100_is_priced_from_h100_measurements_at_its_own_peak_and_
     assert pc.iteration_time_s > pf.iteration_time_s
     assert capped.hardware.gpu.peak_tflops["bf16"] == pytest.approx(989.4 * (500 / 700) ** (1 / 3), abs=0.1)
     assert any("derived from h100-sxm" in w for w in pc.warnings)
+
+
+def test_search_compares_frameworks_with_the_calibration_predict_applies():
+    res = runner.invoke(app, ["search", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8", "--tp", "1,2",
+                              "--pp", "1", "--zero", "3", "--framework", "megatron,torchtitan", "--top", "50",
+                              "--format", "json", "--no-progress"])
+    assert res.exit_code == 0, res.output
+    plans = json.loads(res.output[res.output.index("{"):])["plans"]
+    assert {p["framework"] for p in plans} == {"megatron", "torchtitan"}
+    # each plan's time is what `planner predict` prints for it (the same default calibration)
+    p = next(p for p in plans if p["framework"] == "torchtitan")
+    one = runner.invoke(app, ["predict", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8",
+                              "--tp", str(p["tp"]), "--mbs", str(p["mbs"]), "--gbs", str(p["gbs"]), "--zero", "3",
+                              "--recompute", p["recompute"], "--framework", "torchtitan", "--format", "json"]
+                        + (["--no-sequence-parallel"] if not p["sequence_parallel"] else []))
+    assert one.exit_code == 0, one.output
+    assert json.loads(one.output)["iteration_time_s"] == pytest.approx(p["iteration_time_s"], rel=1e-9)
+    bad = runner.invoke(app, ["search", "--model", "llama3-8b", "--gpus", "8", "--framework", "jax"])
+    assert bad.exit_code == 2 and "framework value 'jax' is invalid" in bad.output
+
+
+def test_the_shipped_gpu_calibration_is_not_applied_to_the_cpu_and_user_run_files_default_to_cv_none():
+    from types import SimpleNamespace
+
+    from planner.calibrate import DEFAULT_NAME, identity
+    from planner.cli_validate import resolve_cv
+
+    cpu, gpu = SimpleNamespace(gpu=SimpleNamespace(name="cpu")), SimpleNamespace(gpu=SimpleNamespace(name="h100-sxm"))
+    shipped, mine = identity({"compute_scale": 1.5}, name=DEFAULT_NAME), identity({"compute_scale": 1.5}, name="mine")
+    assert not shipped.applies_to(cpu) and shipped.applies_to(gpu) and mine.applies_to(cpu)
+    assert resolve_cv(None, None, ["my_runs.csv"]) == "none"
+    assert resolve_cv(None, None, []) == "source"  # the published runs: held-out figures only

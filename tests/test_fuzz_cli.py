@@ -65,6 +65,9 @@ CLI_BASE = {
     "export": ["--model", "llama-7b", "--gpu", "a100-80gb", "--gpus", "16", "--tp", "2", "--to", "megatron"],
     "calibrate": ["--runs", str(FIXTURES / "runs_small.csv"), "--name", "fz"],
     "costmodel report": [],
+    "runs import": ["--from", "nemo", str(FIXTURES.parent.parent / "examples" / "logs" / "nemo_llama2-7b.log"),
+                    "--model", "llama-7b", "--gpu", "h100-sxm", "--gpus", "8", "--tp", "1", "--pp", "1", "--mbs", "1",
+                    "--seq-len", "4096", "--dtype", "fp8", "--out", "runs.csv"],
     # fit and profile with valid flags do minutes of work: fuzzed against a missing input instead
     "fit": ["--profile", "/nonexistent/profile", "--no-public"],
     "profile": ["--plan", "/nonexistent/plan.toml", "--no-progress"],

@@ -529,7 +529,7 @@ def ranked_distinct(records: list[PlanRecord], objective: str) -> tuple[list[Pla
     return rank(out, objective, None), folded
 
 
-_PLAN_FIELDS = ("tp", "pp", "dp", "cp", "vpp", "mbs", "recompute", "sequence_parallel", "zero", "dtype")
+_PLAN_FIELDS = ("tp", "pp", "dp", "cp", "vpp", "mbs", "recompute", "sequence_parallel", "zero", "dtype", "framework")
 
 
 def _difference(a: PlanRecord, b: PlanRecord) -> str:

@@ -118,7 +118,8 @@ class Evaluator:
             return rejected
         p = self.problem
         target = p.targets[cand.target]
-        pred = (quick_prediction if self.light else predict)(p.model, plan, target.hardware, self.cost_model)
+        pred = (quick_prediction if self.light else predict)(p.model, plan, target.hardware, self.cost_model,
+                                                             calibration=p.calibration)
         if pred.layer_split is not None and plan.layer_split is None:
             # the split predict chose (PP x VPP does not divide the layers): check memory with it
             plan = dataclasses.replace(plan, layer_split=tuple(pred.layer_split))
@@ -139,8 +140,8 @@ class Evaluator:
         target = next(t for t in p.targets if t.hardware.gpu.name == rec.gpu and t.hardware.cluster.name == rec.cluster
                       and t.world_size == rec.gpus)
         plan = rec.to_plan()
-        full = make_record(p, target, plan, predict(p.model, plan, target.hardware, self.cost_model),
-                           p.price(target.hardware))
+        full = make_record(p, target, plan, predict(p.model, plan, target.hardware, self.cost_model,
+                                                    calibration=p.calibration), p.price(target.hardware))
         return dataclasses.replace(full, rank=rec.rank, pareto=rec.pareto, trial=rec.trial, equivalent=rec.equivalent)
 
     @property
@@ -176,13 +177,18 @@ class QuickPrediction:
     quick: bool = True
 
 
-def quick_prediction(model, plan, hardware, cost_model: OperatorCostModel) -> QuickPrediction:
-    """The iteration time of :func:`planner.predict.predict` (uncalibrated; the same operator graph, costs,
-    layer split and composition steps, so the same number: tests/test_search_modes.py) without the breakdown,
+def quick_prediction(model, plan, hardware, cost_model: OperatorCostModel, calibration=None) -> QuickPrediction:
+    """The iteration time of :func:`planner.predict.predict` (the same operator graph, costs, layer split,
+    calibration and composition steps, so the same number: tests/test_search_modes.py) without the breakdown,
     interval and warnings, plus the metrics derived from it."""
-    plan, graph, times = costed_graph(model, plan, hardware, cost_model)
+    if calibration is not None and not calibration.applies_to(hardware):
+        calibration = None  # as planner.predict.predict: the shipped GPU calibration skips the CPU
+    scale = calibration.scaler(plan) if calibration is not None else None
+    plan, graph, times = costed_graph(model, plan, hardware, cost_model, scale)
     split = plan.layer_split
-    t = compose_iteration_time(plan, hardware, graph, times.time_s)
+    if calibration is not None:
+        times = times.scaled(calibration.scaler(plan))
+    t = compose_iteration_time(plan, hardware, graph, times.time_s, calibration)
     met = metrics(model, plan, hardware, t)
     return QuickPrediction(t, met.tokens_per_s, met.mfu, met.model_tflops_per_gpu, met.memory.total / GIB,
                            cost_model.name, list(split) if split is not None else None)

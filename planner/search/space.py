@@ -21,6 +21,7 @@ from typing import Iterator, NamedTuple
 
 import search_spaces
 from costmodel.core.errors import PlannerError
+from costmodel.core.specs.framework import DEFAULT_FRAMEWORK, FRAMEWORKS, get_framework
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import DTYPES, RECOMPUTE_MODES, ParallelPlan, uneven_split_problem
@@ -29,7 +30,7 @@ from planner.requests import DEFAULT_BATCH_TOKENS, search_batch
 
 INT_DIMS = ("tp", "pp", "cp", "vpp", "mbs")
 """Dimensions holding positive integers."""
-DIMS = INT_DIMS + ("recompute", "sequence_parallel", "zero", "dtype")
+DIMS = INT_DIMS + ("recompute", "sequence_parallel", "zero", "dtype", "framework")
 """Every plan dimension a space lists, in display order (DP is derived)."""
 
 
@@ -57,6 +58,8 @@ class SearchSpace:
     """ZeRO stages (1 = Megatron distributed optimizer, 3 = FSDP full shard)."""
     dtype: tuple[str, ...] = ("bf16",)
     """GEMM precisions."""
+    framework: tuple[str, ...] = (DEFAULT_FRAMEWORK,)
+    """Training stacks (costmodel.core.specs.framework): several compare them on the same allocation."""
     allow_tp_across_nodes: bool = False
     """Allow TP groups larger than a node (slow inter-node TP all-reduces)."""
     memory_headroom: float = DEFAULT_HEADROOM
@@ -101,9 +104,12 @@ def _check_dim(dim: str, values, where: str) -> tuple:
             ok = v in DTYPES
         elif dim == "sequence_parallel":
             ok = isinstance(v, bool)
+        elif dim == "framework":
+            ok = v in FRAMEWORKS
         if not ok:
             allowed = {"zero": "0, 1, 2 or 3", "recompute": ", ".join(RECOMPUTE_MODES),
-                       "dtype": ", ".join(DTYPES), "sequence_parallel": "true or false"}.get(dim, "positive integers")
+                       "dtype": ", ".join(DTYPES), "sequence_parallel": "true or false",
+                       "framework": ", ".join(FRAMEWORKS)}.get(dim, "positive integers")
             raise PlannerError(f"{where}: {dim} value {v!r} is invalid; use {allowed}.")
         if v not in out:
             out.append(v)
@@ -212,6 +218,9 @@ class SearchProblem:
     """GPU key -> USD per GPU-hour overrides (--price); others come from the catalogue."""
     notes: tuple[str, ...] = ()
     """What build_problem changed in the space and why (e.g. fp8 dropped on a GPU without fp8)."""
+    calibration: object = None
+    """Calibration every prediction of the search applies (planner.calibrate.Calibration, as `planner predict`
+    applies it); None = uncalibrated."""
 
     def price(self, hardware: Hardware) -> float | None:
         """USD per GPU-hour of a GPU: --price override, else the catalogue's (None = unknown)."""
@@ -237,7 +246,7 @@ def default_global_batch(seq_len: int, world_sizes: list[int] | tuple[int, ...],
 
 def build_problem(model: ModelSpec, targets: list[Target], space: SearchSpace, *, gbs: int | None = None,
                   seq_len: int | None = None, tokens: float | None = None, prices: dict | None = None,
-                  tokens_per_batch: int | None = None) -> SearchProblem:
+                  tokens_per_batch: int | None = None, calibration: object = None) -> SearchProblem:
     """Validate and assemble a :class:`SearchProblem` (defaults: model max_seq_len, ~4M-token batch;
     ``tokens_per_batch`` sets the batch in tokens instead of ``gbs`` sequences)."""
     model.require_dense()
@@ -257,7 +266,7 @@ def build_problem(model: ModelSpec, targets: list[Target], space: SearchSpace, *
     if tokens is not None and not (tokens > 0 and math.isfinite(tokens)):
         raise PlannerError(f"--tokens must be a positive number, got {tokens!r}.")
     space, notes = _fp8_space(space, targets)
-    return SearchProblem(model, tuple(targets), space, gbs, seq, tokens, dict(prices or {}), notes)
+    return SearchProblem(model, tuple(targets), space, gbs, seq, tokens, dict(prices or {}), notes, calibration)
 
 
 def _fp8_space(space: SearchSpace, targets: list[Target]) -> tuple[SearchSpace, tuple[str, ...]]:
@@ -291,6 +300,7 @@ class Candidate(NamedTuple):
     sequence_parallel: bool
     zero: int
     dtype: str
+    framework: str = DEFAULT_FRAMEWORK
 
     def canonical(self) -> "Candidate":
         """The same plan with no-op settings normalised (VPP without PP, SP without TP)."""
@@ -351,15 +361,15 @@ def enumerate_candidates(problem: SearchProblem) -> Iterator[Candidate]:
     """Every canonical candidate of the space whose degrees are a valid factorization (the exhaustive
     search's loop). Batch divisibility and memory are checked when a candidate is evaluated."""
     sp = problem.space
-    rest = list(itertools.product(sp.mbs, sp.recompute, sp.sequence_parallel, sp.zero, sp.dtype))
+    rest = list(itertools.product(sp.mbs, sp.recompute, sp.sequence_parallel, sp.zero, sp.dtype, sp.framework))
     for ti, target in enumerate(problem.targets):
         for tp, pp, cp in factorizations(problem.model, target, sp):
             vpps = [v for v in sp.vpp if v == 1 or (pp > 1 and _vpp_ok(problem.model, pp, v))]
             for vpp in vpps:
-                for mbs, rc, seqp, zero, dt in rest:
+                for mbs, rc, seqp, zero, dt, fw in rest:
                     if tp == 1 and seqp and False in sp.sequence_parallel:
                         continue  # SP is a no-op at TP=1: keep one of the two equal plans
-                    yield Candidate(ti, tp, pp, cp, vpp, mbs, rc, seqp and tp > 1, zero, dt)
+                    yield Candidate(ti, tp, pp, cp, vpp, mbs, rc, seqp and tp > 1, zero, dt, fw)
 
 
 def dimension_choices(problem: SearchProblem) -> dict[str, list]:
@@ -378,7 +388,8 @@ def dimension_choices(problem: SearchProblem) -> dict[str, list]:
         if p > 1:
             out[f"vpp@pp{p}"] = sorted(v for v in sp.vpp if v == 1 or _vpp_ok(problem.model, p, v)) or [1]
     out.update({"mbs": sorted(sp.mbs), "recompute": [r for r in RECOMPUTE_MODES if r in sp.recompute],
-                "sequence_parallel": list(sp.sequence_parallel), "zero": sorted(sp.zero), "dtype": list(sp.dtype)})
+                "sequence_parallel": list(sp.sequence_parallel), "zero": sorted(sp.zero), "dtype": list(sp.dtype),
+                "framework": list(sp.framework)})
     return out
 
 
@@ -394,7 +405,7 @@ def suggest_candidate(trial, choices: dict[str, list]) -> Candidate:
     mbs, rc = pick("mbs", choices["mbs"]), pick("recompute", choices["recompute"])
     seqp = pick("sequence_parallel", choices["sequence_parallel"]) if tp > 1 else False
     return Candidate(tgt, tp, pp, cp, vpp, mbs, rc, seqp, pick("zero", choices["zero"]),
-                     pick("dtype", choices["dtype"]))
+                     pick("dtype", choices["dtype"]), pick("framework", choices.get("framework", [DEFAULT_FRAMEWORK])))
 
 
 def candidate_params(c: Candidate, choices: dict[str, list]) -> dict:
@@ -416,6 +427,7 @@ def candidate_params(c: Candidate, choices: dict[str, list]) -> dict:
         put("sequence_parallel", choices["sequence_parallel"], c.sequence_parallel)
     put("zero", choices["zero"], c.zero)
     put("dtype", choices["dtype"], c.dtype)
+    put("framework", choices.get("framework", [DEFAULT_FRAMEWORK]), c.framework)
     return out
 
 
@@ -463,8 +475,8 @@ def neighbours(c: Candidate, choices: dict[str, list]) -> list[Candidate]:
         if n is not None and n.canonical() not in seen:
             seen.add(n.canonical())
             out.append(n.canonical())
-    for dim in ("target", "sequence_parallel", "dtype"):
-        for v in choices[dim]:
+    for dim in ("target", "sequence_parallel", "dtype", "framework"):
+        for v in choices.get(dim, []):
             n = c._replace(**{dim: v})
             if dim == "sequence_parallel" and c.tp == 1:
                 continue
@@ -481,4 +493,5 @@ def candidate_plan(problem: SearchProblem, c: Candidate) -> ParallelPlan:
                         global_batch_size=problem.global_batch_size, seq_len=problem.seq_len, tp=c.tp, pp=c.pp,
                         cp=c.cp, vpp=c.vpp, micro_batch_size=c.mbs, recompute=c.recompute,
                         sequence_parallel=c.sequence_parallel, zero=c.zero, dtype=c.dtype,
-                        nvlink_domain=t.nvlink_domain)
+                        nvlink_domain=t.nvlink_domain, framework=c.framework,
+                        overlap_grad_reduce=get_framework(c.framework).overlap_grad_reduce)
