@@ -461,10 +461,17 @@ def from_hf_config(cfg: dict | str | Path, name: str | None = None) -> ModelSpec
     fields, extra = parser(r, model_type)
     extra["model_type"] = model_type
     # norm epsilon under any family's name, for launcher exports (planner.export_arch)
-    eps = next((data[k] for k in NORM_EPS_KEYS if isinstance(data.get(k), (int, float))
+    key = next((k for k in NORM_EPS_KEYS if isinstance(data.get(k), (int, float))
                 and not isinstance(data.get(k), bool)), None)
-    if eps is not None:
-        extra["norm_eps"] = float(eps)
+    if key is not None:
+        try:
+            eps = float(data[key])
+        except OverflowError:
+            eps = math.inf
+        if not 0.0 < eps < 1.0:
+            raise PlannerError(f"{where}: {key}={data[key]!r} must be a small positive number (e.g. 1e-5); fix "
+                               "the config.json.")
+        extra["norm_eps"] = eps
     rope_theta = _rope_theta(r, extra) if fields["position_embedding"] == "rope" else None
     unread = unread_keys(data, r.seen)
     if unread:
