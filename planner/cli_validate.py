@@ -24,6 +24,7 @@ from planner.reports.validate_report import (
     RUN_COLUMNS,
     build_and_write,
     headline,
+    render_cv_preface,
     render_markdown,
     report_tables,
     run_rows,
@@ -53,30 +54,6 @@ def render_rich(report: ValidationReport, console: Console, per_run: bool = True
         console.print(table)
     if report.excluded_by_tier:
         console.print(f"{report.excluded_by_tier} runs left out by the tier filter.")
-
-
-def render_cv_preface(report: ValidationReport) -> list[str]:
-    """Lines that say what the headline figures of a --cv source report are, and the coverage per source."""
-    if not isinstance(report, CVReport):
-        return []
-    o = report.overall()
-    lines = ["Cross-validated (leave-one-source-out): each source is predicted with constants ("
-             + ", ".join(report.constants) + ") fitted on the other sources only; the summaries below are "
-             "these held-out errors. Interval = 80 % interval from the other sources' held-out residuals."]
-    if o is not None:
-        cov = "-" if o.interval_coverage is None else f"{100 * o.interval_coverage:.0f} %"
-        lines.append(f"cross-validated: {o.n} runs, MAPE {o.mape_pct:.1f} %, bias {o.bias_pct:+.1f} %, "
-                     f"80 % interval coverage {cov}")
-    for label, st in (("in-sample (constants fitted on all runs, optimistic)", report.in_sample),
-                      ("uncalibrated", report.uncalibrated)):
-        if st and st.get("mape_pct") is not None:
-            lines.append(f"{label}: MAPE {st['mape_pct']:.1f} %, bias {st['bias_pct']:+.1f} %")
-    per_source = [s for s in report.summaries if s.group == "source"]
-    if per_source:
-        lines.append("per source (cross-validated): " + "; ".join(
-            f"{s.value} n={s.n} MAPE {s.mape_pct:.1f} % bias {s.bias_pct:+.1f} % coverage "
-            + ("-" if s.interval_coverage is None else f"{100 * s.interval_coverage:.0f} %") for s in per_source))
-    return lines
 
 
 def cv_report(runs: list[Path] | None, tiers: list[str] | None, constants: str | None = None

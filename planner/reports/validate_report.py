@@ -125,6 +125,30 @@ def _shown(f: str | os.PathLike) -> str:
     return p.as_posix()
 
 
+def render_cv_preface(report: ValidationReport) -> list[str]:
+    """Lines that say what the headline figures of a --cv source report are, and the coverage per source."""
+    if getattr(report, "cv", None) != "source":  # planner.source_cv.CVReport
+        return []
+    o = report.overall()
+    lines = ["Cross-validated (leave-one-source-out): each source is predicted with constants ("
+             + ", ".join(report.constants) + ") fitted on the other sources only; the summaries below are "
+             "these held-out errors. Interval = 80 % interval from the other sources' held-out residuals."]
+    if o is not None:
+        cov = "-" if o.interval_coverage is None else f"{100 * o.interval_coverage:.0f} %"
+        lines.append(f"cross-validated: {o.n} runs, MAPE {o.mape_pct:.1f} %, bias {o.bias_pct:+.1f} %, "
+                     f"80 % interval coverage {cov}")
+    for label, st in (("in-sample (constants fitted on all runs, optimistic)", report.in_sample),
+                      ("uncalibrated", report.uncalibrated)):
+        if st and st.get("mape_pct") is not None:
+            lines.append(f"{label}: MAPE {st['mape_pct']:.1f} %, bias {st['bias_pct']:+.1f} %")
+    per_source = [s for s in report.summaries if s.group == "source"]
+    if per_source:
+        lines.append("per source (cross-validated): " + "; ".join(
+            f"{s.value} n={s.n} MAPE {s.mape_pct:.1f} % bias {s.bias_pct:+.1f} % coverage "
+            + ("-" if s.interval_coverage is None else f"{100 * s.interval_coverage:.0f} %") for s in per_source))
+    return lines
+
+
 def validation_report_text(md: Path, report: ValidationReport, run_files: Sequence[str | os.PathLike],
                            *, command: str | None = None, cost_model: str | None = None
                            ) -> tuple[str, list[tuple[Path, bytes]]]:
@@ -137,6 +161,9 @@ def validation_report_text(md: Path, report: ValidationReport, run_files: Sequen
     parts = [header("Validation: predicted vs measured training runs", command or command_line(),
                     [cost_model or _cost_model_name()], extra)]
     parts += [headline(report), ""]
+    preface = render_cv_preface(report)  # held-out figures: say so before any number is read
+    if preface:
+        parts += [preface[0], ""] + [f"- {line}" for line in preface[1:]] + [""]
     images = []
     if pred:
         png = validation_png([(r.source, r.metric, r.measured, r.predicted) for r in pred],
