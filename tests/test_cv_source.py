@@ -85,7 +85,7 @@ def test_interval_comes_from_other_sources_only(report):
              "residual": math.log(r.predicted / r.measured)} for r in others]
     _, group = I.lookup(I.fit_intervals(recs), "a100-80gb", "megatron")
     assert x[0].interval_low == pytest.approx(x[0].predicted * math.exp(-group["q_high"]), rel=1e-9)
-    assert x[0].interval_group == "gpu_family=ampere,framework=megatron"
+    assert x[0].interval_group == "pooled"  # 3 other sources: too few for a regime band (MIN_GROUP_SOURCES)
     src = {s.value: s for s in report.summaries if s.group == "source"}
     assert src["SRCX"].interval_coverage == 0.0
     overall = report.overall()
@@ -104,15 +104,18 @@ def test_json_keys(report):
 
 def test_interval_table_groups_and_fallback():
     # one run per source: source-shifted residuals are the residuals themselves
-    recs = [{"source": f"S{i}", "gpu": "h100-sxm", "framework": "fsdp", "residual": 0.1 * i} for i in range(9)]
+    n = I.MIN_GROUP_SOURCES
+    recs = [{"source": f"S{i}", "gpu": "h100-sxm", "framework": "fsdp", "residual": 0.1 * i} for i in range(n)]
     recs += [{"source": f"T{i}", "gpu": "a100-80gb", "framework": "fsdp", "residual": -0.1} for i in range(3)]
     t = I.fit_intervals(recs)
     key, g = I.lookup(t, "h100-sxm", "fsdp")
-    assert key == "gpu_family=hopper,framework=fsdp" and g["n"] == 9
-    want = np.percentile(np.repeat([0.1 * i for i in range(9)], 9), (10, 90))  # 9 source means x 9 zero deviations
+    assert key == "gpu_family=hopper,framework=fsdp" and g["n"] == n and g["sources"] == n
+    want = np.percentile(np.repeat([0.1 * i for i in range(n)], n), (10, 90))  # n source means x n zero deviations
     assert (g["q_low"], g["q_high"]) == pytest.approx(tuple(want))
     key, g = I.lookup(t, "a100-80gb", "fsdp")  # 3 ampere runs: falls back to the framework group
-    assert key == "framework=fsdp" and g["n"] == 12
+    assert key == "framework=fsdp" and g["n"] == n + 3
+    few = I.fit_intervals(recs[1:])  # n - 1 hopper sources: too few for a band of its own
+    assert I.lookup(few, "h100-sxm", "fsdp")[0] == "framework=fsdp"
     key, _ = I.lookup(t, "b200", "megatron")
     assert key == "pooled"
     lo, hi = I.time_band(2.0, {"q_low": -0.1, "q_high": 0.2})  # pred 20 % high -> measured lower
