@@ -17,6 +17,7 @@ from costmodel.core.errors import Interrupted, PlannerError
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.presets import resolve_model
 from planner import cli_options as O
+from planner.calibrate import calibration_option
 from planner.cli_options import DEFAULT_GPU, SIZE_DEFAULT_GPUS
 from planner.cli_options import bool_list as _bool_list
 from planner.cli_options import int_list as _int_list
@@ -369,7 +370,8 @@ def register(app: typer.Typer) -> None:
             tok = parse_tokens(tokens) if tokens is not None else None
             m = resolve_model(model)
             rows = run_compare(m, hws, load_space(space), gpus=gpus, nodes=nodes, gbs=gbs, seq_len=seq_len,
-                               tokens=tok, prices=prices, tokens_per_batch=O.parse_batch_tokens(tokens_per_batch))
+                               tokens=tok, prices=prices, tokens_per_batch=O.parse_batch_tokens(tokens_per_batch),
+                               calibration=calibration_option(None))  # as `planner predict` applies it
         except PlannerError as exc:
             raise _err(str(exc)) from None
         best = [r.best for r in rows if r.best is not None]
@@ -426,7 +428,7 @@ def register(app: typer.Typer) -> None:
             with working(f"sizing {m.name} on {', '.join(h.gpu.name for h in hws)}"):
                 res = run_size(m, tok, seconds, hws, load_space(space), max_gpus=max_gpus, budget_usd=budget, gbs=gbs,
                                seq_len=seq_len, prices=prices, tokens_per_batch=O.parse_batch_tokens(tokens_per_batch),
-                               jobs=_jobs(0))
+                               jobs=_jobs(0), calibration=calibration_option(None))
         except PlannerError as exc:
             raise _err(str(exc)) from None
         size_out(m, tok, seconds, res, fmt)

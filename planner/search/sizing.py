@@ -90,13 +90,15 @@ class CompareRow:
 def compare(model: ModelSpec, hardwares: list[Hardware], space: SearchSpace, *, gpus: int | None = None,
             nodes: int | None = None, gbs: int | None = None, seq_len: int | None = None,
             tokens: float | None = None, prices: dict | None = None,
-            cost_model: OperatorCostModel | None = None, tokens_per_batch: int | None = None) -> list[CompareRow]:
-    """Best plan per GPU type on ``gpus`` GPUs (or ``nodes`` nodes of each type), by iteration time."""
+            cost_model: OperatorCostModel | None = None, tokens_per_batch: int | None = None,
+            calibration: object = None) -> list[CompareRow]:
+    """Best plan per GPU type on ``gpus`` GPUs (or ``nodes`` nodes of each type), by iteration time, predicted
+    with ``calibration`` (planner.calibrate.Calibration; None = uncalibrated)."""
     rows = []
     for hw in hardwares:
         world = gpus if gpus is not None else nodes * hw.gpus_per_node
         problem = build_problem(model, [make_target(hw, world)], space, gbs=gbs, seq_len=seq_len, tokens=tokens,
-                                prices=prices, tokens_per_batch=tokens_per_batch)
+                                prices=prices, tokens_per_batch=tokens_per_batch, calibration=calibration)
         res = exhaustive_search(problem, "time", cost_model)
         msg = "" if res.best else no_fit_message(res, gbs is not None)
         rows.append(CompareRow(hw.gpu.name, hw, res, res.best, msg))
@@ -224,7 +226,7 @@ def size(model: ModelSpec, tokens: float, deadline_s: float, hardwares: list[Har
          max_gpus: int = 16384, budget_usd: float | None = None, gbs: int | None = None,
          seq_len: int | None = None, prices: dict | None = None,
          cost_model: OperatorCostModel | None = None, tokens_per_batch: int | None = None,
-         jobs: int = 1) -> SizingResult:
+         jobs: int = 1, calibration: object = None) -> SizingResult:
     """Smallest allocation (and cheapest, if different) that trains ``tokens`` within ``deadline_s``.
 
     Per GPU type, node counts 2^k and 3 x 2^k are searched from the count a START_MFU plan would need, down
@@ -237,7 +239,7 @@ def size(model: ModelSpec, tokens: float, deadline_s: float, hardwares: list[Har
 
     def problem_at(hw: Hardware, n_nodes: int):
         return build_problem(model, [make_target(hw, n_nodes * hw.gpus_per_node)], space, gbs=gbs, seq_len=seq_len,
-                             tokens=tokens, prices=prices, tokens_per_batch=tokens_per_batch)
+                             tokens=tokens, prices=prices, tokens_per_batch=tokens_per_batch, calibration=calibration)
 
     if cost_model is None:
         cost_model = default_cost_model()

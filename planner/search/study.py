@@ -15,6 +15,7 @@ a killed or interrupted process leaves nothing RUNNING and loses at most the las
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import signal
@@ -106,6 +107,17 @@ def recover_stale_trials(study) -> int:
             study.enqueue_trial(dict(t.params), user_attrs={"planner_recovered_from": t.number})
         n += 1
     return n
+
+
+def _rdb_trials(rdb, study_id: int, states, included: set, greater_than: int) -> list:
+    """Finished trials of ``study_id`` whose id is in ``included`` or above ``greater_than``, through Optuna's
+    private RDB reader: newer optuna (5.0) takes (states, included_trial_ids, trial_id_greater_than), optuna 4.0
+    (states, excluded_trial_ids) and returns every trial in ``states`` (filtered here)."""
+    params = inspect.signature(rdb._get_trials).parameters
+    if "trial_id_greater_than" in params:
+        return rdb._get_trials(study_id, states, included, greater_than)
+    return [t for t in rdb._get_trials(study_id, states, set())
+            if t._trial_id > greater_than or t._trial_id in included]
 
 
 def _rdb(storage):
@@ -216,7 +228,7 @@ class MirroredStudy:
                 return
             # the rows of those ids and any past them, else those past the last seen id
             top = max(others) if others else self._last_id
-            new = self._rdb._get_trials(sid, self._finished, set(others or ()), top)
+            new = _rdb_trials(self._rdb, sid, self._finished, set(others or ()), top)
         else:
             new = storage.get_all_trials(sid, deepcopy=False, states=self._finished)
         new = [t for t in new if t._trial_id not in self._written and (others or t._trial_id > self._last_id)]
