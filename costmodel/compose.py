@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from costmodel.core.kinds import COLLECTIVE_KINDS, Category, CostSource, Phase
+from costmodel.core.specs.framework import attention_kernel
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
@@ -181,6 +182,8 @@ def framework_kernels(plan: ParallelPlan, hardware: Hardware, graph: OperatorGra
     (:mod:`costmodel.framework_kernels`, its own measurements on the GPU die; source MEASURED), unchanged
     for stacks that call the fused kernel the cost model measures. Interval ends keep their ratio to the
     point time."""
+    if attention_kernel(plan) != "flash2":
+        return times  # the fused kernel the cost model measures: nothing to replace
     ops = [o for st in _distinct_stages(graph) for o in st.layer_ops]
     new, warnings = flash2_times(plan, hardware, ops)
     if not new and not warnings:

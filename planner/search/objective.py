@@ -186,9 +186,9 @@ def quick_prediction(model, plan, hardware, cost_model: OperatorCostModel, calib
     scale = calibration.scaler(plan) if calibration is not None else None
     plan, graph, times = costed_graph(model, plan, hardware, cost_model, scale)
     split = plan.layer_split
-    if calibration is not None:
-        times = times.scaled(calibration.scaler(plan))
-    t = compose_iteration_time(plan, hardware, graph, times.time_s, calibration)
+    # point times only (the interval ends are not needed here): one dict, not three
+    point = calibration.scaler(plan)(times.time_s) if calibration is not None else times.time_s
+    t = compose_iteration_time(plan, hardware, graph, point, calibration)
     met = metrics(model, plan, hardware, t)
     return QuickPrediction(t, met.tokens_per_s, met.mfu, met.model_tflops_per_gpu, met.memory.total / GIB,
                            cost_model.name, list(split) if split is not None else None)
