@@ -105,10 +105,16 @@ def elem_bytes(dtype: str) -> int:
     return FP32_BYTES if dtype == "fp32" else ACT_BYTES
 
 
-def _gemm(name: str, phase: Phase, m: int, n: int, k: int, dtype: str) -> Op:
+def _gemm(name: str, phase: Phase, m: int, n: int, k: int, dtype: str, count: float = 1.0) -> Op:
     EB = elem_bytes(dtype)
     return Op("gemm", name, phase, (m, n, k), flops=2.0 * m * n * k,
-              bytes=float(EB * (m * k + n * k + m * n)), dtype=dtype, category=Category.COMPUTE)
+              bytes=float(EB * (m * k + n * k + m * n)), dtype=dtype, count=count, category=Category.COMPUTE)
+
+
+def recomputed(ops) -> list[Op]:
+    """The forward operators of ``ops``, run again in backward (phase RECOMPUTE)."""
+    return [Op(o.kind, o.name, Phase.RECOMPUTE, o.features, o.flops, o.bytes, o.dtype, o.count, o.category)
+            for o in ops if o.phase is Phase.FWD]
 
 
 def _gemm_fwd_bwd(name: str, m: int, n: int, k: int, dtype: str) -> list[Op]:
@@ -169,11 +175,8 @@ def unfused_attention(b: int, s: int, s_full: int, heads: int, d: int, dtype: st
            _gemm("attention.context", Phase.FWD, m, d, s_full, dtype)]
     bwd = [_gemm("attention.scores.grad", Phase.BWD, m, s_full, d, dtype),
            passes(Phase.BWD, "attention.softmax", 1.0 + drop, False),
-           Op("gemm", "attention.context.grad", Phase.BWD, (m, d, s_full), flops=2.0 * m * d * s_full,
-              bytes=float(EB * (m * s_full + s_full * d + m * d)), dtype=dtype, count=3.0, category=Category.COMPUTE)]
-    again = [Op(o.kind, o.name, Phase.RECOMPUTE, o.features, o.flops, o.bytes, o.dtype, o.count, o.category)
-             for o in fwd] if recompute_core else []
-    return fwd + bwd + again
+           _gemm("attention.context.grad", Phase.BWD, m, d, s_full, dtype, count=3.0)]
+    return fwd + bwd + (recomputed(fwd) if recompute_core else [])
 
 
 def op_sac_recompute(ops: list[Op], tokens: int, h: int, q: int, kv: int, f: int, gated: bool,
@@ -182,8 +185,7 @@ def op_sac_recompute(ops: list[Op], tokens: int, h: int, q: int, kv: int, f: int
     element-wise forward op (not in its save list) and every second matmul of the block in execution order
     (wq, wk, wv, wo, w1, [w3,] w2: wk, wo and w3, or w2 without a gate), per torchtitan's
     parallelize_llama.py ``_custom_policy`` ("Saves output of all compute ops, except every second mm")."""
-    elementwise = [Op(o.kind, o.name, Phase.RECOMPUTE, o.features, o.flops, o.bytes, o.dtype, o.count, o.category)
-                   for o in ops if o.phase is Phase.FWD and o.kind in ("norm", "rope", "activation", "residual_add")]
+    elementwise = recomputed(o for o in ops if o.kind in ("norm", "rope", "activation", "residual_add"))
     mms = [_gemm("qkv.k", Phase.RECOMPUTE, tokens, kv, h, dtype),
            _gemm("attn_out", Phase.RECOMPUTE, tokens, h, q, dtype),
            _gemm("mlp_up.w3", Phase.RECOMPUTE, tokens, f, h, dtype) if gated
@@ -289,9 +291,7 @@ def layer_operators(model: ModelSpec, plan: ParallelPlan) -> tuple[list[Op], lis
 
     # --- recomputation (backward pass re-runs forward operators)
     if plan.recompute == "full":
-        recompute = [Op(o.kind, o.name, Phase.RECOMPUTE, o.features, o.flops, o.bytes, o.dtype, o.count, o.category)
-                     for o in ops if o.phase is Phase.FWD]
-        ops += recompute
+        ops += recomputed(ops)
     # selective recompute of the attention core costs nothing extra here: FlashAttention's backward
     # kernel recomputes the scores itself (its cost is inside attention_bwd).
     elif plan.recompute == "selective" and get_framework(plan.framework).selective_recompute == "op":

@@ -35,6 +35,7 @@ import numpy as np
 from costmodel.core.errors import PlannerError
 from costmodel.core.fileio import atomic_write_text
 from costmodel.core.kinds import COLLECTIVE_KINDS
+from costmodel.cpu_hardware import CPU_GPU_KEY
 from costmodel.layer_split import costed_graph
 from planner import __version__
 from planner.intervals import fit_intervals, lookup, plan_framework, time_residual
@@ -149,7 +150,7 @@ class Calibration:
     def applies_to(self, hardware) -> bool:
         """False for the shipped default calibration on the CPU device: it was fitted on published GPU runs
         (a calibration a user fits on CPU runs applies there)."""
-        return not (self.name == DEFAULT_NAME and getattr(hardware.gpu, "name", "") == "cpu")
+        return not (self.name == DEFAULT_NAME and getattr(hardware.gpu, "name", "") == CPU_GPU_KEY)
 
     def scaler(self, plan) -> Callable[[dict], dict]:
         """:meth:`scale_times` for ``plan``'s framework."""

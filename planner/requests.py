@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 
 from costmodel.core.errors import PlannerError
 from costmodel.core.specs.catalogue import load_catalogue
-from costmodel.core.specs.framework import ATTENTION_KERNELS, DEFAULT_FRAMEWORK, FRAMEWORKS, get_framework
+from costmodel.core.specs.framework import ATTENTION_KERNELS, DEFAULT_FRAMEWORK, FRAMEWORKS
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import DTYPES, RECOMPUTE_MODES, ParallelPlan
@@ -138,7 +138,6 @@ class PlanRequest:
                             recompute=self.recompute, sequence_parallel=self.sequence_parallel, zero=self.zero,
                             dtype=self.dtype, layer_split=self.layer_split, nvlink_domain=nvlink_domain,
                             framework=self.framework, attention=self.attention,
-                            overlap_grad_reduce=get_framework(self.framework).overlap_grad_reduce,
                             extra=dict(extra or {}))
         plan.validate(model)
         return plan

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 
 from costmodel.core.kinds import describe_cost_sources
-from costmodel.core.specs.framework import DEFAULT_FRAMEWORK, get_framework
+from costmodel.core.specs.framework import DEFAULT_FRAMEWORK
 from costmodel.core.specs.plan import ParallelPlan, describe_split
 from planner.formats import (
     FORMATS,  # noqa: F401 (re-exported: the formats of every result-printing command)
@@ -117,8 +117,7 @@ class PlanRecord:
                             micro_batch_size=self.mbs, recompute=self.recompute,
                             sequence_parallel=self.sequence_parallel, zero=self.zero, dtype=self.dtype,
                             layer_split=tuple(self.layer_split) if self.layer_split else None,
-                            nvlink_domain=self.nvlink_domain, framework=self.framework,
-                            overlap_grad_reduce=get_framework(self.framework).overlap_grad_reduce)
+                            nvlink_domain=self.nvlink_domain, framework=self.framework)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -21,7 +21,7 @@ from typing import Iterator, NamedTuple
 
 import search_spaces
 from costmodel.core.errors import PlannerError
-from costmodel.core.specs.framework import DEFAULT_FRAMEWORK, FRAMEWORKS, get_framework
+from costmodel.core.specs.framework import DEFAULT_FRAMEWORK, FRAMEWORKS
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import DTYPES, RECOMPUTE_MODES, ParallelPlan, uneven_split_problem
@@ -405,7 +405,7 @@ def suggest_candidate(trial, choices: dict[str, list]) -> Candidate:
     mbs, rc = pick("mbs", choices["mbs"]), pick("recompute", choices["recompute"])
     seqp = pick("sequence_parallel", choices["sequence_parallel"]) if tp > 1 else False
     return Candidate(tgt, tp, pp, cp, vpp, mbs, rc, seqp, pick("zero", choices["zero"]),
-                     pick("dtype", choices["dtype"]), pick("framework", choices.get("framework", [DEFAULT_FRAMEWORK])))
+                     pick("dtype", choices["dtype"]), pick("framework", choices["framework"]))
 
 
 def candidate_params(c: Candidate, choices: dict[str, list]) -> dict:
@@ -427,7 +427,7 @@ def candidate_params(c: Candidate, choices: dict[str, list]) -> dict:
         put("sequence_parallel", choices["sequence_parallel"], c.sequence_parallel)
     put("zero", choices["zero"], c.zero)
     put("dtype", choices["dtype"], c.dtype)
-    put("framework", choices.get("framework", [DEFAULT_FRAMEWORK]), c.framework)
+    put("framework", choices["framework"], c.framework)
     return out
 
 
@@ -476,7 +476,7 @@ def neighbours(c: Candidate, choices: dict[str, list]) -> list[Candidate]:
             seen.add(n.canonical())
             out.append(n.canonical())
     for dim in ("target", "sequence_parallel", "dtype", "framework"):
-        for v in choices.get(dim, []):
+        for v in choices[dim]:
             n = c._replace(**{dim: v})
             if dim == "sequence_parallel" and c.tp == 1:
                 continue
@@ -493,5 +493,4 @@ def candidate_plan(problem: SearchProblem, c: Candidate) -> ParallelPlan:
                         global_batch_size=problem.global_batch_size, seq_len=problem.seq_len, tp=c.tp, pp=c.pp,
                         cp=c.cp, vpp=c.vpp, micro_batch_size=c.mbs, recompute=c.recompute,
                         sequence_parallel=c.sequence_parallel, zero=c.zero, dtype=c.dtype,
-                        nvlink_domain=t.nvlink_domain, framework=c.framework,
-                        overlap_grad_reduce=get_framework(c.framework).overlap_grad_reduce)
+                        nvlink_domain=t.nvlink_domain, framework=c.framework)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from costmodel.core.errors import PlanError
-from costmodel.core.specs.framework import ATTENTION_KERNELS, DEFAULT_FRAMEWORK, FRAMEWORKS
+from costmodel.core.specs.framework import ATTENTION_KERNELS, DEFAULT_FRAMEWORK, FRAMEWORKS, get_framework
 from costmodel.core.specs.model import ModelSpec
 
 RECOMPUTE_MODES = ("none", "selective", "full")
@@ -46,8 +46,9 @@ class ParallelPlan:
     training, e.g. on a CPU)."""
     layer_split: tuple[int, ...] | None = None
     """Layers per pipeline stage when uneven (length pp, sums to num_layers); None = even."""
-    overlap_grad_reduce: bool = True
-    """Overlap the DP gradient reduction with backward (Megatron --overlap-grad-reduce)."""
+    overlap_grad_reduce: bool | None = None
+    """Overlap the DP gradient reduction with backward (Megatron --overlap-grad-reduce); None = the framework's
+    default (``Framework.overlap_grad_reduce``), resolved when the plan is built."""
     overlap_param_gather: bool = True
     """Overlap ZeRO parameter all-gathers with compute (prefetch)."""
     dp_bucket_mb: float = 40.0
@@ -62,6 +63,10 @@ class ParallelPlan:
     """Attention kernel: fused, flash2 or unfused (``costmodel.core.specs.framework.ATTENTION_KERNELS``);
     "" = the framework's."""
     extra: dict = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        if self.overlap_grad_reduce is None and self.framework in FRAMEWORKS:
+            object.__setattr__(self, "overlap_grad_reduce", get_framework(self.framework).overlap_grad_reduce)
 
     # --------------------------------------------------------------- derived
     @property
