@@ -9,6 +9,10 @@ from costmodel.core.specs.framework import ATTENTION_KERNELS, DEFAULT_FRAMEWORK,
 from costmodel.core.specs.model import ModelSpec
 
 RECOMPUTE_MODES = ("none", "selective", "full")
+MOE_DISPATCHERS = ("alltoall", "allgather", "flex")
+"""Megatron-Core token dispatchers (--moe-token-dispatcher-type): alltoall (NCCL all-to-all over the EP group),
+allgather (all-gather the tokens, each rank keeps its experts' share, reduce-scatter back) and flex (DeepEP /
+HybridEP kernels)."""
 DTYPES = ("bf16", "fp16", "fp8", "fp32")
 
 
@@ -62,11 +66,30 @@ class ParallelPlan:
     attention: str = ""
     """Attention kernel: fused, flash2 or unfused (``costmodel.core.specs.framework.ATTENTION_KERNELS``);
     "" = the framework's."""
+    ep: int = 1
+    """Expert-parallel degree (Megatron --expert-model-parallel-size): each EP rank holds num_experts / EP of
+    every MoE layer's routed experts. 1 for dense models."""
+    etp: int | None = None
+    """Expert tensor-parallel degree (--expert-tensor-parallel-size): each expert's FFN split over ETP ranks;
+    None = TP (Megatron-Core parallel_state.py: "if expert_tensor_parallel_size is None:
+    expert_tensor_parallel_size = tensor_model_parallel_size"), resolved when the plan is built."""
+    moe_dispatcher: str = "alltoall"
+    """Token dispatcher of the MoE layers (``MOE_DISPATCHERS``; --moe-token-dispatcher-type)."""
+    moe_imbalance: float | None = None
+    """Routing imbalance: tokens routed to the busiest expert over the mean (1.0 = perfectly balanced, e.g.
+    --moe-router-force-load-balancing); None = the documented default (``costmodel.moe``)."""
+    moe_overlap_comm: bool = False
+    """Overlap the EP dispatch/combine with compute of another micro-batch (Megatron-Core
+    --overlap-moe-expert-parallel-comm)."""
+    moe_grouped_gemm: bool = True
+    """Run a rank's local experts as one grouped GEMM (--moe-grouped-gemm) rather than one GEMM per expert."""
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         if self.overlap_grad_reduce is None and self.framework in FRAMEWORKS:
             object.__setattr__(self, "overlap_grad_reduce", get_framework(self.framework).overlap_grad_reduce)
+        if self.etp is None:
+            object.__setattr__(self, "etp", self.tp)
 
     # --------------------------------------------------------------- derived
     @property
@@ -76,6 +99,13 @@ class ParallelPlan:
     @property
     def dp(self) -> int:
         return self.world_size // self.model_parallel if self.model_parallel else 0
+
+    @property
+    def expert_dp(self) -> int:
+        """Expert data-parallel degree: world_size / (ETP * EP * PP) (Megatron-Core parallel_state.py
+        ``expert_data_parallel_size``); the group over which expert gradients are reduced."""
+        denom = self.etp * self.ep * self.pp
+        return self.world_size // denom if denom else 0
 
     @property
     def num_nodes(self) -> int:
@@ -130,6 +160,18 @@ class ParallelPlan:
             return tuple([num_layers // self.pp] * self.pp)
         return default_layer_split(num_layers, self.pp, self.vpp) or tuple([num_layers // self.pp] * self.pp)
 
+    def stage_layer_indices(self, num_layers: int) -> list[list[int]]:
+        """0-based indices of the layers each pipeline stage holds (all virtual chunks): virtual stage a*PP + b
+        (chunk a of stage b) holds the next ``chunk_layers`` layers in model order (Megatron's interleaving)."""
+        chunks = chunk_layers(self.stage_layers(num_layers), self.vpp)
+        out: list[list[int]] = [[] for _ in range(self.pp)]
+        i = 0
+        for row in chunks:
+            for b, n in enumerate(row):
+                out[b].extend(range(i, i + n))
+                i += n
+        return out
+
     def needs_layer_split(self, num_layers: int) -> bool:
         """True when no split is given and PP x VPP does not divide the layers (an uneven split is chosen)."""
         return self.layer_split is None and num_layers % (self.pp * self.vpp) != 0
@@ -140,7 +182,9 @@ class ParallelPlan:
                 f"CP={self.cp} DP={self.dp} VPP={self.vpp} MBS={self.micro_batch_size} "
                 f"GBS={self.global_batch_size} seq_len={self.seq_len} recompute={self.recompute} "
                 f"SP={self.sequence_parallel} ZeRO={self.zero} dtype={self.dtype} framework={self.framework}"
-                + (f" attention={self.attention}" if self.attention else ""))
+                + (f" attention={self.attention}" if self.attention else "")
+                + (f" EP={self.ep} ETP={self.etp} EDP={self.expert_dp} dispatcher={self.moe_dispatcher}"
+                   if self.ep > 1 or self.etp != self.tp else ""))
 
     def problems(self, model: ModelSpec | None = None) -> list[str]:
         """Every reason this plan is invalid (empty list when valid)."""
@@ -148,6 +192,10 @@ class ParallelPlan:
         ints = ("world_size", "gpus_per_node", "global_batch_size", "seq_len", "tp", "pp", "cp", "vpp",
                 "micro_batch_size")
         for name in ints:
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                p.append(f"{name}={v!r} must be a positive integer")
+        for name in ("ep", "etp"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
                 p.append(f"{name}={v!r} must be a positive integer")
@@ -171,6 +219,20 @@ class ParallelPlan:
                      f"GPUs={self.world_size} (DP = GPUs / (TP*PP*CP))")
         if self.world_size > self.gpus_per_node and self.world_size % self.gpus_per_node != 0:
             p.append(f"GPUs={self.world_size} must be a multiple of gpus_per_node={self.gpus_per_node}")
+        if self.moe_dispatcher not in MOE_DISPATCHERS:
+            p.append(f"moe_dispatcher={self.moe_dispatcher!r} must be one of {', '.join(MOE_DISPATCHERS)}")
+        if self.moe_imbalance is not None and not (isinstance(self.moe_imbalance, (int, float))
+                                                   and self.moe_imbalance >= 1.0):
+            p.append(f"moe_imbalance={self.moe_imbalance!r} must be >= 1 (busiest expert's tokens over the mean)")
+        # Megatron-Core parallel_state.py initialize_model_parallel: "world_size ... is not divisible by
+        # expert_tensor_model_pipeline_parallel size" (ETP * EP * PP)
+        if self.world_size % (self.etp * self.ep * self.pp) != 0:
+            p.append(f"ETP*EP*PP = {self.etp}*{self.ep}*{self.pp} = {self.etp * self.ep * self.pp} must divide "
+                     f"GPUs={self.world_size} (expert DP = GPUs / (ETP*EP*PP))")
+        # Megatron-LM arguments.py: "When using expert parallelism and tensor parallelism, sequence parallelism
+        # must be used"
+        if self.ep > 1 and self.tp > 1 and not self.sequence_parallel:
+            p.append(f"EP={self.ep} with TP={self.tp} needs sequence parallelism (Megatron-LM arguments.py)")
         if self.vpp > 1 and self.pp == 1:
             p.append(f"VPP={self.vpp} needs PP > 1")
         dp = self.dp
@@ -192,6 +254,14 @@ class ParallelPlan:
                 p.append(f"KV heads={model.num_kv_heads} and TP={self.tp}: one must divide the other")
             if model.ffn_hidden_size % self.tp != 0:
                 p.append(f"ffn_hidden_size={model.ffn_hidden_size} must be a multiple of TP={self.tp}")
+            if self.ep > 1 and not model.is_moe:
+                p.append(f"EP={self.ep} needs a mixture-of-experts model ({model.name} is dense); use EP=1")
+            if model.is_moe:
+                # Megatron-LM arguments.py: "num_experts must be divisible by expert_model_parallel_size"
+                if model.num_experts % self.ep != 0:
+                    p.append(f"experts={model.num_experts} must be a multiple of EP={self.ep}")
+                if model.expert_ffn % self.etp != 0:
+                    p.append(f"expert ffn width={model.expert_ffn} must be a multiple of ETP={self.etp}")
             if self.layer_split is not None:
                 if len(self.layer_split) != self.pp or sum(self.layer_split) != model.num_layers:
                     p.append(f"layer_split={list(self.layer_split)} must have PP={self.pp} entries summing to "
