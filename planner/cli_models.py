@@ -29,7 +29,9 @@ COLUMNS = {"name": HEADERS["model"], "num_layers": HEADERS["num_layers"], "hidde
            "num_heads": "Heads", "num_kv_heads": "KV Heads", "ffn_hidden_size": HEADERS["ffn_hidden_size"],
            "vocab_size": "Vocab [tokens]", "activation": "Activation", "norm": "Norm",
            "position_embedding": "Position Embedding", "params_billion": HEADERS["params_billion"],
-           "max_seq_len": "Max Seq Length [tokens]", "source": "Source"}
+           "max_seq_len": "Max Seq Length [tokens]", "num_experts": "Experts", "experts_per_token": "Top-k",
+           "num_shared_experts": "Shared Experts", "moe_ffn_hidden_size": "Expert FFN",
+           "active_params_billion": "Active Params [B]", "source": "Source"}
 
 
 def model_row(spec: ModelSpec) -> dict:
@@ -47,23 +49,33 @@ def model_row(spec: ModelSpec) -> dict:
         "position_embedding": spec.position_embedding,
         "params_billion": round(spec.total_params() / 1e9, 3),
         "max_seq_len": spec.max_seq_len,
+        # MoE facts (0 for dense models, whose active parameters are all of them: ModelSpec.active_params)
+        "num_experts": spec.num_experts if spec.is_moe else 0,
+        "experts_per_token": spec.experts_per_token if spec.is_moe else 0,
+        "num_shared_experts": spec.num_shared_experts if spec.is_moe else 0,
+        "moe_ffn_hidden_size": spec.expert_ffn if spec.is_moe else 0,
+        "active_params_billion": round(spec.active_params() / 1e9, 3),
         "source": spec.source,
     }
 
 
 def _table(rows: list[dict]) -> Table:
-    table = Table(title="Model presets (search_spaces/models; norm, sources: --format csv|md|json)",
+    table = Table(title="Model presets (search_spaces/models; vocab, max seq, norm, sources: --format csv|md|json)",
                   box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, title_justify="left", padding=(0, 0, 0, 1))
     table.add_column("name", no_wrap=True)
-    for head in ("layers", "hidden", "heads\n/KV", "FFN", "vocab\n[tokens]"):
+    for head in ("layers", "hidden", "heads\n/KV", "FFN"):
         table.add_column(escape(head), justify="right")
     table.add_column("MLP")
     table.add_column(escape("params\n[B]"), justify="right")
-    table.add_column(escape("max seq\n[tokens]"), justify="right")
+    table.add_column(escape("experts\n/top-k"), justify="right")
+    table.add_column(escape("active\n[B]"), justify="right")
     for r in rows:
+        experts = f"{r['num_experts']}/{r['experts_per_token']}" if r["num_experts"] else "-"
+        if r["num_shared_experts"]:
+            experts += f"+{r['num_shared_experts']}"
         table.add_row(r["name"], str(r["num_layers"]), str(r["hidden_size"]),
-                      f"{r['num_heads']}/{r['num_kv_heads']}", str(r["ffn_hidden_size"]), str(r["vocab_size"]),
-                      r["activation"], f"{r['params_billion']:.2f}", str(r["max_seq_len"]))
+                      f"{r['num_heads']}/{r['num_kv_heads']}", str(r["ffn_hidden_size"]), r["activation"],
+                      f"{r['params_billion']:.2f}", experts, f"{r['active_params_billion']:.2f}")
     return table
 
 

@@ -47,7 +47,32 @@ EXPECTED = {
                        tied_embeddings=True, linear_bias=True, dropout=False, max_seq_len=2048),
     "mixtral-8x7b": dict(num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8, ffn_hidden_size=14336,
                          vocab_size=32000, activation="swiglu", norm="rmsnorm", num_experts=8,
-                         experts_per_token=2, max_seq_len=32768, rope_theta=1e6),
+                         experts_per_token=2, max_seq_len=32768, rope_theta=1e6, moe_ffn_hidden_size=14336),
+    # MoE families (sources of each fixture: fixtures/hf_configs/README.md)
+    "mixtral-8x22b": dict(num_layers=56, hidden_size=6144, num_heads=48, num_kv_heads=8, ffn_hidden_size=16384,
+                          moe_ffn_hidden_size=16384, num_experts=8, experts_per_token=2, vocab_size=32000,
+                          max_seq_len=65536, router="softmax", num_shared_experts=0),
+    "qwen3-30b-a3b": dict(num_layers=48, hidden_size=2048, num_heads=32, num_kv_heads=4, head_dim=128,
+                          ffn_hidden_size=6144, moe_ffn_hidden_size=768, num_experts=128, experts_per_token=8,
+                          num_shared_experts=0, first_dense_layers=0, moe_layer_freq=1, router="softmax",
+                          vocab_size=151936, linear_bias=False, max_seq_len=40960, rope_theta=1e6),
+    "qwen1.5-moe-a2.7b-chat": dict(num_layers=24, hidden_size=2048, num_heads=16, num_kv_heads=16, head_dim=128,
+                                   ffn_hidden_size=5632, moe_ffn_hidden_size=1408, num_experts=60,
+                                   experts_per_token=4, num_shared_experts=1, shared_expert_ffn_hidden_size=5632,
+                                   moe_layer_freq=1, router="softmax", linear_bias=False, vocab_size=151936),
+    "deepseek-v3": dict(num_layers=61, hidden_size=7168, num_heads=128, num_kv_heads=128, head_dim=192,
+                        v_head_dim=128, qk_rope_head_dim=64, q_lora_rank=1536, kv_lora_rank=512,
+                        ffn_hidden_size=18432, moe_ffn_hidden_size=2048, num_experts=256, experts_per_token=8,
+                        num_shared_experts=1, first_dense_layers=3, moe_layer_freq=1, router="sigmoid",
+                        vocab_size=129280, tied_embeddings=False, rope_theta=10000.0),
+    "deepseek-v2-lite": dict(num_layers=27, hidden_size=2048, num_heads=16, num_kv_heads=16, head_dim=192,
+                             v_head_dim=128, qk_rope_head_dim=64, q_lora_rank=0, kv_lora_rank=512,
+                             ffn_hidden_size=10944, moe_ffn_hidden_size=1408, num_experts=64, experts_per_token=6,
+                             num_shared_experts=2, first_dense_layers=1, router="softmax", vocab_size=102400),
+    "gpt-oss-120b": dict(num_layers=36, hidden_size=2880, num_heads=64, num_kv_heads=8, head_dim=64,
+                         ffn_hidden_size=2880, moe_ffn_hidden_size=2880, num_experts=128, experts_per_token=4,
+                         linear_bias=True, attention_sinks=True, sliding_window=128, sliding_window_every=2,
+                         activation="swiglu", vocab_size=201088, max_seq_len=131072, rope_theta=150000.0),
 }
 
 
@@ -222,10 +247,13 @@ PUBLISHED_PARAMS_B = {
 }
 
 
+MOE_PRESETS = ("mixtral-8x7b", "mixtral-8x22b", "qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3", "gpt-oss-120b")
+
+
 def test_preset_list():
     names = preset_names()
     assert set(names) == {"llama-7b", "llama-13b", "llama-70b", "llama3-8b", "llama3-70b", "llama3-405b",
-                          "gpt-20b", "llemma-7b", "gpt3-175b", "mpt-7b", "mpt-30b", "mistral-7b"}
+                          "gpt-20b", "llemma-7b", "gpt3-175b", "mpt-7b", "mpt-30b", "mistral-7b"} | set(MOE_PRESETS)
     assert names.index("llama-7b") < names.index("llama-13b")
 
 
@@ -238,7 +266,9 @@ def test_every_preset_names_a_source():
     for name in preset_names():
         spec = get_preset(name)
         assert spec.source.strip(), name
-        spec.require_dense()
+        assert spec.is_moe == (name in MOE_PRESETS), name
+        if not spec.is_moe:
+            spec.require_dense()
 
 
 def test_preset_values_from_public_configs():
@@ -329,3 +359,136 @@ def test_unread_config_keys_are_named_in_a_warning():
     assert any("keys planner does not read, ignored: my_new_trick, num_experts" in w for w in p.warnings)
     qwen = from_hf_config(Path(__file__).parent / "fixtures" / "hf_configs" / "qwen2-7b.json")
     assert "sliding_window" in qwen.extra["unread_keys"]                         # relevant at long sequences
+
+
+# ---- mixture-of-experts configs and presets (issue #17)
+# Published total / active parameters, and what the publisher's "active" counts:
+# - Mixtral 8x7B 46.7B / 12.9B and Mixtral 8x22B 141B / 39B (Mistral AI announcements "Mixtral of experts",
+#   2023-12-11, and "Cheaper, Better, Faster, Stronger", 2024-04-17): active includes the embedding table.
+# - Qwen3-30B-A3B 30.5B / 3.3B and Qwen3-235B-A22B 235B / 22B (Qwen3 Technical Report, arXiv 2505.09388):
+#   active includes the embedding table.
+# - DeepSeek-V3 671B / 37B (arXiv 2412.19437 abstract); README_WEIGHTS.md of deepseek-ai/DeepSeek-V3 gives the
+#   main model 671B and "36.7B activated" with the 0.9B output head, i.e. without the 0.9B input embedding; the
+#   685B download adds the 14B multi-token-prediction module, which planner does not model.
+# - gpt-oss-120b 116.83B / 5.13B (gpt-oss Model Card, arXiv 2508.10925, Table 1): active without the embedding.
+# Tolerance 0.5 %: the publishers round to 3 significant figures (46.7, 12.9, 30.5, 3.3 -> 2 figures: 2 %).
+PUBLISHED_MOE = {  # preset: (total, active, active counts the input embedding, relative tolerance of active)
+    "mixtral-8x7b": (46.7e9, 12.9e9, True, 0.005),
+    "mixtral-8x22b": (141e9, 39e9, True, 0.005),
+    "qwen3-30b-a3b": (30.5e9, 3.3e9, True, 0.02),
+    "qwen3-235b-a22b": (235e9, 22e9, True, 0.01),
+    "deepseek-v3": (671e9, 36.7e9, False, 0.005),
+    "gpt-oss-120b": (116.83e9, 5.13e9, False, 0.001),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_MOE))
+def test_moe_preset_params_match_published(name):
+    total, active, with_embedding, tol = PUBLISHED_MOE[name]
+    spec = get_preset(name)
+    assert spec.total_params() == pytest.approx(total, rel=0.005)
+    got = spec.active_params() - (0 if with_embedding else spec.embedding_params())
+    assert got == pytest.approx(active, rel=tol)
+
+
+def test_deepseek_v3_is_671b_without_the_mtp_module_and_37b_active():
+    spec = get_preset("deepseek-v3")
+    assert spec.total_params() == pytest.approx(671e9, rel=0.001)   # 685B on the hub = 671B + 14B MTP module
+    assert spec.active_params() == pytest.approx(37e9, rel=0.02)    # the paper's rounded figure
+    assert (spec.num_moe_layers, spec.is_moe_layer(2), spec.is_moe_layer(3)) == (58, False, True)
+
+
+@pytest.mark.parametrize("fixture,published_total,published_active,with_embedding", [
+    ("qwen1.5-moe-a2.7b-chat", 14.3e9, 2.7e9, True),   # Qwen1.5-MoE-A2.7B model card: 14.3B total, 2.7B activated
+    ("deepseek-v2-lite", 15.7e9, 2.4e9, False),        # DeepSeek-V2-Lite model card: 15.7B total, 2.4B activated
+])
+def test_moe_fixture_params_match_published(fixture, published_total, published_active, with_embedding):
+    # active counted as DeepSeek-V3's README_WEIGHTS does (no input embedding) gives 2.45B for V2-Lite: the
+    # published 2.4B has 2 significant figures (2.35-2.45, up to 2.1 % off), hence 2.5 %
+    spec = from_hf_config(FIXTURES / f"{fixture}.json")
+    assert spec.total_params() == pytest.approx(published_total, rel=0.005)
+    active = spec.active_params() - (0 if with_embedding else spec.embedding_params())
+    assert active == pytest.approx(published_active, rel=0.025)
+
+
+@pytest.mark.parametrize("preset,fixture", [("mixtral-8x7b", "mixtral-8x7b"), ("mixtral-8x22b", "mixtral-8x22b"),
+                                            ("qwen3-30b-a3b", "qwen3-30b-a3b"), ("deepseek-v3", "deepseek-v3"),
+                                            ("gpt-oss-120b", "gpt-oss-120b")])
+def test_moe_preset_matches_its_config(preset, fixture):
+    a, b = get_preset(preset), from_hf_config(FIXTURES / f"{fixture}.json")
+    for field in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_hidden_size",
+                  "vocab_size", "num_experts", "experts_per_token", "moe_ffn_hidden_size", "num_shared_experts",
+                  "shared_expert_ffn_hidden_size", "first_dense_layers", "moe_layer_freq", "router", "q_lora_rank",
+                  "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "sliding_window", "sliding_window_every",
+                  "attention_sinks", "linear_bias", "tied_embeddings", "rope_theta"):
+        assert getattr(a, field) == getattr(b, field), field
+    assert a.total_params() == b.total_params()
+
+
+def test_qwen2_moe_shared_expert_has_its_own_width():
+    spec = from_hf_config(FIXTURES / "qwen1.5-moe-a2.7b-chat.json")
+    assert (spec.expert_ffn, spec.shared_ffn) == (1408, 5632)
+    assert spec.extra["qkv_bias"] is True and spec.extra["shared_expert_gate"] is True
+    no_shared = from_hf_config({**_cfg("qwen1.5-moe-a2.7b-chat"), "shared_expert_intermediate_size": 0})
+    assert no_shared.num_shared_experts == 0
+
+
+def test_qwen_moe_layer_pattern():
+    cfg = _cfg("qwen3-30b-a3b")
+    every_other = from_hf_config({**cfg, "decoder_sparse_step": 2})
+    assert [every_other.is_moe_layer(i) for i in range(4)] == [False, True, False, True]  # (i + 1) % 2 == 0
+    leading = from_hf_config({**cfg, "mlp_only_layers": [0, 1]})
+    assert (leading.first_dense_layers, leading.num_moe_layers) == (2, 46)
+    for bad in ({"mlp_only_layers": [3, 7]}, {"mlp_only_layers": [0], "decoder_sparse_step": 2}):
+        with pytest.raises(PlannerError, match="mlp_only_layers"):
+            from_hf_config({**cfg, **bad})
+    # sliding_window / max_window_layers act only with use_sliding_window: not warned about
+    assert "max_window_layers" not in from_hf_config(cfg).extra.get("unread_keys", [])
+
+
+def test_deepseek_mla_and_router():
+    v3 = from_hf_config(FIXTURES / "deepseek-v3.json")
+    assert (v3.is_mla, v3.router, v3.shared_ffn) == (True, "sigmoid", 2048)
+    assert "num_nextn_predict_layers" in v3.extra["unread_keys"]          # MTP module: not modelled, warned
+    lite = from_hf_config(FIXTURES / "deepseek-v2-lite.json")
+    assert (lite.q_lora_rank, lite.router, lite.shared_ffn) == (0, "softmax", 2 * 1408)  # q_lora_rank null
+    assert from_hf_config({**_cfg("deepseek-v3"), "n_shared_experts": None}).num_shared_experts == 0
+    with pytest.raises(PlannerError, match="moe_layer_freq"):
+        from_hf_config({**_cfg("deepseek-v3"), "moe_layer_freq": 2})
+    with pytest.raises(PlannerError, match="scoring_func"):
+        from_hf_config({**_cfg("deepseek-v3"), "scoring_func": "sqrtsoftplus"})
+    with pytest.raises(PlannerError, match="kv_lora_rank"):
+        from_hf_config({k: v for k, v in _cfg("deepseek-v3").items() if k != "kv_lora_rank"})
+
+
+def test_gpt_oss_layer_types():
+    cfg = _cfg("gpt-oss-120b")
+    spec = from_hf_config(cfg)
+    assert [spec.uses_sliding_window(i) for i in range(4)] == [True, False, True, False]
+    assert spec.extra["gated_activation"] == "gpt_oss_clamped_swiglu"
+    assert from_hf_config({**cfg, "layer_types": ["full_attention"] * 36}).sliding_window_every == 0
+    assert from_hf_config({**cfg, "layer_types": ["sliding_attention"] * 36}).sliding_window_every == 1
+    assert from_hf_config({k: v for k, v in cfg.items() if k != "layer_types"}).sliding_window_every == 2
+    with pytest.raises(PlannerError, match="layer_types"):
+        from_hf_config({**cfg, "layer_types": ["full_attention", "sliding_attention"] * 18})
+
+
+def test_capacity_factor_read_where_given():
+    assert from_hf_config(FIXTURES / "mixtral-8x7b.json").capacity_factor == 0.0                 # dropless
+    assert from_hf_config({**_cfg("qwen3-30b-a3b"), "moe_expert_capacity_factor": 1.25}).capacity_factor == 1.25
+    with pytest.raises(PlannerError, match="capacity_factor"):
+        from_hf_config({**_cfg("mixtral-8x7b"), "capacity_factor": -1})
+
+
+def test_cli_models_lists_moe_facts():
+    result = CliRunner().invoke(app, ["models", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    rows = {r["name"]: r for r in json.loads(result.output)}
+    ds = rows["deepseek-v3"]
+    assert (ds["num_experts"], ds["experts_per_token"], ds["num_shared_experts"]) == (256, 8, 1)
+    assert ds["params_billion"] == pytest.approx(671.0, rel=0.001)
+    assert ds["active_params_billion"] == pytest.approx(37.55, rel=0.001)
+    dense = rows["llama3-8b"]
+    assert (dense["num_experts"], dense["active_params_billion"]) == (0, dense["params_billion"])
+    table = CliRunner().invoke(app, ["models"])
+    assert "256/8" in table.output and "37.55" in table.output

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from costmodel.core.errors import PlannerError
+from costmodel.core.specs.hf_moe import MOE_MODEL_TYPES, moe_fields
 from costmodel.core.specs.model import ModelSpec
 
 _MISSING = object()
@@ -172,7 +173,8 @@ def _rope_theta(r: _Reader, extra: dict) -> float | None:
 # Each returns (ModelSpec keyword arguments, extra).
 
 def _llama_like(r: _Reader, model_type: str) -> tuple[dict, dict]:
-    """llama, mistral, qwen2, mixtral: gated SiLU MLP, RMSNorm, RoPE, GQA."""
+    """llama, mistral, qwen2: gated SiLU MLP, RMSNorm, RoPE, GQA; and on the same base the MoE families of
+    :mod:`.hf_moe` (mixtral, qwen2_moe, qwen3_moe, deepseek_v2/v3 with MLA, gpt_oss)."""
     extra: dict = {}
     heads = r.int_("num_attention_heads")
     fields = dict(
@@ -190,8 +192,8 @@ def _llama_like(r: _Reader, model_type: str) -> tuple[dict, dict]:
         dropout=r.dropout("attention_dropout"),
     )
     fields["activation"] = _activation(r, r.str_("hidden_act", default="silu"), "hidden_act", True, extra)
-    if model_type == "qwen2":
-        # Qwen2 has a bias on the Q/K/V projections only (Qwen2Attention, bias=True); the output and
+    if model_type in ("qwen2", "qwen2_moe"):
+        # Qwen2 (and Qwen2-MoE) has a bias on the Q/K/V projections only (Qwen2Attention, bias=True); the output and
         # MLP projections have none. The closest ModelSpec choice is no bias (the QKV bias is
         # (a + 2 a_kv) d_head values per layer, < 0.01 % of the weights).
         fields["linear_bias"] = False
@@ -202,11 +204,8 @@ def _llama_like(r: _Reader, model_type: str) -> tuple[dict, dict]:
         fields["linear_bias"] = attn_bias or mlp_bias
         if attn_bias != mlp_bias:
             extra.update(attention_bias=attn_bias, mlp_bias=mlp_bias)
-    if model_type == "mixtral":
-        fields["num_experts"] = r.int_("num_local_experts")
-        fields["experts_per_token"] = r.int_("num_experts_per_tok")
-        if r.has("router_aux_loss_coef"):
-            extra["router_aux_loss_coef"] = r.float_("router_aux_loss_coef")
+    if model_type in MOE_MODEL_TYPES:
+        moe_fields(r, model_type, fields, extra)
     for key in ("sliding_window", "rms_norm_eps", "use_sliding_window", "max_window_layers"):
         if r.data.get(key) is not None:
             extra[key] = r.data[key]
@@ -367,6 +366,11 @@ _PARSERS: dict[str, Callable[[_Reader, str], tuple[dict, dict]]] = {
     "mistral": _llama_like,
     "qwen2": _llama_like,
     "mixtral": _llama_like,
+    "qwen2_moe": _llama_like,
+    "qwen3_moe": _llama_like,
+    "deepseek_v2": _llama_like,
+    "deepseek_v3": _llama_like,
+    "gpt_oss": _llama_like,
     "nemotron": _nemotron,
     "gpt_neox": _gpt_neox,
     "gpt2": _gpt2,
