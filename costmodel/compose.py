@@ -366,6 +366,9 @@ def iteration_tail(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph,
         t_grad, t_ag, t_opt = sums
         if plan.overlap_grad_reduce and overlaps and t_grad > 0:
             grad_bytes = st.params / plan.tp * GRAD_REDUCE_BYTES
+            if st.expert_params:  # MoE: routed experts sharded E/EP per GPU and / ETP
+                grad_bytes = ((st.params - st.expert_params) / plan.tp
+                              + st.expert_params / (plan.ep * (plan.etp or plan.tp))) * GRAD_REDUCE_BYTES
             last_bucket = t_grad * min(1.0, plan.dp_bucket_mb * 1e6 / max(grad_bytes, 1.0))
             # reduced while the last micro-batch runs backward; at most overlap_eff of it hides there
             # (overlap_eff = 1: max(last_bucket, t_grad - bwd[i]), the uncalibrated form, exactly)
@@ -418,7 +421,8 @@ class Breakdown:
     rows: tuple[BreakdownRow, ...]
     """Largest first; shares add up to 1."""
     exposed_comm_s: dict[str, float]
-    """Communication on the critical path per kind: tp, pp, dp, zero, cp (seconds per iteration)."""
+    """Communication on the critical path per kind: tp, pp, dp, zero, cp, and ep for MoE expert-parallel plans
+    (seconds per iteration)."""
     bubble_s: float
     """The pipeline bubble (incl. p2p waits) of the critical stage, from the pipeline result."""
 
@@ -433,6 +437,22 @@ class Breakdown:
         """The category with the most time (compute when there are no rows)."""
         totals = self.category_seconds()
         return max(totals, key=totals.__getitem__) if totals else Category.COMPUTE.value
+
+
+def _overlap_shares(plan: ParallelPlan, st: StageGraph, times: Times,
+                    has_ep: bool) -> list[tuple[str, Category, float]]:
+    """(kind, category, share) of a layer's exposed overlapped communication: all of it CP (CP > 1) or ZeRO-3
+    without MoE expert-parallel overlap; with it (``plan.moe_overlap_comm``), split in proportion to each kind's
+    overlapped seconds."""
+    other = ("cp", Category.CP_COMM) if plan.cp > 1 else ("zero", Category.ZERO_COMM)
+    if not has_ep:
+        return [(other[0], other[1], 1.0)]
+    ep = sum(times[o.key()] * o.count for o in st.layer_overlap_ops if o.category is Category.EP_COMM)
+    rest = sum(times[o.key()] * o.count for o in st.layer_overlap_ops if o.category is not Category.EP_COMM)
+    total = ep + rest
+    if total <= 0:
+        return [(other[0], other[1], 1.0)]
+    return [(k, c, v / total) for k, c, v in (("ep", Category.EP_COMM, ep), (other[0], other[1], rest)) if v > 0]
 
 
 def breakdown(plan: ParallelPlan, graph: OperatorGraph, times: Times, stages: StageTimes, pipe: PipelineResult,
@@ -452,11 +472,16 @@ def breakdown(plan: ParallelPlan, graph: OperatorGraph, times: Times, stages: St
             cats.setdefault(key, category)
 
     exposed = {"tp": 0.0, "pp": 0.0, "dp": 0.0, "zero": 0.0, "cp": 0.0}
+    has_ep = any(o.category is Category.EP_COMM for lst in (st.layer_ops, st.layer_overlap_ops) for o in lst)
+    if has_ep:
+        exposed["ep"] = 0.0
     for o in st.layer_ops:
         v = times[o.key()] * o.count * st.layers * m
         add(o.name, o.phase, o.category or Category.COMPUTE, v)
         if o.category is Category.TP_COMM:
             exposed["tp"] += v
+        elif o.category is Category.EP_COMM:
+            exposed["ep"] += v
     for o in st.stage_ops:
         v = times[o.key()] * o.count * m
         add(o.name, o.phase, o.category or Category.COMPUTE, v)
@@ -464,9 +489,9 @@ def breakdown(plan: ParallelPlan, graph: OperatorGraph, times: Times, stages: St
             exposed["tp"] += v
     ef, eb = stages.layer_exposed_s[s_idx]
     if ef + eb > 0:
-        kind, cat = ("cp", Category.CP_COMM) if plan.cp > 1 else ("zero", Category.ZERO_COMM)
-        add(f"{kind}.exposed_comm", "fwd+bwd", cat, (ef + eb) * st.layers * m)
-        exposed[kind] += (ef + eb) * st.layers * m
+        for kind, cat, share in _overlap_shares(plan, st, times, has_ep):
+            add(f"{kind}.exposed_comm", "fwd+bwd", cat, (ef + eb) * st.layers * m * share)
+            exposed[kind] += (ef + eb) * st.layers * m * share
     bubble = max(0.0, pipe.bubble_s)
     add("pipeline_bubble+p2p", "pipeline", Category.PIPELINE_BUBBLE, bubble)
     exposed["pp"] = min(bubble, 2 * stages.p2p_s * (m + plan.pp - 1)) if plan.pp > 1 else 0.0

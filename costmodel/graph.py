@@ -17,16 +17,20 @@ are per iteration.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from costmodel.core.kinds import Category, Phase
 from costmodel.core.specs.framework import attention_kernel, get_framework
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
+from costmodel.moe import expert_params_per_gpu, moe_block_operators
+from costmodel.opbuild import coll as _coll
+from costmodel.opbuild import elem_bytes, group_topology, recomputed, tp_boundary
+from costmodel.opbuild import gemm as _gemm
+from costmodel.opbuild import gemm_fwd_bwd as _gemm_fwd_bwd
+from costmodel.opbuild import mem as _mem
 from costmodel.ops import Op
 
-ACT_BYTES = 2  # bf16/fp16 activations and weights (bytes per element), a definition of the dtype
-FP32_BYTES = 4  # fp32 element (pure fp32 training)
 GRAD_REDUCE_BYTES = 4
 """Bytes per gradient element in the DP reduction: fp32 main gradients, as Megatron-LM's
 --accumulate-allreduce-grads-in-fp32 (used by its GPT-3 example, examples/gpt3/train_gpt3_175b_distributed.sh)."""
@@ -41,17 +45,6 @@ ADAM_FLOPS_PER_PARAM = 12
 CE_ALLREDUCES = 3
 """Megatron vocab-parallel cross-entropy all-reduces per step: max logit, sum of exp, target logit
 (megatron/core/tensor_parallel/cross_entropy.py), each of tokens x 4 bytes."""
-
-
-def group_topology(size: int, stride: int, domain: int) -> tuple[int, int]:
-    """(NVLink domains spanned, ranks per domain) of a process group of ``size`` ranks spaced ``stride``
-    apart, on domains of ``domain`` GPUs (``ParallelPlan.domain``)."""
-    if size <= 1:
-        return 1, 1
-    if stride >= domain:
-        return size, 1
-    per_node = max(1, min(size, domain // stride))
-    return -(-size // per_node), per_node
 
 
 def domain_warnings(plan: ParallelPlan) -> list[str]:
@@ -87,8 +80,11 @@ class StageGraph:
     params: int = 0
     """Parameters held by this stage before TP sharding."""
     signature: tuple = ()
-    """(first, last, layers) as set by :func:`build_graph`: stages with the same signature have the same
-    operator lists (composition sums each distinct stage once); () = not shared with another stage."""
+    """(first, last, layers) as set by :func:`build_graph` (MoE models: (first, last, layers, MoE layers)): stages
+    with the same signature have the same operator lists (composition sums each distinct stage once); () = not
+    shared with another stage."""
+    expert_params: int = 0
+    """Routed-expert weights among ``params`` (all experts of the stage's MoE layers, before EP/ETP sharding)."""
 
 
 @dataclass
@@ -100,44 +96,11 @@ class OperatorGraph:
     vpp: int
 
 
-def elem_bytes(dtype: str) -> int:
-    """Bytes per activation/weight element moved between operators for a plan dtype."""
-    return FP32_BYTES if dtype == "fp32" else ACT_BYTES
-
-
-def _gemm(name: str, phase: Phase, m: int, n: int, k: int, dtype: str, count: float = 1.0) -> Op:
-    EB = elem_bytes(dtype)
-    return Op("gemm", name, phase, (m, n, k), flops=2.0 * m * n * k,
-              bytes=float(EB * (m * k + n * k + m * n)), dtype=dtype, count=count, category=Category.COMPUTE)
-
-
-def recomputed(ops) -> list[Op]:
-    """The forward operators of ``ops``, run again in backward (phase RECOMPUTE)."""
-    return [Op(o.kind, o.name, Phase.RECOMPUTE, o.features, o.flops, o.bytes, o.dtype, o.count, o.category)
-            for o in ops if o.phase is Phase.FWD]
-
-
-def _gemm_fwd_bwd(name: str, m: int, n: int, k: int, dtype: str) -> list[Op]:
-    """Forward GEMM plus its dgrad (m, k, n) and wgrad (n, k, m) backward GEMMs."""
-    return [_gemm(name, Phase.FWD, m, n, k, dtype),
-            _gemm(name + ".dgrad", Phase.BWD, m, k, n, dtype),
-            _gemm(name + ".wgrad", Phase.BWD, n, k, m, dtype)]
-
-
-def _coll(kind: str, name: str, phase: Phase, nbytes: float, size: int, topo: tuple[int, int],
-          category: Category | None = None) -> Op:
-    return Op(kind, name, phase, (float(nbytes), size, topo[0], topo[1]), bytes=float(nbytes), category=category)
-
-
 def _p2p(name: str, phase: Phase, nbytes: float, cross_node: bool, category: Category, count: float = 1.0) -> Op:
     """A point-to-point send between two ranks, inside one node or across two."""
     topo = (2, 1) if cross_node else (1, 2)
     return Op("send_recv", name, phase, (float(nbytes), 2, *topo), bytes=float(nbytes), count=count,
               category=category)
-
-
-def _mem(kind: str, name: str, phase: Phase, features: tuple, nbytes: float, flops: float = 0.0) -> Op:
-    return Op(kind, name, phase, features, flops=flops, bytes=float(nbytes), category=Category.COMPUTE)
 
 
 def _rms(model: ModelSpec) -> int:
@@ -193,27 +156,9 @@ def op_sac_recompute(ops: list[Op], tokens: int, h: int, q: int, kv: int, f: int
     return elementwise + mms
 
 
-def tp_boundary(name: str, entering: bool, plan: ParallelPlan, act: float, topo: tuple[int, int]) -> list[Op]:
-    """TP collectives at the edge of a Megatron tensor-parallel region (Shoeybi et al. 2019 §3, f/g
-    operators; Korthikanti et al. 2022 §4.2.2 with sequence parallelism), for one [s, b, h] activation.
-
-    Entering a column-parallel block: SP all-gathers the sequence shards (fwd) and reduce-scatters (bwd);
-    without SP the forward is an identity and the backward all-reduces the input gradient. Leaving a
-    row-parallel block: the mirror image (fwd all-reduce or SP reduce-scatter; bwd identity or SP all-gather).
-    """
-    t = plan.tp
-    if t == 1:
-        return []
-    if plan.sp:
-        first, second = ("all_gather", "reduce_scatter") if entering else ("reduce_scatter", "all_gather")
-        return [_coll(first, f"tp.{name}.{first.replace('_', '')}", Phase.FWD, act, t, topo, Category.TP_COMM),
-                _coll(second, f"tp.{name}.{second.replace('_', '')}", Phase.BWD, act, t, topo, Category.TP_COMM)]
-    return [_coll("all_reduce", f"tp.{name}.allreduce", Phase.BWD if entering else Phase.FWD, act, t, topo,
-                  Category.TP_COMM)]
-
-
-def layer_operators(model: ModelSpec, plan: ParallelPlan) -> tuple[list[Op], list[Op]]:
-    """(operators, overlapped communication) for one transformer layer and one micro-batch."""
+def layer_operators(model: ModelSpec, plan: ParallelPlan, moe: bool = False) -> tuple[list[Op], list[Op]]:
+    """(operators, overlapped communication) for one transformer layer and one micro-batch: with ``moe`` an MoE
+    layer of an MoE model, its MLP replaced by :func:`costmodel.moe.moe_block_operators`; else a dense layer."""
     EB = elem_bytes(plan.dtype)
     t, cp = plan.tp, plan.cp
     b, s_full = plan.micro_batch_size, plan.seq_len
@@ -276,17 +221,22 @@ def layer_operators(model: ModelSpec, plan: ParallelPlan) -> tuple[list[Op], lis
     # --- MLP block
     ops.append(_mem("norm", "mlp_norm", Phase.FWD, (sp_tokens, h, rms), 2 * norm_bytes, 8.0 * sp_tokens * h))
     ops.append(_mem("norm", "mlp_norm", Phase.BWD, (sp_tokens, h, rms), 4 * norm_bytes, 16.0 * sp_tokens * h))
-    tp_enter("mlp_up")
-    up_n = f * (2 if model.gated else 1)
-    ops += _gemm_fwd_bwd("mlp_up", tokens, up_n, h, dtype)
-    act_in = tokens * up_n
-    act_out = tokens * f
-    ops.append(_mem("activation", f"act.{model.activation}", Phase.FWD, (tokens, up_n, int(model.gated)),
-                    EB * (act_in + act_out), 8.0 * act_in))
-    ops.append(_mem("activation", f"act.{model.activation}", Phase.BWD, (tokens, up_n, int(model.gated)),
-                    EB * (2 * act_in + act_out), 16.0 * act_in))
-    ops += _gemm_fwd_bwd("mlp_down", tokens, h, f, dtype)
-    tp_exit("mlp_down")
+    if moe:
+        moe_ops, moe_overlap = moe_block_operators(model, plan)
+        ops += moe_ops
+        overlap += moe_overlap
+    else:
+        tp_enter("mlp_up")
+        up_n = f * (2 if model.gated else 1)
+        ops += _gemm_fwd_bwd("mlp_up", tokens, up_n, h, dtype)
+        act_in = tokens * up_n
+        act_out = tokens * f
+        ops.append(_mem("activation", f"act.{model.activation}", Phase.FWD, (tokens, up_n, int(model.gated)),
+                        EB * (act_in + act_out), 8.0 * act_in))
+        ops.append(_mem("activation", f"act.{model.activation}", Phase.BWD, (tokens, up_n, int(model.gated)),
+                        EB * (2 * act_in + act_out), 16.0 * act_in))
+        ops += _gemm_fwd_bwd("mlp_down", tokens, h, f, dtype)
+        tp_exit("mlp_down")
     ops.append(_mem("residual_add", "residual_add", Phase.FWD, (sp_tokens * h,), 3 * norm_bytes, sp_tokens * h))
 
     # --- recomputation (backward pass re-runs forward operators)
@@ -295,24 +245,47 @@ def layer_operators(model: ModelSpec, plan: ParallelPlan) -> tuple[list[Op], lis
     # selective recompute of the attention core costs nothing extra here: FlashAttention's backward
     # kernel recomputes the scores itself (its cost is inside attention_bwd).
     elif plan.recompute == "selective" and get_framework(plan.framework).selective_recompute == "op":
-        ops += op_sac_recompute(ops, tokens, h, heads * d, kv_heads * d, f, model.gated, dtype)
+        sac = op_sac_recompute(ops, tokens, h, heads * d, kv_heads * d, f, model.gated, dtype)
+        # an MoE layer has no dense MLP matmul to re-run (its experts' element-wise ops are in the list)
+        ops += [o for o in sac if not o.name.startswith("mlp_")] if moe else sac
 
-    if plan.zero == 3 and plan.dp * cp > 1:
-        # FSDP: all-gather this layer's parameter shard before forward and again before backward,
-        # reduce-scatter its gradients after backward; prefetched, so overlapped with layer compute.
-        group = plan.dp * cp
-        topo = group_topology(group, t, gpn)
-        if topo[0] > 1 and get_framework(plan.framework).zero3_network == "flat":
+    if plan.zero == 3:
+        overlap += _zero3_gathers(model, plan, moe)
+    return ops, overlap
+
+
+def _zero3_gathers(model: ModelSpec, plan: ParallelPlan, moe: bool) -> list[Op]:
+    """FSDP: all-gather one layer's parameter shard before forward and again before backward, reduce-scatter its
+    gradients after backward; prefetched, so overlapped with layer compute. Non-expert weights over DP x CP (TP
+    shards); an MoE layer's routed-expert weights (E/EP experts, / ETP) over the expert data-parallel group."""
+    t, gpn = plan.tp, plan.domain
+    fw = get_framework(plan.framework)
+    if not model.is_moe:
+        groups = [("zero3", model.params_per_layer() / t, plan.dp * plan.cp, t)]
+    elif not moe:
+        dense = model.attention_params() + model.norm_params() + model.mlp_params(model.ffn_hidden_size)
+        groups = [("zero3", dense / t, plan.dp * plan.cp, t)]
+    else:
+        experts = model.num_experts * model.expert_params()
+        groups = [("zero3", (model.params_per_layer() - experts) / t, plan.dp * plan.cp, t),
+                  ("zero3.expert", expert_params_per_gpu(model, plan, 1), plan.expert_dp,
+                   (plan.etp or plan.tp) * plan.ep)]
+    out: list[Op] = []
+    for prefix, params, group, stride in groups:
+        if group <= 1:
+            continue
+        topo = group_topology(group, stride, gpn)
+        if topo[0] > 1 and fw.zero3_network == "flat":
             # DeepSpeed ZeRO-3: each GPU's gathered bytes cross the network at its own NIC rate (ZeRO++,
             # Wang et al. 2023, sec. 3: cross-node volume M per all-gather), costed as a ring of single-GPU nodes
             topo = (group, 1)
-        pbytes = model.params_per_layer() / t * PARAM_GATHER_BYTES
-        overlap.append(_coll("all_gather", "zero3.param_allgather", Phase.FWD, pbytes, group, topo, Category.ZERO_COMM))
-        overlap.append(_coll("all_gather", "zero3.param_allgather", Phase.BWD, pbytes, group, topo, Category.ZERO_COMM))
-        gbytes = model.params_per_layer() / t * get_framework(plan.framework).grad_reduce_bytes
-        overlap.append(_coll("reduce_scatter", "zero3.grad_reducescatter", Phase.BWD, gbytes, group, topo,
-                             Category.ZERO_COMM))
-    return ops, overlap
+        pbytes = params * PARAM_GATHER_BYTES
+        out.append(_coll("all_gather", f"{prefix}.param_allgather", Phase.FWD, pbytes, group, topo, Category.ZERO_COMM))
+        out.append(_coll("all_gather", f"{prefix}.param_allgather", Phase.BWD, pbytes, group, topo, Category.ZERO_COMM))
+        gbytes = params * fw.grad_reduce_bytes
+        out.append(_coll("reduce_scatter", f"{prefix}.grad_reducescatter", Phase.BWD, gbytes, group, topo,
+                         Category.ZERO_COMM))
+    return out
 
 
 def _embedding_ops(model: ModelSpec, plan: ParallelPlan) -> list[Op]:
@@ -355,39 +328,92 @@ def _head_ops(model: ModelSpec, plan: ParallelPlan) -> list[Op]:
     return ops
 
 
-def _iteration_ops(model: ModelSpec, plan: ParallelPlan, stage_params: int, first: bool, last: bool) -> list[Op]:
-    """DP gradient reduction, distributed-optimizer parameter all-gather, optimizer step (per iteration)."""
-    t, cp = plan.tp, plan.cp
-    group = plan.dp * cp          # gradients are reduced over DP x CP (Megatron's data-parallel-with-CP group)
-    params_gpu = stage_params / t
+def _grad_reduction(prefix: str, params_gpu: float, group: int, topo: tuple[int, int], plan: ParallelPlan) -> list[Op]:
+    """Per-iteration gradient reduction (and distributed-optimizer all-gather) of ``params_gpu`` over ``group``."""
     ops: list[Op] = []
     if group > 1:
-        topo = group_topology(group, t, plan.domain)
         gbytes = params_gpu * get_framework(plan.framework).grad_reduce_bytes
         if plan.zero == 0:
-            ops.append(_coll("all_reduce", "dp.grad_allreduce", Phase.DP_COMM, gbytes, group, topo, Category.DP_COMM))
+            ops.append(_coll("all_reduce", f"{prefix}.grad_allreduce", Phase.DP_COMM, gbytes, group, topo,
+                             Category.DP_COMM))
         elif plan.zero in (1, 2):
-            ops.append(_coll("reduce_scatter", "dp.grad_reducescatter", Phase.DP_COMM, gbytes, group, topo,
+            ops.append(_coll("reduce_scatter", f"{prefix}.grad_reducescatter", Phase.DP_COMM, gbytes, group, topo,
                              Category.DP_COMM))
             # the distributed optimizer's all-gather is data-parallel communication (phase zero_comm)
-            ops.append(_coll("all_gather", "dp.param_allgather", Phase.ZERO_COMM, params_gpu * PARAM_GATHER_BYTES,
-                             group, topo, Category.DP_COMM))
+            ops.append(_coll("all_gather", f"{prefix}.param_allgather", Phase.ZERO_COMM,
+                             params_gpu * PARAM_GATHER_BYTES, group, topo, Category.DP_COMM))
         # zero == 3: gradients are reduce-scattered per layer (layer_overlap_ops)
+    return ops
+
+
+def _iteration_ops(model: ModelSpec, plan: ParallelPlan, stage_params: int, first: bool, last: bool,
+                   moe_layers: int = 0) -> list[Op]:
+    """DP gradient reduction, distributed-optimizer parameter all-gather, optimizer step (per iteration).
+
+    With ``moe_layers`` MoE layers on the stage, their routed experts' weights (E/EP experts per layer, / ETP)
+    are reduced over the expert data-parallel group (Megatron-Core parallel_state.py ``expert_data_parallel``,
+    ranks ETP x EP apart in the tp-ep-dp-pp expert grid) and their optimizer shard is / expert DP; the rest over
+    DP x CP as for dense models."""
+    t, cp = plan.tp, plan.cp
+    group = plan.dp * cp          # gradients are reduced over DP x CP (Megatron's data-parallel-with-CP group)
+    expert_gpu = expert_params_per_gpu(model, plan, moe_layers) if moe_layers else 0.0
+    params_gpu = (stage_params - moe_layers * model.num_experts * model.expert_params()) / t if moe_layers \
+        else stage_params / t
+    ops = _grad_reduction("dp", params_gpu, group, group_topology(group, t, plan.domain), plan)
+    if moe_layers:
+        edp = plan.expert_dp
+        topo = group_topology(edp, (plan.etp or plan.tp) * plan.ep, plan.domain)
+        ops += _grad_reduction("dp.expert", expert_gpu, edp, topo, plan)
     if model.tied_embeddings and plan.pp > 1 and (first or last):
         # Megatron keeps the tied embedding on the first and last stage and all-reduces its gradient.
         nbytes = model.vocab_size * model.hidden_size / t * GRAD_REDUCE_BYTES
         topo = group_topology(2, plan.tp * plan.cp * plan.dp * (plan.pp - 1), plan.domain)
         ops.append(_coll("all_reduce", "pp.embedding_grad_allreduce", Phase.DP_COMM, nbytes, 2, topo, Category.PP_COMM))
     shard = params_gpu / group if plan.zero >= 1 else params_gpu
+    if moe_layers:
+        shard += expert_gpu / plan.expert_dp if plan.zero >= 1 else expert_gpu
     ops.append(Op("optimizer", "optimizer.adam", Phase.OPTIMIZER, (round(shard),),
                   flops=ADAM_FLOPS_PER_PARAM * shard, bytes=ADAM_BYTES_PER_PARAM * shard, category=Category.OPTIMIZER))
     return ops
 
 
+def _mix(dense: list[Op], moe: list[Op], n_dense: int, n: int) -> list[Op]:
+    """One average layer of a stage with ``n_dense`` dense and n - n_dense MoE layers: each list's counts scaled by
+    its share, so layers x the per-layer sum is exactly the sum over the stage's layers."""
+    return ([replace(o, count=o.count * n_dense / n) for o in dense]
+            + [replace(o, count=o.count * (n - n_dense) / n) for o in moe])
+
+
+def _moe_stage_layers(model: ModelSpec, plan: ParallelPlan) -> tuple[list, dict]:
+    """(per stage (layers, MoE layers, parameters), {MoE layers on a stage: (layer ops, overlap ops)}) for an MoE
+    model: a stage may mix dense and MoE layers (DeepSeek-V3's first three layers are dense; moe_layer_freq)."""
+    per_stage = []
+    for idx in plan.stage_layer_indices(model.num_layers):
+        per_stage.append((len(idx), sum(model.is_moe_layer(i) for i in idx), sum(model.layer_params(i) for i in idx)))
+    variants: dict[bool, tuple[list[Op], list[Op]]] = {}
+    lists: dict[tuple[int, int], tuple[list[Op], list[Op]]] = {}
+    for n, n_moe, _ in per_stage:
+        if (n, n_moe) in lists:
+            continue
+        for moe in {n_moe > 0, n_moe < n}:
+            if moe not in variants:
+                variants[moe] = layer_operators(model, plan, moe=moe)
+        if n_moe in (0, n):
+            lists[(n, n_moe)] = variants[n_moe > 0]
+        else:
+            (d_ops, d_ov), (m_ops, m_ov) = variants[False], variants[True]
+            lists[(n, n_moe)] = (_mix(d_ops, m_ops, n - n_moe, n), _mix(d_ov, m_ov, n - n_moe, n))
+    return per_stage, lists
+
+
 def build_graph(model: ModelSpec, plan: ParallelPlan) -> OperatorGraph:
-    """Per-stage operator lists for ``plan`` (validated by the caller)."""
-    layer_ops, overlap = layer_operators(model, plan)
+    """Per-stage operator lists for ``plan`` (validated by the caller). An MoE model's stage holds the average of its
+    layers (:func:`_mix`); its signature adds the number of MoE layers."""
     splits = plan.stage_layers(model.num_layers)
+    if model.is_moe:
+        moe_stages, moe_lists = _moe_stage_layers(model, plan)
+    else:
+        layer_ops, overlap = layer_operators(model, plan)
     emb, head = _embedding_ops(model, plan), _head_ops(model, plan)
     stages: list[StageGraph] = []
     # stages with the same role and layer count share their operator lists and a signature, so
@@ -395,19 +421,25 @@ def build_graph(model: ModelSpec, plan: ParallelPlan) -> OperatorGraph:
     shared: dict[tuple, tuple[list, list]] = {}
     for i, n_layers in enumerate(splits):
         first, last = i == 0, i == plan.pp - 1
-        params = n_layers * model.params_per_layer()
+        n_moe = 0
+        if model.is_moe:
+            _, n_moe, params = moe_stages[i]
+            layer_ops, overlap = moe_lists[(n_layers, n_moe)]
+        else:
+            params = n_layers * model.params_per_layer()
         if first:
             params += model.embedding_params()
         if last:
             params += model.head_params()
             if model.tied_embeddings and plan.pp > 1:
                 params += model.vocab_size * model.hidden_size
-        key = (first, last, n_layers)
+        key: tuple = (first, last, n_layers, n_moe) if model.is_moe else (first, last, n_layers)
         if key not in shared:
             stage_ops: list[Op] = (emb if first else []) + (head if last else [])
-            shared[key] = (stage_ops, _iteration_ops(model, plan, params, first, last))
+            shared[key] = (stage_ops, _iteration_ops(model, plan, params, first, last, n_moe))
         stage_ops, iteration_ops = shared[key]
-        stages.append(StageGraph(i, n_layers, layer_ops, stage_ops, iteration_ops, overlap, params, key))
+        stages.append(StageGraph(i, n_layers, layer_ops, stage_ops, iteration_ops, overlap, params, key,
+                                 n_moe * model.num_experts * model.expert_params()))
     p2p = None
     if plan.pp > 1:
         tokens = plan.micro_batch_size * plan.seq_len // plan.cp

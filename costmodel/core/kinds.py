@@ -65,6 +65,8 @@ class Category(StrEnum):
     PP_COMM = "exposed PP comm"
     DP_COMM = "exposed DP comm"
     ZERO_COMM = "exposed ZeRO comm"
+    EP_COMM = "exposed EP comm"
+    """MoE token dispatch / combine over the expert-parallel (and expert-tensor-parallel) group."""
     OPTIMIZER = "optimizer"
     FRAMEWORK = "framework overhead"
     RANK_SKEW = "rank skew wait"

@@ -1,0 +1,223 @@
+"""Operators of one mixture-of-experts (MoE) block: router, token dispatch, experts, combine, shared experts.
+
+One MoE layer's MLP part for one micro-batch on one GPU, as Megatron-Core runs it
+(NVIDIA/Megatron-LM ``megatron/core/transformer/moe/``: ``moe_layer.py`` MoELayer.forward, ``router.py``
+TopKRouter, ``token_dispatcher.py`` MoEAlltoAllTokenDispatcher / MoEAllGatherTokenDispatcher /
+MoEFlexTokenDispatcher, ``experts.py`` GroupedMLP / SequentialMLP, ``shared_experts.py`` SharedExpertMLP,
+``moe_utils.py`` permute / unpermute / sort_chunks_by_idxs). The norm before the block and the residual add
+after it stay in :func:`costmodel.graph.layer_operators`.
+
+Tokens: each rank routes its local tokens T = b * s / CP, divided by TP with sequence parallelism (the MoE
+layer's input is the sequence-parallel shard; Megatron-Core's MoELayer raises "During training, performance
+may degrade if MoE and tensor parallelism are enabled without also enabling sequence parallelism", and
+Megatron-LM's arguments.py requires SP for EP with TP > 1). Without SP and TP > 1 every TP rank routes all
+b * s / CP tokens.
+
+The expert grid is ordered tp-ep-dp-pp (Megatron-Core parallel_state.py, ``expert_tensor_and_model_parallel``
+ranks adjacent): ETP ranks are adjacent, EP ranks ETP apart, so the EP group's topology is
+``group_topology(EP, ETP, domain)`` and the ETP group's ``group_topology(ETP, 1, domain)``.
+
+Routing imbalance: the busiest expert receives ``imbalance`` times the mean share of tokens and every rank waits
+for the busiest at the combine, so the expert GEMMs are costed with the busiest expert's rows on every local
+expert (:func:`routing_imbalance`). Dispatch and combine bytes are the sender's (T x k tokens per rank, the
+same on every rank); the busiest receiver's extra bytes are not modelled.
+
+Not modelled (small next to the token traffic or not in the plan): the router's auxiliary loss and z-loss, the
+dispatcher's token-count exchange (an all-gather / all-to-all of E integers per rank), the all-to-all of the
+routing probabilities (T x k fp32 per rank, alongside the tokens in recent Megatron-Core), Qwen2-MoE's shared
+expert gate (an h x 1 linear), the shared-expert overlap (--moe-shared-expert-overlap) and padding to capacity
+(--moe-pad-expert-input-to-capacity).
+"""
+
+from __future__ import annotations
+
+import math
+
+from costmodel.core.kinds import Category, Phase
+from costmodel.core.specs.model import ModelSpec
+from costmodel.core.specs.plan import ParallelPlan
+from costmodel.opbuild import elem_bytes, gemm, group_topology, tp_boundary
+from costmodel.ops import Op
+
+DEFAULT_IMBALANCE = 1.0
+"""Default routing imbalance, tokens of the busiest expert over the mean: 1.0 (perfectly balanced routing).
+
+No measured figure of max/mean routed tokens per expert for aux-loss-balanced training was found in the sources
+searched (Megatron-Core's MoE README, the ModelZoo best-practice readmes, shared/validation/MOE_README.md, the
+MoE papers in the search corpora report balance as plots or relative speed-ups, not as a max/mean ratio), so the
+default is the balanced routing that Megatron-Core's --moe-router-force-load-balancing gives and that many
+published NVIDIA MoE runs use (shared/validation/MOE_README.md: "Many NVIDIA rows use
+--moe-router-force-load-balancing or a 'fake balanced gate'"). Dropless runs without forced balance route
+unevenly (the forced-balance vs dropless pairs MOEZOO-007..014 there differ by 8-25 % in step time): set
+``ParallelPlan.moe_imbalance`` for them."""
+
+SCORE_FLOPS_PER_LOGIT = 5.0
+"""Router scoring per logit: the same count as an attention softmax score (costmodel.graph.SOFTMAX_FLOPS_PER_SCORE:
+scale, max, exp, sum, normalise); the top-k selection is comparisons, inside the memory-bound pass."""
+
+ACT_FLOPS_PER_INPUT_FWD = 8.0
+ACT_FLOPS_PER_INPUT_BWD = 16.0
+"""Activation FLOPs per input element, forward and backward: the counts of the dense MLP's activation operator
+in costmodel/graph.py (layer_operators), so an expert's activation costs as a dense one of the same shape."""
+
+
+def routing_imbalance(model: ModelSpec, plan: ParallelPlan) -> float:
+    """Tokens of the busiest expert over the mean: ``plan.moe_imbalance`` or :data:`DEFAULT_IMBALANCE`, capped at
+    the model's ``capacity_factor`` when it drops tokens (an expert holds at most capacity_factor x the balanced
+    share; Fedus et al. 2021, Switch Transformer, arXiv 2101.03961 sec. 2.2; Megatron-Core
+    --moe-expert-capacity-factor)."""
+    imb = float(plan.moe_imbalance) if plan.moe_imbalance is not None else DEFAULT_IMBALANCE
+    if model.capacity_factor > 0:
+        imb = min(imb, float(model.capacity_factor))
+    return imb
+
+
+def _gemm3(name: str, m: int, n: int, k: int, dtype: str, count: float = 1.0) -> list[Op]:
+    """Forward GEMM (m, n, k) plus dgrad (m, k, n) and wgrad (n, k, m), each ``count`` times (graph.py's order)."""
+    return [gemm(name, Phase.FWD, m, n, k, dtype, count),
+            gemm(name + ".dgrad", Phase.BWD, m, k, n, dtype, count),
+            gemm(name + ".wgrad", Phase.BWD, n, k, m, dtype, count)]
+
+
+def _copy(name: str, phase: Phase, rows: int, h: int, eb: int) -> Op:
+    """A row gather/scatter of ``rows`` x ``h`` elements (token permute, unpermute, chunk sort): reads and writes
+    each element once. Costed as the element-wise residual-add kernel (which reads two and writes one element)
+    that moves the same bytes: 2/3 of the elements."""
+    n = rows * h
+    return Op("residual_add", name, phase, (max(1, math.ceil(2 * n / 3)),), flops=0.0, bytes=float(2 * eb * n),
+              category=Category.COMPUTE)
+
+
+def _act(name: str, phase: Phase, rows: int, width: int, out: int, gated: bool, eb: int, count: float = 1.0) -> Op:
+    """The MLP activation over ``rows`` x ``width`` inputs (graph.py's formulas)."""
+    fwd = phase is Phase.FWD
+    nbytes = eb * ((rows * width + rows * out) if fwd else (2 * rows * width + rows * out))
+    flops = (ACT_FLOPS_PER_INPUT_FWD if fwd else ACT_FLOPS_PER_INPUT_BWD) * rows * width
+    return Op("activation", name, phase, (rows, width, int(gated)), flops=flops, bytes=float(nbytes), count=count,
+              category=Category.COMPUTE)
+
+
+def moe_block_operators(model: ModelSpec, plan: ParallelPlan) -> tuple[list[Op], list[Op]]:
+    """(operators, overlapped EP communication) of one MoE layer's MLP part, one micro-batch, one GPU.
+
+    Forward order: router GEMM (T, E, h); scoring + top-k over T x E; permute of the T x k routed token copies;
+    dispatch (alltoall: an all-to-all of T x k x h elements per rank over the EP group; allgather: all-gather of
+    the T x EP x ETP tokens and their routing over the EP x ETP group, each rank then keeps its experts' share);
+    with ETP > 1 (alltoall) the received tokens are all-gathered inside the ETP group; the local experts' chunk
+    sort (E/EP > 1); the expert GEMMs; the mirror image back (chunk sort, ETP reduce-scatter, combine all-to-all /
+    reduce-scatter, unpermute). Backward runs the mirror of each step (combine-grad, then dispatch-grad). Shared
+    experts: a dense MLP of width ``model.shared_ffn`` on every local token, tensor-parallel like the dense MLP.
+
+    Experts per rank: E/EP, each split over ETP. Tokens received per rank R = T x k (x ETP with ETP > 1); rows
+    per local expert m_e = ceil(R / (E/EP) x imbalance) (:func:`routing_imbalance`); one GEMM per local expert
+    (count E/EP, the shape --moe-grouped-gemm also runs; costmodel's kernel-efficiency correction rescales the
+    ``moe.expert.*`` operators). The flex dispatcher (DeepEP / HybridEP) is costed as alltoall.
+
+    EP communication has category EP_COMM: in the operators, or, with ``plan.moe_overlap_comm``
+    (--overlap-moe-expert-parallel-comm: one micro-batch's all-to-all runs under another's compute), in the
+    overlapped list, where only the part longer than the layer's compute is exposed (as the CP ring).
+    """
+    eb = elem_bytes(plan.dtype)
+    dtype = plan.dtype
+    t, cp = plan.tp, plan.cp
+    tokens = plan.micro_batch_size * (plan.seq_len // cp)
+    T = tokens // t if plan.sp else tokens
+    h = model.hidden_size
+    E, k = model.num_experts, model.experts_per_token
+    ep, etp = plan.ep, plan.etp or t
+    e_local = E // ep
+    f_e = model.expert_ffn // etp
+    gated = model.gated
+    up_n = f_e * (2 if gated else 1)
+    dom = plan.domain
+    allgather = plan.moe_dispatcher == "allgather"
+
+    ops: list[Op] = []
+    comm: list[Op] = []   # EP-communication, in order: fwd ones, then bwd ones
+
+    def coll(kind: str, name: str, phase: Phase, nbytes: float, size: int, topo: tuple[int, int]) -> None:
+        if size > 1:
+            comm.append(Op(kind, name, phase, (float(nbytes), size, topo[0], topo[1]), bytes=float(nbytes),
+                           category=Category.EP_COMM))
+
+    # --- router (router.py TopKRouter): a replicated h x E linear; plain torch (not TE), so bf16 under fp8
+    router_dtype = "bf16" if dtype == "fp8" else dtype
+    ops += _gemm3("moe.router", T, E, h, router_dtype)
+    n_logits = T * E
+    ops.append(Op("activation", "moe.router.topk", Phase.FWD, (T, E, 0), flops=SCORE_FLOPS_PER_LOGIT * n_logits,
+                  bytes=float(2 * eb * n_logits), category=Category.COMPUTE))
+    ops.append(Op("activation", "moe.router.topk", Phase.BWD, (T, E, 0), flops=SCORE_FLOPS_PER_LOGIT * n_logits,
+                  bytes=float(3 * eb * n_logits), category=Category.COMPUTE))
+
+    # --- dispatch
+    ep_topo = group_topology(ep, etp, dom)
+    etp_topo = group_topology(etp, 1, dom)
+    received = T * k * etp                       # token copies this rank's experts process (balanced)
+    if allgather:
+        g = ep * etp                             # MoEAllGatherTokenDispatcher: the tp_ep group
+        g_topo = group_topology(g, 1, dom)
+        gathered = T * g * h * eb
+        routing = T * g * E * (4 + 1)            # routing probs (fp32) and routing map (bool) per token x expert
+        coll("all_gather", "moe.dispatch", Phase.FWD, gathered, g, g_topo)
+        coll("all_gather", "moe.dispatch.routing", Phase.FWD, routing, g, g_topo)
+        coll("reduce_scatter", "moe.combine", Phase.FWD, gathered, g, g_topo)
+        coll("all_gather", "moe.combine", Phase.BWD, gathered, g, g_topo)
+        coll("reduce_scatter", "moe.dispatch", Phase.BWD, gathered, g, g_topo)
+        permute_rows = received                  # each rank permutes its experts' share of the gathered tokens
+    else:
+        a2a = T * k * h * eb                     # every routed copy of every local token leaves once
+        etp_bytes = received * h * eb
+        coll("all_to_all", "moe.dispatch", Phase.FWD, a2a, ep, ep_topo)
+        coll("all_gather", "moe.dispatch.etp_allgather", Phase.FWD, etp_bytes, etp, etp_topo)
+        coll("reduce_scatter", "moe.combine.etp_reducescatter", Phase.FWD, etp_bytes, etp, etp_topo)
+        coll("all_to_all", "moe.combine", Phase.FWD, a2a, ep, ep_topo)
+        coll("all_to_all", "moe.combine", Phase.BWD, a2a, ep, ep_topo)
+        coll("all_gather", "moe.combine.etp_reducescatter", Phase.BWD, etp_bytes, etp, etp_topo)
+        coll("reduce_scatter", "moe.dispatch.etp_allgather", Phase.BWD, etp_bytes, etp, etp_topo)
+        coll("all_to_all", "moe.dispatch", Phase.BWD, a2a, ep, ep_topo)
+        permute_rows = T * k
+    for phase in (Phase.FWD, Phase.BWD):
+        ops.append(_copy("moe.permute", phase, permute_rows, h, eb))
+        ops.append(_copy("moe.unpermute", phase, permute_rows, h, eb))
+        if e_local > 1 and not allgather:
+            # sort_chunks_by_idxs: received chunks regrouped by local expert, and back before the combine
+            ops.append(_copy("moe.sort_chunks", phase, received, h, eb))
+            ops.append(_copy("moe.unsort_chunks", phase, received, h, eb))
+
+    # --- experts (experts.py): E/EP local experts, each (h -> up_n -> h) split over ETP
+    m_e = max(1, math.ceil(received / e_local * routing_imbalance(model, plan)))
+    ops += _gemm3("moe.expert.up", m_e, up_n, h, dtype, count=float(e_local))
+    if plan.moe_grouped_gemm:  # GroupedMLP: one activation over the concatenated rows of all local experts
+        ops.append(_act("moe.expert.act", Phase.FWD, m_e * e_local, up_n, f_e, gated, eb))
+        ops.append(_act("moe.expert.act", Phase.BWD, m_e * e_local, up_n, f_e, gated, eb))
+    else:                      # SequentialMLP: one per expert
+        ops.append(_act("moe.expert.act", Phase.FWD, m_e, up_n, f_e, gated, eb, count=float(e_local)))
+        ops.append(_act("moe.expert.act", Phase.BWD, m_e, up_n, f_e, gated, eb, count=float(e_local)))
+    ops += _gemm3("moe.expert.down", m_e, h, f_e, dtype, count=float(e_local))
+
+    # --- shared experts (shared_experts.py SharedExpertMLP): TP column/row-parallel like the dense MLP
+    if model.shared_ffn:
+        fs = -(-model.shared_ffn // t)
+        fs_up = fs * (2 if gated else 1)
+        act = tokens * h * eb
+        tp_topo = group_topology(t, 1, dom)
+        ops += tp_boundary("moe_shared_up", True, plan, act, tp_topo)
+        ops += _gemm3("moe.shared.up", tokens, fs_up, h, dtype)
+        ops.append(_act("moe.shared.act", Phase.FWD, tokens, fs_up, fs, gated, eb))
+        ops.append(_act("moe.shared.act", Phase.BWD, tokens, fs_up, fs, gated, eb))
+        ops += _gemm3("moe.shared.down", tokens, h, fs, dtype)
+        ops += tp_boundary("moe_shared_down", False, plan, act, tp_topo)
+
+    if not plan.moe_overlap_comm:
+        return ops + comm, []
+    overlap = list(comm)
+    if plan.recompute == "full":
+        # full recompute re-runs the forward dispatch/combine during the backward pass
+        overlap += [Op(o.kind, o.name + ".recompute", Phase.BWD, o.features, o.flops, o.bytes, o.dtype, o.count,
+                       o.category) for o in comm if o.phase is Phase.FWD]
+    return ops, overlap
+
+
+def expert_params_per_gpu(model: ModelSpec, plan: ParallelPlan, moe_layers: int) -> float:
+    """Routed-expert weights one GPU holds for ``moe_layers`` MoE layers: E/EP experts per layer, each / ETP."""
+    return moe_layers * (model.num_experts // plan.ep) * model.expert_params() / (plan.etp or plan.tp)
