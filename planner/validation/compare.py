@@ -12,6 +12,7 @@ from costmodel.core.errors import PlannerError
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
 from costmodel.flops import model_flops_per_iteration, published_flops_per_iteration
+from planner.validation.moe_rows import megatron_flops
 from planner.validation.runs import RunRow
 
 
@@ -35,6 +36,13 @@ def compare(row: RunRow, prediction, model: ModelSpec, plan: ParallelPlan, hardw
         pred = prediction.iteration_time_s
     elif metric == "tokens_per_s_per_gpu":
         pred = prediction.tokens_per_s_per_gpu
+    elif metric == "tflops_per_gpu" and model.is_moe:
+        # MoE sources' Megatron-Core counters (rule tflops_mcore_*; rows without one are refused when loaded)
+        causal = row.rule("tflops_mcore_causal") is not None
+        if not causal and row.rule("tflops_mcore_full_attention") is None:
+            raise PlannerError(f"row {row.id}: the FLOPs formula of its tflops_per_gpu is not known")
+        flops = megatron_flops(model, plan.global_batch_size, plan.seq_len, causal)
+        pred = flops / (prediction.iteration_time_s * plan.world_size) / 1e12
     elif metric == "tflops_per_gpu":
         # published TFLOP/s use SC21 eq. 3 / PaLM counting (full s x s attention), not planner's causal
         # MFU convention (costmodel/flops.py): convert the predicted time into the source's convention
@@ -42,6 +50,8 @@ def compare(row: RunRow, prediction, model: ModelSpec, plan: ParallelPlan, hardw
         flops = published_flops_per_iteration(model, plan.global_batch_size, plan.seq_len,
                                               plan.recompute if hfu else "none")
         pred = flops / (prediction.iteration_time_s * plan.world_size) / 1e12
+    elif metric == "mfu" and model.is_moe:
+        raise PlannerError(f"row {row.id}: MFU of a mixture-of-experts run: its FLOPs convention is not known")
     elif metric == "mfu":
         # published MFU (PaLM appendix B, Llama 3, Megatron) counts full attention too: scale planner's causal
         # MFU by the ratio of the two conventions' model FLOPs (same time, same peak)

@@ -11,6 +11,7 @@ row's ``source`` text, never on its id).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 import re
 from collections.abc import Callable
@@ -20,8 +21,18 @@ from pathlib import Path
 from costmodel.core.errors import PlannerError
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.model import ModelSpec
-from costmodel.core.specs.plan import ParallelPlan
+from costmodel.core.specs.plan import ParallelPlan, account_for_splits
 from planner.requests import PlanRequest
+from planner.validation.moe_rows import (
+    GPU_HOURS_METRIC,
+    MOE_INT_COLUMNS,
+    check_tag_ok,
+    gpu_hours_to_tokens_per_s,
+    is_moe_row,
+    moe_model,
+    moe_plan_fields,
+    moe_refusals,
+)
 from planner.validation.sources import Rule, source_rule
 
 INT_COLUMNS = ("n_layers", "hidden", "n_heads", "n_kv_heads", "ffn_hidden", "vocab", "seq_len", "n_gpus",
@@ -130,6 +141,7 @@ def _read_runs(path: Path) -> list[RunRow]:
         for n, raw in enumerate(reader, start=2):
             row_id = (raw.get("id") or "").strip() or f"line-{n}"
             values = {c: _parse_int(raw.get(c) or "", path, row_id, c) for c in INT_COLUMNS}
+            values.update({c: _parse_int(raw.get(c) or "", path, row_id, c) for c in MOE_INT_COLUMNS if c in header})
             mv_text = (raw.get("measured_value") or "").strip()
             try:
                 measured = float(mv_text) if mv_text else None
@@ -140,8 +152,11 @@ def _read_runs(path: Path) -> list[RunRow]:
                                    f"{mv_text!r}; fix the value.") from None
             text = {c: (raw.get(c) or "").strip() for c in TEXT_COLUMNS + OPTIONAL_TEXT_COLUMNS}
             tier = re.search(r"TIER=([ABC])", text["notes"])
+            metric = text["measured_metric"]
+            if metric == GPU_HOURS_METRIC and measured:  # MOE_README.md: convert before use
+                metric, measured = "tokens_per_s_per_gpu", gpu_hours_to_tokens_per_s(measured)
             row = RunRow(id=row_id, source=text["source"], model_name=text["model_name"], values=values,
-                         text=text, measured_metric=text["measured_metric"], measured_value=measured,
+                         text=text, measured_metric=metric, measured_value=measured,
                          tier=tier.group(1) if tier else "")
             row.skip_reason = _skip_reason(row)
             rows.append(row)
@@ -154,6 +169,8 @@ def _skip_reason(row: RunRow) -> str:
         return f"unknown measured_metric {row.measured_metric!r}"
     if row.measured_value is None or row.measured_value <= 0:
         return "no positive measured value"
+    if is_moe_row(row):
+        return _moe_skip_reason(row)
     if row.get("ep") or "CHECK:" in row.text["notes"]:
         if row.get("ep"):
             return f"mixture-of-experts run (EP={row.get('ep')}); planner models dense transformers only"
@@ -167,6 +184,21 @@ def _skip_reason(row: RunRow) -> str:
     return ""
 
 
+def _moe_skip_reason(row: RunRow) -> str:
+    """Every reason an MoE row cannot be predicted, joined on one line ('' = usable)."""
+    reasons = moe_refusals(row)
+    if reasons and reasons[0].startswith("mixture-of-experts run"):
+        return reasons[0]
+    if "CHECK:" in row.text["notes"] and not check_tag_ok(row):
+        reasons.append("CHECK tag: stated TP*PP*DP*CP does not equal the GPU count")
+    try:
+        row_to_inputs(row)
+    except PlannerError as exc:
+        if str(exc) not in reasons:
+            reasons.append(str(exc))
+    return "; ".join(reasons)
+
+
 # ------------------------------------------------------------------------------------------ mapping
 def map_gpu(gpu: str) -> tuple[str, str]:
     """GPU string of the CSV -> (catalogue key, note or ''); PlannerError when unknown."""
@@ -178,6 +210,10 @@ def map_gpu(gpu: str) -> tuple[str, str]:
         return "mi300x", ""
     if "gh200" in t:
         return ("gh200-144gb" if "144" in t else "gh200"), ""
+    if "gb300" in t:
+        return "gb300", ""
+    if "b300" in t:
+        return "b300", ""
     if "gb200" in t:
         return "gb200", ""
     if "b200" in t:
@@ -292,6 +328,9 @@ def _zero(text: str, notes: list[str]) -> int:
         return 1
     if t == "none":
         return 0
+    if t.startswith("fsdp=0"):  # NeMo performance tables: FSDP=0 = Megatron DDP with the distributed optimizer
+        notes.append(f"'{text}' mapped to ZeRO-1 (Megatron distributed optimizer)")
+        return 1
     if "not resharded" in t:
         notes.append(f"'{text}' mapped to ZeRO-2 (parameters kept gathered from forward to backward)")
         return 2
@@ -404,7 +443,8 @@ def row_to_inputs(row: RunRow) -> tuple[ModelSpec, ParallelPlan, str, int]:
         notes.append("MBS not stated, assumed 1")
     if gbs % (mbs * dp):
         raise PlannerError(f"GBS={gbs} is not divisible by MBS*DP = {mbs}*{dp}")
-    model = _model(row, seq_len, notes)
+    moe = is_moe_row(row)
+    model = moe_model(row, seq_len, notes) if moe else _model(row, seq_len, notes)
     sp_text = row.text["seq_parallel"].lower()
     if sp_text in ("y", "n"):
         sp = sp_text == "y"
@@ -417,10 +457,46 @@ def row_to_inputs(row: RunRow) -> tuple[ModelSpec, ParallelPlan, str, int]:
         id=row.id, model=model, gpu=gpu_key, gpus=n, gpus_per_node=gpn, cluster=row.cluster or None, tp=tp, pp=pp,
         cp=cp, vpp=vpp, mbs=mbs, gbs=gbs, seq_len=seq_len, recompute=_recompute(row.text["recompute"], notes),
         sequence_parallel=sp, zero=_zero(row.text["dist_optimizer_or_zero"], notes),
-        dtype=_dtype(row.text["precision"], notes), layer_split=_layer_split(model.num_layers, pp, vpp, notes),
         framework=_framework(row.text["framework"], notes), attention=_attention(row, notes))
+        dtype=_dtype(row.text["precision"], notes),
+        layer_split=(_moe_layer_split if moe else _layer_split)(model.num_layers, pp, vpp, notes),
     plan = request.to_plan(model, gpus_per_node=gpn, extra={"run_id": row.id})
+    if moe:
+        plan = _moe_plan(row, model, plan, notes)
     return model, plan, gpu_key, gpn
+
+
+def _moe_layer_split(L: int, pp: int, vpp: int, notes: list[str]) -> tuple[int, ...] | None:
+    """An MoE row's split: even, else the embedding and the loss counted as layers (Megatron
+    --account-for-embedding/loss-in-pipeline-split; the MoE ModelZoo's runtime.conf sets both, moe_runs.csv
+    row MOE-MOEZOO-004), else the first stages one chunk more (as for dense rows)."""
+    if L % (pp * vpp) == 0:
+        return None
+    both = [s for s in account_for_splits(L, pp, vpp) if s[0] == s[-1] and (pp == 2 or s[0] + 1 == s[1])]
+    if both:
+        notes.append(f"layers={L} not divisible by PP*VPP={pp * vpp}: embedding and loss counted as layers "
+                     f"(--account-for-embedding/loss-in-pipeline-split): {list(both[0])}")
+        return both[0]
+    if L % vpp:
+        raise PlannerError(f"{L} layers over PP={pp} x VPP={vpp}: no split Megatron can build (every stage holds whole "
+                           "VPP chunks, even counting embedding and loss as layers); the source's own pipeline split "
+                           "is not modelled")
+    return _layer_split(L, pp, vpp, notes)
+
+
+def _moe_plan(row: RunRow, model: ModelSpec, plan: ParallelPlan, notes: list[str]) -> ParallelPlan:
+    """The row's plan with its expert-parallel fields (planner.validation.moe_rows.moe_plan_fields)."""
+    if row.text["measured_metric"] != row.measured_metric:
+        notes.append(f"{row.text['measured_metric']} converted to {row.measured_metric} = "
+                     f"{row.measured_value:.0f} (1e12 / (GPU-hours x 3600))")
+    if "CHECK:" in row.text["notes"]:
+        notes.append("CHECK tag (not a GPU-count mismatch): " + row.text["notes"].split("CHECK:", 1)[1]
+                     .split(";")[0].strip())
+    if ":" in row.text["recompute"] and not row.text["recompute"].lower().startswith("full"):
+        notes.append(f"recompute '{row.text['recompute']}' (element-wise modules) mapped to selective")
+    plan = dataclasses.replace(plan, **moe_plan_fields(row, plan.tp, notes))
+    plan.validate(model)
+    return plan
 
 
 def parallelism_kind(plan: ParallelPlan) -> str:

@@ -1,0 +1,261 @@
+"""Mixture-of-experts rows of a run file (``shared/validation/moe_runs.csv``, its MOE_README.md defines them).
+
+The MoE run file has the published-runs header plus ``etp``, ``num_experts``, ``top_k``, ``shared_experts`` and
+``expert_ffn_hidden``. ``ffn_hidden`` is the width of the *dense* layers' MLP and empty when every layer is MoE;
+MLA ranks (DeepSeek-V3, Kimi K2) and head widths are only in ``arch_notes``, which this module parses (no preset
+is looked up: the row states the architecture it ran). :func:`moe_refusals` lists why a row cannot be predicted,
+:func:`moe_model` builds its ModelSpec and :func:`moe_plan_fields` the expert-parallel fields of its plan
+(EP, ETP, dispatcher, routing imbalance, EP-communication overlap). :func:`megatron_flops` counts a step's FLOPs
+the way the Megatron-Core TFLOP/s counters of the published sources do, so a ``tflops_per_gpu`` row is compared
+in its own convention (rules ``tflops_mcore_full_attention`` / ``tflops_mcore_causal`` of
+``search_spaces/validation/published_sources.toml``).
+
+Rows are duck-typed (``values``, ``text``, ``model_name``, ``measured_metric``, ``rule()``) so this module does
+not import :mod:`planner.validation.runs` (which imports it).
+"""
+
+from __future__ import annotations
+
+import re
+
+from costmodel.core.errors import PlannerError
+from costmodel.core.specs.model import ModelSpec
+
+MOE_INT_COLUMNS = ("etp", "num_experts", "top_k", "shared_experts", "expert_ffn_hidden")
+"""Integer columns of moe_runs.csv beyond the published-runs header (MOE_README.md)."""
+
+TFLOPS_RULES = ("tflops_mcore_full_attention", "tflops_mcore_causal")
+"""Source rules naming the Megatron-Core FLOPs formula behind a source's TFLOP/s (see :func:`megatron_flops`)."""
+
+GPU_HOURS_METRIC = "gpu_hours_per_trillion_tokens"
+"""MOE_README.md: GPU-hours per 10^12 training tokens (DeepSeek-V3 report); tokens/s/GPU = 1e12 / (3600 x it)."""
+
+
+def is_moe_row(row) -> bool:
+    """The row describes a mixture-of-experts run (routed experts > 1 or an EP degree)."""
+    return (row.values.get("num_experts") or 0) > 1 or (row.values.get("ep") or 0) > 1
+
+
+def gpu_hours_to_tokens_per_s(gpu_hours_per_trillion: float) -> float:
+    """GPU-hours per 10^12 tokens -> tokens/s/GPU (MOE_README.md: 180000 is about 1543 tok/s/GPU)."""
+    return 1e12 / (gpu_hours_per_trillion * 3600.0)
+
+
+# ------------------------------------------------------------------------------------------ refusals
+def _precision_refusal(text: str) -> str:
+    t = text.lower()
+    if "mxfp8" in t:
+        return (f"precision {text.split('(')[0].strip()!r} (MXFP8, block-scaled FP8 with 1x32 scales): planner's fp8 "
+                "is per-tensor FP8 (block-scaled GEMM timings are not imported, costmodel/datasets/importers/"
+                "aiconfigurator.py)")
+    if "fp8" in t and any(w in t for w in ("blockwise", "block-wise", "fine-grained", "1x128", "128x128")):
+        return ("block-scaled FP8 precision (blockwise / 1x128 tiles): planner's fp8 is per-tensor FP8 (block-scaled "
+                "GEMM timings are not imported, costmodel/datasets/importers/aiconfigurator.py)")
+    return ""
+
+
+def _recompute_refusal(text: str) -> str:
+    """Megatron --recompute-modules that recompute a whole MoE block or MLP have no planner mode (none, selective
+    = the attention core, full = the whole layer); element-wise modules (layernorm, moe_act) map to selective."""
+    t = text.lower()
+    mods = re.search(r"--recompute-modules ([a-z_ ]+)", t)
+    names = set(mods.group(1).split()) if mods else set()
+    if "moe" in names or "mlp" in names or "shared_expert" in t or re.search(r"\bmlp\b", t):
+        return (f"recompute {text!r}: recomputing a whole MoE block / MLP in backward is not a planner recompute "
+                "mode (none | selective = attention core | full = whole layer)")
+    return ""
+
+
+def moe_refusals(row) -> list[str]:
+    """Every MoE-specific reason the row cannot be predicted (empty when it can be mapped)."""
+    out = []
+    notes = (row.text["arch_notes"] + " " + row.model_name).lower()
+    if "hybrid" in notes or "mamba" in notes or "deltanet" in notes:
+        out.append("hybrid model (Mamba-2 or Gated DeltaNet linear-attention layers): planner models softmax-"
+                   "attention transformer layers only")
+    if not (row.values.get("num_experts") or 0) > 1 or not row.values.get("top_k") or \
+            not row.values.get("expert_ffn_hidden"):
+        return [f"mixture-of-experts run (EP={row.values.get('ep')}) without the MoE columns num_experts, top_k and "
+                "expert_ffn_hidden: use the header of shared/validation/moe_runs.csv"]
+    if not row.values.get("ep"):
+        out.append("EP not stated (the source prints '-'): the expert layout is unknown")
+    reason = _precision_refusal(row.text["precision"])
+    if reason:
+        out.append(reason)
+    reason = _recompute_refusal(row.text["recompute"])
+    if reason:
+        out.append(reason)
+    if "mtp" in notes and "no mtp" not in notes and "with mtp" in notes:
+        out.append("multi-token prediction module (MTP) is not modelled")
+    if row.measured_metric == "tflops_per_gpu" and not any(row.rule(r) for r in TFLOPS_RULES):
+        out.append("tflops_per_gpu of a source whose FLOPs formula is not stated (no tflops_mcore_* rule in "
+                   "search_spaces/validation/published_sources.toml): give iteration_time_s or tokens_per_s_per_gpu")
+    return out
+
+
+def check_tag_ok(row) -> bool:
+    """A CHECK: tag in an MoE row that is not the README's GPU-count mismatch (TP*PP*DP*CP = GPUs holds)."""
+    v = row.values
+    tp, pp, dp, cp, n = (v.get("tp") or 1), (v.get("pp") or 1), v.get("dp"), (v.get("cp") or 1), v.get("n_gpus")
+    return bool(dp and n and tp * pp * dp * cp == n)
+
+
+# ------------------------------------------------------------------------------------------ model
+def _int(pattern: str, text: str) -> int | None:
+    m = re.search(pattern, text)
+    return int(m.group(1)) if m else None
+
+
+def _mla(text: str, notes: list[str]) -> dict:
+    """MLA ranks from arch_notes (DeepSeek-V3: 'q_lora 1536, kv_lora 512, qk_nope 128, qk_rope 64, v_head 128';
+    Kimi K2: 'q_lora 1536, kv_lora 512, qk head 128 + rope 64, v head 128')."""
+    kv = _int(r"kv_lora (\d+)", text)
+    if not kv:
+        return {}
+    q = _int(r"q_lora (\d+)", text) or 0
+    nope = _int(r"qk_nope (\d+)", text) or _int(r"qk head (\d+)", text)
+    rope = _int(r"qk_rope (\d+)", text) or _int(r"\+ rope (\d+)", text)
+    v = _int(r"v_head (\d+)", text) or _int(r"v head (\d+)", text)
+    if not (nope and rope and v):
+        raise PlannerError("MLA ranks in arch_notes incomplete (need kv_lora, qk nope, qk rope and v head widths)")
+    notes.append(f"MLA from arch_notes: q_lora {q}, kv_lora {kv}, qk {nope}+{rope}, v {v}")
+    return dict(q_lora_rank=q, kv_lora_rank=kv, qk_rope_head_dim=rope, v_head_dim=v, head_dim=nope + rope)
+
+
+def _first_dense(text: str, row, notes: list[str]) -> int:
+    if not row.values.get("ffn_hidden"):
+        return 0
+    n = _int(r"first (\d+) layers? dense", text)
+    if n is None and re.search(r"first layer dense", text):
+        n = 1
+    if n is None:
+        raise PlannerError("ffn_hidden given (dense layers) but arch_notes does not say which layers are dense")
+    return n
+
+
+def moe_model(row, seq_len: int, notes: list[str]) -> ModelSpec:
+    """The row's MoE ModelSpec (architecture from its columns and arch_notes; every guess is noted)."""
+    v = row.values
+    L, h, a = v.get("n_layers"), v.get("hidden"), v.get("n_heads")
+    if not L or not h or not a:
+        raise PlannerError("n_layers, hidden or n_heads not stated")
+    vocab = v.get("vocab")
+    if not vocab:
+        raise PlannerError("vocab not stated")
+    text = row.text["arch_notes"].lower()
+    if "squared-relu" in text or "squared relu" in text:
+        act = "squared_relu"
+    else:
+        act = "swiglu"
+        if "swiglu" not in text:
+            notes.append("activation not stated, assumed SwiGLU (hidden_act silu in the HF configs of Mixtral, "
+                         "Qwen3-MoE, DeepSeek-V3, Kimi K2 and Llama 4)")
+    notes.append("RMSNorm, RoPE, no linear biases, untied embeddings assumed (HF configs of the MoE families in "
+                 "moe_runs.csv)")
+    mla = _mla(text, notes)
+    kv = v.get("n_kv_heads") or a
+    if mla:
+        kv = a  # MOE_README: for MLA models n_kv_heads = n_heads
+    head_dim = mla.get("head_dim") or _int(r"head dim (\d+)", text) or 0
+    if head_dim and not mla and head_dim != h // a:
+        notes.append(f"head dim {head_dim} from arch_notes (q width {a * head_dim} != hidden {h})")
+    expert = v.get("expert_ffn_hidden") or 0
+    dense_ffn = v.get("ffn_hidden") or expert
+    window = _int(r"(\d+)-token sliding-window", text) or 0
+    fields = dict(
+        num_experts=v.get("num_experts") or 0, experts_per_token=v.get("top_k") or 0, moe_ffn_hidden_size=expert,
+        num_shared_experts=v.get("shared_experts") or 0, first_dense_layers=_first_dense(text, row, notes),
+        router="sigmoid" if "sigmoid" in text else "softmax", sliding_window=window,
+        sliding_window_every=2 if window and "alternating" in text else (1 if window else 0),
+        attention_sinks="attention sinks" in text, **{k: x for k, x in mla.items() if k != "head_dim"})
+    cap = re.search(r"capacity factor ([0-9.]+)", (row.model_name + " " + row.text["notes"]).lower())
+    if cap:
+        fields["capacity_factor"] = float(cap.group(1))
+        notes.append(f"token dropping with capacity factor {cap.group(1)} (padded to capacity)")
+    return ModelSpec(name=row.model_name, num_layers=L, hidden_size=h, num_heads=a, num_kv_heads=kv,
+                     ffn_hidden_size=dense_ffn, vocab_size=vocab, max_seq_len=seq_len, head_dim=head_dim,
+                     activation=act, norm="rmsnorm", position_embedding="rope", source=row.source,
+                     extra={"run_id": row.id}, **fields)
+
+
+# ------------------------------------------------------------------------------------------ plan
+def _dispatcher(text: str, notes: list[str]) -> str:
+    """--moe-token-dispatcher-type from the framework text: DeepEP / HybridEP kernels are Megatron's flex
+    dispatcher; NCCL all-to-all is alltoall."""
+    t = text.lower()
+    if any(w in t for w in ("deepep", "hybridep", "flex")):
+        return "flex"
+    if "alltoall" in t or "all-to-all" in t:
+        return "alltoall"
+    if "allgather" in t or "all-gather" in t:
+        return "allgather"
+    notes.append("token dispatcher not stated, assumed alltoall (Megatron-Core's recommended dispatcher for EP)")
+    return "alltoall"
+
+
+def balanced_routing(row) -> bool:
+    """The run forced perfectly balanced routing: --moe-router-force-load-balancing (Megatron) or AutoModel's
+    'fake balanced gate' in the notes, or 'forced balanc...' in the model name; a row marked 'this row =
+    dropless' is the real router even when its notes quote the forced-balance twin."""
+    notes = row.text["notes"].lower()
+    if "this row = dropless" in notes:
+        return False
+    return ("--moe-router-force-load-balancing" in notes or "fake balanced gate" in notes
+            or "forced balanc" in row.model_name.lower())
+
+
+def moe_plan_fields(row, tp: int, notes: list[str]) -> dict:
+    """EP, ETP, dispatcher, routing imbalance and EP-comm overlap of the row's plan (ParallelPlan fields)."""
+    etp = row.values.get("etp")
+    from_notes = re.search(r"\betp (\d+)", row.text["notes"].lower())
+    if etp is None and from_notes:
+        etp = int(from_notes.group(1))
+        notes.append(f"ETP {etp} from the notes (the source's recommended-config file for the same layout)")
+    elif etp is None:
+        notes.append(f"ETP not stated: Megatron-Core default ETP = TP = {tp}")
+    fields = dict(ep=row.values.get("ep") or 1, etp=etp, moe_dispatcher=_dispatcher(row.text["framework"], notes))
+    if balanced_routing(row):
+        fields["moe_imbalance"] = 1.0
+        notes.append("forced load balancing (perfectly balanced routing): routing imbalance 1.0")
+    elif "capacity factor" in row.model_name.lower():
+        fields["moe_imbalance"] = 1.0
+        notes.append("experts padded to capacity: every expert runs its full capacity (imbalance 1.0)")
+    else:
+        notes.append("real router: planner's default routing imbalance")
+    if "a2a_overlap=1" in row.text["framework"].lower() or "1f1b overlap" in row.text["notes"].lower():
+        fields["moe_overlap_comm"] = True
+        notes.append("EP all-to-all overlapped with compute (A2A_OVERLAP / --overlap-moe-expert-parallel-comm)")
+    return fields
+
+
+# ------------------------------------------------------------------------------------------ FLOPs
+def megatron_flops(model: ModelSpec, global_batch: int, seq_len: int, causal: bool) -> float:
+    """FLOPs of one step as Megatron-LM's ``num_floating_point_operations`` (megatron/training/training.py)
+    counts them, for a GQA or MLA MoE model without MTP: 3 (fwd, dgrad, wgrad) x 2 FLOPs per multiply-add over
+    the attention projections, the core attention, the dense layers' MLP (ffn_hidden x 3 for SwiGLU), the routed
+    experts' MLP x top-k and the shared experts' MLP in every MoE layer, and the logits (h x V); no router GEMM.
+
+    ``causal``: the 2025+ code (checked at NVIDIA/Megatron-LM @001b00c2) halves the core attention ("causal mask
+    (only half of the mask is non-zero)"); the 2024 code (MCore v0.8: ``12 B s L h^2 ((1 + g/a + s/h) q/h +
+    F/h k 3/2 + V/(2 L h))``) counts the full s x s matrix and one MLP width (ffn_hidden) for all layers.
+    """
+    h, a, s, V = model.hidden_size, model.num_heads, seq_len, model.vocab_size
+    ffn_mult = 3 if model.gated else 2
+    tokens = global_batch * s
+    n_moe = model.num_moe_layers
+    n_dense = model.num_layers - n_moe
+    core = 0.5 if causal else 1.0
+    if model.is_mla:
+        if not causal:
+            raise PlannerError("the 2024 Megatron FLOPs formula has no MLA term")
+        nope, rope = model.head_dim - model.qk_rope_head_dim, model.qk_rope_head_dim
+        vdim = model.v_head_dim or model.head_dim
+        q = (model.q_lora_rank * (h + a * (nope + rope) + 1) if model.q_lora_rank else h * a * (nope + rope))
+        attn = (q + model.kv_lora_rank * (h + a * (nope + vdim) + 1) + h * rope + a * vdim * h
+                + s * a * (nope + rope) * core + s * a * vdim * core)
+    else:
+        qd, kvd = model.q_dim, model.kv_dim
+        attn = h * (qd + 2 * kvd) + qd * s * core * 2 + qd * h
+    mlp = h * (model.ffn_hidden_size * ffn_mult * n_dense
+               + (model.expert_ffn * model.experts_per_token + model.shared_ffn) * ffn_mult * n_moe)
+    return 6.0 * tokens * (mlp + attn * model.num_layers + h * V)

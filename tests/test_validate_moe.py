@@ -1,0 +1,124 @@
+"""Mixture-of-experts run rows (shared/validation/moe_runs.csv): parsing, refusals with reasons, row -> ModelSpec /
+ParallelPlan, the sources' Megatron-Core FLOPs counters and the metric conversions (planner.validation.moe_rows)."""
+
+from __future__ import annotations
+
+import re
+from types import SimpleNamespace
+
+import pytest
+
+import planner.validation.runs as V
+from costmodel.core.specs.presets import resolve_model
+from planner.validation.compare import compare
+from planner.validation.moe_rows import megatron_flops, moe_model
+from planner.validation.report import validate
+
+ACCEPTED = {"MOE-MLMREADME-001", "MOE-MOEZOO-001", "MOE-MOEZOO-002", "MOE-MOEZOO-003", "MOE-MOEZOO-004",
+            "MOE-MOEZOO-005", "MOE-MOEZOO-015", "MOE-MOEZOO-020", "MOE-MOEZOO-021", "MOE-MOEZOO-022", "MOE-MOEZOO-024",
+            "MOE-AUTOMODEL-004", "MOE-NEMO25-001", "MOE-NEMO25-002", "MOE-NEMO25-003", "MOE-NEMO25-004"}
+"""Rows of moe_runs.csv the reader maps (every other row states why it is refused)."""
+
+
+@pytest.fixture
+def moe_rows(shared_validation):
+    return {r.id: r for r in V.load_runs(shared_validation / "moe_runs.csv")}
+
+
+def test_every_moe_row_maps_or_states_a_reason(moe_rows):
+    assert len(moe_rows) == 41
+    assert {r.id for r in moe_rows.values() if not r.skip_reason} == ACCEPTED
+    for row in moe_rows.values():
+        assert row.tier in ("A", "B", "C"), row.id
+        assert "\n" not in row.skip_reason
+        if row.id in ACCEPTED:
+            model, plan, _, _ = V.row_to_inputs(row)
+            assert model.is_moe and plan.ep == row.get("ep") and plan.problems(model) == [], row.id
+    reason = {k: r.skip_reason for k, r in moe_rows.items()}
+    assert "hybrid" in reason["MOE-MOEZOO-006"] and "hybrid" in reason["MOE-AUTOMODEL-007"]
+    assert all("MXFP8" in reason[k] for k in ("MOE-MOEZOO-016", "MOE-MOEZOO-019", "MOE-MLMDSV3-002",
+                                               "MOE-TORCHTITAN-002"))
+    assert "block-scaled FP8" in reason["MOE-MOEZOO-023"]
+    assert all("--recompute-modules layernorm moe" in reason[f"MOE-MOEZOO-{i:03d}"] for i in range(7, 15))
+    assert "EP not stated" in reason["MOE-AUTOMODEL-005"] and "EP not stated" in reason["MOE-AUTOMODEL-006"]
+    assert "no split Megatron can build" in reason["MOE-AUTOMODEL-002"]
+    assert "GBS not stated" in reason["MOE-TORCHTITAN-001"]
+    dsv3 = reason["MOE-DSV3REPORT-001"]
+    assert "block-scaled FP8" in dsv3 and "MTP" in dsv3 and "H800" in dsv3
+    # no tflops_mcore_* rule for the DeepSeek-V3 GB200 write-up: its TFLOP/s formula is not stated
+    assert "FLOPs formula is not stated" in reason["MOE-MLMDSV3-001"]
+
+
+@pytest.mark.parametrize("run_id,preset", [
+    ("MOE-MLMREADME-001", "mixtral-8x7b"), ("MOE-MOEZOO-021", "mixtral-8x22b"), ("MOE-MOEZOO-001", "qwen3-235b-a22b"),
+    ("MOE-AUTOMODEL-004", "qwen3-30b-a3b"), ("MOE-MLMDSV3-001", "deepseek-v3")])
+def test_row_architecture_matches_the_preset(moe_rows, run_id, preset):
+    """The columns + arch_notes (MLA ranks, head dim, first dense layers) give the published model: the same total
+    and active parameters as the preset built from its config.json."""
+    model, ref = moe_model(moe_rows[run_id], 4096, []), resolve_model(preset)
+    assert model.total_params() == ref.total_params()
+    assert model.active_params() == ref.active_params()
+    assert (model.head_dim, model.kv_lora_rank, model.first_dense_layers) == \
+        (ref.head_dim, ref.kv_lora_rank, ref.first_dense_layers)
+
+
+def test_megatron_causal_counter_reproduces_the_moezoo_table(moe_rows):
+    """MOE-MOEZOO-001..005 print step time and TFLOPS: the causal (2025+) counter turns one into the other within
+    rounding, the 2024 full-attention counter is >10 % off (so the source rule tflops_mcore_causal is the right one)."""
+    for i in range(1, 6):
+        row = moe_rows[f"MOE-MOEZOO-{i:03d}"]
+        printed = float(re.search(r"Per-GPU TFLOPS (\d+)", row.text["notes"]).group(1))
+        model, plan, _, _ = V.row_to_inputs(row)
+        for causal, lo, hi in ((True, -0.01, 0.01), (False, 0.10, 0.20)):
+            tf = megatron_flops(model, plan.global_batch_size, plan.seq_len, causal) / (
+                row.measured_value * plan.world_size) / 1e12
+            assert lo < tf / printed - 1 < hi, (row.id, causal, tf, printed)
+
+
+def test_plan_fields_from_framework_and_notes(moe_rows):
+    def plan(run_id):
+        return V.row_to_inputs(moe_rows[run_id])[1]
+
+    p = plan("MOE-MLMREADME-001")
+    assert (p.ep, p.etp, p.moe_dispatcher, p.moe_imbalance, p.moe_overlap_comm) == (8, 1, "alltoall", None, False)
+    p = plan("MOE-MOEZOO-002")  # DeepEP = flex; '+1f1b overlap'
+    assert (p.ep, p.moe_dispatcher, p.moe_overlap_comm, p.layer_split) == (32, "flex", True, (11,) + (12,) * 6 + (11,))
+    assert plan("MOE-MOEZOO-004").layer_split == (2,) + (3,) * 30 + (2,)  # 94 layers + embedding + loss = 96
+    assert plan("MOE-MOEZOO-022").moe_imbalance == 1.0  # --moe-router-force-load-balancing
+    assert plan("MOE-MOEZOO-021").moe_imbalance is None  # dropless: the default
+    assert plan("MOE-AUTOMODEL-004").moe_imbalance == 1.0  # 'fake balanced gate'
+    p = plan("MOE-NEMO25-003")  # FSDP=0: distributed optimizer, not ZeRO-3
+    assert (p.zero, p.dtype) == (1, "fp8")
+    p = plan("MOE-NEMO25-002")  # ETP 1 from the recommended-config file the notes quote, TP 2
+    assert (p.tp, p.etp, p.cp, p.global_batch_size, p.micro_batch_size) == (2, 1, 8, 64, 1)
+    assert (plan("MOE-AUTOMODEL-004").zero, plan("MOE-AUTOMODEL-004").framework) == (3, "fsdp")
+
+
+def test_gpu_hours_metric_is_converted(moe_rows):
+    row = moe_rows["MOE-DSV3REPORT-001"]
+    assert row.measured_metric == "tokens_per_s_per_gpu"
+    assert row.measured_value == pytest.approx(1e12 / (180000 * 3600))  # MOE_README: about 1543 tok/s/GPU
+    assert round(row.measured_value) == 1543
+
+
+def test_moe_tflops_row_compared_in_its_source_convention(moe_rows):
+    row = moe_rows["MOE-MLMREADME-001"]  # rule tflops_mcore_full_attention
+    model, plan, _, _ = V.row_to_inputs(row)
+    flops = megatron_flops(model, plan.global_batch_size, plan.seq_len, causal=False)
+    t = flops / (row.measured_value * 1.1 * 1e12 * plan.world_size)
+    pred = SimpleNamespace(iteration_time_s=t, model_tflops_per_gpu=float("nan"))
+    value, err = compare(row, pred, model, plan)
+    assert err == pytest.approx(0.1)
+    assert value == pytest.approx(438 * 1.1)
+
+
+def test_validate_keeps_refused_rows_with_reasons(moe_rows):
+    def stub(model, plan, hardware):
+        return SimpleNamespace(iteration_time_s=1.0, tokens_per_s_per_gpu=1000.0, warnings=[], fits_in_memory=True,
+                               memory_gib_per_gpu=1.0)
+
+    report = validate(list(moe_rows.values()), predict_fn=stub, hardware_fn=lambda *a: None)
+    assert {r.id for r in report.predicted} == ACCEPTED
+    assert all(r.skip_reason for r in report.skipped) and len(report.skipped) == 41 - len(ACCEPTED)
+    only_a = validate(list(moe_rows.values()), predict_fn=stub, hardware_fn=lambda *a: None, tiers=["A"])
+    assert {r.tier for r in only_a.rows} == {"A"} and only_a.excluded_by_tier > 0
