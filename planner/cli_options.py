@@ -48,6 +48,14 @@ Framework = Annotated[str, typer.Option(
     "--framework", help="Training stack: megatron | deepspeed | fsdp | torchtitan (attention kernel, overlap).")]
 Attention = Annotated[str, typer.Option(
     "--attention", help="Attention kernel: fused | flash2 | unfused (default: the framework's).")]
+Ep = Annotated[int, typer.Option("--ep", help="Expert-parallel degree (MoE models; divides the experts).")]
+Etp = Annotated[Optional[int], typer.Option("--etp", help="Expert tensor-parallel degree (default: --tp).")]
+MoeDispatcher = Annotated[str, typer.Option("--moe-dispatcher", help="MoE token dispatcher: alltoall | allgather "
+                                            "| flex.")]
+MoeImbalance = Annotated[Optional[float], typer.Option(
+    "--moe-imbalance", help="Busiest expert's tokens over the mean, >= 1 (default: the cost model's).")]
+MoeOverlapComm = Annotated[bool, typer.Option("--moe-overlap-comm/--no-moe-overlap-comm",
+                                              help="Overlap EP dispatch/combine with compute.")]
 LayerSplit = Annotated[Optional[str], typer.Option("--layer-split", help="Uneven layers per stage, e.g. 9,8,8,7.")]
 HardwareFile = Annotated[list[str], typer.Option("--hardware-file", help="TOML/YAML file adding GPUs/clusters.")]
 
@@ -81,6 +89,10 @@ CpChoices = Annotated[Optional[str], typer.Option("--cp", help="CP degrees.")]
 VppChoices = Annotated[Optional[str], typer.Option("--vpp", help="Virtual pipeline chunks per stage.")]
 MbsChoices = Annotated[Optional[str], typer.Option("--mbs", help="Micro-batch sizes.")]
 RecomputeChoices = Annotated[Optional[str], typer.Option("--recompute", help="Recompute modes: none,selective,full.")]
+EpChoices = Annotated[Optional[str], typer.Option("--ep", help="EP degrees (MoE models; default: the divisors of "
+                                                "the experts).")]
+EtpChoices = Annotated[Optional[str], typer.Option("--etp", help="Expert TP choices: tp and/or integers "
+                                                  "(default tp,1).")]
 ZeroChoices = Annotated[Optional[str], typer.Option("--zero", help="ZeRO stages, e.g. 1,3.")]
 SpChoices = Annotated[Optional[str], typer.Option("--sp", help="Sequence parallelism values: true,false.")]
 FrameworkChoices = Annotated[Optional[str], typer.Option(
@@ -167,6 +179,16 @@ def int_list(name: str, text: str | None) -> list[int] | None:
     if not vals:
         raise PlannerError(f"{name} needs at least one value.")
     return vals
+
+
+def etp_list(text: str | None) -> list[int] | None:
+    """--etp choices of a search: 'tp,1' -> [0, 1] (0 = ETP equal to TP); None stays None."""
+    if text is None:
+        return None
+    vals = [x.strip().lower() for x in text.split(",") if x.strip()]
+    if not vals or not all(v == "tp" or v.isdigit() and int(v) > 0 for v in vals):
+        raise PlannerError(f"--etp {text!r} must list 'tp' and/or positive integers, e.g. tp,1.")
+    return [0 if v == "tp" else int(v) for v in vals]
 
 
 def str_list(text: str | None) -> list[str] | None:

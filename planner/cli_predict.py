@@ -46,7 +46,16 @@ def predict_request(req: PlanRequest, hardware_files: tuple = (), calibration=No
                    "recompute": plan.recompute, "sequence_parallel": plan.sp, "zero": plan.zero,
                    "dtype": plan.dtype, "layer_split": pred.layer_split, "framework": plan.framework,
                    "attention": attention_kernel(plan)}
+    if res.model.is_moe:  # MoE keys only for MoE models: a dense plan's record stays as it was
+        out["plan"].update(moe_plan_keys(plan))
     return out
+
+
+def moe_plan_keys(plan) -> dict:
+    """The MoE layout of a plan as JSON keys (ep, etp, expert_dp, moe_dispatcher, moe_imbalance: None = the
+    cost model's default, moe_overlap_comm)."""
+    return {"ep": plan.ep, "etp": plan.etp, "expert_dp": plan.expert_dp, "moe_dispatcher": plan.moe_dispatcher,
+            "moe_imbalance": plan.moe_imbalance, "moe_overlap_comm": plan.moe_overlap_comm}
 
 
 def predict_one(raw: dict, hardware_files: tuple = (), calibration=None) -> dict:
@@ -85,6 +94,8 @@ def _render_table(rec: dict, verbose: bool = False) -> None:
               f"({p['gbs'] * p['seq_len'] / 1e6:.3g}M tokens) "
               f"seq={p['seq_len']} micro-batches={p['num_microbatches']} recompute={p['recompute']} "
               f"SP={p['sequence_parallel']} ZeRO={p['zero']} dtype={p['dtype']} framework={p.get('framework')}  "
+              + (f"EP={p['ep']} ETP={p['etp']} EDP={p['expert_dp']} dispatcher={p['moe_dispatcher']}  "
+                 if p.get("ep") is not None else "") +
               f"[dim](cost model: {describe_cost_sources(rec.get('cost_sources') or {}, rec['cost_model'])})[/]")
     t = Table(title="Prediction", show_header=True)
     t.add_column("metric")
@@ -163,6 +174,11 @@ def register(app: typer.Typer) -> None:
         dtype: O.Dtype = PlanRequest.dtype,
         framework: O.Framework = PlanRequest.framework,
         attention: O.Attention = PlanRequest.attention,
+        ep: O.Ep = PlanRequest.ep,
+        etp: O.Etp = None,
+        moe_dispatcher: O.MoeDispatcher = PlanRequest.moe_dispatcher,
+        moe_imbalance: O.MoeImbalance = None,
+        moe_overlap_comm: O.MoeOverlapComm = PlanRequest.moe_overlap_comm,
         layer_split: O.LayerSplit = None,
         batch: Optional[str] = typer.Option(None, "--batch", help="JSONL file of requests ('-' = stdin)."),
         fmt: str = typer.Option(

@@ -18,7 +18,7 @@ from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.presets import resolve_model
 from planner import cli_options as O
 from planner.calibrate import calibration_option
-from planner.cli_options import DEFAULT_GPU, SIZE_DEFAULT_GPUS
+from planner.cli_options import DEFAULT_GPU, SIZE_DEFAULT_GPUS, etp_list
 from planner.cli_options import bool_list as _bool_list
 from planner.cli_options import int_list as _int_list
 from planner.cli_options import str_list as _str_list
@@ -54,6 +54,10 @@ class SearchRequest:
     """PP degrees replacing the space's."""
     cp: str | None = None
     """CP degrees replacing the space's."""
+    ep: str | None = None
+    """EP degrees replacing the space's (MoE models), e.g. "1,8"."""
+    etp: str | None = None
+    """Expert TP choices replacing the space's (MoE models), e.g. "tp,1"."""
     vpp: str | None = None
     """Virtual pipeline chunks per stage replacing the space's."""
     mbs: str | None = None
@@ -128,7 +132,8 @@ def _space(r: SearchRequest):
         tp=_int_list("--tp", r.tp), pp=_int_list("--pp", r.pp), cp=_int_list("--cp", r.cp),
         vpp=_int_list("--vpp", r.vpp), mbs=_int_list("--mbs", r.mbs), recompute=_str_list(r.recompute),
         zero=_int_list("--zero", r.zero), sequence_parallel=_bool_list(r.sp), dtype=_str_list(r.dtype),
-        framework=_str_list(r.framework), allow_tp_across_nodes=True if r.allow_tp_across_nodes else None,
+        framework=_str_list(r.framework), ep=_int_list("--ep", r.ep), etp=etp_list(r.etp),
+        allow_tp_across_nodes=True if r.allow_tp_across_nodes else None,
         memory_headroom=r.headroom)
 
 
@@ -208,7 +213,7 @@ def register(app: typer.Typer) -> None:
         space: O.Space = "default",
         tp: O.TpChoices = None,
         pp: O.PpChoices = None,
-        cp: O.CpChoices = None,
+        cp: O.CpChoices = None, ep: O.EpChoices = None, etp: O.EtpChoices = None,
         vpp: O.VppChoices = None,
         mbs: O.MbsChoices = None,
         recompute: O.RecomputeChoices = None,
@@ -321,6 +326,11 @@ def register(app: typer.Typer) -> None:
         dtype: O.Dtype = PlanRequest.dtype,
         framework: O.Framework = PlanRequest.framework,
         attention: O.Attention = PlanRequest.attention,
+        ep: O.Ep = PlanRequest.ep,
+        etp: O.Etp = None,
+        moe_dispatcher: O.MoeDispatcher = PlanRequest.moe_dispatcher,
+        moe_imbalance: O.MoeImbalance = None,
+        moe_overlap_comm: O.MoeOverlapComm = PlanRequest.moe_overlap_comm,
         layer_split: O.LayerSplit = None,
         fmt: str = typer.Option("table", "--format", help="table | json | csv | md (csv, md: every operator)."),
         top: int = typer.Option(15, "--top", help="Operators per table."),

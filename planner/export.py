@@ -34,6 +34,7 @@ from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan, account_for, chunk_layers
 from planner.export_arch import architecture, fmt_float, header, is_uneven
+from planner.export_moe import megatron_moe_args, nemo_moe_keys
 from planner.export_torchtitan import dump_toml, export_torchtitan, torchtitan_config, torchtitan_model_parts
 
 __all__ = ["FORMATS", "TARGET_FILES", "dump_toml", "export_plan", "export_targets", "megatron_args", "nemo_config",
@@ -161,6 +162,8 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, iterations: int | None =
     add("--context-parallel-size", plan.cp)
     if plan.sp:
         add("--sequence-parallel")
+    for flag, value in megatron_moe_args(model, plan):  # experts and their layout (planner.export_moe)
+        add(flag, value)
     uneven = is_uneven(plan)
     flags = account_for(plan.layer_split, plan.vpp) if uneven else None
     if flags is not None and any(n % plan.vpp for n in plan.layer_split):
@@ -328,6 +331,7 @@ def nemo_config(model: ModelSpec, plan: ParallelPlan, iterations: int | None = N
         "normalization": model.norm,
         "bias": model.linear_bias,
         "share_embeddings_and_output_weights": model.tied_embeddings,
+        **nemo_moe_keys(model, plan),
     }
     if plan.vpp > 1 and plan.vpp_microbatch_group != plan.pp:
         # micro-batches not a multiple of PP: Megatron-Core's default group (PP) is refused (schedules.py)
@@ -401,6 +405,9 @@ def export_nemo(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, predic
     lines = header("NeMo megatron_gpt config fragment", model, plan, hardware, prediction)
     lines.append("# Keys checked against NeMo-Framework-Launcher conf/training/llama/llama3_1_70b.yaml; merge into "
                  "your megatron_gpt config (tokenizer, data and optimizer settings are not included).")
+    if model.is_moe:
+        lines.append("# MoE keys: NeMo-Framework-Launcher conf/training/mixtral (num_moe_experts, moe_router_topk, "
+                     "expert_model_parallel_size, ...) and Megatron-Core TransformerConfig fields (export_moe.py).")
     lines += [f"# NOTE: {n}." for n in notes]
     return "\n".join(lines) + "\n" + yaml.safe_dump(cfg, sort_keys=False, default_flow_style=False)
 

@@ -110,6 +110,9 @@ def torchtitan_unsupported(model: ModelSpec, arch: Architecture) -> list[str]:
         out.append(f"sliding-window attention ({arch.sliding_window} tokens)")
     if arch.rotary_percent is not None:
         out.append(f"partial rotary embeddings ({arch.rotary_percent:g} of each head)")
+    if model.is_moe:
+        out.append(f"mixture-of-experts layers ({model.num_experts} experts, top-{model.experts_per_token}; "
+                   "torchtitan's llama3 is dense: use one of its MoE model families)")
     return out
 
 

@@ -11,6 +11,7 @@ from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan, chunk_layers
 from planner.export_arch import architecture, header, is_uneven, torchtitan_flavor, torchtitan_unsupported
+from planner.export_moe import torchtitan_moe
 
 if TYPE_CHECKING:  # planner.predict pulls in the cost model; exports only read a finished Prediction
     from planner.predict import Prediction
@@ -31,6 +32,9 @@ def torchtitan_config(model: ModelSpec, plan: ParallelPlan, iterations: int | No
         "pipeline_parallel_degree": plan.pp,
         "context_parallel_degree": plan.cp,
     }
+    moe_keys, moe_notes = torchtitan_moe(model, plan, par["data_parallel_shard_degree"])
+    par.update(moe_keys)
+    notes += moe_notes
     if plan.tp > 1 and not plan.sequence_parallel:
         notes.append("torchtitan's tensor parallelism always shards the sequence (sequence parallel) in norms")
     if plan.pp > 1:

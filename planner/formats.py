@@ -71,7 +71,8 @@ PLAN_FIELDS: list[Field] = [
     _f("tp", "TP"),
     _f("pp", "PP"),
     _f("cp", "CP"),
-    _f("ep", "EP", lambda d: 1),  # dense models only
+    _f("ep", "EP", lambda d: d.get("ep") or 1),
+    _f("etp", "ETP", lambda d: d["etp"] if d.get("etp") is not None else d.get("tp", "")),  # default ETP = TP
     _f("mbs", "MBS [seq]"),
     _f("num_layers", "Num Layers"),
     _f("hidden_size", "Hidden Size"),

@@ -17,7 +17,7 @@ from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.framework import ATTENTION_KERNELS, DEFAULT_FRAMEWORK, FRAMEWORKS
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
-from costmodel.core.specs.plan import DTYPES, RECOMPUTE_MODES, ParallelPlan
+from costmodel.core.specs.plan import DTYPES, MOE_DISPATCHERS, RECOMPUTE_MODES, ParallelPlan
 from costmodel.core.specs.presets import resolve_model
 
 DEFAULT_BATCH_TOKENS = 4 * 1024 * 1024
@@ -85,6 +85,17 @@ class PlanRequest:
     network behaviour, costmodel.core.specs.framework)."""
     attention: str = ""
     """Attention kernel: fused | flash2 | unfused; "" = the framework's (unfused = pre-FlashAttention stacks)."""
+    ep: int = 1
+    """Expert-parallel degree (MoE models; Megatron --expert-model-parallel-size): divides the experts."""
+    etp: int | None = None
+    """Expert tensor-parallel degree (--expert-tensor-parallel-size); None = TP (Megatron-Core's default)."""
+    moe_dispatcher: str = "alltoall"
+    """MoE token dispatcher: alltoall | allgather | flex (--moe-token-dispatcher-type)."""
+    moe_imbalance: float | None = None
+    """Tokens of the busiest expert over the mean (>= 1; 1 = balanced); None = the cost model's documented
+    default (costmodel.moe)."""
+    moe_overlap_comm: bool = False
+    """Overlap EP dispatch/combine with another micro-batch's compute (--overlap-moe-expert-parallel-comm)."""
 
     def __post_init__(self) -> None:
         missing = [k for k in REQUIRED if getattr(self, k) is None]
@@ -102,6 +113,11 @@ class PlanRequest:
             raise PlannerError(f"framework={self.framework!r} must be one of {', '.join(FRAMEWORKS)}")
         if self.attention and self.attention not in ATTENTION_KERNELS:
             raise PlannerError(f"attention={self.attention!r} must be one of {', '.join(ATTENTION_KERNELS)}")
+        if self.moe_dispatcher not in MOE_DISPATCHERS:
+            raise PlannerError(f"moe_dispatcher={self.moe_dispatcher!r} must be one of {', '.join(MOE_DISPATCHERS)}")
+        if self.moe_imbalance is not None and not (math.isfinite(self.moe_imbalance) and self.moe_imbalance >= 1):
+            raise PlannerError(f"moe_imbalance={self.moe_imbalance!r} must be a number >= 1 (tokens of the busiest "
+                               "expert over the mean; 1 = perfectly balanced)")
         if self.gbs is not None and self.tokens_per_batch is not None:
             raise PlannerError(f"gbs={self.gbs} and tokens_per_batch={self.tokens_per_batch} both give the batch; "
                                "pass only one (gbs in sequences, tokens_per_batch in tokens)")
@@ -137,15 +153,24 @@ class PlanRequest:
                             tp=self.tp, pp=self.pp, cp=self.cp, vpp=self.vpp, micro_batch_size=self.mbs,
                             recompute=self.recompute, sequence_parallel=self.sequence_parallel, zero=self.zero,
                             dtype=self.dtype, layer_split=self.layer_split, nvlink_domain=nvlink_domain,
-                            framework=self.framework, attention=self.attention,
+                            framework=self.framework, attention=self.attention, **self.moe_fields(),
                             extra=dict(extra or {}))
         plan.validate(model)
         return plan
 
+    def moe_fields(self) -> dict:
+        """The MoE keyword arguments of ParallelPlan this request sets (none of them for a default request,
+        so a dense plan is built exactly as before)."""
+        out: dict = {}
+        for key in ("ep", "etp", "moe_dispatcher", "moe_imbalance", "moe_overlap_comm"):
+            value = getattr(self, key)
+            if value != _DEFAULTS[key]:
+                out[key] = float(value) if key == "moe_imbalance" else value
+        return out
+
     def resolve(self, hardware_files: tuple = ()) -> ResolvedPlan:
-        """Resolve the model (dense only), the hardware (catalogue plus ``hardware_files``) and the plan."""
+        """Resolve the model, the hardware (catalogue plus ``hardware_files``) and the plan."""
         model = resolve_model(self.model)
-        model.require_dense()
         hardware = load_catalogue(hardware_files).resolve(self.gpu, self.cluster, self.gpus_per_node)
         hardware.gpu.check_dtype(self.dtype)
         plan = self.to_plan(model, min(hardware.gpus_per_node, self.gpus), nvlink_domain=hardware.domain_for(self.gpus))
@@ -155,9 +180,13 @@ class PlanRequest:
 REQUEST_KEYS: tuple[str, ...] = tuple(f.name for f in fields(PlanRequest))
 """The batch-line keys, in the order error messages list them."""
 REQUIRED = ("model", "gpu", "gpus")
-_INT_KEYS = {"gpus", "gpus_per_node", "tp", "pp", "cp", "vpp", "mbs", "gbs", "tokens_per_batch", "seq_len", "zero"}
+_DEFAULTS = {f.name: f.default for f in fields(PlanRequest)}
+_INT_KEYS = {"gpus", "gpus_per_node", "tp", "pp", "cp", "vpp", "mbs", "gbs", "tokens_per_batch", "seq_len", "zero",
+             "ep", "etp"}
+_BOOL_KEYS = {"sequence_parallel", "moe_overlap_comm"}
 _TYPES: dict[str, type | tuple] = {"id": (str, int), "model": (str, dict), "gpu": str, "cluster": str,
-                                   "recompute": str, "dtype": str, "framework": str, "attention": str}
+                                   "recompute": str, "dtype": str, "framework": str, "attention": str,
+                                   "moe_dispatcher": str}
 
 
 def suffixed_number(text: object, suffixes: dict[str, float]) -> float:
@@ -218,10 +247,14 @@ def _check_type(key: str, value: object) -> object:
                 or any(isinstance(v, bool) or not isinstance(v, int) or v <= 0 for v in value)):
             raise PlannerError(f"{key}={value!r} must be a list of positive integers, one per pipeline stage")
         return tuple(value)
-    if key == "sequence_parallel":
+    if key in _BOOL_KEYS:
         if not isinstance(value, bool):
             raise PlannerError(f"{key}={value!r} must be true or false")
         return value
+    if key == "moe_imbalance":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise PlannerError(f"{key}={value!r} must be a number >= 1, e.g. 1.2")
+        return float(value)
     typ = _TYPES[key]
     if not isinstance(value, typ):
         names = " or ".join(t.__name__ for t in (typ if isinstance(typ, tuple) else (typ,)))

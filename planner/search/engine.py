@@ -28,6 +28,7 @@ from planner.search.space import (
     candidate_params,
     dimension_choices,
     enumerate_candidates,
+    moe_choices,
     neighbours,
     suggest_candidate,
 )
@@ -120,7 +121,9 @@ class SearchResult:
 
 
 def _space_size(problem: SearchProblem) -> int:
-    return problem.space.size() * len(problem.targets)
+    """Cartesian size of the listed values times the allocations (MoE: times the EP and ETP choices)."""
+    eps, etps = moe_choices(problem.model, problem.space, max(t.world_size for t in problem.targets))
+    return problem.space.size() * len(problem.targets) * len(eps) * len(etps)
 
 
 def _check_objective(problem: SearchProblem, objective: str) -> None:
@@ -529,7 +532,8 @@ def ranked_distinct(records: list[PlanRecord], objective: str) -> tuple[list[Pla
     return rank(out, objective, None), folded
 
 
-_PLAN_FIELDS = ("tp", "pp", "dp", "cp", "vpp", "mbs", "recompute", "sequence_parallel", "zero", "dtype", "framework")
+_PLAN_FIELDS = ("tp", "pp", "dp", "cp", "vpp", "mbs", "recompute", "sequence_parallel", "zero", "dtype", "framework",
+               "ep", "etp")
 
 
 def _difference(a: PlanRecord, b: PlanRecord) -> str:

@@ -109,6 +109,10 @@ class PlanRecord:
     """GPUs per NVLink domain the plan was costed with (ParallelPlan.nvlink_domain; 0 = gpus_per_node)."""
     framework: str = DEFAULT_FRAMEWORK
     """Training stack the plan was costed for (ParallelPlan.framework)."""
+    ep: int = 1
+    """Expert-parallel degree (1 for dense models)."""
+    etp: int | None = None
+    """Expert tensor-parallel degree (ParallelPlan.etp: TP unless set; None in records written before it)."""
 
     def to_plan(self) -> ParallelPlan:
         """The ParallelPlan this record describes."""
@@ -117,7 +121,8 @@ class PlanRecord:
                             micro_batch_size=self.mbs, recompute=self.recompute,
                             sequence_parallel=self.sequence_parallel, zero=self.zero, dtype=self.dtype,
                             layer_split=tuple(self.layer_split) if self.layer_split else None,
-                            nvlink_domain=self.nvlink_domain, framework=self.framework)
+                            nvlink_domain=self.nvlink_domain, framework=self.framework, ep=self.ep,
+                            etp=self.etp)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -131,7 +136,7 @@ class PlanRecord:
         """Identity of the plan (for de-duplication across trials and processes)."""
         return (self.gpu, self.cluster, self.gpus, self.gpus_per_node, self.tp, self.pp, self.cp, self.vpp,
                 self.mbs, self.recompute, self.sequence_parallel, self.zero, self.dtype, self.gbs, self.seq_len,
-                self.framework)
+                self.framework, self.ep, self.etp if self.etp is not None else self.tp)
 
 
 def make_record(problem, target, plan: ParallelPlan, pred, price: float | None) -> PlanRecord:
@@ -146,7 +151,7 @@ def make_record(problem, target, plan: ParallelPlan, pred, price: float | None) 
         gpus=plan.world_size, tp=plan.tp, pp=plan.pp,
         dp=plan.dp, cp=plan.cp, vpp=plan.vpp, mbs=plan.micro_batch_size, gbs=plan.global_batch_size,
         seq_len=plan.seq_len, num_microbatches=plan.num_microbatches, recompute=plan.recompute,
-        sequence_parallel=plan.sp, zero=plan.zero, dtype=plan.dtype, framework=plan.framework,
+        sequence_parallel=plan.sp, zero=plan.zero, dtype=plan.dtype, framework=plan.framework, ep=plan.ep, etp=plan.etp,
         iteration_time_s=pred.iteration_time_s, iteration_time_low_s=pred.iteration_time_low_s,
         iteration_time_high_s=pred.iteration_time_high_s, tokens_per_s=tps, mfu=pred.mfu,
         model_tflops_per_gpu=pred.model_tflops_per_gpu, memory_gib_per_gpu=pred.memory_gib_per_gpu,
@@ -225,7 +230,14 @@ def plan_text(r: PlanRecord) -> str:
     s = (f"TP{r.tp} PP{_pp_cell(r)} DP{r.dp} CP{r.cp} VPP{r.vpp} MBS{r.mbs} GBS {batch_text(r.gbs, r.seq_len)} "
          f"{r.recompute} ZeRO{r.zero}")
     s = s if r.dtype == "bf16" else f"{s} {r.dtype}"
+    if _moe_shown(r):
+        s = f"{s} EP{r.ep} ETP{r.etp}"
     return s if r.framework == DEFAULT_FRAMEWORK else f"{s} {r.framework}"
+
+
+def _moe_shown(r: PlanRecord) -> bool:
+    """The plan has expert parallelism, or an expert TP other than TP."""
+    return r.ep > 1 or (r.etp is not None and r.etp != r.tp)
 
 
 def _time_cell(r: PlanRecord) -> str:
@@ -258,6 +270,11 @@ def display_rows(records: list[PlanRecord], with_train: bool = False) -> tuple[l
             row[-1:-1] = [human_duration(r.time_to_train_s),
                           "-" if r.cost_to_train_usd is None else f"{r.cost_to_train_usd:,.0f}"]
         rows.append(row)
+    if any(_moe_shown(r) for r in records):  # expert parallelism: EP and ETP after CP
+        at = head.index("CP") + 1
+        head[at:at] = ["EP", "ETP"]
+        for row, r in zip(rows, records):
+            row[at:at] = [str(r.ep), str(r.etp if r.etp is not None else r.tp)]
     if any(r.framework != DEFAULT_FRAMEWORK for r in records):  # frameworks compared: say which row is which
         at = head.index("ZeRO") + 1
         head.insert(at, "framework")

@@ -26,12 +26,15 @@ from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import DTYPES, RECOMPUTE_MODES, ParallelPlan, uneven_split_problem
 from costmodel.memory import DEFAULT_HEADROOM
+from planner.predict import require_modelled
 from planner.requests import DEFAULT_BATCH_TOKENS, search_batch
 
 INT_DIMS = ("tp", "pp", "cp", "vpp", "mbs")
 """Dimensions holding positive integers."""
 DIMS = INT_DIMS + ("recompute", "sequence_parallel", "zero", "dtype", "framework")
 """Every plan dimension a space lists, in display order (DP is derived)."""
+MOE_DIMS = ("ep", "etp")
+"""Dimensions searched for mixture-of-experts models only (a dense model's EP is 1, ETP = TP)."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,12 @@ class SearchSpace:
     """GEMM precisions."""
     framework: tuple[str, ...] = (DEFAULT_FRAMEWORK,)
     """Training stacks (costmodel.core.specs.framework): several compare them on the same allocation."""
+    ep: tuple[int, ...] = ()
+    """Expert-parallel degrees, MoE models only (dense: EP = 1); () = every divisor of the experts
+    (:func:`moe_choices` keeps those Megatron's rules allow)."""
+    etp: tuple[int, ...] = (0, 1)
+    """Expert tensor-parallel degrees, MoE models only: 0 = TP (Megatron-Core's default), 1 = experts not split
+    by TP (a common MoE choice, e.g. Megatron-LM's Mixtral/DeepSeek recipes with --expert-tensor-parallel-size 1)."""
     allow_tp_across_nodes: bool = False
     """Allow TP groups larger than a node (slow inter-node TP all-reduces)."""
     memory_headroom: float = DEFAULT_HEADROOM
@@ -74,11 +83,11 @@ class SearchSpace:
     def override(self, **dims) -> "SearchSpace":
         """A copy with the given dimensions replaced (``None`` values are ignored), validated."""
         changes = {k: v for k, v in dims.items() if v is not None}
-        unknown = sorted(set(changes) - set(DIMS) - {"allow_tp_across_nodes", "memory_headroom"})
+        unknown = sorted(set(changes) - set(DIMS) - set(MOE_DIMS) - {"allow_tp_across_nodes", "memory_headroom"})
         if unknown:
-            raise PlannerError(f"unknown search dimension(s) {', '.join(unknown)}; use {', '.join(DIMS)}.")
+            raise PlannerError(f"unknown search dimension(s) {', '.join(unknown)}; use {', '.join(DIMS + MOE_DIMS)}.")
         for k, v in changes.items():
-            if k in DIMS:
+            if k in DIMS or k in MOE_DIMS:
                 changes[k] = _check_dim(k, v, "the command line")
         h = changes.get("memory_headroom")
         if h is not None and (isinstance(h, bool) or not isinstance(h, (int, float)) or not 0 <= h < 1):
@@ -94,8 +103,8 @@ def _check_dim(dim: str, values, where: str) -> tuple:
     out = []
     for v in values:
         ok = True
-        if dim in INT_DIMS:
-            ok = isinstance(v, int) and not isinstance(v, bool) and v > 0
+        if dim in INT_DIMS or dim in MOE_DIMS:
+            ok = isinstance(v, int) and not isinstance(v, bool) and (v > 0 or (dim == "etp" and v == 0))
         elif dim == "zero":
             ok = isinstance(v, int) and not isinstance(v, bool) and v in (0, 1, 2, 3)
         elif dim == "recompute":
@@ -109,7 +118,8 @@ def _check_dim(dim: str, values, where: str) -> tuple:
         if not ok:
             allowed = {"zero": "0, 1, 2 or 3", "recompute": ", ".join(RECOMPUTE_MODES),
                        "dtype": ", ".join(DTYPES), "sequence_parallel": "true or false",
-                       "framework": ", ".join(FRAMEWORKS)}.get(dim, "positive integers")
+                       "framework": ", ".join(FRAMEWORKS), "etp": "positive integers or 0 (= TP)"}.get(
+                           dim, "positive integers")
             raise PlannerError(f"{where}: {dim} value {v!r} is invalid; use {allowed}.")
         if v not in out:
             out.append(v)
@@ -140,12 +150,12 @@ def load_space(name_or_path: str = "default") -> SearchSpace:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise PlannerError(f"search space {path} is not valid TOML ({exc}); fix the syntax.") from None
-    allowed = set(DIMS) | {"allow_tp_across_nodes", "memory_headroom", "description"}
+    allowed = set(DIMS) | set(MOE_DIMS) | {"allow_tp_across_nodes", "memory_headroom", "description"}
     unknown = sorted(set(data) - allowed)
     if unknown:
         raise PlannerError(f"search space {path}: unknown key(s) {', '.join(unknown)}; "
                            f"allowed: {', '.join(sorted(allowed))}.")
-    kw: dict = {d: _check_dim(d, data[d], f"search space {path}") for d in DIMS if d in data}
+    kw: dict = {d: _check_dim(d, data[d], f"search space {path}") for d in DIMS + MOE_DIMS if d in data}
     if "allow_tp_across_nodes" in data:
         if not isinstance(data["allow_tp_across_nodes"], bool):
             raise PlannerError(f"search space {path}: allow_tp_across_nodes must be true or false.")
@@ -249,7 +259,7 @@ def build_problem(model: ModelSpec, targets: list[Target], space: SearchSpace, *
                   tokens_per_batch: int | None = None, calibration: object = None) -> SearchProblem:
     """Validate and assemble a :class:`SearchProblem` (defaults: model max_seq_len, ~4M-token batch;
     ``tokens_per_batch`` sets the batch in tokens instead of ``gbs`` sequences)."""
-    model.require_dense()
+    require_modelled(model)
     if not targets:
         raise PlannerError("no GPU type given; pass --gpu (see `planner gpus`).")
     seq = seq_len or model.max_seq_len
@@ -301,10 +311,16 @@ class Candidate(NamedTuple):
     zero: int
     dtype: str
     framework: str = DEFAULT_FRAMEWORK
+    ep: int = 1
+    """Expert-parallel degree (1 for dense models)."""
+    etp: int = 0
+    """Expert tensor-parallel degree; 0 = TP."""
 
     def canonical(self) -> "Candidate":
-        """The same plan with no-op settings normalised (VPP without PP, SP without TP)."""
+        """The same plan with no-op settings normalised (VPP without PP, SP without TP, ETP equal to TP)."""
         c = self
+        if c.etp == c.tp:
+            c = c._replace(etp=0)
         if c.pp == 1 and c.vpp != 1:
             c = c._replace(vpp=1)
         if c.tp == 1 and c.sequence_parallel:
@@ -357,19 +373,46 @@ def factorization_problem(model: ModelSpec, target: Target, space: SearchSpace) 
     return f"no valid factorization of {world} GPUs: " + "; ".join(broken)
 
 
+def moe_choices(model: ModelSpec, space: SearchSpace, world: int = 0) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(EP degrees, ETP choices) searched for ``model``: (1,), (0,) for a dense model; for an MoE model the
+    space's EP degrees (default: every divisor of the experts up to ``world`` GPUs when given) that divide the
+    experts (Megatron-LM arguments.py: "num_experts must be divisible by expert_model_parallel_size"), and its
+    ETP choices (0 = TP)."""
+    if not model.is_moe:
+        return (1,), (0,)
+    eps = space.ep or tuple(e for e in range(1, model.num_experts + 1)
+                            if model.num_experts % e == 0 and (not world or e <= world))
+    return tuple(e for e in eps if model.num_experts % e == 0), space.etp
+
+
+def _expert_grid_ok(model: ModelSpec, world: int, tp: int, pp: int, seqp: bool, ep: int, etp: int) -> bool:
+    """The expert rules of ParallelPlan.problems (Megatron-Core): ETP x EP x PP divides the GPUs, ETP splits
+    the expert FFN, EP > 1 with TP > 1 needs sequence parallelism."""
+    etp = etp or tp
+    return (world % (etp * ep * pp) == 0 and model.expert_ffn % etp == 0
+            and not (ep > 1 and tp > 1 and not seqp))
+
+
 def enumerate_candidates(problem: SearchProblem) -> Iterator[Candidate]:
     """Every canonical candidate of the space whose degrees are a valid factorization (the exhaustive
     search's loop). Batch divisibility and memory are checked when a candidate is evaluated."""
     sp = problem.space
     rest = list(itertools.product(sp.mbs, sp.recompute, sp.sequence_parallel, sp.zero, sp.dtype, sp.framework))
+    model = problem.model
     for ti, target in enumerate(problem.targets):
-        for tp, pp, cp in factorizations(problem.model, target, sp):
-            vpps = [v for v in sp.vpp if v == 1 or (pp > 1 and _vpp_ok(problem.model, pp, v))]
+        eps, etps = moe_choices(model, sp, target.world_size)
+        for tp, pp, cp in factorizations(model, target, sp):
+            vpps = [v for v in sp.vpp if v == 1 or (pp > 1 and _vpp_ok(model, pp, v))]
+            experts = [(e, t) for e in eps for t in dict.fromkeys(0 if t in (0, tp) else t for t in etps)
+                       if not model.is_moe or _expert_grid_ok(model, target.world_size, tp, pp, True, e, t)]
             for vpp in vpps:
                 for mbs, rc, seqp, zero, dt, fw in rest:
                     if tp == 1 and seqp and False in sp.sequence_parallel:
                         continue  # SP is a no-op at TP=1: keep one of the two equal plans
-                    yield Candidate(ti, tp, pp, cp, vpp, mbs, rc, seqp and tp > 1, zero, dt, fw)
+                    for ep, etp in experts:
+                        if ep > 1 and tp > 1 and not seqp:
+                            continue  # Megatron: EP with TP needs sequence parallelism
+                        yield Candidate(ti, tp, pp, cp, vpp, mbs, rc, seqp and tp > 1, zero, dt, fw, ep, etp)
 
 
 def dimension_choices(problem: SearchProblem) -> dict[str, list]:
@@ -390,6 +433,10 @@ def dimension_choices(problem: SearchProblem) -> dict[str, list]:
     out.update({"mbs": sorted(sp.mbs), "recompute": [r for r in RECOMPUTE_MODES if r in sp.recompute],
                 "sequence_parallel": list(sp.sequence_parallel), "zero": sorted(sp.zero), "dtype": list(sp.dtype),
                 "framework": list(sp.framework)})
+    if problem.model.is_moe:  # dense models: no EP/ETP dimension (the same Optuna parameters as before)
+        world = max(t.world_size for t in problem.targets)
+        eps, etps = moe_choices(problem.model, sp, world)
+        out.update({"ep": sorted(eps) or [1], "etp": sorted(set(etps))})
     return out
 
 
@@ -404,8 +451,11 @@ def suggest_candidate(trial, choices: dict[str, list]) -> Candidate:
     vpp = pick(f"vpp@pp{pp}", choices[f"vpp@pp{pp}"]) if pp > 1 else 1
     mbs, rc = pick("mbs", choices["mbs"]), pick("recompute", choices["recompute"])
     seqp = pick("sequence_parallel", choices["sequence_parallel"]) if tp > 1 else False
-    return Candidate(tgt, tp, pp, cp, vpp, mbs, rc, seqp, pick("zero", choices["zero"]),
-                     pick("dtype", choices["dtype"]), pick("framework", choices["framework"]))
+    c = Candidate(tgt, tp, pp, cp, vpp, mbs, rc, seqp, pick("zero", choices["zero"]),
+                  pick("dtype", choices["dtype"]), pick("framework", choices["framework"]))
+    if "ep" in choices:
+        c = c._replace(ep=pick("ep", choices["ep"]), etp=pick("etp", choices["etp"]) if tp > 1 else 0)
+    return c
 
 
 def candidate_params(c: Candidate, choices: dict[str, list]) -> dict:
@@ -428,6 +478,10 @@ def candidate_params(c: Candidate, choices: dict[str, list]) -> dict:
     put("zero", choices["zero"], c.zero)
     put("dtype", choices["dtype"], c.dtype)
     put("framework", choices["framework"], c.framework)
+    if "ep" in choices:
+        put("ep", choices["ep"], c.ep)
+        if c.tp > 1:
+            put("etp", choices["etp"], c.etp)
     return out
 
 
@@ -475,10 +529,16 @@ def neighbours(c: Candidate, choices: dict[str, list]) -> list[Candidate]:
         if n is not None and n.canonical() not in seen:
             seen.add(n.canonical())
             out.append(n.canonical())
-    for dim in ("target", "sequence_parallel", "dtype", "framework"):
+    if "ep" in choices:  # MoE: EP one step up/down
+        for delta in (1, -1):
+            n = step(c, "ep", delta)
+            if n is not None and n.canonical() not in seen:
+                seen.add(n.canonical())
+                out.append(n.canonical())
+    for dim in ("target", "sequence_parallel", "dtype", "framework") + (("etp",) if "etp" in choices else ()):
         for v in choices[dim]:
             n = c._replace(**{dim: v})
-            if dim == "sequence_parallel" and c.tp == 1:
+            if dim in ("sequence_parallel", "etp") and c.tp == 1:
                 continue
             if n.canonical() not in seen:
                 seen.add(n.canonical())
@@ -493,4 +553,4 @@ def candidate_plan(problem: SearchProblem, c: Candidate) -> ParallelPlan:
                         global_batch_size=problem.global_batch_size, seq_len=problem.seq_len, tp=c.tp, pp=c.pp,
                         cp=c.cp, vpp=c.vpp, micro_batch_size=c.mbs, recompute=c.recompute,
                         sequence_parallel=c.sequence_parallel, zero=c.zero, dtype=c.dtype,
-                        nvlink_domain=t.nvlink_domain, framework=c.framework)
+                        nvlink_domain=t.nvlink_domain, framework=c.framework, ep=c.ep, etp=c.etp or None)

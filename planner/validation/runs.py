@@ -457,9 +457,9 @@ def row_to_inputs(row: RunRow) -> tuple[ModelSpec, ParallelPlan, str, int]:
         id=row.id, model=model, gpu=gpu_key, gpus=n, gpus_per_node=gpn, cluster=row.cluster or None, tp=tp, pp=pp,
         cp=cp, vpp=vpp, mbs=mbs, gbs=gbs, seq_len=seq_len, recompute=_recompute(row.text["recompute"], notes),
         sequence_parallel=sp, zero=_zero(row.text["dist_optimizer_or_zero"], notes),
-        framework=_framework(row.text["framework"], notes), attention=_attention(row, notes))
         dtype=_dtype(row.text["precision"], notes),
         layer_split=(_moe_layer_split if moe else _layer_split)(model.num_layers, pp, vpp, notes),
+        framework=_framework(row.text["framework"], notes), attention=_attention(row, notes))
     plan = request.to_plan(model, gpus_per_node=gpn, extra={"run_id": row.id})
     if moe:
         plan = _moe_plan(row, model, plan, notes)
