@@ -25,6 +25,7 @@ Sources
   ``microbatch_group_size_per_vp_stage = p``), capped at ``m * v``.
 * [FLASH2] Dao, "FlashAttention-2", arXiv 2307.08691, Algorithm 1/2: the forward pass saves only
   Q, K, V, O and the fp32 row log-sum-exp; the dropout mask is regenerated from the RNG state.
+* [MCORE-MOE], [MCORE-MLA]: MoE and MLA terms, costmodel/moe_memory.py.
 * [FSDP-NOTES] PyTorch docs, "FSDP Notes / FSDP Prefetch Nuances"
   (docs.pytorch.org/docs/stable/notes/fsdp.html): with prefetching the next unit's all-gather
   output is allocated while the current unit is in use (two gathered units at once).
@@ -57,6 +58,12 @@ from costmodel.core.specs.framework import attention_kernel
 from costmodel.core.specs.hardware import GPUSpec
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
+from costmodel.moe_memory import (
+    layer_param_parts,
+    mla_activation_bytes,
+    moe_dispatch_working_bytes,
+    moe_mlp_activation_bytes,
+)
 
 # ----------------------------------------------------------------------------- constants
 BYTES_PARAM = 2.0
@@ -193,13 +200,20 @@ def _kv_heads_per_rank(model: ModelSpec, tp: int) -> float:
     return model.num_kv_heads / tp if model.num_kv_heads >= tp else 1.0
 
 
-def layer_params_per_gpu(model: ModelSpec, tp: int) -> float:
+def layer_params_per_gpu(model: ModelSpec, tp: int, ep: int = 1, etp: int | None = None,
+                         layer: int | None = None) -> float:
     """Parameters of one transformer block on one TP rank (Megatron column/row-parallel layout).
 
     Q/K/V and fc1 are column-parallel (weights and biases split over TP), the output projection and
     fc2 are row-parallel (weights split, bias replicated); norms are replicated. Mirrors
-    ``ModelSpec.params_per_layer`` (equal at tp=1), including its MoE expert count.
+    ``ModelSpec.params_per_layer`` (equal at tp=1). MoE and MLA models: :func:`layer_param_parts` of
+    ``layer`` (default: the block ``params_per_layer`` describes) on a GPU of expert grid ``ep`` x ``etp``.
     """
+    if model.is_moe or model.is_mla:
+        if layer is None:
+            layer = max(i for i in range(model.num_layers) if model.is_moe_layer(i)) if model.is_moe else 0
+        dense, expert = layer_param_parts(model, layer, tp, ep, etp)
+        return dense + expert
     h = model.hidden_size
     q = model.q_dim / tp
     kv = _kv_heads_per_rank(model, tp) * model.head_dim
@@ -236,11 +250,32 @@ def _head_params_per_gpu(model: ModelSpec, tp: int, pp: int) -> float:
 
 def stage_params(model: ModelSpec, plan: ParallelPlan) -> list[float]:
     """Parameters held by one GPU of each pipeline stage (before any ZeRO sharding)."""
+    if model.is_moe or model.is_mla:
+        out = [d + e for d, e, _ in _stage_param_parts(model, plan)]
+        out[0] += _embedding_params_per_gpu(model, plan.tp)
+        out[-1] += _head_params_per_gpu(model, plan.tp, plan.pp)
+        return out
     per_layer = layer_params_per_gpu(model, plan.tp)
     layers = plan.stage_layers(model.num_layers)
     out = [n * per_layer for n in layers]
     out[0] += _embedding_params_per_gpu(model, plan.tp)
     out[-1] += _head_params_per_gpu(model, plan.tp, plan.pp)
+    return out
+
+
+def _stage_param_parts(model: ModelSpec, plan: ParallelPlan) -> list[tuple[float, float, float]]:
+    """(non-expert, expert, largest layer) parameters of the layers of each stage on one GPU (no embedding/head)."""
+    out = []
+    parts: dict[bool, tuple[float, float]] = {}
+    for idx in plan.stage_layer_indices(model.num_layers):
+        dense = expert = unit = 0.0
+        for i in idx:
+            moe = model.is_moe_layer(i)
+            if moe not in parts:
+                parts[moe] = layer_param_parts(model, i, plan.tp, plan.ep, plan.etp)
+            d, e = parts[moe]
+            dense, expert, unit = dense + d, expert + e, max(unit, d + e)
+        out.append((dense, expert, unit))
     return out
 
 
@@ -294,8 +329,10 @@ def activation_bytes_per_layer(model: ModelSpec, plan: ParallelPlan, flash_atten
     return _layer_activation_bytes(model, plan, plan.recompute, flash_attention)
 
 
-def _layer_activation_bytes(model: ModelSpec, plan: ParallelPlan, recompute: str, flash_attention: bool) -> float:
-    """activation_bytes_per_layer with the recompute mode given explicitly."""
+def _layer_activation_bytes(model: ModelSpec, plan: ParallelPlan, recompute: str, flash_attention: bool,
+                            moe: bool = False) -> float:
+    """activation_bytes_per_layer with the recompute mode given explicitly; ``moe``: an MoE layer's
+    (``moe_memory.moe_mlp_activation_bytes`` instead of the dense MLP). MLA: ``moe_memory.mla_activation_bytes``."""
     t = plan.tp
     sp_div = t if plan.sp else 1
     tokens = plan.seq_len / plan.cp * plan.micro_batch_size
@@ -311,6 +348,10 @@ def _layer_activation_bytes(model: ModelSpec, plan: ParallelPlan, recompute: str
     f = model.ffn_hidden_size / t
     attn = tokens * act_b * (q + 2 * kv + q)
     mlp = tokens * act_b * (f * (2 if model.gated else 1) + f)
+    if model.is_mla:
+        attn = mla_activation_bytes(model, plan, tokens, act_b)
+    if moe:
+        mlp = moe_mlp_activation_bytes(model, plan, tokens, act_b)
     core = 0.0
     if recompute == "none":
         heads = model.num_heads / t
@@ -353,10 +394,15 @@ def _stage_terms(model: ModelSpec, plan: ParallelPlan, flash_attention: bool) ->
     shard = max(plan.dp * plan.cp, 1)
     zero = plan.zero if shard > 1 else 0  # nothing to shard over one rank (FSDP falls back to NO_SHARD)
     per_layer_params = layer_params_per_gpu(model, plan.tp)
+    # MoE / MLA: per-stage (non-expert, expert, largest layer); expert states shard over the expert-DP group
+    parts = _stage_param_parts(model, plan) if model.is_moe or model.is_mla else None
+    eshard = max(plan.expert_dp, 1)
+    ezero = plan.zero if eshard > 1 else 0
     emb = _embedding_params_per_gpu(model, plan.tp)
     head = _head_params_per_gpu(model, plan.tp, pp)
     flash_attention = flash_attention and attention_kernel(plan) != "unfused"
     act_layer = activation_bytes_per_layer(model, plan, flash_attention)
+    act_moe = _layer_activation_bytes(model, plan, plan.recompute, flash_attention, moe=True) if model.is_moe else 0.0
     b_param, b_grad, b_opt = _state_bytes(plan)
     # Full recompute re-materialises one layer at a time in backward; that layer's activations
     # (stored as with recompute='none') exist on top of the checkpoints.
@@ -368,9 +414,13 @@ def _stage_terms(model: ModelSpec, plan: ParallelPlan, flash_attention: bool) ->
 
     out = []
     layers = plan.stage_layers(model.num_layers)
+    stage_idx = plan.stage_layer_indices(model.num_layers) if model.is_moe else None
     for i, n in enumerate(layers):
         params = n * per_layer_params
         unit = per_layer_params if n else 0.0  # largest ZeRO-3 gather / ZeRO-2 reduce unit
+        expert = 0.0
+        if parts is not None:
+            params, expert, unit = parts[i]
         if i == 0:
             params += emb
             unit = max(unit, emb)
@@ -383,6 +433,12 @@ def _stage_terms(model: ModelSpec, plan: ParallelPlan, flash_attention: bool) ->
         grads = b_grad * (params / shard + unit) if zero >= 2 else b_grad * params
         # Optimizer: ZeRO >= 1 = Megatron distributed optimizer, 12/d bytes per parameter [MEGATRON-DO].
         opt = b_opt * params / (shard if zero >= 1 else 1)
+        if expert:  # routed experts: the same rules over the expert data-parallel group [MCORE-MOE]
+            weights += b_param * (expert / eshard if ezero >= 3 else expert) + (2 * b_param * unit
+                                                                                if ezero >= 3 > zero else 0.0)
+            grads += b_grad * (expert / eshard if ezero >= 2 else expert) + (b_grad * unit if ezero >= 2 > zero
+                                                                               else 0.0)
+            opt += b_opt * expert / (eshard if ezero >= 1 else 1)
 
         # inflight_microbatches(pp, i, m, vpp), inlined: this loop runs inside layout searches.
         if vpp <= 1:
@@ -392,6 +448,18 @@ def _stage_terms(model: ModelSpec, plan: ParallelPlan, flash_attention: bool) ->
         act = n * act_layer * inflight
         if n and recompute_working:
             act += recompute_working
+        if stage_idx is not None:
+            n_moe = sum(model.is_moe_layer(j) for j in stage_idx[i])
+            act = ((n - n_moe) * act_layer + n_moe * act_moe) * inflight
+            if n_moe:
+                # one MoE layer in flight holds its dispatcher buffers; full recompute re-materialises the
+                # largest layer of the stage
+                act += moe_dispatch_working_bytes(model, plan, _act_bytes(plan))
+                if recompute_working:
+                    act += max(recompute_working if n > n_moe else 0.0,
+                               _layer_activation_bytes(model, plan, "none", flash_attention, moe=True))
+            elif n and recompute_working:
+                act += recompute_working
         if i == 0:
             act += first_extra * inflight
         if i == pp - 1:

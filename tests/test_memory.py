@@ -7,6 +7,7 @@ import math
 import pytest
 
 from costmodel import memory as mem
+from costmodel import moe_memory as mm
 from costmodel.core.specs.hardware import GPUSpec
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
@@ -424,3 +425,127 @@ def test_capacity_is_the_driver_figure_and_the_message_is_consistent():
     assert mem.fits_in_memory(big, a100, headroom=0.0)
     # without a driver figure the vendor GB stands in
     assert _gpu(80).hbm_bytes == 80e9
+
+
+# ---------------------------------------------------------------- MoE and MLA (issue 17)
+def mixtral(layers: int = 32) -> ModelSpec:
+    """Mixtral-8x7B's widths (config.json of mistralai/Mixtral-8x7B-v0.1)."""
+    return ModelSpec(name="mixtral-like", num_layers=layers, hidden_size=4096, num_heads=32, num_kv_heads=8,
+                     ffn_hidden_size=14336, vocab_size=32000, activation="swiglu", norm="rmsnorm",
+                     num_experts=8, experts_per_token=2)
+
+
+def dsv3(layers: int = 8) -> ModelSpec:
+    """DeepSeek-V3's widths (config.json of deepseek-ai/DeepSeek-V3), fewer layers, first 3 dense."""
+    return ModelSpec(name="dsv3-like", num_layers=layers, hidden_size=7168, num_heads=128, num_kv_heads=128,
+                     ffn_hidden_size=18432, vocab_size=129280, head_dim=192, activation="swiglu", norm="rmsnorm",
+                     num_experts=256, experts_per_token=8, moe_ffn_hidden_size=2048, num_shared_experts=1,
+                     first_dense_layers=3, router="sigmoid", q_lora_rank=1536, kv_lora_rank=512,
+                     qk_rope_head_dim=64, v_head_dim=128)
+
+
+def moe_plan(model, *, gpus=64, tp=1, pp=4, ep=8, etp=None, mbs=1, seq=4096, zero=1, imbalance=None,
+             recompute="selective", dispatcher="alltoall") -> ParallelPlan:
+    dp = gpus // (tp * pp)
+    p = ParallelPlan(world_size=gpus, gpus_per_node=8, global_batch_size=mbs * dp * pp, seq_len=seq, tp=tp, pp=pp,
+                     micro_batch_size=mbs, zero=zero, ep=ep, etp=etp, moe_imbalance=imbalance, recompute=recompute,
+                     moe_dispatcher=dispatcher)
+    return p.validate(model)
+
+
+@pytest.mark.parametrize("model", [mixtral(4), dsv3(5)])
+def test_layer_parts_sum_to_the_model_at_one_gpu(model):
+    for i in range(model.num_layers):
+        d, e = mem.layer_param_parts(model, i, 1)
+        assert d + e == model.layer_params(i)
+        assert mem.layer_params_per_gpu(model, 1, layer=i) == model.layer_params(i)
+
+
+def test_moe_layer_matches_megatron_theoretical_memory_usage():
+    # megatron/training/theoretical_memory_usage.py num_parameters_in_transformer_layer_moe (swiglu: 3/2, RMSNorm:
+    # norm_size 1; it leaves out the router's h x E)
+    m = dsv3()
+    h = m.hidden_size
+    megatron = 2 * h * (2048 * 256 * 1.5 + 2048 * 1.5 + 1) + m.attention_params()
+    d, e = mem.layer_param_parts(m, 5, 1)
+    assert d + e - h * 256 == megatron
+
+
+def test_experts_split_over_ep_and_etp_shared_and_router_as_dense():
+    m = dsv3()
+    d1, e1 = mem.layer_param_parts(m, 5, 1)
+    d, e = mem.layer_param_parts(m, 5, tp=8, ep=32, etp=2)
+    assert e == pytest.approx(256 / 32 * m.expert_params() / 2)
+    # MLA: down projections and latent norms replicated over TP, up/output projections split
+    repl = 7168 * (1536 + 512 + 64) + 1536 + 512
+    attn = repl + (m.attention_params() - repl) / 8
+    shared = m.mlp_params(m.shared_ffn) / 8
+    assert d == pytest.approx(attn + m.norm_params() + m.router_params() + shared)
+    assert e1 == 256 * m.expert_params() and d1 > d
+
+
+def test_expert_states_shard_over_expert_data_parallel():
+    m = mixtral(8)
+    p = moe_plan(m, gpus=64, tp=2, pp=4, ep=4)          # DP = 8, expert DP = 64 / (2 * 4 * 4) = 2
+    assert p.dp == 8 and p.expert_dp == 2
+    parts = mem._stage_param_parts(m, p)
+    st = mem.stage_memory(m, p)
+    dense, expert, _ = parts[1]
+    assert expert == pytest.approx(2 * 2 * m.expert_params() / 2)  # 2 layers x 2 local experts / ETP 2
+    assert st[1].optimizer == pytest.approx(12 * (dense / 8 + expert / 2))
+    assert st[1].weights == pytest.approx(2 * (dense + expert))
+    assert st[1].gradients == pytest.approx(4 * (dense + expert))
+    # more EP: fewer experts per GPU, never more memory
+    more = mem.memory_per_gpu(m, moe_plan(m, gpus=64, tp=2, pp=4, ep=8))
+    assert more.weights < mem.memory_per_gpu(m, p).weights
+
+
+def test_dense_layers_of_an_moe_model_are_counted_per_stage():
+    m = dsv3(8)                                             # layers 0-2 dense, 3-7 MoE
+    p = moe_plan(m, gpus=64, tp=1, pp=2, ep=8)
+    (d0, e0, u0), (d1, e1, u1) = mem._stage_param_parts(m, p)
+    assert e0 == 1 * 32 * m.expert_params() and e1 == 4 * 32 * m.expert_params()
+    assert d0 + d1 == pytest.approx(sum(mem.layer_param_parts(m, i, 1)[0] for i in range(8)))
+
+
+def test_moe_activations_grow_with_imbalance_by_the_received_copies():
+    m = mixtral(4)
+    base = moe_plan(m, gpus=8, tp=2, pp=1, ep=4, mbs=1, seq=4096)
+    worse = moe_plan(m, gpus=8, tp=2, pp=1, ep=4, mbs=1, seq=4096, imbalance=1.5)
+    a0 = mem._layer_activation_bytes(m, base, "selective", True, moe=True)
+    a1 = mem._layer_activation_bytes(m, worse, "selective", True, moe=True)
+    t_in = 4096 / 2
+    received = t_in * 2 * 2                                  # T_in x top-2 x ETP (= TP = 2)
+    per_copy = 2 * (4096 + 14336 / 2 * 3)                    # fc1 input h, gated fc1 output 2F/etp, act F/etp
+    assert a1 - a0 == pytest.approx(0.5 * received * per_copy)
+    dense_mlp = 2 * 4096 * (14336 / 2 * 3)
+    assert a0 - mem._layer_activation_bytes(m, base, "selective", True) == pytest.approx(
+        2 * t_in * (8 + 2) + received * per_copy - dense_mlp)
+    # full recompute keeps only the layer input, MoE or not
+    assert mem._layer_activation_bytes(m, base, "full", True, moe=True) == 2 * 4096 * 4096 / 2
+
+
+def test_imbalance_default_and_capacity_cap_agree_with_the_engine():
+    moe = pytest.importorskip("costmodel.moe")
+    m = mixtral(4)
+    capped = ModelSpec(**{**m.__dict__, "capacity_factor": 1.25, "extra": {}})
+    for model, imb in ((m, None), (m, 2.0), (capped, 2.0), (capped, None)):
+        p = moe_plan(model, gpus=8, tp=1, pp=1, ep=8, imbalance=imb)
+        assert mm.moe_imbalance(model, p) == moe.routing_imbalance(model, p)
+    assert mm.moe_imbalance(capped, moe_plan(capped, gpus=8, tp=1, pp=1, ep=8, imbalance=2.0)) == 1.25
+
+
+def test_dispatcher_working_set_and_mla_activations():
+    m = mixtral(4)
+    a2a = moe_plan(m, gpus=8, tp=2, pp=1, ep=4)
+    ag = moe_plan(m, gpus=8, tp=2, pp=1, ep=4, dispatcher="allgather")
+    t_in = 4096 / 2
+    assert mm.moe_dispatch_working_bytes(m, a2a, 2) == 2 * 4096 * (t_in * 2 + t_in * 2 * 2)
+    assert mm.moe_dispatch_working_bytes(m, ag, 2) == 2 * 4096 * t_in * 4 * 2
+    d = dsv3()
+    p = moe_plan(d, gpus=64, tp=8, pp=1, ep=8)
+    tokens = 4096
+    mla = 2 * (2 * (1536 + 512) * tokens / 8 + tokens * 16 * (2 * 192 + 2 * 128))
+    assert mm.mla_activation_bytes(d, p, tokens, 2) == mla
+    total = mem.memory_per_gpu(d, p)
+    assert math.isfinite(total.total) and total.activations > 0
