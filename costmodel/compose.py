@@ -28,13 +28,13 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from costmodel.core.kinds import COLLECTIVE_KINDS, Category, CostSource, Phase
-from costmodel.core.specs.framework import attention_kernel
+from costmodel.core.specs.framework import attention_kernel, get_framework
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
 from costmodel.cost.base import OperatorCostModel
 from costmodel.flops import executed_model, hardware_flops_per_iteration, model_flops_per_iteration
-from costmodel.framework_kernels import flash2_times
+from costmodel.framework_kernels import eager_times, flash2_times
 from costmodel.graph import GRAD_REDUCE_BYTES, OperatorGraph, StageGraph
 from costmodel.memory import MemoryBreakdown, fits_in_memory, memory_message, memory_per_gpu
 from costmodel.ops import Op
@@ -182,10 +182,13 @@ def framework_kernels(plan: ParallelPlan, hardware: Hardware, graph: OperatorGra
     (:mod:`costmodel.framework_kernels`, its own measurements on the GPU die; source MEASURED), unchanged
     for stacks that call the fused kernel the cost model measures. Interval ends keep their ratio to the
     point time."""
-    if attention_kernel(plan) != "flash2":
+    eager = not get_framework(plan.framework).compiled
+    if attention_kernel(plan) != "flash2" and not eager:
         return times  # the fused kernel the cost model measures: nothing to replace
     ops = [o for st in _distinct_stages(graph) for o in st.layer_ops]
     new, warnings = flash2_times(plan, hardware, ops)
+    roofline = eager_times(plan, hardware, ops) if eager else {}
+    new.update(roofline)
     if not new and not warnings:
         return times
 
@@ -194,7 +197,8 @@ def framework_kernels(plan: ParallelPlan, hardware: Hardware, graph: OperatorGra
                 for k, v in t.items()}
 
     scaled = times.scaled(scale)
-    source = {**times.source, **{k: CostSource.MEASURED for k in new if k in times.source}}
+    source = {**times.source, **{k: CostSource.ROOFLINE if k in roofline else CostSource.MEASURED
+                                 for k in new if k in times.source}}
     return OperatorTimes(scaled.time_s, scaled.low_s, scaled.high_s, source, times.warnings + tuple(warnings))
 
 

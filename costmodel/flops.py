@@ -15,6 +15,24 @@ Convention (README "MFU convention"):
   2023 §3.1: it recomputes the scores itself, so selective recomputation adds nothing), and with full
   recomputation one more forward of every layer. Hence MFU <= HFU, and hardware FLOP/s <= the peak
   of the dtype the kernels are costed at.
+
+MFU conventions for MoE, MLA and sliding-window attention (issue #17; dense models take the code path above,
+unchanged, bit for bit):
+
+* **MoE: model FLOPs count active parameters** - per token, the router GEMM (h x E), the top-k routed experts and
+  the shared experts of each MoE layer (2 FLOPs per multiply-add over their weights), never the experts a token is
+  not routed to; layers before ``first_dense_layers`` and between MoE layers (``moe_layer_freq``) count their dense
+  MLP. This is the convention of Megatron-LM's ``num_floating_point_operations`` (MoE branch: ``moe_router_topk``
+  x expert FFN + shared expert FFN) and of DeepSeek-V3's and Mixtral's "active parameters". Dropped tokens
+  (a capacity factor) are still counted: model FLOPs are what the model needs, not what a dropping run executes.
+* **MLA** (DeepSeek-V2/V3): the attention GEMMs are the down and up projections of Q and of the KV latent, the
+  decoupled RoPE key and the output projection, as trained (K and V up-projected, not absorbed); the core is
+  Q K^T over the Q/K head width (nope + rope) and P V over ``v_head_dim``.
+* **Sliding-window layers** attend, per query, to the keys of its band: w - w^2 / (2 s) on average for a window
+  w < s (the band of a causal s x s matrix, counted as the causal half s/2 of a full layer is), s/2 when w >= s.
+  Attention sinks add one score column per head and no GEMM: not counted.
+* Hardware FLOPs follow the same per-layer sums with the FlashAttention backward factor and full recomputation as
+  above; the published-convention FLOPs count the full band (s keys, or w on sliding layers).
 """
 
 from __future__ import annotations
@@ -43,9 +61,61 @@ def forward_flops_per_token_layer(model: ModelSpec, seq_len: int) -> tuple[float
     return dense, attn
 
 
+def layerwise(model: ModelSpec) -> bool:
+    """Whether the model needs the per-layer sums (MoE, MLA or sliding-window layers); dense models keep the
+    closed form of :func:`forward_flops_per_token_layer`."""
+    return model.is_moe or model.is_mla or (model.sliding_window > 0 and model.sliding_window_every > 0)
+
+
+def _attention_gemm_weights(model: ModelSpec) -> int:
+    """Multiply-adds per token of one layer's attention projections (MLA: its down/up projections, no norms)."""
+    h, a = model.hidden_size, model.num_heads
+    if model.is_mla:
+        rope, q_rank, kv_rank = model.qk_rope_head_dim, model.q_lora_rank, model.kv_lora_rank
+        v = model.v_head_dim or model.head_dim
+        q = h * q_rank + q_rank * a * model.head_dim if q_rank else h * a * model.head_dim
+        kv = h * (kv_rank + rope) + kv_rank * a * (model.head_dim - rope + v)
+        return q + kv + a * v * h
+    return h * (model.q_dim + 2 * model.kv_dim) + model.q_dim * h
+
+
+def attended_keys(model: ModelSpec, seq_len: int, layer: int, causal: bool = True) -> float:
+    """Keys one query attends to on average in ``layer`` (see the module docstring): s/2 causal (s without the
+    mask), a sliding window w < s: w - w^2 / (2 s) causal (w without)."""
+    w = model.sliding_window
+    if model.uses_sliding_window(layer) and w < seq_len:
+        return w - w * w / (2.0 * seq_len) if causal else float(w)
+    return seq_len * CAUSAL_FRACTION if causal else float(seq_len)
+
+
+def layer_forward_flops(model: ModelSpec, seq_len: int, layer: int, causal: bool = True) -> tuple[float, float]:
+    """(GEMM FLOPs, attention-core FLOPs) of layer ``layer``'s forward for one token: attention projections, and the
+    dense MLP or (MoE layer) router + top-k routed experts + shared experts; the core Q K^T over the Q/K head width
+    and P V over the V head width for :func:`attended_keys` keys."""
+    h = model.hidden_size
+    mlp_per_width = h * (3 if model.gated else 2)
+    if model.is_moe_layer(layer):
+        mlp = h * model.num_experts + mlp_per_width * (model.experts_per_token * model.expert_ffn + model.shared_ffn)
+    else:
+        mlp = mlp_per_width * model.ffn_hidden_size
+    gemm = 2.0 * (_attention_gemm_weights(model) + mlp)
+    v = model.v_head_dim or model.head_dim
+    attn = 2.0 * attended_keys(model, seq_len, layer, causal) * model.num_heads * (model.head_dim + v)
+    return gemm, attn
+
+
+def _layer_sums(model: ModelSpec, seq_len: int, causal: bool = True) -> tuple[float, float]:
+    """(GEMM, attention-core) forward FLOPs per token summed over all layers."""
+    per_layer = [layer_forward_flops(model, seq_len, i, causal) for i in range(model.num_layers)]
+    return sum(g for g, _ in per_layer), sum(a for _, a in per_layer)
+
+
 def model_flops_per_iteration(model: ModelSpec, global_batch: int, seq_len: int) -> float:
     """Model FLOPs of one training step: 3 x forward (causal attention, no recomputation), LM head 2*h*V
-    per token forward."""
+    per token forward (MoE: active parameters, see the module docstring)."""
+    if layerwise(model):
+        gemm, attn = _layer_sums(model, seq_len)
+        return 3.0 * global_batch * seq_len * (gemm + attn + 2.0 * model.hidden_size * model.vocab_size)
     dense, attn = forward_flops_per_token_layer(model, seq_len)
     tokens = global_batch * seq_len
     head = 2.0 * model.hidden_size * model.vocab_size
@@ -68,6 +138,10 @@ def hardware_flops_per_iteration(model: ModelSpec, global_batch: int, seq_len: i
     FlashAttention backward (:data:`FLASH_BWD_OVER_FWD`), and with ``recompute == "full"`` one more
     forward of every layer. ``selective`` (the attention core, Korthikanti et al. 2022 §5) adds nothing:
     the FlashAttention backward already recomputes the scores."""
+    if layerwise(model):
+        gemm, attn = _layer_sums(model, seq_len)
+        total = 3.0 * gemm + (1.0 + FLASH_BWD_OVER_FWD) * attn + (gemm + attn if recompute == "full" else 0.0)
+        return global_batch * seq_len * (total + 3.0 * 2.0 * model.hidden_size * model.vocab_size)
     dense, attn = forward_flops_per_token_layer(model, seq_len)
     tokens = global_batch * seq_len
     head = 2.0 * model.hidden_size * model.vocab_size
@@ -82,6 +156,12 @@ def published_flops_per_iteration(model: ModelSpec, global_batch: int, seq_len: 
     appendix B): full s x s attention, backward = 2 x forward, and with ``recompute`` "full" one more
     forward of every layer, "selective" one more attention core (Korthikanti et al. 2022 §5). For
     GPT-3-style models with full recomputation this is eq. 3 exactly (:func:`narayanan_eq3`)."""
+    if layerwise(model):
+        gemm, attn = _layer_sums(model, seq_len, causal=False)
+        tokens = global_batch * seq_len
+        base = 3.0 * tokens * (gemm + attn + 2.0 * model.hidden_size * model.vocab_size)
+        extra = {"full": gemm + attn, "selective": attn}.get(recompute, 0.0)
+        return base + tokens * extra
     dense, attn = forward_flops_per_token_layer(model, seq_len)
     attn /= CAUSAL_FRACTION
     tokens = global_batch * seq_len

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from costmodel.core.kinds import Category, Phase
+from costmodel.core.kinds import FEATURES, Category, Phase
 from costmodel.core.specs.framework import attention_kernel, get_framework
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
@@ -156,6 +156,55 @@ def op_sac_recompute(ops: list[Op], tokens: int, h: int, q: int, kv: int, f: int
     return elementwise + mms
 
 
+
+EAGER_EXTRA_BYTES = {"norm": (32.0, 76.0), "rope": (16.0, 16.0), "activation": (4.0, 8.0)}
+"""HBM bytes per element that PyTorch eager moves beyond the fused kernel the cost model measures, (forward,
+backward), for 2-byte activations; counted from the eager code torchtitan runs and the autograd derivatives of
+each aten op (pytorch tools/autograd/derivatives.yaml), one HBM read of every input and one write of every
+output per kernel:
+
+* RMSNorm (torchtitan models/norms.py; nn.RMSNorm's composite is the same chain): forward x.float() (read 2,
+  write 4), pow(2) (4+4), mean (read 4), x * rsqrt (4+4), type_as (4+2), * weight (2+2) = 36 bytes vs the fused
+  kernel's 4 (read 2, write 2): +32. Backward: grad * weight and the weight-grad product and sum (4+6+2), the
+  cast to fp32 (6), d(x * r) = grad * r and (grad * x).sum (8+12+4), the mean's expand (4), pow's 2 * x * grad
+  (20), the two paths' sum (12), the cast back (6) = 84 vs the model's 8: +76.
+* RoPE (models/llama/model.py apply_rotary_emb): forward float() (6), complex64 multiply (4+4), type_as (6) =
+  20 vs 4: +16; backward the mirror image (cast, multiply by the conjugate, cast): +16.
+* SwiGLU (FeedForward: silu(w1 x) * w3 x), per element of the hidden width: forward silu (2+2) and mul (4+2) =
+  10 vs the fused 6: +4; backward two products (6+6) and silu_backward (6) = 18 vs 10: +8. A non-gated
+  activation is one kernel either way (no extra).
+
+Residual adds are one kernel in eager too. Carried as residual-add-equivalent operators and costed at the GPU's
+achieved HBM bandwidth (costmodel.framework_kernels.eager_times)."""
+RESIDUAL_PASSES = 3
+"""A residual add reads two tensors and writes one (costmodel.graph's residual_add bytes)."""
+
+
+def eager_elementwise(ops: list[Op]) -> list[Op]:
+    """The extra element-wise memory traffic of PyTorch eager over fused kernels, one residual-add-equivalent
+    operator per norm, RoPE and gated-activation operator of ``ops`` (same phase and count), for frameworks with
+    ``compiled=False``. Forward ones are re-run by recomputation like the operators they belong to."""
+    out: list[Op] = []
+    for op in ops:
+        extra = EAGER_EXTRA_BYTES.get(op.kind)
+        if extra is None or op.phase not in (Phase.FWD, Phase.BWD):
+            continue
+        f = dict(zip(FEATURES[op.kind], op.features))
+        if op.kind == "norm":
+            elements = f["tokens"] * f["hidden"]
+        elif op.kind == "rope":
+            elements = f["tokens"] * f["heads"] * f["head_dim"]
+        elif f["gated"]:
+            elements = f["tokens"] * f["width"] // 2
+        else:
+            continue
+        nbytes = elements * extra[0 if op.phase is Phase.FWD else 1]
+        eb = 4 if op.dtype == "fp32" else 2
+        equivalent = round(nbytes / (RESIDUAL_PASSES * eb))
+        out.append(Op("residual_add", f"eager.{op.name}", op.phase, (equivalent,), flops=float(equivalent),
+                      bytes=nbytes, dtype=op.dtype, count=op.count, category=op.category))
+    return out
+
 def layer_operators(model: ModelSpec, plan: ParallelPlan, moe: bool = False) -> tuple[list[Op], list[Op]]:
     """(operators, overlapped communication) for one transformer layer and one micro-batch: with ``moe`` an MoE
     layer of an MoE model, its MLP replaced by :func:`costmodel.moe.moe_block_operators`; else a dense layer."""
@@ -238,6 +287,9 @@ def layer_operators(model: ModelSpec, plan: ParallelPlan, moe: bool = False) -> 
         ops += _gemm_fwd_bwd("mlp_down", tokens, h, f, dtype)
         tp_exit("mlp_down")
     ops.append(_mem("residual_add", "residual_add", Phase.FWD, (sp_tokens * h,), 3 * norm_bytes, sp_tokens * h))
+
+    if not get_framework(plan.framework).compiled:
+        ops += eager_elementwise(ops)  # PyTorch eager: element-wise chains of separate kernels
 
     # --- recomputation (backward pass re-runs forward operators)
     if plan.recompute == "full":

@@ -78,7 +78,7 @@ CONSTANTS: dict[str, ConstantSpec] = {
                                         "multiplies compute-operator times of plans run by a PyTorch-native stack "
                                         "(framework fsdp or torchtitan), on top of compute_scale"),
 }
-TORCH_NATIVE = ("fsdp", "torchtitan")
+TORCH_NATIVE = ("fsdp", "torchtitan", "torchtitan-eager")
 """Frameworks whose plans compute_scale_torch applies to (costmodel.core.specs.framework)."""
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
