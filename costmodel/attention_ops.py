@@ -1,9 +1,8 @@
 """Attention operators beyond the dense block of :mod:`costmodel.graph`: multi-head latent attention (MLA) and
 sliding-window attention, one layer and one micro-batch on one GPU.
 
-:func:`costmodel.graph.layer_operators` calls these (this module sits below ``graph`` in the layers of
-pyproject.toml and imports nothing from it, so there is no cycle; its GEMM and memory-bound operator records are
-built exactly as ``graph._gemm`` / ``graph._mem`` build theirs, which ``tests/test_attention_ops.py`` checks).
+:func:`costmodel.graph.layer_operators` calls these (this module sits between ``graph`` and ``opbuild`` in the
+layers of pyproject.toml; its operator records are built with ``costmodel.opbuild``, as graph's are).
 
 Sources
 -------
@@ -48,38 +47,17 @@ Conventions
 
 from __future__ import annotations
 
-from costmodel.core.kinds import Category, Phase
+from costmodel.core.kinds import Phase
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
+from costmodel.opbuild import elem_bytes, gemm_fwd_bwd
+from costmodel.opbuild import mem as _mem
 from costmodel.ops import Op
 
 ATTENTION_BWD_FLOPS = 2.5
 """Backward over forward FLOPs of a flash-attention core (FlashAttention-2, Dao 2023 sec. 3.1: 5 matmuls vs 2)."""
 ATTENTION_BWD_BYTES = 2.0
 """Backward over forward bytes of a flash-attention core (reads Q, K, V, O, dO; writes dQ, dK, dV), as graph.py."""
-
-
-def elem_bytes(dtype: str) -> int:
-    """Bytes per activation/weight element: 4 for fp32 plans, else 2 (bf16/fp16; fp8 keeps bf16 activations)."""
-    return 4 if dtype == "fp32" else 2
-
-
-def gemm_op(name: str, phase: Phase, m: int, n: int, k: int, dtype: str, count: float = 1.0) -> Op:
-    """One (m, n, k) GEMM: 2mnk FLOPs, reads A and B, writes C (the record ``graph._gemm`` builds)."""
-    eb = elem_bytes(dtype)
-    return Op("gemm", name, phase, (m, n, k), flops=2.0 * m * n * k, bytes=float(eb * (m * k + n * k + m * n)),
-              dtype=dtype, count=count, category=Category.COMPUTE)
-
-
-def gemm_fwd_bwd(name: str, m: int, n: int, k: int, dtype: str) -> list[Op]:
-    """Forward y = x W^T (x: [m, k], W: [n, k]) plus dgrad (m, k, n) and wgrad (n, k, m)."""
-    return [gemm_op(name, Phase.FWD, m, n, k, dtype),
-            gemm_op(name + ".dgrad", Phase.BWD, m, k, n, dtype),
-            gemm_op(name + ".wgrad", Phase.BWD, n, k, m, dtype)]
-
-
-def _mem(kind: str, name: str, phase: Phase, features: tuple, nbytes: float, flops: float) -> Op:
-    return Op(kind, name, phase, features, flops=flops, bytes=float(nbytes), category=Category.COMPUTE)
 
 
 def norm_ops(name: str, rows: int, width: int, rms: int, dtype: str) -> list[Op]:

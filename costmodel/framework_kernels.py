@@ -35,6 +35,7 @@ from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.framework import attention_kernel, get_framework
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.plan import ParallelPlan
+from costmodel.cost.roofline import RooflineCostModel
 from costmodel.ops import Op
 
 TABLE_PATH = Path(__file__).resolve().parent / "data" / "framework_kernels.json"
@@ -158,6 +159,20 @@ def flash2_times(plan: ParallelPlan, hardware: Hardware, ops: list[Op],
     warnings = [f"{fw.name} attention costed as FlashAttention-2 measured on {die['measured_on']} ({die['die']}): "
                 + "; ".join(sorted(notes))] if notes else []
     return out, warnings
+
+
+# ------------------------------------------------------------------------ eager element-wise kernels
+def eager_times(plan: ParallelPlan, hardware: Hardware, ops: list[Op]) -> dict[tuple, float]:
+    """{Op.key(): seconds} of the eager operators of ``ops`` (costmodel.graph.eager_elementwise): their bytes at
+    the GPU's achieved HBM bandwidth (the roofline model's streaming efficiency). The measured element-wise regressors
+    are held at the edge of their sampled sizes and would cost these passes above the HBM bandwidth."""
+    if get_framework(plan.framework).compiled:
+        return {}
+    eager = {o.key(): o for o in ops if o.name.startswith("eager.")}
+    if not eager:
+        return {}
+    result = RooflineCostModel().predict(list(eager.values()), hardware)
+    return dict(zip(eager, (float(t) for t in result.time_s)))
 
 
 def main(argv: list[str] | None = None) -> int:

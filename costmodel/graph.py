@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from costmodel.attention_ops import attention_core_ops, mla_attention_operators, mla_dims, mla_tp_entry_bytes
 from costmodel.core.kinds import FEATURES, Category, Phase
 from costmodel.core.specs.framework import attention_kernel, get_framework
 from costmodel.core.specs.model import ModelSpec
@@ -80,9 +81,9 @@ class StageGraph:
     params: int = 0
     """Parameters held by this stage before TP sharding."""
     signature: tuple = ()
-    """(first, last, layers) as set by :func:`build_graph` (MoE models: (first, last, layers, MoE layers)): stages
-    with the same signature have the same operator lists (composition sums each distinct stage once); () = not
-    shared with another stage."""
+    """(first, last, layers) as set by :func:`build_graph` (with layers of several kinds: (first, last, layers,
+    ((kind, layers of it), ...)), kind = (MoE, window)): stages with the same signature have the same operator
+    lists (composition sums each distinct stage once); () = not shared with another stage."""
     expert_params: int = 0
     """Routed-expert weights among ``params`` (all experts of the stage's MoE layers, before EP/ETP sharding)."""
 
@@ -156,7 +157,6 @@ def op_sac_recompute(ops: list[Op], tokens: int, h: int, q: int, kv: int, f: int
     return elementwise + mms
 
 
-
 EAGER_EXTRA_BYTES = {"norm": (32.0, 76.0), "rope": (16.0, 16.0), "activation": (4.0, 8.0)}
 """HBM bytes per element that PyTorch eager moves beyond the fused kernel the cost model measures, (forward,
 backward), for 2-byte activations; counted from the eager code torchtitan runs and the autograd derivatives of
@@ -205,9 +205,14 @@ def eager_elementwise(ops: list[Op]) -> list[Op]:
                       bytes=nbytes, dtype=op.dtype, count=op.count, category=op.category))
     return out
 
-def layer_operators(model: ModelSpec, plan: ParallelPlan, moe: bool = False) -> tuple[list[Op], list[Op]]:
+
+def layer_operators(model: ModelSpec, plan: ParallelPlan, moe: bool = False,
+                    window: int = 0) -> tuple[list[Op], list[Op]]:
     """(operators, overlapped communication) for one transformer layer and one micro-batch: with ``moe`` an MoE
-    layer of an MoE model, its MLP replaced by :func:`costmodel.moe.moe_block_operators`; else a dense layer."""
+    layer of an MoE model, its MLP replaced by :func:`costmodel.moe.moe_block_operators`; else a dense layer.
+    ``window`` > 0: the layer attends over a sliding window of that many keys
+    (:func:`costmodel.attention_ops.attention_core_ops`). MLA models (``model.is_mla``) get
+    :func:`costmodel.attention_ops.mla_attention_operators` for the attention block."""
     EB = elem_bytes(plan.dtype)
     t, cp = plan.tp, plan.cp
     b, s_full = plan.micro_batch_size, plan.seq_len
@@ -237,34 +242,46 @@ def layer_operators(model: ModelSpec, plan: ParallelPlan, moe: bool = False) -> 
     # --- attention block
     ops.append(_mem("norm", "attn_norm", Phase.FWD, (sp_tokens, h, rms), 2 * norm_bytes, 8.0 * sp_tokens * h))
     ops.append(_mem("norm", "attn_norm", Phase.BWD, (sp_tokens, h, rms), 4 * norm_bytes, 16.0 * sp_tokens * h))
-    tp_enter("qkv")
-    qkv_n = (heads + 2 * kv_heads) * d
-    ops += _gemm_fwd_bwd("qkv", tokens, qkv_n, h, dtype)
-    if model.position_embedding == "rope":
-        rope_elems = tokens * (heads + kv_heads) * d
-        ops.append(_mem("rope", "rope", Phase.FWD, (tokens, heads + kv_heads, d), 2 * rope_elems * EB,
-                        3.0 * rope_elems))
-        ops.append(_mem("rope", "rope", Phase.BWD, (tokens, heads + kv_heads, d), 2 * rope_elems * EB,
-                        3.0 * rope_elems))
-    if attention_kernel(plan) == "unfused":
-        ops += unfused_attention(b, s, s_full, heads, d, dtype, model.dropout, plan.recompute == "selective")
+    if model.is_mla:
+        # multi-head latent attention (costmodel.attention_ops: Megatron-Core MLASelfAttention), its TP entry
+        # gathers the compressed latents instead of [s, b, h]
+        ops.extend(tp_boundary("qkv", True, plan, mla_tp_entry_bytes(model, plan), tp_topo))
+        ops += mla_attention_operators(model, plan, window)
+        nope, rope_d, v_d = mla_dims(model)
+        kv_width = heads * (nope + rope_d + v_d)   # every local head has its own K (nope + rope) and V
     else:
-        attn_feat = (b, s, s_full, heads, kv_heads, d, 1)
-        # FLOPs of causal flash attention on this rank: QK^T and PV over the visible half of the s x S matrix.
-        attn_flops = 4.0 * b * s * s_full * heads * d * 0.5
-        qkvo_bytes = EB * tokens * (2 * heads + 2 * kv_heads) * d
-        ops.append(_mem("attention_fwd", "attention", Phase.FWD, attn_feat, qkvo_bytes, attn_flops))
-        # Backward: dQ, dK, dV plus the recomputed scores: 2.5x the forward matmul FLOPs (FlashAttention-2
-        # paper, Dao 2023 §3.1 counts 5 matmuls backward vs 2 forward).
-        ops.append(_mem("attention_bwd", "attention", Phase.BWD, attn_feat, 2 * qkvo_bytes, 2.5 * attn_flops))
+        tp_enter("qkv")
+        qkv_n = (heads + 2 * kv_heads) * d
+        ops += _gemm_fwd_bwd("qkv", tokens, qkv_n, h, dtype)
+        if model.position_embedding == "rope":
+            rope_elems = tokens * (heads + kv_heads) * d
+            ops.append(_mem("rope", "rope", Phase.FWD, (tokens, heads + kv_heads, d), 2 * rope_elems * EB,
+                            3.0 * rope_elems))
+            ops.append(_mem("rope", "rope", Phase.BWD, (tokens, heads + kv_heads, d), 2 * rope_elems * EB,
+                            3.0 * rope_elems))
+        if attention_kernel(plan) == "unfused":
+            ops += unfused_attention(b, s, s_full, heads, d, dtype, model.dropout, plan.recompute == "selective")
+        elif window:
+            ops += attention_core_ops(b, s, s_full, heads, kv_heads, d, dtype, window=window)
+        else:
+            attn_feat = (b, s, s_full, heads, kv_heads, d, 1)
+            # FLOPs of causal flash attention on this rank: QK^T and PV over the visible half of the s x S matrix.
+            attn_flops = 4.0 * b * s * s_full * heads * d * 0.5
+            qkvo_bytes = EB * tokens * (2 * heads + 2 * kv_heads) * d
+            ops.append(_mem("attention_fwd", "attention", Phase.FWD, attn_feat, qkvo_bytes, attn_flops))
+            # Backward: dQ, dK, dV plus the recomputed scores: 2.5x the forward matmul FLOPs (FlashAttention-2
+            # paper, Dao 2023 §3.1 counts 5 matmuls backward vs 2 forward).
+            ops.append(_mem("attention_bwd", "attention", Phase.BWD, attn_feat, 2 * qkvo_bytes, 2.5 * attn_flops))
+        kv_width = 2 * kv_heads * d
     if cp > 1:
         # ring attention (Megatron CP): cp-1 KV-chunk exchanges forward, and K/V plus dK/dV backward,
         # each overlapped with the attention compute of the previous chunk.
-        kv_chunk = EB * tokens * 2 * kv_heads * d
+        kv_chunk = EB * tokens * kv_width
         cross = group_topology(cp, t, gpn)[0] > 1
         overlap.append(_p2p("cp.kv_exchange", Phase.FWD, kv_chunk, cross, Category.CP_COMM, count=cp - 1))
         overlap.append(_p2p("cp.kv_exchange", Phase.BWD, 2 * kv_chunk, cross, Category.CP_COMM, count=cp - 1))
-    ops += _gemm_fwd_bwd("attn_out", tokens, h, heads * d, dtype)
+    if not model.is_mla:  # MLA's output projection is in mla_attention_operators
+        ops += _gemm_fwd_bwd("attn_out", tokens, h, heads * d, dtype)
     tp_exit("attn_out")
     ops.append(_mem("residual_add", "residual_add", Phase.FWD, (sp_tokens * h,), 3 * norm_bytes, sp_tokens * h))
     # --- MLP block
@@ -429,41 +446,54 @@ def _iteration_ops(model: ModelSpec, plan: ParallelPlan, stage_params: int, firs
     return ops
 
 
-def _mix(dense: list[Op], moe: list[Op], n_dense: int, n: int) -> list[Op]:
-    """One average layer of a stage with ``n_dense`` dense and n - n_dense MoE layers: each list's counts scaled by
-    its share, so layers x the per-layer sum is exactly the sum over the stage's layers."""
-    return ([replace(o, count=o.count * n_dense / n) for o in dense]
-            + [replace(o, count=o.count * (n - n_dense) / n) for o in moe])
+def _mix(parts: list[tuple[list[Op], int]], n: int) -> list[Op]:
+    """One average layer of a stage whose ``n`` layers come in kinds (list, layers of that kind): each list's counts
+    scaled by its share, so layers x the per-layer sum is exactly the sum over the stage's layers."""
+    return [replace(o, count=o.count * k / n) for ops, k in parts for o in ops]
 
 
-def _moe_stage_layers(model: ModelSpec, plan: ParallelPlan) -> tuple[list, dict]:
-    """(per stage (layers, MoE layers, parameters), {MoE layers on a stage: (layer ops, overlap ops)}) for an MoE
-    model: a stage may mix dense and MoE layers (DeepSeek-V3's first three layers are dense; moe_layer_freq)."""
+def _layer_kind(model: ModelSpec, i: int) -> tuple[bool, int]:
+    """(MoE, sliding window or 0) of layer ``i``: what decides its operators."""
+    return model.is_moe_layer(i), model.sliding_window if model.uses_sliding_window(i) else 0
+
+
+def _stage_kinds(model: ModelSpec, plan: ParallelPlan) -> tuple[list, dict]:
+    """(per stage (kind counts, MoE layers, parameters), {kind counts: (layer ops, overlap ops)}) for a model whose
+    layers differ (MoE: DeepSeek-V3's first three layers are dense, moe_layer_freq; gpt-oss's alternating sliding
+    window): a stage's lists are the average of its layers (:func:`_mix`)."""
     per_stage = []
     for idx in plan.stage_layer_indices(model.num_layers):
-        per_stage.append((len(idx), sum(model.is_moe_layer(i) for i in idx), sum(model.layer_params(i) for i in idx)))
-    variants: dict[bool, tuple[list[Op], list[Op]]] = {}
-    lists: dict[tuple[int, int], tuple[list[Op], list[Op]]] = {}
-    for n, n_moe, _ in per_stage:
-        if (n, n_moe) in lists:
+        counts: dict[tuple[bool, int], int] = {}
+        for i in idx:
+            kind = _layer_kind(model, i)
+            counts[kind] = counts.get(kind, 0) + 1
+        per_stage.append((tuple(sorted(counts.items())), sum(model.is_moe_layer(i) for i in idx),
+                          sum(model.layer_params(i) for i in idx)))
+    variants: dict[tuple[bool, int], tuple[list[Op], list[Op]]] = {}
+    lists: dict[tuple, tuple[list[Op], list[Op]]] = {}
+    for kinds, _, _ in per_stage:
+        if kinds in lists:
             continue
-        for moe in {n_moe > 0, n_moe < n}:
-            if moe not in variants:
-                variants[moe] = layer_operators(model, plan, moe=moe)
-        if n_moe in (0, n):
-            lists[(n, n_moe)] = variants[n_moe > 0]
+        for kind, _ in kinds:
+            if kind not in variants:
+                variants[kind] = layer_operators(model, plan, moe=kind[0], window=kind[1])
+        if len(kinds) == 1:
+            lists[kinds] = variants[kinds[0][0]]
         else:
-            (d_ops, d_ov), (m_ops, m_ov) = variants[False], variants[True]
-            lists[(n, n_moe)] = (_mix(d_ops, m_ops, n - n_moe, n), _mix(d_ov, m_ov, n - n_moe, n))
+            n = sum(k for _, k in kinds)
+            lists[kinds] = (_mix([(variants[kind][0], k) for kind, k in kinds], n),
+                            _mix([(variants[kind][1], k) for kind, k in kinds], n))
     return per_stage, lists
 
 
 def build_graph(model: ModelSpec, plan: ParallelPlan) -> OperatorGraph:
-    """Per-stage operator lists for ``plan`` (validated by the caller). An MoE model's stage holds the average of its
-    layers (:func:`_mix`); its signature adds the number of MoE layers."""
+    """Per-stage operator lists for ``plan`` (validated by the caller). Where layers differ (MoE models, sliding
+    windows on some layers) a stage holds the average of its layers (:func:`_stage_kinds`) and its signature adds
+    the count of each kind of layer."""
     splits = plan.stage_layers(model.num_layers)
-    if model.is_moe:
-        moe_stages, moe_lists = _moe_stage_layers(model, plan)
+    varied = model.is_moe or (model.sliding_window > 0 and model.sliding_window_every > 0)
+    if varied:
+        kinds_per_stage, kind_lists = _stage_kinds(model, plan)
     else:
         layer_ops, overlap = layer_operators(model, plan)
     emb, head = _embedding_ops(model, plan), _head_ops(model, plan)
@@ -473,10 +503,10 @@ def build_graph(model: ModelSpec, plan: ParallelPlan) -> OperatorGraph:
     shared: dict[tuple, tuple[list, list]] = {}
     for i, n_layers in enumerate(splits):
         first, last = i == 0, i == plan.pp - 1
-        n_moe = 0
-        if model.is_moe:
-            _, n_moe, params = moe_stages[i]
-            layer_ops, overlap = moe_lists[(n_layers, n_moe)]
+        n_moe, kinds = 0, ()
+        if varied:
+            kinds, n_moe, params = kinds_per_stage[i]
+            layer_ops, overlap = kind_lists[kinds]
         else:
             params = n_layers * model.params_per_layer()
         if first:
@@ -485,7 +515,7 @@ def build_graph(model: ModelSpec, plan: ParallelPlan) -> OperatorGraph:
             params += model.head_params()
             if model.tied_embeddings and plan.pp > 1:
                 params += model.vocab_size * model.hidden_size
-        key: tuple = (first, last, n_layers, n_moe) if model.is_moe else (first, last, n_layers)
+        key: tuple = (first, last, n_layers, kinds) if varied else (first, last, n_layers)
         if key not in shared:
             stage_ops: list[Op] = (emb if first else []) + (head if last else [])
             shared[key] = (stage_ops, _iteration_ops(model, plan, params, first, last, n_moe))

@@ -343,12 +343,16 @@ def _zero(text: str, notes: list[str]) -> int:
     raise PlannerError(f"optimizer sharding {text!r} not understood")
 
 
-def _framework(text: str, notes: list[str]) -> str:
-    """The row's ``framework`` text as a planner framework key (costmodel.core.specs.framework)."""
+def _framework(text: str, notes: list[str], row_notes: str = "") -> str:
+    """The row's ``framework`` text as a planner framework key (costmodel.core.specs.framework); a torchtitan
+    row whose notes say it ran eager (without torch.compile) is ``torchtitan-eager``."""
     t = text.lower()
     for key, words in (("deepspeed", ("deepspeed",)), ("torchtitan", ("torchtitan",)), ("fsdp", ("fsdp",)),
                        ("megatron", ("megatron", "nemo"))):
         if any(w in t for w in words):
+            if key == "torchtitan" and "eager" in row_notes.lower():
+                notes.append("ran without torch.compile (notes: eager): framework torchtitan-eager")
+                return "torchtitan-eager"
             return key
     notes.append(f"framework {text!r} not recognised, assumed megatron" if t else
                  "framework not stated, assumed megatron")
@@ -459,7 +463,7 @@ def row_to_inputs(row: RunRow) -> tuple[ModelSpec, ParallelPlan, str, int]:
         sequence_parallel=sp, zero=_zero(row.text["dist_optimizer_or_zero"], notes),
         dtype=_dtype(row.text["precision"], notes),
         layer_split=(_moe_layer_split if moe else _layer_split)(model.num_layers, pp, vpp, notes),
-        framework=_framework(row.text["framework"], notes), attention=_attention(row, notes))
+        framework=_framework(row.text["framework"], notes, row.text["notes"]), attention=_attention(row, notes))
     plan = request.to_plan(model, gpus_per_node=gpn, extra={"run_id": row.id})
     if moe:
         plan = _moe_plan(row, model, plan, notes)

@@ -47,6 +47,11 @@ class Framework:
     grad_reduce_bytes: int = 4
     """Bytes per gradient element in the data-parallel / ZeRO-3 gradient reduction: 4 = fp32 (Megatron's
     --accumulate-allreduce-grads-in-fp32, FSDP2 reduce_dtype float32 in torchtitan), 2 = the training dtype."""
+    compiled: bool = True
+    """Whether the element-wise operators (norms, RoPE, the gated activation) run as fused kernels, as the cost
+    model's element-wise measurements (Transformer Engine / Apex kernels, or torch.compile's generated ones)
+    assume; False: PyTorch eager, where each is a chain of separate kernels with fp32 intermediates in HBM
+    (costmodel.graph.eager_elementwise)."""
 
 
 _REGISTRY: dict[str, Framework] = {}
@@ -84,6 +89,13 @@ register(Framework(
     "torchtitan docs/fsdp.md (FSDP2) and models/llama3 attention (F.scaled_dot_product_attention); selective AC "
     "'op' saves all compute ops except every second mm (torchtitan parallelize_llama.py _custom_policy)",
     selective_recompute="op"))
+register(Framework(
+    "torchtitan-eager", "torchtitan without torch.compile (training.compile = false: PyTorch eager kernels)",
+    "flash2", True, "hierarchical",
+    "as torchtitan; its element-wise ops run as PyTorch eager kernels: torchtitan models/norms.py RMSNorm "
+    "(x.float(), pow, mean, rsqrt, mul, type_as, mul weight), models/llama/model.py apply_rotary_emb (float(), "
+    "complex mul, type_as) and FeedForward (silu, mul); torch.compile is opt-in (job_config training.compile)",
+    selective_recompute="op", compiled=False))
 
 FRAMEWORKS: tuple[str, ...] = tuple(_REGISTRY)
 DEFAULT_FRAMEWORK = "megatron"
