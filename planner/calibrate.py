@@ -39,7 +39,7 @@ from costmodel.cpu_hardware import CPU_GPU_KEY
 from costmodel.layer_split import costed_graph
 from planner import __version__
 from planner.intervals import fit_intervals, lookup, plan_framework, time_residual
-from planner.predict import Prediction, default_cost_model, prediction_from_times, require_modelled
+from planner.predict import Prediction, default_cost_model, prediction_from_times
 from planner.validation.compare import compare
 from planner.validation.runs import RunRow, default_hardware, load_runs, parallelism_kind, row_to_inputs
 
@@ -334,7 +334,6 @@ def prepare_runs(rows: Iterable[RunRow], cost_model=None, hardware_fn: Callable 
             key = (gpu_key, gpn, row.cluster)
             if key not in hw_cache:
                 hw_cache[key] = hardware_fn(gpu_key, gpn, row.cluster)
-            require_modelled(model)
             # the same costing predict() runs: co-run slowdown, framework kernels, the chosen layer split
             plan, graph, costed = costed_graph(model, plan, hw_cache[key], cost_model)
             run = PreparedRun(row, model, plan, hw_cache[key], graph, costed.time_s, list(costed.warnings),

@@ -128,6 +128,19 @@ def _render_table(rec: dict, verbose: bool = False) -> None:
     for row in rec["breakdown"][:12]:
         b.add_row(row["operator"], row["phase"], f"{row['time_s']:.4g}", f"{100 * row['share']:.1f}")
     con.print(b)
+    moe: dict[str, list[float]] = {}
+    for row in rec["breakdown"]:  # MoE layers: every operator of the MoE block, forward and backward summed
+        if row["operator"].startswith("moe."):
+            t = moe.setdefault(row["operator"], [0.0, 0.0])
+            t[0] += row["time_s"]
+            t[1] += row["share"]
+    if moe:
+        m = Table(title="MoE layer operators (critical stage, fwd + bwd)")
+        for col, just in (("operator", "left"), ("time [s]", "right"), ("share [%]", "right")):
+            m.add_column(escape(col), justify=just)
+        for name, (t, share) in sorted(moe.items(), key=lambda kv: -kv[1][0]):
+            m.add_row(name, f"{t:.4g}", f"{100 * share:.1f}")
+        con.print(m)
     con.print(f"fitted models: {escape(rec.get('models_dir') or 'none for this GPU (roofline)')}")
     con.print(f"calibration: {escape(rec.get('calibration') or 'none')}"
               + (f"; interval: {escape(rec['interval'])}" if rec.get("interval") else ""))

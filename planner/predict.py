@@ -33,7 +33,7 @@ from costmodel.layer_split import costed_graph
 from planner.intervals import plan_framework, time_band
 
 __all__ = ["GIB", "Calibrating", "Prediction", "default_cost_model", "mfu_peak_dtype", "predict",
-           "prediction_from_times", "require_modelled"]
+           "prediction_from_times"]
 
 
 class Calibrating(CompositionConstants, Protocol):
@@ -55,12 +55,6 @@ class Calibrating(CompositionConstants, Protocol):
     def interval_group(self, gpu: str, framework: str) -> tuple[str, dict] | None:
         """(group, {n, q_low, q_high}) of the calibration's 80 % interval for this regime; None = none."""
         ...
-
-
-def require_modelled(model: ModelSpec) -> None:
-    """Refuse, in one line, a model the cost model cannot predict yet (the one gate every planner command
-    that predicts goes through: predict, search, size, compare, calibrate)."""
-    model.require_dense()
 
 
 @lru_cache(maxsize=1)
@@ -162,7 +156,6 @@ def predict(model: ModelSpec, plan: ParallelPlan, hardware: Hardware,
     limits how much DP gradient reduction hides under backward and adds a fixed per-iteration overhead;
     None leaves the prediction exactly uncalibrated.
     """
-    require_modelled(model)
     plan.validate(model)
     skipped = []
     if calibration is not None and not getattr(calibration, "applies_to", lambda hw: True)(hardware):

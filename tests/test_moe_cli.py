@@ -237,3 +237,43 @@ def test_nemo_and_torchtitan_export_moe_keys():
     ddp = export_plan(MIXTRAL, ParallelPlan(world_size=64, gpus_per_node=8, global_batch_size=256, seq_len=4096,
                                             tp=2, ep=8), H100, None, "torchtitan")
     assert "borrows data_parallel_shard_degree" in ddp and "mixture-of-experts layers" in ddp
+
+
+# ----------------------------------------------------------------------------- end to end (presets)
+def test_predict_mixtral_preset_with_ep_shows_the_moe_operators():
+    r = runner.invoke(app, ["predict", "--model", "mixtral-8x7b", "--gpu", "h100-sxm", "--gpus", "64", "--tp", "1",
+                            "--pp", "4", "--ep", "8", "--seq-len", "4096", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    rec = json.loads(r.output)
+    assert (rec["plan"]["ep"], rec["plan"]["etp"], rec["plan"]["expert_dp"]) == (8, 1, 2)
+    ops = {b["operator"] for b in rec["breakdown"]}
+    assert {"moe.router", "moe.dispatch", "moe.expert.up", "moe.combine"} <= ops
+    table = runner.invoke(app, ["predict", "--model", "mixtral-8x7b", "--gpu", "h100-sxm", "--gpus", "64", "--tp",
+                                "1", "--pp", "4", "--ep", "8", "--seq-len", "4096"]).output
+    assert "EP=8 ETP=1" in table and "MoE layer operators" in table and "moe.dispatch" in table
+
+
+def test_search_moe_preset_searches_ep_and_json_carries_it():
+    r = runner.invoke(app, ["search", "--model", "mixtral-8x7b", "--gpus", "64", "--gpu", "h100-sxm", "--seq-len",
+                            "4096", "--tp", "1,2", "--pp", "1,2", "--no-progress", "--format", "json", "--top", "50"])
+    assert r.exit_code == 0, r.output
+    plans = json.loads(r.output)["plans"]
+    assert all("ep" in p and "etp" in p for p in plans)
+    assert len({p["ep"] for p in plans}) > 1 and max(p["ep"] for p in plans) > 1  # EP is a searched dimension
+    r = runner.invoke(app, ["search", "--model", "mixtral-8x7b", "--gpus", "64", "--gpu", "h100-sxm", "--seq-len",
+                            "4096", "--tp", "2", "--pp", "1", "--ep", "4", "--etp", "1", "--no-progress", "--format",
+                            "json"])
+    assert r.exit_code == 0, r.output
+    assert {(p["ep"], p["etp"]) for p in json.loads(r.output)["plans"]} == {(4, 1)}
+
+
+def test_search_etp_flag_refuses_bad_values():
+    r = runner.invoke(app, ["search", "--model", "mixtral-8x7b", "--gpus", "64", "--etp", "x", "--no-progress"])
+    assert r.exit_code == 2 and "--etp 'x' must list 'tp'" in r.output
+
+
+def test_dense_search_json_plans_carry_ep_1():
+    r = runner.invoke(app, ["search", "--model", "llama-13b", "--gpus", "16", "--tp", "2", "--pp", "1,2",
+                            "--no-progress", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    assert {(p["ep"], p["etp"] == p["tp"]) for p in json.loads(r.output)["plans"]} == {(1, True)}

@@ -26,7 +26,6 @@ from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import DTYPES, RECOMPUTE_MODES, ParallelPlan, uneven_split_problem
 from costmodel.memory import DEFAULT_HEADROOM
-from planner.predict import require_modelled
 from planner.requests import DEFAULT_BATCH_TOKENS, search_batch
 
 INT_DIMS = ("tp", "pp", "cp", "vpp", "mbs")
@@ -259,7 +258,6 @@ def build_problem(model: ModelSpec, targets: list[Target], space: SearchSpace, *
                   tokens_per_batch: int | None = None, calibration: object = None) -> SearchProblem:
     """Validate and assemble a :class:`SearchProblem` (defaults: model max_seq_len, ~4M-token batch;
     ``tokens_per_batch`` sets the batch in tokens instead of ``gbs`` sequences)."""
-    require_modelled(model)
     if not targets:
         raise PlannerError("no GPU type given; pass --gpu (see `planner gpus`).")
     seq = seq_len or model.max_seq_len
