@@ -445,6 +445,10 @@ def test_qwen_moe_layer_pattern():
     for bad in ({"mlp_only_layers": [3, 7]}, {"mlp_only_layers": [0], "decoder_sparse_step": 2}):
         with pytest.raises(PlannerError, match="mlp_only_layers"):
             from_hf_config({**cfg, **bad})
+    with pytest.raises(PlannerError, match="decoder_sparse_step=49"):
+        from_hf_config({**cfg, "decoder_sparse_step": 49})
+    with pytest.raises(PlannerError, match="first_dense_layers"):               # every layer dense: refused
+        from_hf_config({**cfg, "mlp_only_layers": list(range(48))})
     # sliding_window / max_window_layers act only with use_sliding_window: not warned about
     assert "max_window_layers" not in from_hf_config(cfg).extra.get("unread_keys", [])
 

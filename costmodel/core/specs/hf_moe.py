@@ -76,6 +76,9 @@ def _qwen_moe(r: Any, model_type: str, fields: dict, extra: dict) -> None:
     fields["experts_per_token"] = r.int_("num_experts_per_tok")
     fields["moe_ffn_hidden_size"] = r.int_("moe_intermediate_size")
     freq = r.int_("decoder_sparse_step", default=1)
+    if freq > fields["num_layers"]:
+        raise PlannerError(f"{r.where} has decoder_sparse_step={freq} > num_hidden_layers={fields['num_layers']}, "
+                           "so no layer is MoE; use the dense model_type or a step <= the layer count.")
     fields["moe_layer_freq"] = freq
     if not r.bool_("use_sliding_window", default=False):
         # sliding_window / max_window_layers act only with use_sliding_window (Qwen2MoeAttention): not warned about
