@@ -105,3 +105,33 @@ def test_norm_feature_rms_follows_model_norm():
         g = build_graph(m, plan(gpus=1, gpn=1, gbs=1))
         norms = [o for s in g.stages for o in s.layer_ops + s.stage_ops if o.kind == "norm"]
         assert norms and all(o.features[2] == rms for o in norms)
+
+
+def _graph_digest(model, p) -> str:
+    """Digest of every operator (kind, name, phase, features, FLOPs, bytes, dtype, count, category) and stage field
+    of ``build_graph(model, p)``."""
+    import hashlib
+
+    g = build_graph(model, p)
+    rows: list = []
+    for st in g.stages:
+        rows.append((st.index, st.layers, st.params, st.signature))
+        for lst in (st.layer_ops, st.stage_ops, st.iteration_ops, st.layer_overlap_ops):
+            rows.append(tuple((o.kind, o.name, o.phase.value, o.features, o.flops, o.bytes, o.dtype, o.count,
+                               o.category.value if o.category else None) for o in lst))
+    rows.append(None if g.p2p is None else (g.p2p.key(), g.p2p.count))
+    return hashlib.sha256(repr(rows).encode()).hexdigest()[:16]
+
+
+@pytest.mark.parametrize("model,p,digest", [
+    (llama(layers=8, kv=8, ffn=14336), plan(gpus=32, gbs=64, seq=4096, tp=2, pp=2, cp=2), "4d0893e5a264bd0a"),
+    (llama(layers=10, kv=8), plan(gpus=16, gpn=4, gbs=32, tp=2, pp=4, zero=3, recompute="full"), "5615d8b2c28a8efe"),
+    (gpt(layers=12, hidden=2048, heads=16), plan(gpus=8, gbs=16, tp=2, pp=2, zero=0, sequence_parallel=False),
+     "74bc5abbb26cc38f"),
+])
+def test_dense_graphs_unchanged_by_moe(model, p, digest):
+    """Dense graphs are those of before the MoE graph (digests computed at 30f1e97, the commit before it, and
+    unchanged by it): the MoE, MLA and sliding-window branches leave dense models alone. A deliberate change of the
+    dense operators updates these digests."""
+    p.validate(model)
+    assert _graph_digest(model, p) == digest

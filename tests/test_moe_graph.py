@@ -1,0 +1,237 @@
+"""The MoE operator graph (costmodel/moe.py, costmodel/graph.py): expert GEMM shapes and FLOPs per rank, dispatch
+and combine bytes and groups, routing imbalance and capacity, stages mixing dense and MoE layers, expert gradient
+reduction over the expert data-parallel group, EP communication in the breakdown."""
+
+import dataclasses
+import math
+
+import pytest
+
+from costmodel.compose import compose, cost_operators
+from costmodel.core.kinds import Category, Phase
+from costmodel.core.specs.catalogue import load_catalogue
+from costmodel.core.specs.model import ModelSpec
+from costmodel.cost.roofline import RooflineCostModel
+from costmodel.graph import build_graph, group_topology, layer_operators
+from costmodel.moe import DEFAULT_IMBALANCE, moe_block_operators, routing_imbalance
+from tests.helpers import plan
+
+H, E, K, FE, SEQ, MBS = 512, 8, 2, 256, 1024, 2
+
+
+def moe_model(**kw) -> ModelSpec:
+    args = dict(name="tiny-moe", num_layers=8, hidden_size=H, num_heads=8, num_kv_heads=8, ffn_hidden_size=1024,
+                vocab_size=1000, activation="swiglu", norm="rmsnorm", num_experts=E, experts_per_token=K,
+                moe_ffn_hidden_size=FE, max_seq_len=SEQ)
+    args.update(kw)
+    return ModelSpec(**args)
+
+
+def moe_plan(**kw):
+    args = dict(gpus=8, gbs=16, seq=SEQ, micro_batch_size=MBS, ep=4)
+    args.update(kw)
+    return plan(**args)
+
+
+def _ops(ops, prefix):
+    return [o for o in ops if o.name.startswith(prefix)]
+
+
+def _fwd_expert_flops(ops):
+    return sum(o.flops * o.count for o in ops if o.kind == "gemm" and o.name.startswith("moe.expert")
+               and o.phase is Phase.FWD)
+
+
+def test_expert_gemm_shapes_and_flops_per_rank():
+    m, p = moe_model(), moe_plan()
+    p.validate(m)
+    ops, overlap = moe_block_operators(m, p)
+    assert overlap == []
+    T = MBS * SEQ                      # TP 1: every local token is routed on this rank
+    e_local = E // 4
+    m_e = T * K // e_local             # balanced: received T*k rows over E/EP experts
+    up = next(o for o in ops if o.name == "moe.expert.up")
+    down = next(o for o in ops if o.name == "moe.expert.down")
+    assert up.features == (m_e, 2 * FE, H) and up.count == e_local          # gated: gate + up
+    assert down.features == (m_e, H, FE) and down.count == e_local
+    assert next(o for o in ops if o.name == "moe.expert.up.dgrad").features == (m_e, H, 2 * FE)
+    assert next(o for o in ops if o.name == "moe.expert.down.wgrad").features == (H, FE, m_e)
+    # forward expert FLOPs per rank: 2 x (routed token copies) x h x (2 F_e + F_e)
+    assert _fwd_expert_flops(ops) == 2 * T * K * H * 3 * FE
+    router = next(o for o in ops if o.name == "moe.router")
+    assert router.features == (T, E, H)
+
+
+def test_etp_splits_experts_and_gathers_tokens_inside_the_etp_group():
+    m = moe_model()
+    p = moe_plan(tp=2, ep=2, sequence_parallel=True)       # ETP = TP = 2
+    p.validate(m)
+    ops, _ = moe_block_operators(m, p)
+    T = MBS * SEQ // 2                                      # sequence-parallel shard
+    received = T * K * 2                                    # x ETP after the ETP all-gather
+    up = next(o for o in ops if o.name == "moe.expert.up")
+    assert up.features == (received // (E // 2), 2 * FE // 2, H)
+    assert _fwd_expert_flops(ops) == 2 * T * K * H * 3 * FE          # ETP: rows x2, width /2
+    ag = next(o for o in ops if o.name == "moe.dispatch.etp_allgather" and o.phase is Phase.FWD)
+    assert ag.kind == "all_gather" and ag.bytes == received * H * 2 and ag.features[1] == 2
+    assert ag.features[2:] == group_topology(2, 1, 8)
+    rs = next(o for o in ops if o.name == "moe.combine.etp_reducescatter" and o.phase is Phase.FWD)
+    assert rs.kind == "reduce_scatter" and rs.bytes == ag.bytes
+
+
+def test_alltoall_dispatch_and_combine_bytes_and_group():
+    m, p = moe_model(), moe_plan(gpn=2)
+    p.validate(m)
+    ops, _ = moe_block_operators(m, p)
+    a2a = [o for o in ops if o.kind == "all_to_all"]
+    T = MBS * SEQ
+    assert [(o.name, o.phase) for o in a2a] == [("moe.dispatch", Phase.FWD), ("moe.combine", Phase.FWD),
+                                                ("moe.combine", Phase.BWD), ("moe.dispatch", Phase.BWD)]
+    for o in a2a:
+        assert o.bytes == T * K * H * 2                     # bf16 token copies per rank
+        assert o.features == (T * K * H * 2, 4, 2, 2)       # EP=4 on 2-GPU NVLink domains: 2 domains x 2
+        assert o.category is Category.EP_COMM
+    # EP ranks are ETP apart (expert grid tp-ep-dp-pp): ETP=2 puts EP=2 on ranks 2 apart, in two 2-GPU domains
+    p2 = moe_plan(gpn=2, tp=2, ep=2)
+    p2.validate(m)
+    a2a2 = [o for o in moe_block_operators(m, p2)[0] if o.kind == "all_to_all"]
+    assert a2a2[0].features[1:] == (2, 2, 1)
+
+
+def test_allgather_dispatcher_gathers_tokens_over_ep_x_etp():
+    m, p = moe_model(), moe_plan(moe_dispatcher="allgather")
+    p.validate(m)
+    ops, _ = moe_block_operators(m, p)
+    T = MBS * SEQ
+    ag = next(o for o in ops if o.name == "moe.dispatch" and o.phase is Phase.FWD)
+    assert ag.kind == "all_gather" and ag.bytes == T * 4 * H * 2 and ag.features[1] == 4
+    rs = next(o for o in ops if o.name == "moe.combine" and o.phase is Phase.FWD)
+    assert rs.kind == "reduce_scatter" and rs.bytes == ag.bytes
+    assert not [o for o in ops if o.kind == "all_to_all"]
+    # flex (DeepEP) is costed as alltoall
+    flex, _ = moe_block_operators(m, dataclasses.replace(p, moe_dispatcher="flex"))
+    alltoall, _ = moe_block_operators(m, dataclasses.replace(p, moe_dispatcher="alltoall"))
+    assert flex == alltoall
+
+
+def test_imbalance_default_override_and_capacity():
+    m = moe_model()
+    base = _fwd_expert_flops(moe_block_operators(m, moe_plan())[0])
+    assert routing_imbalance(m, moe_plan()) == DEFAULT_IMBALANCE == 1.0
+    skew = _fwd_expert_flops(moe_block_operators(m, moe_plan(moe_imbalance=1.5))[0])
+    assert skew == pytest.approx(1.5 * base)
+    capped = moe_model(capacity_factor=1.25)
+    assert routing_imbalance(capped, moe_plan(moe_imbalance=1.5)) == 1.25
+    m_e = next(o for o in moe_block_operators(capped, moe_plan(moe_imbalance=1.5))[0] if o.name == "moe.expert.up")
+    assert m_e.features[0] == math.ceil(MBS * SEQ * K / 2 * 1.25)
+
+
+def test_overlap_moves_ep_comm_to_the_overlapped_list():
+    m = moe_model()
+    ops, overlap = moe_block_operators(m, moe_plan(moe_overlap_comm=True))
+    assert not [o for o in ops if o.category is Category.EP_COMM]
+    assert {o.name for o in overlap} == {"moe.dispatch", "moe.combine"}
+    # full recompute re-runs the forward dispatch/combine in backward
+    _, rec = moe_block_operators(m, moe_plan(moe_overlap_comm=True, recompute="full"))
+    assert len(rec) == len(overlap) + 2 and all(o.phase is Phase.BWD for o in rec[len(overlap):])
+
+
+def test_shared_experts_are_a_tp_sharded_mlp():
+    m = moe_model(num_shared_experts=2, shared_expert_ffn_hidden_size=384)
+    p = moe_plan(tp=2, ep=2)
+    p.validate(m)
+    ops, _ = moe_block_operators(m, p)
+    up = next(o for o in ops if o.name == "moe.shared.up")
+    assert up.features == (MBS * SEQ, 2 * 768 // 2, H)          # all b*s tokens inside the TP region
+    assert {o.kind for o in ops if o.name.startswith("tp.moe_shared")} == {"all_gather", "reduce_scatter"}
+    assert not _ops(moe_block_operators(moe_model(), p)[0], "moe.shared")
+
+
+def test_layer_operators_moe_variant_replaces_the_mlp():
+    m, p = moe_model(), moe_plan(recompute="full")
+    dense, _ = layer_operators(m, p)
+    moe, _ = layer_operators(m, p, moe=True)
+    assert _ops(dense, "mlp_up") and not _ops(moe, "mlp_up")
+    assert _ops(moe, "moe.expert.up") and not _ops(dense, "moe.")
+    rec = [o for o in moe if o.phase is Phase.RECOMPUTE]
+    assert [o.name for o in rec] == [o.name for o in moe if o.phase is Phase.FWD]
+
+
+def _layer_sum(ops, attr="flops"):
+    return sum(getattr(o, attr) * o.count for o in ops)
+
+
+def test_stages_mixing_dense_and_moe_layers_sum_exactly():
+    m = moe_model(first_dense_layers=3)                          # DeepSeek-like: layers 0-2 dense
+    p = moe_plan(pp=2, ep=4)
+    p.validate(m)
+    g = build_graph(m, p)
+    dense, _ = layer_operators(m, p)
+    moe, _ = layer_operators(m, p, moe=True)
+    idx = p.stage_layer_indices(m.num_layers)
+    for st, layers in zip(g.stages, idx):
+        n_moe = sum(m.is_moe_layer(i) for i in layers)
+        expect = (len(layers) - n_moe) * _layer_sum(dense) + n_moe * _layer_sum(moe)
+        assert st.layers * _layer_sum(st.layer_ops) == pytest.approx(expect, rel=1e-12)
+        assert st.params == sum(m.layer_params(i) for i in layers) + (m.embedding_params() if st.index == 0 else 0) \
+            + (m.head_params() if st.index == p.pp - 1 else 0)
+        assert st.signature[-1] == tuple(sorted({(True, 0): n_moe, (False, 0): len(layers) - n_moe}.items()
+                                                 if n_moe < len(layers) else {(True, 0): n_moe}.items()))
+    assert g.stages[0].signature != g.stages[1].signature       # 3 dense + 1 MoE vs 4 MoE
+    # moe_layer_freq 2: every other layer MoE
+    m2 = moe_model(moe_layer_freq=2)
+    g2 = build_graph(m2, moe_plan(pp=1))
+    assert g2.stages[0].layers * _layer_sum(g2.stages[0].layer_ops) == \
+        pytest.approx(4 * _layer_sum(dense) + 4 * _layer_sum(moe), rel=1e-12)
+
+
+def test_expert_gradients_reduce_over_expert_dp():
+    m = moe_model()
+    p = moe_plan(gpus=16, gbs=32, tp=2, ep=2, zero=1)             # DP 8, expert DP = 16 / (2*2*1) = 4
+    p.validate(m)
+    g = build_graph(m, p)
+    it = {o.name: o for o in g.stages[0].iteration_ops}
+    expert_gpu = m.num_layers * (E // 2) * m.expert_params() / 2
+    rs = it["dp.expert.grad_reducescatter"]
+    assert rs.features[1] == p.expert_dp == 4
+    assert rs.features[2:] == group_topology(4, 2 * 2, 8)
+    assert rs.bytes == expert_gpu * 4                             # fp32 main gradients
+    non_expert = (g.stages[0].params - m.num_layers * E * m.expert_params()) / 2
+    assert it["dp.grad_reducescatter"].bytes == non_expert * 4 and it["dp.grad_reducescatter"].features[1] == 8
+    assert it["optimizer.adam"].features == (round(non_expert / 8 + expert_gpu / 4),)
+    assert g.stages[0].expert_params == m.num_layers * E * m.expert_params()
+
+
+def test_zero3_gathers_expert_weights_over_expert_dp():
+    m = moe_model()
+    p = moe_plan(gpus=16, gbs=32, ep=4, zero=3)                   # DP 16, expert DP 4
+    p.validate(m)
+    _, overlap = layer_operators(m, p, moe=True)
+    gathers = {o.name: o for o in overlap if o.phase is Phase.FWD and o.kind == "all_gather"}
+    assert gathers["zero3.expert.param_allgather"].features[1] == 4
+    assert gathers["zero3.expert.param_allgather"].bytes == (E // 4) * m.expert_params() * 2
+    assert gathers["zero3.param_allgather"].features[1] == 16
+
+
+def test_breakdown_shows_moe_rows_and_ep_comm():
+    hw = load_catalogue().resolve("h100-sxm")
+    m = moe_model()
+    for overlap in (False, True):
+        p = moe_plan(gpus=16, gbs=32, gpn=8, ep=8, moe_overlap_comm=overlap)
+        p.validate(m)
+        g = build_graph(m, p)
+        times = cost_operators(g, hw, RooflineCostModel())
+        comp = compose(m, p, hw, g, times.time_s)
+        names = {r.operator for r in comp.breakdown.rows}
+        assert "ep" in comp.breakdown.exposed_comm_s
+        if not overlap:
+            assert {"moe.router", "moe.dispatch", "moe.expert.up", "moe.combine"} <= names
+            ep_rows = sum(r.time_s for r in comp.breakdown.rows if r.category is Category.EP_COMM)
+            assert ep_rows > 0 and comp.breakdown.exposed_comm_s["ep"] > 0
+        else:
+            assert "moe.dispatch" not in names and "moe.expert.up" in names
+    dense = moe_model(num_experts=0, experts_per_token=0)
+    p = plan(gpus=16, gbs=32)
+    g = build_graph(dense, p)
+    comp = compose(dense, p, hw, g, cost_operators(g, hw, RooflineCostModel()).time_s)
+    assert "ep" not in comp.breakdown.exposed_comm_s
