@@ -101,10 +101,16 @@ class ParallelPlan:
         return self.world_size // self.model_parallel if self.model_parallel else 0
 
     @property
+    def expert_tp(self) -> int:
+        """ETP as an int (``etp`` is resolved to TP when the plan is built; this also covers a plan built
+        with ``etp=None`` through ``dataclasses.replace`` of a field that skipped ``__post_init__``)."""
+        return self.etp if self.etp is not None else self.tp
+
+    @property
     def expert_dp(self) -> int:
         """Expert data-parallel degree: world_size / (ETP * EP * PP) (Megatron-Core parallel_state.py
         ``expert_data_parallel_size``); the group over which expert gradients are reduced."""
-        denom = self.etp * self.ep * self.pp
+        denom = self.expert_tp * self.ep * self.pp
         return self.world_size // denom if denom else 0
 
     @property
@@ -226,8 +232,9 @@ class ParallelPlan:
             p.append(f"moe_imbalance={self.moe_imbalance!r} must be >= 1 (busiest expert's tokens over the mean)")
         # Megatron-Core parallel_state.py initialize_model_parallel: "world_size ... is not divisible by
         # expert_tensor_model_pipeline_parallel size" (ETP * EP * PP)
-        if self.world_size % (self.etp * self.ep * self.pp) != 0:
-            p.append(f"ETP*EP*PP = {self.etp}*{self.ep}*{self.pp} = {self.etp * self.ep * self.pp} must divide "
+        etp = self.expert_tp
+        if self.world_size % (etp * self.ep * self.pp) != 0:
+            p.append(f"ETP*EP*PP = {etp}*{self.ep}*{self.pp} = {etp * self.ep * self.pp} must divide "
                      f"GPUs={self.world_size} (expert DP = GPUs / (ETP*EP*PP))")
         # Megatron-LM arguments.py: "When using expert parallelism and tensor parallelism, sequence parallelism
         # must be used"
@@ -260,7 +267,11 @@ class ParallelPlan:
                 # Megatron-LM arguments.py: "num_experts must be divisible by expert_model_parallel_size"
                 if model.num_experts % self.ep != 0:
                     p.append(f"experts={model.num_experts} must be a multiple of EP={self.ep}")
-                if model.expert_ffn % self.etp != 0:
+                # Megatron-LM arguments.py: "When using MoE and tensor parallelism, sequence parallelism must be
+                # used." (num_experts set and TP > 1, any EP)
+                if self.tp > 1 and not self.sequence_parallel and self.ep == 1:
+                    p.append(f"an MoE model with TP={self.tp} needs sequence parallelism (Megatron-LM arguments.py)")
+                if model.expert_ffn % etp != 0:
                     p.append(f"expert ffn width={model.expert_ffn} must be a multiple of ETP={self.etp}")
             if self.layer_split is not None:
                 if len(self.layer_split) != self.pp or sum(self.layer_split) != model.num_layers:
