@@ -57,7 +57,8 @@ def test_recompute_ordering():
 
 # ---- MoE, MLA and sliding-window conventions (issue #17; costmodel/flops.py module docstring)
 
-MOE_PRESETS = ["mixtral-8x7b", "mixtral-8x22b", "qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3", "gpt-oss-120b"]
+MOE_PRESETS = ["mixtral-8x7b", "mixtral-8x22b", "qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3", "gpt-oss-20b",
+               "gpt-oss-120b"]
 
 
 def _active_matrix_params(m, i):

@@ -247,7 +247,8 @@ PUBLISHED_PARAMS_B = {
 }
 
 
-MOE_PRESETS = ("mixtral-8x7b", "mixtral-8x22b", "qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3", "gpt-oss-120b")
+MOE_PRESETS = ("mixtral-8x7b", "mixtral-8x22b", "qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3", "gpt-oss-20b",
+               "gpt-oss-120b")
 
 
 def test_preset_list():
@@ -372,7 +373,8 @@ def test_unread_config_keys_are_named_in_a_warning():
 #   and 36.6B activated "including 0.9B for the output Head", i.e. without the 0.9B input embedding (a later
 #   revision, 0b39205, says 36.7B including embedding and head, which no count of config.json reproduces: 37.55B
 #   with both); the 685B download adds the MTP module (11.5B unique), which planner does not model.
-# - gpt-oss-120b 116.83B / 5.13B (gpt-oss Model Card, arXiv 2508.10925, Table 1): active without the embedding.
+# - gpt-oss-120b 116.83B / 5.13B and gpt-oss-20b 20.91B / 3.61B (gpt-oss Model Card, arXiv 2508.10925, Table 1):
+#   active without the embedding.
 # Tolerance 0.5 %: the publishers round to 3 significant figures (46.7, 12.9, 30.5, 3.3 -> 2 figures: 2 %).
 PUBLISHED_MOE = {  # preset: (total, active, active counts the input embedding, relative tolerance of active)
     "mixtral-8x7b": (46.7e9, 12.9e9, True, 0.005),
@@ -381,6 +383,7 @@ PUBLISHED_MOE = {  # preset: (total, active, active counts the input embedding, 
     "qwen3-235b-a22b": (235e9, 22e9, True, 0.01),
     "deepseek-v3": (671e9, 36.6e9, False, 0.005),
     "gpt-oss-120b": (116.83e9, 5.13e9, False, 0.001),
+    "gpt-oss-20b": (20.91e9, 3.61e9, False, 0.001),
 }
 
 
