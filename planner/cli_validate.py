@@ -22,6 +22,7 @@ from planner.formats import csv_text
 from planner.predict import predict
 from planner.reports.validate_report import (
     RUN_COLUMNS,
+    ReportSection,
     build_and_write,
     headline,
     render_cv_preface,
@@ -31,7 +32,7 @@ from planner.reports.validate_report import (
     write_validation_report,
 )
 from planner.source_cv import CVReport, validate_source_cv
-from planner.validation.report import ValidationReport, load_run_files, validate_files
+from planner.validation.report import ValidationReport, default_moe_run_file, load_run_files, validate_files
 
 FORMATS = ("table", "json", "csv", "md")
 CV_CHOICES = ("none", "source")
@@ -85,6 +86,38 @@ def resolve_cv(cv: str | None, calibration: str | None, runs=()) -> str:
         raise PlannerError("--cv source fits its own constants per held-out source; drop --calibration "
                            "(or use --cv none to apply a calibration).")
     return cv
+
+
+MOE_INTRO = (
+    "Mixture-of-experts runs (`moe_runs.csv`; its MOE_README.md describes the sources) are validated on their "
+    "own: the figures above are the dense published runs' alone. Rows the reader refuses are listed with every "
+    "reason under Skipped runs. With --cv source each MoE source is predicted with constants fitted on the other "
+    "MoE sources only; TFLOP/s rows are compared in the FLOPs counter their source used "
+    "(search_spaces/validation/published_sources.toml, rules tflops_mcore_*).")
+
+
+def moe_section(tiers: list[str] | None, cv: str, calibration: str | None) -> ReportSection | None:
+    """The MoE runs' section of the default report (None when the shared data has no moe_runs.csv), validated
+    the way the report's headline is (--cv source or none); with --cv source it also lists the figures of the
+    shipped calibration, which was fitted on dense published runs only and so has seen no MoE run."""
+    moe = default_moe_run_file()
+    if moe is None:
+        return None
+    extra = []
+    try:
+        if cv == "source":
+            files, rep = cv_report([moe], tiers)
+            if default_calibration_path().is_file():
+                o = validate_files([moe], tiers, calibrated_predict("default"))[1].overall()
+                if o is not None:
+                    extra.append(f"shipped calibration (fitted on the dense published runs only, so held out for "
+                                 f"every MoE run): MAPE {o.mape_pct:.1f} %, bias {o.bias_pct:+.1f} %")
+        else:
+            files, rep = validate_files([moe], tiers, calibrated_predict(calibration))
+    except PlannerError as exc:
+        typer.echo(f"MoE runs not validated: {exc}", err=True)
+        return None
+    return ReportSection("Mixture-of-experts runs", "moe", rep, files, [MOE_INTRO], extra)
 
 
 def _report(runs, tiers, calibration, cv) -> tuple[list[Path], ValidationReport]:
@@ -149,11 +182,13 @@ def register(app: typer.Typer) -> None:
         """Compare whole-iteration predictions with measured published training runs (summary first)."""
         cv = resolve_cv(cv, calibration, runs)
         if report is not None:
+            sections = [s for s in [moe_section(tier, cv, calibration) if not runs else None] if s is not None]
             if cv == "source":
                 files_used, rep = cv_report(runs, tier)
-                files = write_validation_report(report, rep, files_used)
+                files = write_validation_report(report, rep, files_used, sections=sections)
             else:
-                files, rep = build_and_write(report, runs, tier, predict_fn=calibrated_predict(calibration))
+                files, rep = build_and_write(report, runs, tier, predict_fn=calibrated_predict(calibration),
+                                             sections=sections)
             o = rep.overall()
             label = "cross-validated " if cv == "source" else ""
             typer.echo(f"wrote {files.markdown}" + (f" ({o.n} runs, {label}MAPE {o.mape_pct:.1f} %)" if o else ""),

@@ -26,7 +26,7 @@ from planner.calibrate import (
     prepare_runs,
 )
 from planner.intervals import covers, held_out_coverage
-from planner.validation.report import RowResult, ValidationReport
+from planner.validation.report import RowResult, ValidationReport, expert_layout
 from planner.validation.runs import RunRow, parallelism_kind
 from planner.validation.stats import GroupSummary, group_summaries
 
@@ -90,7 +90,8 @@ def _row_result(run: PreparedRun, rec: dict, cal) -> CVRowResult:
     res = CVRowResult(id=row.id, source=row.prefix, model=row.model_name, gpu=run.hardware.gpu.name,
                       cluster=row.cluster, n_gpus=row.get("n_gpus"),
                       layout={"tp": plan.tp, "pp": plan.pp, "dp": plan.dp, "cp": plan.cp, "vp": plan.vpp,
-                              "mbs": plan.micro_batch_size, "gbs": plan.global_batch_size},
+                              "mbs": plan.micro_batch_size, "gbs": plan.global_batch_size,
+                              **expert_layout(run.model, plan)},
                       kind=parallelism_kind(plan), metric=row.measured_metric, measured=row.measured_value,
                       predicted=rec["predicted"], error=rec["after"], tier=row.tier,
                       assumptions=list(row.assumptions), warnings=list(pred.warnings),

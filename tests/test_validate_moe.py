@@ -122,3 +122,27 @@ def test_validate_keeps_refused_rows_with_reasons(moe_rows):
     assert all(r.skip_reason for r in report.skipped) and len(report.skipped) == 41 - len(ACCEPTED)
     only_a = validate(list(moe_rows.values()), predict_fn=stub, hardware_fn=lambda *a: None, tiers=["A"])
     assert {r.tier for r in only_a.rows} == {"A"} and only_a.excluded_by_tier > 0
+
+
+def test_report_appends_the_moe_section(moe_rows, tmp_path):
+    """The default report gets the MoE runs as their own section: heading, run file, figures, the EP/ETP layout
+    column, every refused row with its reason, and its own scatter PNG; the dense part stays as it was."""
+    from planner.reports.validate_report import ReportSection, validation_report_text
+
+    def stub(model, plan, hardware):
+        return SimpleNamespace(iteration_time_s=10.0, tokens_per_s_per_gpu=1000.0, warnings=[], fits_in_memory=True,
+                               memory_gib_per_gpu=1.0)
+
+    moe = validate(list(moe_rows.values()), predict_fn=stub, hardware_fn=lambda *a: None)
+    dense = validate([], predict_fn=stub)
+    md = tmp_path / "validation.md"
+    plain, _ = validation_report_text(md, dense, ["published_runs.csv"], command="planner validate", cost_model="x")
+    text, images = validation_report_text(md, dense, ["published_runs.csv"], command="planner validate",
+                                          cost_model="x", sections=[ReportSection("Mixture-of-experts runs", "moe",
+                                                                                  moe, ["moe_runs.csv"], ["intro"])])
+    assert text.startswith(plain.rstrip("\n"))
+    section = text[len(plain.rstrip("\n")):]
+    assert "## Mixture-of-experts runs" in section and "`moe_runs.csv`" in section
+    assert "TP/PP/DP/CP/VP/EP/ETP" in section and "| 2/8/16/1/4/32/1 |" in section
+    assert all(f"| {r.id} |" in section for r in moe.skipped)
+    assert [p.name for p, _ in images] == ["validation_moe_scatter.png"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
@@ -48,14 +49,15 @@ def report_tables(report: ValidationReport) -> list[tuple[str, list[str], list[l
     tables = []
     pred = report.predicted
     rows = []
+    keys = ("tp", "pp", "dp", "cp", "vp") + (("ep", "etp") if any("ep" in r.layout for r in pred) else ())
     for r in pred:
         lay = r.layout
-        split = "/".join(str(lay[k]) for k in ("tp", "pp", "dp", "cp", "vp"))
+        split = "/".join(str(lay.get(k, "-")) for k in keys)
         rows.append([r.id, r.model, r.gpu, str(r.n_gpus), split,
                      str(lay["mbs"]), str(lay["gbs"]), f"{r.metric} [{METRIC_UNITS[r.metric]}]",
                      _num(r.measured), _num(r.predicted), _pct(100 * r.error), r.tier])
     tables.append((f"Predicted vs measured ({len(pred)} runs)",
-                   ["id", "model", "GPU", "GPUs [#]", "TP/PP/DP/CP/VP", "MBS [seq]", "GBS [seq]",
+                   ["id", "model", "GPU", "GPUs [#]", "/".join(k.upper() for k in keys), "MBS [seq]", "GBS [seq]",
                     "metric [unit]", "measured [unit]", "predicted [unit]", "error [%]", "tier"], rows))
     rows = [[s.group, s.value, str(s.n), f"{s.mape_pct:.1f}", f"{s.median_abs_pct:.1f}", f"{s.p90_abs_pct:.1f}",
              _pct(s.bias_pct)] for s in report.summaries]
@@ -149,10 +151,48 @@ def render_cv_preface(report: ValidationReport) -> list[str]:
     return lines
 
 
+@dataclass
+class ReportSection:
+    """A run file validated on its own and appended to the report under its own heading (e.g. the MoE runs,
+    whose sources are cross-validated among themselves and do not move the published dense runs' figures)."""
+
+    title: str
+    """Section heading."""
+    key: str
+    """Suffix of the section's scatter PNG (``NAME_KEY_scatter.png``)."""
+    report: ValidationReport
+    """The section's validation."""
+    run_files: Sequence[str | os.PathLike]
+    """Run files the section validates."""
+    intro: list[str] = field(default_factory=list)
+    """Paragraphs before its figures (what it validates and how)."""
+    extra: list[str] = field(default_factory=list)
+    """Further labelled figure lines (e.g. the shipped calibration's), listed under the cross-validated ones."""
+
+
+def _section_text(md: Path, sec: ReportSection, validation_png) -> tuple[list[str], list[tuple[Path, bytes]]]:
+    rep, parts, images = sec.report, [f"## {sec.title}", ""], []
+    parts += [line for p in sec.intro for line in (p, "")]
+    parts += ["Run files: " + ", ".join(f"`{_shown(f)}`" for f in sec.run_files) + ".", "", headline(rep), ""]
+    preface = render_cv_preface(rep)
+    if preface:
+        parts += [preface[0], ""] + [f"- {line}" for line in preface[1:]]
+    parts += [f"- {line}" for line in sec.extra] + ([""] if preface or sec.extra else [])
+    pred = rep.predicted
+    if pred:
+        png = validation_png([(r.source, r.metric, r.measured, r.predicted) for r in pred],
+                             f"{sec.title}: predicted vs measured ({len(pred)} runs; bands ±10 %, ±20 %)")
+        path = sibling(md, f"{sec.key}_scatter")
+        images.append((path, png))
+        parts += [image_link(f"{sec.title}: predicted vs measured, log-log", path, md), ""]
+    return parts + [render_markdown(rep)], images
+
+
 def validation_report_text(md: Path, report: ValidationReport, run_files: Sequence[str | os.PathLike],
-                           *, command: str | None = None, cost_model: str | None = None
-                           ) -> tuple[str, list[tuple[Path, bytes]]]:
-    """(Markdown, [(png path, png bytes)]) of a validation report; nothing is written."""
+                           *, command: str | None = None, cost_model: str | None = None,
+                           sections: Sequence[ReportSection] = ()) -> tuple[str, list[tuple[Path, bytes]]]:
+    """(Markdown, [(png path, png bytes)]) of a validation report (and its ``sections`` after it); nothing is
+    written."""
     from planner.reports.plots import validation_png  # deferred: matplotlib, only when a report is written
 
     pred = report.predicted
@@ -172,14 +212,20 @@ def validation_report_text(md: Path, report: ValidationReport, run_files: Sequen
         images.append((path, png))
         parts += [image_link("Predicted vs measured, log-log", path, md), ""]
     parts += [render_markdown(report)]
+    for sec in sections:
+        more, pngs = _section_text(md, sec, validation_png)
+        parts += more
+        images += pngs
     return "\n".join(parts).rstrip("\n") + "\n", images
 
 
 def write_validation_report(path: str | os.PathLike, report: ValidationReport, run_files: Sequence[str | os.PathLike],
-                            *, command: str | None = None, cost_model: str | None = None) -> ReportFiles:
-    """Write the report to ``path`` (.md) and its scatter PNG beside it, each atomically, the PNG first."""
+                            *, command: str | None = None, cost_model: str | None = None,
+                            sections: Sequence[ReportSection] = ()) -> ReportFiles:
+    """Write the report to ``path`` (.md) and its scatter PNGs beside it, each atomically, the PNGs first."""
     md = report_path(path)
-    text, images = validation_report_text(md, report, run_files, command=command, cost_model=cost_model)
+    text, images = validation_report_text(md, report, run_files, command=command, cost_model=cost_model,
+                                          sections=sections)
     for p, data in images:
         atomic_write_bytes(p, data)
     atomic_write_text(md, text)
@@ -187,11 +233,11 @@ def write_validation_report(path: str | os.PathLike, report: ValidationReport, r
 
 
 def build_and_write(path: str | os.PathLike, runs: Sequence[Path] | None, tiers: Sequence[str] | None,
-                    *, command: str | None = None, predict_fn: Callable | None = None
-                    ) -> tuple[ReportFiles, ValidationReport]:
+                    *, command: str | None = None, predict_fn: Callable | None = None,
+                    sections: Sequence[ReportSection] = ()) -> tuple[ReportFiles, ValidationReport]:
     """Load the run files (default: shared/validation/published_runs.csv), predict (with ``predict_fn``,
     e.g. a calibrated predict, when given), write the report. Tier handling and errors are those of
     `planner validate` (:func:`planner.validation.report.validate_files`)."""
     md = report_path(path)
     files, report = validate_files(runs, tiers, predict_fn)
-    return write_validation_report(md, report, files, command=command), report
+    return write_validation_report(md, report, files, command=command, sections=sections), report

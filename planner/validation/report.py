@@ -20,6 +20,8 @@ from planner.validation.runs import RunRow, default_hardware, load_runs, paralle
 from planner.validation.stats import GroupSummary, group_summaries
 
 RUN_FILE_NAME = "published_runs.csv"
+MOE_RUN_FILE_NAME = "moe_runs.csv"
+"""The published mixture-of-experts runs beside it (shared/validation/MOE_README.md)."""
 TIERS = ("A", "B", "C")
 
 
@@ -118,7 +120,7 @@ def validate(rows: list[RunRow], predict_fn: Callable | None = None, tiers: Iter
         res.assumptions = list(row.assumptions)
         res.gpu, res.kind, res.cluster = gpu_key, parallelism_kind(plan), row.cluster
         res.layout = {"tp": plan.tp, "pp": plan.pp, "dp": plan.dp, "cp": plan.cp, "vp": plan.vpp,
-                      "mbs": plan.micro_batch_size, "gbs": plan.global_batch_size}
+                      "mbs": plan.micro_batch_size, "gbs": plan.global_batch_size, **expert_layout(model, plan)}
         try:
             key = (gpu_key, gpn, row.cluster)
             if key not in hw_cache:
@@ -136,6 +138,17 @@ def validate(rows: list[RunRow], predict_fn: Callable | None = None, tiers: Iter
     done = [r for r in results if not r.skip_reason]
     return ValidationReport(rows=results, summaries=group_summaries(done),
                             excluded_by_tier=len(rows) - len(selected))
+
+
+def expert_layout(model, plan) -> dict:
+    """{"ep", "etp"} of an MoE run's plan (empty for dense models: their layout stays as it was)."""
+    return {"ep": plan.ep, "etp": plan.etp} if getattr(model, "is_moe", False) else {}
+
+
+def default_moe_run_file() -> Path | None:
+    """shared/validation/moe_runs.csv, or None when the shared data has none."""
+    d = validation_dir()
+    return d / MOE_RUN_FILE_NAME if d is not None and (d / MOE_RUN_FILE_NAME).is_file() else None
 
 
 def default_run_file() -> Path:
