@@ -19,7 +19,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from costmodel.attention_ops import attention_core_ops, mla_attention_operators, mla_dims, mla_tp_entry_bytes
+from costmodel.attention_ops import (
+    attention_core_ops,
+    mla_attention_operators,
+    mla_dims,
+    mla_replicated_params,
+    mla_tp_entry_bytes,
+)
 from costmodel.core.kinds import FEATURES, Category, Phase
 from costmodel.core.specs.framework import attention_kernel, get_framework
 from costmodel.core.specs.model import ModelSpec
@@ -416,19 +422,32 @@ def _grad_reduction(prefix: str, params_gpu: float, group: int, topo: tuple[int,
 
 
 def _iteration_ops(model: ModelSpec, plan: ParallelPlan, stage_params: int, first: bool, last: bool,
-                   moe_layers: int = 0) -> list[Op]:
+                   moe_layers: int = 0, replicated: int = 0) -> list[Op]:
     """DP gradient reduction, distributed-optimizer parameter all-gather, optimizer step (per iteration).
 
     With ``moe_layers`` MoE layers on the stage, their routed experts' weights (E/EP experts per layer, / ETP)
     are reduced over the expert data-parallel group (Megatron-Core parallel_state.py ``expert_data_parallel``,
     ranks ETP x EP apart in the tp-ep-dp-pp expert grid) and their optimizer shard is / expert DP; the rest over
-    DP x CP as for dense models."""
+    DP x CP as for dense models.
+
+    ``replicated``: weights of the stage every TP rank holds whole (MLA down projections and their norms, MoE
+    routers: :func:`_tp_replicated_params`); with sequence parallelism each TP rank's gradient of them covers its
+    own sequence shard, so they are all-reduced over TP once per iteration (Megatron-Core finalize_model_grads,
+    ``_allreduce_non_tensor_model_parallel_grads``, for parameters marked ``sequence_parallel``), and they count
+    whole, not / TP, in the DP reduction and optimizer shard."""
     t, cp = plan.tp, plan.cp
     group = plan.dp * cp          # gradients are reduced over DP x CP (Megatron's data-parallel-with-CP group)
     expert_gpu = expert_params_per_gpu(model, plan, moe_layers) if moe_layers else 0.0
     params_gpu = (stage_params - moe_layers * model.num_experts * model.expert_params()) / t if moe_layers \
         else stage_params / t
-    ops = _grad_reduction("dp", params_gpu, group, group_topology(group, t, plan.domain), plan)
+    ops: list[Op] = []
+    if replicated and t > 1:
+        params_gpu += replicated - replicated / t
+        if plan.sp:
+            rbytes = float(replicated * get_framework(plan.framework).grad_reduce_bytes)
+            ops.append(_coll("all_reduce", "tp.replicated_grad_allreduce", Phase.DP_COMM, rbytes, t,
+                             group_topology(t, 1, plan.domain), Category.TP_COMM))
+    ops += _grad_reduction("dp", params_gpu, group, group_topology(group, t, plan.domain), plan)
     if moe_layers:
         edp = plan.expert_dp
         topo = group_topology(edp, (plan.etp or plan.tp) * plan.ep, plan.domain)
@@ -444,6 +463,13 @@ def _iteration_ops(model: ModelSpec, plan: ParallelPlan, stage_params: int, firs
     ops.append(Op("optimizer", "optimizer.adam", Phase.OPTIMIZER, (round(shard),),
                   flops=ADAM_FLOPS_PER_PARAM * shard, bytes=ADAM_BYTES_PER_PARAM * shard, category=Category.OPTIMIZER))
     return ops
+
+
+def _tp_replicated_params(model: ModelSpec, layers: int, moe_layers: int) -> int:
+    """Weights of ``layers`` layers (``moe_layers`` of them MoE) that TP does not split: MLA's down projections and
+    norms (:func:`costmodel.attention_ops.mla_replicated_params`) and the MoE routers (Megatron-Core router.py: a
+    plain h x E weight on every TP rank). 0 for other models (their norm weights are left out as before)."""
+    return layers * mla_replicated_params(model) + moe_layers * model.router_params()
 
 
 def _mix(parts: list[tuple[list[Op], int]], n: int) -> list[Op]:
@@ -518,7 +544,8 @@ def build_graph(model: ModelSpec, plan: ParallelPlan) -> OperatorGraph:
         key: tuple = (first, last, n_layers, kinds) if varied else (first, last, n_layers)
         if key not in shared:
             stage_ops: list[Op] = (emb if first else []) + (head if last else [])
-            shared[key] = (stage_ops, _iteration_ops(model, plan, params, first, last, n_moe))
+            replicated = _tp_replicated_params(model, n_layers, n_moe) if varied or model.is_mla else 0
+            shared[key] = (stage_ops, _iteration_ops(model, plan, params, first, last, n_moe, replicated))
         stage_ops, iteration_ops = shared[key]
         stages.append(StageGraph(i, n_layers, layer_ops, stage_ops, iteration_ops, overlap, params, key,
                                  n_moe * model.num_experts * model.expert_params()))

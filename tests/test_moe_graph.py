@@ -196,8 +196,12 @@ def test_expert_gradients_reduce_over_expert_dp():
     assert rs.features[1] == p.expert_dp == 4
     assert rs.features[2:] == group_topology(4, 2 * 2, 8)
     assert rs.bytes == expert_gpu * 4                             # fp32 main gradients
-    non_expert = (g.stages[0].params - m.num_layers * E * m.expert_params()) / 2
+    router = m.num_layers * H * E                                 # replicated over TP (router.py), reduced whole
+    non_expert = (g.stages[0].params - m.num_layers * E * m.expert_params()) / 2 + router - router / 2
     assert it["dp.grad_reducescatter"].bytes == non_expert * 4 and it["dp.grad_reducescatter"].features[1] == 8
+    # with SP each TP rank's router gradient covers its sequence shard: all-reduced over TP once per iteration
+    ar = it["tp.replicated_grad_allreduce"]
+    assert ar.bytes == router * 4 and ar.features[1] == 2
     assert it["optimizer.adam"].features == (round(non_expert / 8 + expert_gpu / 4),)
     assert g.stages[0].expert_params == m.num_layers * E * m.expert_params()
 
