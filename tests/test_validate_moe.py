@@ -92,6 +92,9 @@ def test_plan_fields_from_framework_and_notes(moe_rows):
     p = plan("MOE-NEMO25-002")  # ETP 1 from the recommended-config file the notes quote, TP 2
     assert (p.tp, p.etp, p.cp, p.global_batch_size, p.micro_batch_size) == (2, 1, 8, 64, 1)
     assert (plan("MOE-AUTOMODEL-004").zero, plan("MOE-AUTOMODEL-004").framework) == (3, "fsdp")
+    # 4-GPU GB200 trays in NVL72 racks: 256 GPUs over 4 racks, 64 each on NVLink (Hardware.domain_for)
+    assert (plan("MOE-MOEZOO-015").gpus_per_node, plan("MOE-MOEZOO-015").domain) == (4, 64)
+    assert plan("MOE-NEMO25-003").domain == 64 and plan("MOE-MOEZOO-001").domain == 8
 
 
 def test_gpu_hours_metric_is_converted(moe_rows):

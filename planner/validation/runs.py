@@ -498,7 +498,15 @@ def _moe_plan(row: RunRow, model: ModelSpec, plan: ParallelPlan, notes: list[str
                      .split(";")[0].strip())
     if ":" in row.text["recompute"] and not row.text["recompute"].lower().startswith("full"):
         notes.append(f"recompute '{row.text['recompute']}' (element-wise modules) mapped to selective")
-    plan = dataclasses.replace(plan, **moe_plan_fields(row, plan.tp, notes))
+    fields = moe_plan_fields(row, plan.tp, notes)
+    # the NVLink domain as planner predict places the job (PlanRequest.resolve): a GB200/GB300 NVL72 rack spans
+    # 18 4-GPU trays, so EP groups across trays stay on NVLink
+    domain = load_catalogue().resolve(map_gpu(row.text["gpu"])[0], row.cluster or None,
+                                      plan.gpus_per_node).domain_for(plan.world_size)
+    if domain != plan.domain:
+        fields["nvlink_domain"] = domain
+        notes.append(f"NVLink domain {domain} GPUs (catalogue node type of {row.text['gpu']!r})")
+    plan = dataclasses.replace(plan, **fields)
     plan.validate(model)
     return plan
 
