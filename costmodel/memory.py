@@ -54,7 +54,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from costmodel.core.specs.framework import attention_kernel
+from costmodel.core.specs.framework import attention_kernel, get_framework
 from costmodel.core.specs.hardware import GPUSpec
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
@@ -348,6 +348,8 @@ def _layer_activation_bytes(model: ModelSpec, plan: ParallelPlan, recompute: str
     f = model.ffn_hidden_size / t
     attn = tokens * act_b * (q + 2 * kv + q)
     mlp = tokens * act_b * (f * (2 if model.gated else 1) + f)
+    if recompute == "selective" and _op_sac(plan) and not (moe or model.is_mla):
+        return _op_sac_activation_bytes(model, plan, tokens, act_b, q, kv, f, sp_div)
     if model.is_mla:
         attn = mla_activation_bytes(model, plan, tokens, act_b)
     if moe:
@@ -362,6 +364,27 @@ def _layer_activation_bytes(model: ModelSpec, plan: ParallelPlan, recompute: str
             per_score = act_b + ((BYTES_MASK + act_b) if dropout else 0.0)
             core = per_score * heads * plan.micro_batch_size * s * s
     return seq_region / sp_div + attn + mlp + core
+
+
+def _op_sac(plan: ParallelPlan) -> bool:
+    """The plan's selective recompute is torchtitan's per-op selective AC (``Framework.selective_recompute``)."""
+    return plan.recompute == "selective" and get_framework(plan.framework).selective_recompute == "op"
+
+
+def _op_sac_activation_bytes(model: ModelSpec, plan: ParallelPlan, tokens: float, act_b: float, q: float, kv: float,
+                             f: float, sp_div: int) -> float:
+    """What torchtitan's per-op selective AC keeps of one dense layer until its backward (parallelize_llama.py
+    ``_save_list`` / ``_custom_policy``: the outputs of mm except every second one, of the SDPA flash op and of the
+    TP reduce-scatters; everything else is recomputed): the block input (checkpoint input, sequence-sharded with
+    SP), the outputs of the 1st, 3rd, 5th and 7th mm in execution order (wq, wv, w1 and, with a gate, w2: wk, wo
+    and w3 are recomputed), the attention output with its fp32 logsumexp, and with SP the two reduce-scatter
+    outputs."""
+    saved = h_in = model.hidden_size / sp_div
+    saved += q + kv + f + (model.hidden_size if model.gated else 0.0)   # mm outputs kept (odd-numbered)
+    saved += q                                                            # SDPA output
+    if plan.tp > 1 and plan.sp:
+        saved += 2 * h_in                                                 # reduce_scatter_tensor outputs
+    return tokens * (act_b * saved + BYTES_LSE * model.num_heads / plan.tp)
 
 
 def first_stage_extra_bytes(model: ModelSpec, plan: ParallelPlan) -> float:
@@ -381,7 +404,8 @@ def last_stage_extra_bytes(model: ModelSpec, plan: ParallelPlan) -> float:
     tokens = plan.seq_len / plan.cp * plan.micro_batch_size
     sp_div = plan.tp if plan.sp else 1
     hidden = 2 * _act_bytes(plan) * tokens * model.hidden_size / sp_div
-    logits = BYTES_LOGIT * tokens * padded_vocab(model, plan.tp) / plan.tp
+    logit_bytes = get_framework(plan.framework).loss_logit_bytes  # BYTES_LOGIT for Megatron
+    logits = logit_bytes * tokens * padded_vocab(model, plan.tp) / plan.tp
     return hidden + logits
 
 
@@ -407,7 +431,7 @@ def _stage_terms(model: ModelSpec, plan: ParallelPlan, flash_attention: bool) ->
     # Full recompute re-materialises one layer at a time in backward; that layer's activations
     # (stored as with recompute='none') exist on top of the checkpoints.
     recompute_working = 0.0
-    if plan.recompute == "full":
+    if plan.recompute == "full" or _op_sac(plan):  # op-SAC re-runs a layer's forward in its backward too
         recompute_working = _layer_activation_bytes(model, plan, "none", flash_attention)
     first_extra = first_stage_extra_bytes(model, plan)
     last_extra = last_stage_extra_bytes(model, plan)

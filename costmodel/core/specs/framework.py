@@ -47,6 +47,11 @@ class Framework:
     grad_reduce_bytes: int = 4
     """Bytes per gradient element in the data-parallel / ZeRO-3 gradient reduction: 4 = fp32 (Megatron's
     --accumulate-allreduce-grads-in-fp32, FSDP2 reduce_dtype float32 in torchtitan), 2 = the training dtype."""
+    loss_logit_bytes: float = 4.0
+    """Bytes per logit live at the loss's peak: 4 = the fp32 logits of Megatron's vocab-parallel cross entropy;
+    10 = torchtitan's loss_fn, cross_entropy(pred.flatten(0, 1).float(), labels) outside the compiled blocks: the
+    bf16 output-layer logits (2, freed only after the loss: train.py ``del pred``), their fp32 copy (4) and
+    log_softmax's fp32 output saved for backward (4)."""
     compiled: bool = True
     """Whether the element-wise operators (norms, RoPE, the gated activation) run as fused kernels, as the cost
     model's element-wise measurements (Transformer Engine / Apex kernels, or torch.compile's generated ones)
@@ -88,14 +93,14 @@ register(Framework(
     "torchtitan", "torchtitan (FSDP2, TP, PP, CP on PyTorch)", "flash2", True, "hierarchical",
     "torchtitan docs/fsdp.md (FSDP2) and models/llama3 attention (F.scaled_dot_product_attention); selective AC "
     "'op' saves all compute ops except every second mm (torchtitan parallelize_llama.py _custom_policy)",
-    selective_recompute="op"))
+    selective_recompute="op", loss_logit_bytes=10.0))
 register(Framework(
     "torchtitan-eager", "torchtitan without torch.compile (training.compile = false: PyTorch eager kernels)",
     "flash2", True, "hierarchical",
     "as torchtitan; its element-wise ops run as PyTorch eager kernels: torchtitan models/norms.py RMSNorm "
     "(x.float(), pow, mean, rsqrt, mul, type_as, mul weight), models/llama/model.py apply_rotary_emb (float(), "
     "complex mul, type_as) and FeedForward (silu, mul); torch.compile is opt-in (job_config training.compile)",
-    selective_recompute="op", compiled=False))
+    selective_recompute="op", loss_logit_bytes=10.0, compiled=False))
 
 FRAMEWORKS: tuple[str, ...] = tuple(_REGISTRY)
 DEFAULT_FRAMEWORK = "megatron"
