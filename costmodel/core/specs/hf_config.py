@@ -1,10 +1,11 @@
 """Build a :class:`ModelSpec` from a Hugging Face ``config.json``.
 
 Each supported ``model_type`` has a small parser below that maps that family's key names onto the
-ModelSpec fields. Defaults used when a key is absent are the defaults of the matching
-``transformers`` configuration class (``LlamaConfig``, ``GPT2Config``, ``MptConfig`` ...) unless a
-comment names another source. Keys that are parsed but have no ModelSpec field (rotary fraction,
-sliding window, rope scaling, ...) are kept in ``ModelSpec.extra``; unknown keys are ignored.
+ModelSpec fields (the MoE families' expert, MLA and sliding-window keys: :mod:`.hf_moe`). Defaults used when a
+key is absent are the defaults of the matching ``transformers`` configuration class (``LlamaConfig``,
+``GPT2Config``, ``MptConfig`` ...) unless a comment names another source. Keys that are parsed but have no
+ModelSpec field (rotary fraction, Mistral's sliding window, rope scaling, MoE routing details, ...) are kept in
+``ModelSpec.extra``; unknown keys are ignored.
 """
 
 from __future__ import annotations
