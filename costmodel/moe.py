@@ -44,12 +44,13 @@ DEFAULT_IMBALANCE = 1.0
 
 No measured figure of max/mean routed tokens per expert for aux-loss-balanced training was found in the sources
 searched (Megatron-Core's MoE README, the ModelZoo best-practice readmes, shared/validation/MOE_README.md, the
-MoE papers in the search corpora report balance as plots or relative speed-ups, not as a max/mean ratio), so the
-default is the balanced routing that Megatron-Core's --moe-router-force-load-balancing gives and that many
-published NVIDIA MoE runs use (shared/validation/MOE_README.md: "Many NVIDIA rows use
---moe-router-force-load-balancing or a 'fake balanced gate'"). Dropless runs without forced balance route
-unevenly (the forced-balance vs dropless pairs MOEZOO-007..014 there differ by 8-25 % in step time): set
-``ParallelPlan.moe_imbalance`` for them."""
+MoE papers in the search corpora report balance as plots or relative speed-ups, not as a max/mean ratio; Wang et
+al. 2024, arXiv 2408.15664, define exactly this ratio minus one as MaxVio and tabulate it for aux-loss-balanced
+training, but its table was not in the corpora, so no figure is taken from it), so the default is the balanced
+routing that Megatron-Core's --moe-router-force-load-balancing gives and that many published NVIDIA MoE runs use
+(shared/validation/MOE_README.md: "Many NVIDIA rows use --moe-router-force-load-balancing or a 'fake balanced
+gate'"). Dropless runs without forced balance route unevenly (the forced-balance vs dropless pairs
+MOEZOO-007..014 there differ by 8-25 % in step time): set ``ParallelPlan.moe_imbalance`` for them."""
 
 SCORE_FLOPS_PER_LOGIT = 5.0
 """Router scoring per logit: the same count as an attention softmax score (costmodel.graph.SOFTMAX_FLOPS_PER_SCORE:
