@@ -77,8 +77,9 @@ def moe_refusals(row) -> list[str]:
             not row.values.get("expert_ffn_hidden"):
         return [f"mixture-of-experts run (EP={row.values.get('ep')}) without the MoE columns num_experts, top_k and "
                 "expert_ffn_hidden: use the header of shared/validation/moe_runs.csv"]
-    if not row.values.get("ep"):
-        out.append("EP not stated (the source prints '-'): the expert layout is unknown")
+    if not row.values.get("ep") and not ep_from_notes(row):
+        out.append("EP not stated (the source prints '-') and the notes give no benchmark config of the same "
+                   "commit that states it: the expert layout is unknown")
     reason = _precision_refusal(row.text["precision"])
     if reason:
         out.append(reason)
@@ -91,6 +92,15 @@ def moe_refusals(row) -> list[str]:
         out.append("tflops_per_gpu of a source whose FLOPs formula is not stated (no tflops_mcore_* rule in "
                    "search_spaces/validation/published_sources.toml): give iteration_time_s or tokens_per_s_per_gpu")
     return out
+
+
+def ep_from_notes(row) -> int | None:
+    """EP of a row whose EP column is empty but whose notes quote the benchmark config of the table's own commit
+    ('config gptoss_20b_te_deepep.yaml @e4581201 has ep_size 8'); None when not given or the config 'drifted'
+    from the table."""
+    notes = row.text["notes"].lower()
+    m = re.search(r"has ep_size (\d+)", notes)
+    return int(m.group(1)) if m and "drifted" not in notes else None
 
 
 def check_tag_ok(row) -> bool:
@@ -150,7 +160,9 @@ def moe_model(row, seq_len: int, notes: list[str]) -> ModelSpec:
         if "swiglu" not in text:
             notes.append("activation not stated, assumed SwiGLU (hidden_act silu in the HF configs of Mixtral, "
                          "Qwen3-MoE, DeepSeek-V3, Kimi K2 and Llama 4)")
-    notes.append("RMSNorm, RoPE, no linear biases, untied embeddings assumed (HF configs of the MoE families in "
+    bias = "gpt-oss" in row.model_name.lower()
+    notes.append("RMSNorm, RoPE, untied embeddings and " + ("biased linears (GPT-OSS config.json: attention_bias, "
+                 "expert biases)" if bias else "no linear biases") + " assumed (HF configs of the MoE families in "
                  "moe_runs.csv)")
     mla = _mla(text, notes)
     kv = v.get("n_kv_heads") or a
@@ -174,7 +186,7 @@ def moe_model(row, seq_len: int, notes: list[str]) -> ModelSpec:
         notes.append(f"token dropping with capacity factor {cap.group(1)} (padded to capacity)")
     return ModelSpec(name=row.model_name, num_layers=L, hidden_size=h, num_heads=a, num_kv_heads=kv,
                      ffn_hidden_size=dense_ffn, vocab_size=vocab, max_seq_len=seq_len, head_dim=head_dim,
-                     activation=act, norm="rmsnorm", position_embedding="rope", source=row.source,
+                     activation=act, norm="rmsnorm", position_embedding="rope", linear_bias=bias, source=row.source,
                      extra={"run_id": row.id}, **fields)
 
 
@@ -213,7 +225,11 @@ def moe_plan_fields(row, tp: int, notes: list[str]) -> dict:
         notes.append(f"ETP {etp} from the notes (the source's recommended-config file for the same layout)")
     elif etp is None:
         notes.append(f"ETP not stated: Megatron-Core default ETP = TP = {tp}")
-    fields = dict(ep=row.values.get("ep") or 1, etp=etp, moe_dispatcher=_dispatcher(row.text["framework"], notes))
+    ep = row.values.get("ep")
+    if not ep:
+        ep = ep_from_notes(row) or 1
+        notes.append(f"EP {ep} from the benchmark config the notes quote (the table prints '-')")
+    fields = dict(ep=ep, etp=etp, moe_dispatcher=_dispatcher(row.text["framework"], notes))
     if balanced_routing(row):
         fields["moe_imbalance"] = 1.0
         notes.append("forced load balancing (perfectly balanced routing): routing imbalance 1.0")
