@@ -249,3 +249,89 @@ def test_collective_regressor_is_not_extrapolated_across_nodes(tmp_path):
     r = cm.predict([inside, across], CPU)
     assert r.method[0] == "xgboost:cpu/all_reduce" and r.method[1].startswith("roofline")
     assert any("all_reduce across nodes" in w for w in r.warnings)
+
+
+# ---------------------------------------------------------------------------------------- all-to-all (issue 17)
+def _a2a(nbytes, ranks, nodes, rpn):
+    return Op("all_to_all", "a2a", "fwd", (float(nbytes), ranks, nodes, rpn), bytes=float(nbytes))
+
+
+@pytest.mark.parametrize("gpu, intra", [("h100-sxm", 8), ("b200", 8), ("gb200", 64), ("a100-80gb", 8)])
+def test_all_to_all_monotone_in_bytes_and_slower_across_domains(gpu, intra):
+    """All-to-all over one NVLink domain and over two (same ranks per domain): non-decreasing in bytes, and the
+    cross-domain one (its off-domain share through the NIC) slower from 1 MiB on."""
+    hw = load_catalogue().resolve(gpu)
+    sizes = 2.0 ** np.arange(8, 34, 0.5)
+    cm = MeasuredCostModel()
+    t_in = cm.predict([_a2a(b, intra, 1, intra) for b in sizes], hw).time_s
+    t_x = cm.predict([_a2a(b, 2 * intra, 2, intra) for b in sizes], hw).time_s
+    assert np.all(np.diff(t_in) >= 0) and np.all(np.diff(t_x) >= 0)
+    assert np.all(t_x[sizes >= 2**20] > t_in[sizes >= 2**20])
+
+
+def _aic(shared_data, sub, name):
+    import csv
+
+    with (shared_data / "aiconfigurator" / sub / name).open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+@pytest.mark.parametrize("gpu, system", [("a100-80gb", "a100_sxm_nccl_fp16__nccl-2.27.3"),
+                                         ("h100-sxm", "h100_sxm_nccl_fp16__nccl-2.29.2"),
+                                         ("h200", "h200_sxm_nccl_fp16__nccl-2.29.2"),
+                                         ("b200", "b200_sxm_nccl_fp16__nccl-2.29.2"),
+                                         ("gb200", "gb200_nccl_fp16__nccl-2.29.2")])
+def test_all_to_all_within_factor_of_nccl_tests(shared_data, gpu, system):
+    """aiconfigurator's nccl-tests alltoall (2-8 GPUs of one node; bytes = 2 x message_size): within 2.1x at every
+    size either way (small messages: the monotone envelope smooths nccl-tests' non-monotone latency floor) and 10 %
+    from 1 MiB on."""
+    rows = [r for r in _aic(shared_data, "nccl", system + ".csv") if r["op_name"] == "alltoall"]
+    ops = [_a2a(2 * int(r["message_size"]), int(r["num_gpus"]), 1, int(r["num_gpus"])) for r in rows]
+    q = MeasuredCostModel().predict(ops, load_catalogue().resolve(gpu)).time_s / \
+        np.array([float(r["latency_ms"]) * 1e-3 for r in rows])
+    big = np.array([o.features[0] >= 2**20 for o in ops])
+    assert 1 / 2.1 <= q.min() and q.max() <= 2.1, (q.min(), q.max())
+    assert np.all(np.abs(q[big] - 1) <= 0.10), q[big]
+
+
+def test_all_to_all_over_an_nvl72_rack_within_factor_of_trtllm(shared_data):
+    """TRT-LLM's MoE all-to-all on 8-64 GPUs of one GB200 NVL72 rack (bf16, NVLinkTwoSided; top-8 of 256
+    experts, hidden 7168, so each token's 8 copies go to 8 different ranks, like NCCL's all-to-all of
+    tokens x 8 x 7168 x 2 bytes), >= 256 tokens per rank: within 0.8-1.5x. The all-to-all trees are sampled on
+    2 and 4 GPUs (one tray); beyond, they are anchored to the alpha-beta model (RANK_ANCHORED_KINDS). EP 2-4
+    rows are not like-for-like (TRT-LLM sends a token once per rank, NCCL-convention bytes count 8 copies)."""
+    rows = [r for r in _aic(shared_data, "multinode", "gb200_trtllm_moe_alltoall_ep2-64__trtllm-1.3.0rc10.csv")
+            if r["moe_dtype"] == "bfloat16" and r["kernel_source"] == "NVLinkTwoSided"
+            and r["op_name"] in ("alltoall_dispatch", "alltoall_combine") and int(r["moe_ep_size"]) >= 8
+            and int(r["num_tokens"]) >= 256]
+    assert len(rows) >= 80
+    ops = [_a2a(int(r["num_tokens"]) * 8 * 7168 * 2, int(r["moe_ep_size"]), 1, int(r["moe_ep_size"]))
+           for r in rows]
+    q = MeasuredCostModel().predict(ops, load_catalogue().resolve("gb200")).time_s / \
+        np.array([float(r["latency_ms"]) * 1e-3 for r in rows])
+    assert 0.8 <= q.min() and q.max() <= 1.5, (q.min(), q.max())
+
+
+def test_all_to_all_across_nodes_against_deepep(shared_data):
+    """DeepEP normal-mode combine (bf16; DeepSeek-V3 shape: top-8 of 256 experts, hidden 7168) on 8 H100 per node
+    over InfiniBand, best SM budget, >= 1,024 tokens per rank. One node (NVLink): within 0.8-1.6x. Two and four
+    nodes: NCCL-convention all-to-all sends every routed copy, DeepEP one copy per destination node, so ours is
+    slower; with the bytes divided by that deduplication factor (expected distinct remote nodes of 8 experts drawn
+    from 256 over N nodes, vs 8 (N-1)/N copies) within 0.8-1.5x: the NIC figures of the catalogue's DGX H100
+    (50 GB/s per GPU) carry the rest. The 8-node rows are left out (PROVENANCE: 'use with care', growth of 3x from
+    4 to 8 nodes and notify times up to 16 ms)."""
+    from math import comb
+
+    best: dict[tuple[int, int], float] = {}
+    for r in _aic(shared_data, "multinode", "h100_sxm_deepep_normal_1-8nodes__sglang-0.5.6.post2.csv"):
+        key = (int(r["node_num"]), int(r["num_token"]))
+        best[key] = min(best.get(key, np.inf), float(r["combine_transmit_us"]) * 1e-6)
+    hw = load_catalogue().resolve("h100-sxm")
+    cm = MeasuredCostModel()
+    for nodes, lo, hi in ((1, 0.8, 1.6), (2, 0.8, 1.5), (4, 0.8, 1.5)):
+        hit = 1 - comb(256 - 256 // nodes, 8) / comb(256, 8)          # a given other node receives >= 1 copy
+        dedup = 1.0 if nodes == 1 else (8 * (nodes - 1) / nodes) / ((nodes - 1) * hit)
+        keys = sorted(k for k in best if k[0] == nodes and k[1] >= 1024)
+        ops = [_a2a(t * 8 * 7168 * 2 / dedup, 8 * nodes, nodes, 8) for _, t in keys]
+        q = cm.predict(ops, hw).time_s / np.array([best[k] for k in keys])
+        assert len(keys) >= 6 and lo <= q.min() and q.max() <= hi, (nodes, q)
