@@ -151,3 +151,30 @@ def test_report_appends_the_moe_section(moe_rows, tmp_path):
     assert "TP/PP/DP/CP/VP/EP/ETP" in section and "| 2/8/16/1/4/32/1 |" in section
     assert all(f"| {r.id} |" in section for r in moe.skipped)
     assert [p.name for p, _ in images] == ["validation_moe_scatter.png"]
+
+
+def test_cli_cross_validates_the_moe_file(shared_validation):
+    """`planner validate --runs moe_runs.csv --cv source` predicts every accepted row with the real cost model,
+    each MoE source held out in turn (the default for a --runs file is --cv none: predictions as predict makes
+    them, uncalibrated)."""
+    import json
+
+    import typer
+    from typer.testing import CliRunner
+
+    from planner.cli_validate import register, resolve_cv
+
+    app = typer.Typer()
+    register(app)
+    app.command("noop")(lambda: None)
+    path = str(shared_validation / "moe_runs.csv")
+    assert resolve_cv(None, None, [path]) == "none"
+    res = CliRunner().invoke(app, ["validate", "--runs", path, "--format", "json", "--cv", "source"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert data["cv"] == "source" and {f["held_out"][0] for f in data["folds"]} == \
+        {"MOE-AUTOMODEL", "MOE-MLMREADME", "MOE-MOEZOO", "MOE-NEMO25"}
+    done = [r for r in data["rows"] if not r["skip_reason"]]
+    assert {r["id"] for r in done} == ACCEPTED
+    assert all(r["predicted"] > 0 and r["layout"]["ep"] > 1 for r in done)
+    assert data["uncalibrated"]["n"] == len(ACCEPTED)
