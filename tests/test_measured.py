@@ -256,10 +256,13 @@ def _a2a(nbytes, ranks, nodes, rpn):
     return Op("all_to_all", "a2a", "fwd", (float(nbytes), ranks, nodes, rpn), bytes=float(nbytes))
 
 
-@pytest.mark.parametrize("gpu, intra", [("h100-sxm", 8), ("b200", 8), ("gb200", 64), ("a100-80gb", 8)])
+@pytest.mark.parametrize("gpu, intra", [("h100-sxm", 8), ("b200", 8), ("gb200", 64), ("a100-80gb", 8),
+                                        ("a100-40gb", 4), ("h100-sxm-500w", 8), ("b300", 8), ("gb300", 72),
+                                        ("mi300x", 8)])
 def test_all_to_all_monotone_in_bytes_and_slower_across_domains(gpu, intra):
     """All-to-all over one NVLink domain and over two (same ranks per domain): non-decreasing in bytes, and the
-    cross-domain one (its off-domain share through the NIC) slower from 1 MiB on."""
+    cross-domain one (its off-domain share through the NIC) slower from 1 MiB on. Measured trees (the first four),
+    a same-silicon sibling's (A100-40GB, H100 500 W) and the alpha-beta model (B300, GB300, MI300X)."""
     hw = load_catalogue().resolve(gpu)
     sizes = 2.0 ** np.arange(8, 34, 0.5)
     cm = MeasuredCostModel()

@@ -130,7 +130,7 @@ class _GpuModels:
 RANK_ANCHORED_KINDS = frozenset({"all_to_all"})
 """Collectives whose group sizes outside the sampled ones are anchored to the alpha-beta model (the trees are
 constant beyond their largest sampled group: GB200's all-to-all, sampled on 2 and 4 GPUs, came out 0.5-1.0x the
-TRT-LLM all-to-all measured on 8-64 GPUs of one NVL72 rack, aiconfigurator multinode/; anchored 0.9-1.3x,
+TRT-LLM all-to-all measured on 8-64 GPUs of one NVL72 rack, aiconfigurator multinode/; anchored 0.9-1.4x,
 tests/test_measured.py). Only all-to-all: the other collectives keep their trees so that dense plans predict as
 before."""
 
