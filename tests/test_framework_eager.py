@@ -99,3 +99,15 @@ def test_torchtitan_table_1_memory_is_within_ten_percent():
                           zero=3, recompute="selective", framework="torchtitan").resolve()
         got = predict(res.model, res.plan, res.hardware, calibration=None).memory_gib_per_gpu
         assert abs(got / measured - 1) < 0.10, (gpus, got)
+
+
+def test_torchtitan_interleaved_rows_without_stages_per_rank_take_its_default_of_two(shared_validation):
+    from planner.validation.runs import load_runs, row_to_inputs
+
+    rows = {r.id: r for r in load_runs(shared_validation / "published_runs.csv")}
+    _, interleaved, _, _ = row_to_inputs(rows["TORCHTITAN-014"])   # "Interleaved 1F1B (stages/rank not stated)"
+    _, one_f_one_b, _, _ = row_to_inputs(rows["TORCHTITAN-013"])   # 1F1B
+    assert (interleaved.vpp, one_f_one_b.vpp) == (2, 1)
+    assert any("torchtitan's default" in a for a in rows["TORCHTITAN-014"].assumptions)
+    _, eager, _, _ = row_to_inputs(rows["TORCHTITAN-001"])          # Table 1 'FSDP' (eager)
+    assert eager.framework == "torchtitan-eager" and one_f_one_b.framework == "torchtitan"

@@ -359,6 +359,17 @@ def _framework(text: str, notes: list[str], row_notes: str = "") -> str:
     return "megatron"
 
 
+def _torchtitan_interleaved_stages(row: RunRow, pp: int, notes: list[str]) -> int:
+    """Model chunks per PP rank of a torchtitan row with an interleaved schedule and none stated: 2, torchtitan's
+    default for multi-stage schedules without split points (pipelining_utils.py generate_split_points: "Multi-stage
+    schedules support more than 2 stages per rank, but this is the default if no pipeline split is specified");
+    else 1."""
+    if pp > 1 and "torchtitan" in row.text["framework"].lower() and "interleaved" in row.text["notes"].lower():
+        notes.append("interleaved schedule, stages per rank not stated: 2 (torchtitan's default without split points)")
+        return 2
+    return 1
+
+
 def _attention(row: RunRow, notes: list[str]) -> str:
     """'unfused' for rows of a published source whose stack predates FlashAttention (rule unfused_attention),
     else "" (the framework's kernel)."""
@@ -436,7 +447,7 @@ def row_to_inputs(row: RunRow) -> tuple[ModelSpec, ParallelPlan, str, int]:
         dp = n // (tp * pp * cp)
     if tp * pp * dp * cp != n:
         raise PlannerError(f"TP*PP*DP*CP = {tp}*{pp}*{dp}*{cp} = {tp * pp * dp * cp} != GPUs={n}")
-    vpp = row.get("vp") or 1
+    vpp = row.get("vp") or _torchtitan_interleaved_stages(row, pp, notes)
     mbs = row.get("mbs")
     no_accumulation = row.rule("no_gradient_accumulation")
     if not mbs and no_accumulation is not None and gbs % dp == 0:
