@@ -3,7 +3,8 @@
 Measures, on the machine it runs on:
   1. end to end, from process start to printed table (median of --repeat runs; targets of issue 14 on the
      2-core dev machine): `planner search --model llama-13b --gpus 128` <= 2 s and
-     `planner size --model llama3-70b --tokens 2e12 --deadline 30d` <= 2 s;
+     `planner size --model llama3-70b --tokens 2e12 --deadline 30d` <= 2 s; the MoE search
+     `planner search --model mixtral-8x22b --gpus 256` (EP and ETP searched, issue 17) is timed and reported;
   2. exhaustive enumeration of the default space (llama-13b / 128 x a100-80gb and llama3-70b / 512 x
      h100-sxm): space points per second (the cartesian product of the listed values, rejected ones
      included; target >= 5,000/s), distinct valid candidates evaluated per second and full predictions
@@ -41,6 +42,9 @@ CASES = [("llama-13b", "a100-80gb", 128), ("llama3-70b", "h100-sxm", 512), ("gpt
 alone was 8 % off the optimum (issue 14)."""
 COMMANDS = [["search", "--model", "llama-13b", "--gpus", "128", "--seed", "0", "--no-progress"],
             ["size", "--model", "llama3-70b", "--tokens", "2e12", "--deadline", "30d"]]
+MOE_COMMANDS = [["search", "--model", "mixtral-8x22b", "--gpus", "256", "--seed", "0", "--no-progress"]]
+"""MoE search with EP and ETP as dimensions (issue 17): timed and reported, no target of its own (issue 14's 2 s
+targets are the dense commands above, which EP leaves unchanged)."""
 TARGET_S = 2.0
 """End-to-end target of each command on the 2-core dev machine (issue 14)."""
 PERSISTENT_RATIO = 2.0
@@ -52,7 +56,7 @@ QUALITY_GAP = 0.005
 
 def end_to_end(repeat: int) -> list[dict]:
     out = []
-    for args in COMMANDS:
+    for args in COMMANDS + MOE_COMMANDS:
         cmd = [sys.executable, "-c", "from planner.cli import main; main()", *args]
         walls = []
         for _ in range(repeat):
@@ -62,7 +66,7 @@ def end_to_end(repeat: int) -> list[dict]:
             if r.returncode != 0:
                 raise SystemExit(f"planner {' '.join(args)} failed: {r.stderr.strip()}")
         out.append({"command": "planner " + " ".join(args), "wall_s": walls, "median_s": statistics.median(walls),
-                    "target_s": TARGET_S})
+                    "target_s": TARGET_S if args in COMMANDS else None})
     return out
 
 
@@ -163,9 +167,9 @@ def main() -> None:
         if d["max_gap"] > QUALITY_GAP:
             misses.append(f"{model}/{gpus}x{gpu}: the default search is {100 * d['max_gap']:.2f} % off the optimum")
     for e in out["end_to_end"]:
-        print(f"end to end: {e['command']}: median {e['median_s']:.2f} s (target {e['target_s']:.0f} s)",
-              file=sys.stderr)
-        if e["median_s"] > e["target_s"]:
+        print(f"end to end: {e['command']}: median {e['median_s']:.2f} s "
+              + (f"(target {e['target_s']:.0f} s)" if e["target_s"] else "(reported, no target)"), file=sys.stderr)
+        if e["target_s"] and e["median_s"] > e["target_s"]:
             misses.append(f"{e['command']} took {e['median_s']:.2f} s > {e['target_s']:.0f} s")
     for p in out["persistent"]:
         print(f"persistent study: {p['storage']}: median {p['median_s']:.2f} s = {p['ratio_to_in_memory']:.2f} x "

@@ -139,6 +139,11 @@ def test_moe_search_space_takes_ep_choices_and_refuses_bad_ones():
         load_space("default").override(ep=[0])
 
 
+def test_study_identity_of_dense_problems_has_no_expert_dimensions():
+    assert "ep" not in _problem(DENSE).describe()["space"]  # studies stored before EP existed still match
+    assert _problem(MIXTRAL).describe()["space"]["etp"] == [0, 1]
+
+
 def test_neighbours_step_ep():
     p = _problem(MIXTRAL)
     ch = dimension_choices(p)

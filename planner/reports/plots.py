@@ -15,13 +15,13 @@ from typing import Sequence
 
 import numpy as np
 
-BREAKDOWN_CATEGORIES = ("compute", "pipeline bubble", "exposed TP comm", "exposed CP comm", "exposed PP comm",
-                        "exposed DP comm", "exposed ZeRO comm", "optimizer")
+BREAKDOWN_CATEGORIES = ("compute", "pipeline bubble", "exposed TP comm", "exposed CP comm", "exposed EP comm",
+                        "exposed PP comm", "exposed DP comm", "exposed ZeRO comm", "optimizer")
 """Time categories of a plan (costmodel.core.kinds.Category values of breakdown rows), in stacking order."""
 
 _CATEGORY_COLOURS = {"compute": "#4c72b0", "pipeline bubble": "#c7c7c7", "exposed TP comm": "#dd8452",
                      "exposed CP comm": "#8172b3", "exposed PP comm": "#937860", "exposed DP comm": "#c44e52",
-                     "exposed ZeRO comm": "#da8bc3", "optimizer": "#55a868"}
+                     "exposed ZeRO comm": "#da8bc3", "optimizer": "#55a868", "exposed EP comm": "#64b5cd"}
 DPI = 110
 
 

@@ -79,5 +79,6 @@ def no_fit_message(result: SearchResult, gbs_given: bool = False) -> str:
                 f"plan of the space on up to {1 << 20} GPUs; add full recompute / ZeRO-3 to the space.")
     n, c = found
     return (f"no plan fits: {p.model.name} needs >= {n} GPUs of {gpu.hbm_gb:g} GB at seq {p.seq_len} with "
-            f"{c.recompute} recompute (e.g. TP={c.tp} PP={c.pp} CP={c.cp} MBS={c.mbs} ZeRO={c.zero}); "
+            f"{c.recompute} recompute (e.g. TP={c.tp} PP={c.pp} CP={c.cp} MBS={c.mbs} ZeRO={c.zero}"
+            f"{f' EP={c.ep} ETP={c.etp or c.tp}' if c.ep > 1 else ''}); "
             f"{mem} of {result.evaluated} candidates exceed memory.")

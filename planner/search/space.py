@@ -240,6 +240,8 @@ class SearchProblem:
         sp = dataclasses.asdict(self.space)
         sp.pop("description", None)
         sp.pop("name", None)
+        if not self.model.is_moe:  # dense: no expert dimensions (the identity of studies stored before them)
+            sp.pop("ep"), sp.pop("etp")
         return {"model": self.model.name, "targets": [[t.hardware.gpu.name, t.hardware.cluster.name,
                                                         t.gpus_per_node, t.world_size] for t in self.targets],
                 "gbs": self.global_batch_size, "seq_len": self.seq_len,
