@@ -34,7 +34,7 @@ from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan, account_for, chunk_layers
 from planner.export_arch import architecture, fmt_float, header, is_uneven
-from planner.export_moe import megatron_moe_args, nemo_moe_keys
+from planner.export_moe import megatron_mla_args, megatron_moe_args, nemo_moe_keys
 from planner.export_torchtitan import dump_toml, export_torchtitan, torchtitan_config, torchtitan_model_parts
 
 __all__ = ["FORMATS", "TARGET_FILES", "dump_toml", "export_plan", "export_targets", "megatron_args", "nemo_config",
@@ -162,7 +162,7 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, iterations: int | None =
     add("--context-parallel-size", plan.cp)
     if plan.sp:
         add("--sequence-parallel")
-    for flag, value in megatron_moe_args(model, plan):  # experts and their layout (planner.export_moe)
+    for flag, value in megatron_mla_args(model) + megatron_moe_args(model, plan):  # planner.export_moe
         add(flag, value)
     uneven = is_uneven(plan)
     flags = account_for(plan.layer_split, plan.vpp) if uneven else None

@@ -1,4 +1,5 @@
-"""Mixture-of-experts settings of an exported plan: Megatron-LM flags, NeMo keys, torchtitan keys.
+"""Mixture-of-experts (and multi-head latent attention) settings of an exported plan: Megatron-LM flags, NeMo
+keys, torchtitan keys.
 
 Sources (names checked against the launcher's own source):
 
@@ -13,7 +14,10 @@ Sources (names checked against the launcher's own source):
   Force override routing to balance token distribution ... for benchmarking purposes only"),
   ``--moe-token-dispatcher-type`` (allgather | alltoall | flex; default allgather, so always written),
   ``--moe-enable-deepep`` ("Only works with flex token dispatcher"), ``--moe-expert-capacity-factor``
-  ("None means no token will be dropped") and ``--overlap-moe-expert-parallel-comm``.
+  ("None means no token will be dropped") and ``--overlap-moe-expert-parallel-comm``; ``_add_mla_args``:
+  ``--q-lora-rank``, ``--kv-lora-rank``, ``--qk-head-dim`` ("q_head_dim = qk_head_dim + qk_pos_emb_head_dim"),
+  ``--qk-pos-emb-head-dim``, ``--v-head-dim``, switched on by ``--multi-latent-attention``
+  (``_add_network_size_args``, "Use multi-latent attention for model").
 * NeMo: ``expert_model_parallel_size``, ``num_moe_experts``, ``moe_router_topk``, ``moe_grouped_gemm`` and
   ``moe_token_dispatcher_type`` as in NVIDIA/NeMo-Framework-Launcher
   ``launcher_scripts/conf/training/mixtral/mixtral_7b_8nodes_tp_1_pp_1_cp_1_ep_2_...yaml`` (commit e0b7c5d12ac8);
@@ -78,7 +82,22 @@ def megatron_moe_args(model: ModelSpec, plan: ParallelPlan) -> list[tuple[str, o
     return out
 
 
-_NEMO_KEYS = {"--num-experts": "num_moe_experts", "--moe-router-topk": "moe_router_topk",
+def megatron_mla_args(model: ModelSpec) -> list[tuple[str, object]]:
+    """(flag, value or None) pairs of multi-head latent attention (none for other attention)."""
+    if not model.is_mla:
+        return []
+    out: list[tuple[str, object]] = [("--multi-latent-attention", None)]
+    if model.q_lora_rank:
+        out.append(("--q-lora-rank", model.q_lora_rank))
+    return out + [("--kv-lora-rank", model.kv_lora_rank), ("--qk-head-dim", model.head_dim - model.qk_rope_head_dim),
+                  ("--qk-pos-emb-head-dim", model.qk_rope_head_dim),
+                  ("--v-head-dim", model.v_head_dim or model.head_dim)]
+
+
+_NEMO_KEYS = {"--multi-latent-attention": "multi_latent_attention", "--q-lora-rank": "q_lora_rank",
+              "--kv-lora-rank": "kv_lora_rank", "--qk-head-dim": "qk_head_dim",
+              "--qk-pos-emb-head-dim": "qk_pos_emb_head_dim", "--v-head-dim": "v_head_dim",
+              "--num-experts": "num_moe_experts", "--moe-router-topk": "moe_router_topk",
               "--moe-ffn-hidden-size": "moe_ffn_hidden_size",
               "--moe-shared-expert-intermediate-size": "moe_shared_expert_intermediate_size",
               "--moe-router-score-function": "moe_router_score_function",
@@ -92,9 +111,10 @@ _NEMO_KEYS = {"--num-experts": "num_moe_experts", "--moe-router-topk": "moe_rout
 
 
 def nemo_moe_keys(model: ModelSpec, plan: ParallelPlan) -> dict:
-    """NeMo model-config keys of :func:`megatron_moe_args` (moe_layer_freq as the 0/1 list)."""
+    """NeMo model-config keys of :func:`megatron_mla_args` and :func:`megatron_moe_args` (moe_layer_freq as the 0/1
+    list; the MLA keys are Megatron-Core MLATransformerConfig fields)."""
     out: dict = {}
-    for flag, value in megatron_moe_args(model, plan):
+    for flag, value in megatron_mla_args(model) + megatron_moe_args(model, plan):
         if flag == "--moe-layer-freq":
             out["moe_layer_freq"] = moe_layer_pattern(model)
         else:

@@ -282,3 +282,19 @@ def test_dense_search_json_plans_carry_ep_1():
                             "--no-progress", "--format", "json"])
     assert r.exit_code == 0, r.output
     assert {(p["ep"], p["etp"] == p["tp"]) for p in json.loads(r.output)["plans"]} == {(1, True)}
+
+
+def test_megatron_and_nemo_export_mla_flags_of_deepseek_v3():
+    # DeepSeek-V3 (config.json: q_lora_rank 1536, kv_lora_rank 512, qk_nope_head_dim 128, qk_rope_head_dim 64,
+    # v_head_dim 128, first_k_dense_replace 3 of 61 layers); the values of Megatron-LM's DeepSeek-V3 recipes
+    args = ["export", "--model", "deepseek-v3", "--gpu", "h100-sxm", "--gpus", "1024", "--pp", "16", "--ep", "64",
+            "--seq-len", "4096"]
+    f = _flags(runner.invoke(app, [*args, "--to", "megatron"]).stdout)
+    assert f["--multi-latent-attention"] is True
+    assert (f["--q-lora-rank"], f["--kv-lora-rank"], f["--qk-head-dim"], f["--qk-pos-emb-head-dim"],
+            f["--v-head-dim"]) == ("1536", "512", "128", "64", "128")
+    assert f["--moe-layer-freq"] == "([0]*3+[1]*58)" and f["--num-experts"] == "256"
+    m = yaml.safe_load(runner.invoke(app, [*args, "--to", "nemo"]).stdout)["model"]
+    assert (m["multi_latent_attention"], m["q_lora_rank"], m["qk_head_dim"], m["v_head_dim"]) == (True, 1536, 128, 128)
+    p8 = ParallelPlan(world_size=8, gpus_per_node=8, global_batch_size=8, seq_len=4096)
+    assert "--multi-latent-attention" not in _flags(export_plan(MIXTRAL, p8, H100, None, "megatron"))
