@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import statistics
 from functools import lru_cache
 from pathlib import Path
@@ -44,6 +45,25 @@ SAME_PEAK_TOLERANCE = 0.01
 """Peaks within 1 % are the same chip at the same clocks (datasheet rounding: GH200 989.0 vs H100 SXM 989.4)."""
 BWD_FLOPS_RATIO = 2.5
 """Backward / forward matmul FLOPs of FlashAttention (5 matmuls vs 2, Dao 2023 sec. 3.1), as costmodel.graph."""
+CAUSAL_FWD_EFFICIENCY = ((512, 191 / 309), (1024, 260 / 350), (2048, 298 / 362), (4096, 319 / 368),
+                         (8192, 333 / 370), (16384, 335 / 370))
+"""FlashAttention-2 forward with a causal mask, its rate (on the causal, halved FLOPs) over the rate without one,
+by sequence length: Shah et al., FlashAttention-3, arXiv:2407.08608, Fig. 5 (H100 80GB SXM5, head dim 128,
+BF16: FlashAttention-2 191/260/298/319/333/335 TFLOP/s with the mask vs 309/350/362/368/370/370 without). The
+measured rate table is non-causal (flash_attn_func); the diagonal blocks' masking and the uneven row lengths
+cost the rest. Held at the ends. The paper's backward figure has no causal panel: backward keeps the ratio of
+the non-causal kernels."""
+
+
+def causal_fwd_efficiency(seq: float) -> float:
+    """CAUSAL_FWD_EFFICIENCY at ``seq`` (linear in log2(seq) between the sampled lengths, held at the ends)."""
+    pts = CAUSAL_FWD_EFFICIENCY
+    if seq <= pts[0][0]:
+        return pts[0][1]
+    for (s0, r0), (s1, r1) in zip(pts, pts[1:]):
+        if seq <= s1:
+            return r0 + (r1 - r0) * math.log2(seq / s0) / math.log2(s1 / s0)
+    return pts[-1][1]
 
 # Which GPUs share the die each measured system ran on (same SM count and tensor cores; NVIDIA H100 / H200
 # / GH200 and A100 datasheets): the FlashAttention-2 rate of the die applies to all of them.
@@ -149,12 +169,17 @@ def flash2_times(plan: ParallelPlan, hardware: Hardware, ops: list[Op],
     for op in ops:
         if op.kind not in ATTENTION_KINDS or op.key() in out:
             continue
-        _, s, s_full, _, _, d, _ = op.features
+        _, s, s_full, _, _, d, causal = op.features
         rate, why = _rate(die, int(d), int(s_full))
         rate *= clock
         notes.update(why)
         fwd_flops = op.flops if op.kind == "attention_fwd" else op.flops / BWD_FLOPS_RATIO
         t = fwd_flops / (rate * 1e12)
+        if causal and op.kind == "attention_fwd":
+            # only the diagonal block of a context-parallel ring is masked: 1 of the cp steps' equal shares
+            # (round-robin load balancing), a kernel of the local length; the rest run unmasked
+            diagonal = s / s_full
+            t *= 1 - diagonal + diagonal / causal_fwd_efficiency(s)
         out[op.key()] = t if op.kind == "attention_fwd" else t * die["bwd_over_fwd"]
     warnings = [f"{fw.name} attention costed as FlashAttention-2 measured on {die['measured_on']} ({die['die']}): "
                 + "; ".join(sorted(notes))] if notes else []

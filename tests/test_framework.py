@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from costmodel.core.errors import PlanError, PlannerError
 from costmodel.core.specs.framework import FRAMEWORKS, Framework, get_framework, register
-from costmodel.framework_kernels import fit, flash2_times, load_table
+from costmodel.framework_kernels import causal_fwd_efficiency, fit, flash2_times, load_table
 from costmodel.graph import build_graph
 from planner.cli import app
 from planner.predict import predict
@@ -84,7 +84,8 @@ def test_flash2_time_is_flops_over_the_measured_rate():
     rate = die["fwd_tflops"]["128"]["4096"]["tflops"] * 1e12  # llama3-8b: head_dim 128, seq 4096 is sampled
     fwd = next(o for o in ops if o.kind == "attention_fwd")
     bwd = next(o for o in ops if o.kind == "attention_bwd")
-    assert times[fwd.key()] == pytest.approx(fwd.flops / rate)
+    # the causal forward at the measured causal / unmasked fraction (framework_kernels.CAUSAL_FWD_EFFICIENCY)
+    assert times[fwd.key()] == pytest.approx(fwd.flops / rate / causal_fwd_efficiency(4096))
     assert times[bwd.key()] == pytest.approx(bwd.flops / 2.5 / rate * die["bwd_over_fwd"])
 
 
@@ -253,7 +254,8 @@ def test_search_compares_frameworks_with_the_calibration_predict_applies():
     # each plan's time is what `planner predict` prints for it (the same default calibration)
     p = next(p for p in plans if p["framework"] == "torchtitan")
     one = runner.invoke(app, ["predict", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8",
-                              "--tp", str(p["tp"]), "--mbs", str(p["mbs"]), "--gbs", str(p["gbs"]), "--zero", "3",
+                              "--tp", str(p["tp"]), "--cp", str(p["cp"]), "--mbs", str(p["mbs"]), "--gbs", str(p["gbs"]),
+                              "--zero", "3",
                               "--recompute", p["recompute"], "--framework", "torchtitan", "--format", "json"]
                         + (["--no-sequence-parallel"] if not p["sequence_parallel"] else []))
     assert one.exit_code == 0, one.output

@@ -111,3 +111,19 @@ def test_torchtitan_interleaved_rows_without_stages_per_rank_take_its_default_of
     assert any("torchtitan's default" in a for a in rows["TORCHTITAN-014"].assumptions)
     _, eager, _, _ = row_to_inputs(rows["TORCHTITAN-001"])          # Table 1 'FSDP' (eager)
     assert eager.framework == "torchtitan-eager" and one_f_one_b.framework == "torchtitan"
+
+
+def test_causal_flash2_forward_runs_at_the_measured_fraction_of_the_unmasked_rate():
+    from costmodel.framework_kernels import causal_fwd_efficiency, flash2_times
+
+    assert causal_fwd_efficiency(8192) == pytest.approx(333 / 370)      # FA3 paper Fig. 5, H100 SXM5, hdim 128
+    assert causal_fwd_efficiency(100) == causal_fwd_efficiency(512) and causal_fwd_efficiency(1 << 20) < 1
+    ratios = [causal_fwd_efficiency(s) for s in (512, 1024, 3000, 4096, 8192, 16384)]
+    assert ratios == sorted(ratios)
+    res = _resolved("torchtitan")
+    ops = build_graph(res.model, res.plan).stages[0].layer_ops
+    times, _ = flash2_times(res.plan, res.hardware, ops)
+    fwd = next(o for o in ops if o.kind == "attention_fwd")
+    bwd = next(o for o in ops if o.kind == "attention_bwd")
+    # the backward keeps the unmasked kernels' backward / forward ratio (no causal backward measurement)
+    assert times[bwd.key()] / times[fwd.key()] == pytest.approx(3.1353 * causal_fwd_efficiency(8192), rel=1e-3)
