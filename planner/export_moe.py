@@ -17,7 +17,8 @@ Sources (names checked against the launcher's own source):
   ("None means no token will be dropped") and ``--overlap-moe-expert-parallel-comm``; ``_add_mla_args``:
   ``--q-lora-rank``, ``--kv-lora-rank``, ``--qk-head-dim`` ("q_head_dim = qk_head_dim + qk_pos_emb_head_dim"),
   ``--qk-pos-emb-head-dim``, ``--v-head-dim``, switched on by ``--multi-latent-attention``
-  (``_add_network_size_args``, "Use multi-latent attention for model").
+  (``_add_network_size_args``, "Use multi-latent attention for model"; read in a later arguments.py than
+  000c4ac24f61, the flag those options belong to).
 * NeMo: ``expert_model_parallel_size``, ``num_moe_experts``, ``moe_router_topk``, ``moe_grouped_gemm`` and
   ``moe_token_dispatcher_type`` as in NVIDIA/NeMo-Framework-Launcher
   ``launcher_scripts/conf/training/mixtral/mixtral_7b_8nodes_tp_1_pp_1_cp_1_ep_2_...yaml`` (commit e0b7c5d12ac8);

@@ -32,11 +32,21 @@ def _tuple_type(x: str) -> tuple:
     return tuple(int(i) for i in x.strip("()").split(","))
 
 
+def _moe_freq_type(x: str):
+    """Megatron-LM arguments.py moe_freq_type: an integer, or a list expression of digits, brackets, '+', '*'
+    (validated by _eval_pattern's character class, then evaluated)."""
+    if "[" not in x:
+        return int(x)
+    if any(c not in "0123456789,[]()+*" for c in x):
+        raise ValueError(f"Invalid pattern: {x}")
+    return eval(x)
+
+
 def megatron_parser() -> argparse.ArgumentParser:
     """argparse parser with Megatron-LM's own specs for the flags in the fixture (allow_abbrev=False, as
     Megatron's parse_args)."""
     parser = argparse.ArgumentParser(allow_abbrev=False, exit_on_error=False)
-    types = {"int": int, "float": float, "str": str, "tuple": _tuple_type}
+    types = {"int": int, "float": float, "str": str, "tuple": _tuple_type, "moe_freq": _moe_freq_type}
     for flag, spec in MEGATRON["flags"].items():
         if "action" in spec:
             parser.add_argument(flag, action=spec["action"])
@@ -69,6 +79,10 @@ CASES = {
     "neox partial rotary": (lambda: _hf("gpt-neox-20b"), _plan(pp=4, gpus=32)),
     "llama3-8b uneven split": (lambda: resolve_model("llama3-8b"), _plan(gpus=24, pp=3, layer_split=(12, 10, 10))),
     "llama3-8b uneven middle": (lambda: resolve_model("llama3-8b"), _plan(gpus=32, pp=4, layer_split=(9, 8, 7, 8))),
+    "mixtral EP4 ETP1 MoE": (lambda: _hf("mixtral-8x7b"), _plan(ep=4, etp=1)),
+    "deepseek-v3 MLA shared experts dense-first": (lambda: _hf("deepseek-v3"),
+                                                   _plan(gpus=64, tp=1, pp=1, ep=64, moe_dispatcher="flex",
+                                                         moe_imbalance=1.0)),
 }
 
 
