@@ -34,7 +34,7 @@ from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
 from costmodel.cost.base import OperatorCostModel
 from costmodel.flops import executed_model, hardware_flops_per_iteration, model_flops_per_iteration
-from costmodel.framework_kernels import eager_times, flash2_times
+from costmodel.framework_kernels import flash2_times, hbm_times
 from costmodel.graph import GRAD_REDUCE_BYTES, OperatorGraph, StageGraph
 from costmodel.memory import MemoryBreakdown, fits_in_memory, memory_message, memory_per_gpu
 from costmodel.ops import Op
@@ -182,12 +182,13 @@ def framework_kernels(plan: ParallelPlan, hardware: Hardware, graph: OperatorGra
     (:mod:`costmodel.framework_kernels`, its own measurements on the GPU die; source MEASURED), unchanged
     for stacks that call the fused kernel the cost model measures. Interval ends keep their ratio to the
     point time."""
-    eager = not get_framework(plan.framework).compiled
-    if attention_kernel(plan) != "flash2" and not eager:
+    fw = get_framework(plan.framework)
+    hbm = not fw.compiled or fw.fsdp2_copy_bytes > 0  # graph.HBM_PASS operators to cost at the HBM bandwidth
+    if attention_kernel(plan) != "flash2" and not hbm:
         return times  # the fused kernel the cost model measures: nothing to replace
     ops = [o for st in _distinct_stages(graph) for o in st.layer_ops]
     new, warnings = flash2_times(plan, hardware, ops)
-    roofline = eager_times(plan, hardware, ops) if eager else {}
+    roofline = hbm_times(hardware, ops) if hbm else {}
     new.update(roofline)
     if not new and not warnings:
         return times

@@ -186,18 +186,17 @@ def flash2_times(plan: ParallelPlan, hardware: Hardware, ops: list[Op],
     return out, warnings
 
 
-# ------------------------------------------------------------------------ eager element-wise kernels
-def eager_times(plan: ParallelPlan, hardware: Hardware, ops: list[Op]) -> dict[tuple, float]:
-    """{Op.key(): seconds} of the eager operators of ``ops`` (costmodel.graph.eager_elementwise): their bytes at
-    the GPU's achieved HBM bandwidth (the roofline model's streaming efficiency). The measured element-wise regressors
-    are held at the edge of their sampled sizes and would cost these passes above the HBM bandwidth."""
-    if get_framework(plan.framework).compiled:
+# ------------------------------------------------------------------------ HBM passes
+def hbm_times(hardware: Hardware, ops: list[Op]) -> dict[tuple, float]:
+    """{Op.key(): seconds} of the pure HBM passes of ``ops`` (names starting costmodel.graph.HBM_PASS: PyTorch eager
+    element-wise chains, FSDP2's collective copies): their bytes at the GPU's achieved HBM bandwidth (the roofline
+    model's streaming efficiency). The measured element-wise regressors are held at the edge of their sampled
+    sizes and would cost these passes above the HBM bandwidth."""
+    passes = {o.key(): o for o in ops if o.name.startswith("hbm.")}
+    if not passes:
         return {}
-    eager = {o.key(): o for o in ops if o.name.startswith("eager.")}
-    if not eager:
-        return {}
-    result = RooflineCostModel().predict(list(eager.values()), hardware)
-    return dict(zip(eager, (float(t) for t in result.time_s)))
+    result = RooflineCostModel().predict(list(passes.values()), hardware)
+    return dict(zip(passes, (float(t) for t in result.time_s)))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -181,9 +181,24 @@ output per kernel:
   activation is one kernel either way (no extra).
 
 Residual adds are one kernel in eager too. Carried as residual-add-equivalent operators and costed at the GPU's
-achieved HBM bandwidth (costmodel.framework_kernels.eager_times)."""
+achieved HBM bandwidth (costmodel.framework_kernels.hbm_times)."""
 RESIDUAL_PASSES = 3
 """A residual add reads two tensors and writes one (costmodel.graph's residual_add bytes)."""
+HBM_PASS = "hbm."
+"""Name prefix of operators that are pure HBM passes carried as residual-add-equivalents and costed at the GPU's
+achieved HBM bandwidth (costmodel.framework_kernels.hbm_times)."""
+
+
+def fsdp2_copies(model: ModelSpec, plan: ParallelPlan, dtype: str) -> list[Op]:
+    """FSDP2's copy-out after its parameter all-gathers and copy-in before its gradient reduce-scatter, one layer
+    and micro-batch (``Framework.fsdp2_copy_bytes``); backward phase, so no recomputation re-runs it."""
+    per_param = get_framework(plan.framework).fsdp2_copy_bytes
+    if not per_param or plan.zero != 3 or plan.dp * plan.cp <= 1:
+        return []
+    nbytes = per_param * model.params_per_layer() / plan.tp
+    equivalent = round(nbytes / (RESIDUAL_PASSES * elem_bytes(dtype)))
+    return [Op("residual_add", f"{HBM_PASS}fsdp2.copies", Phase.BWD, (equivalent,), flops=float(equivalent),
+               bytes=nbytes, dtype=dtype, category=Category.COMPUTE)]
 
 
 def eager_elementwise(ops: list[Op]) -> list[Op]:
@@ -207,7 +222,7 @@ def eager_elementwise(ops: list[Op]) -> list[Op]:
         nbytes = elements * extra[0 if op.phase is Phase.FWD else 1]
         eb = 4 if op.dtype == "fp32" else 2
         equivalent = round(nbytes / (RESIDUAL_PASSES * eb))
-        out.append(Op("residual_add", f"eager.{op.name}", op.phase, (equivalent,), flops=float(equivalent),
+        out.append(Op("residual_add", f"{HBM_PASS}eager.{op.name}", op.phase, (equivalent,), flops=float(equivalent),
                       bytes=nbytes, dtype=op.dtype, count=op.count, category=op.category))
     return out
 
@@ -313,6 +328,8 @@ def layer_operators(model: ModelSpec, plan: ParallelPlan, moe: bool = False,
 
     if not get_framework(plan.framework).compiled:
         ops += eager_elementwise(ops)  # PyTorch eager: element-wise chains of separate kernels
+    if not moe:
+        ops += fsdp2_copies(model, plan, dtype)
 
     # --- recomputation (backward pass re-runs forward operators)
     if plan.recompute == "full":

@@ -254,8 +254,8 @@ def test_search_compares_frameworks_with_the_calibration_predict_applies():
     # each plan's time is what `planner predict` prints for it (the same default calibration)
     p = next(p for p in plans if p["framework"] == "torchtitan")
     one = runner.invoke(app, ["predict", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8",
-                              "--tp", str(p["tp"]), "--cp", str(p["cp"]), "--mbs", str(p["mbs"]), "--gbs", str(p["gbs"]),
-                              "--zero", "3",
+                              "--tp", str(p["tp"]), "--cp", str(p["cp"]), "--mbs", str(p["mbs"]),
+                              "--gbs", str(p["gbs"]), "--zero", "3",
                               "--recompute", p["recompute"], "--framework", "torchtitan", "--format", "json"]
                         + (["--no-sequence-parallel"] if not p["sequence_parallel"] else []))
     assert one.exit_code == 0, one.output

@@ -30,25 +30,25 @@ def test_eager_is_torchtitan_but_for_its_element_wise_kernels():
 def test_eager_operators_carry_the_counted_bytes_per_element():
     res = _resolved("torchtitan-eager")
     layer = build_graph(res.model, res.plan).stages[0].layer_ops
-    extra = {(o.name, o.phase.value): o for o in layer if o.name.startswith("eager.")}
+    extra = {(o.name, o.phase.value): o for o in layer if o.name.startswith("hbm.eager.")}
     tokens, h, f = 2 * 8192, res.model.hidden_size, res.model.ffn_hidden_size
     qk = (res.model.num_heads + res.model.num_kv_heads) * res.model.head_dim
-    assert extra[("eager.attn_norm", "fwd")].bytes == tokens * h * EAGER_EXTRA_BYTES["norm"][0]
-    assert extra[("eager.attn_norm", "bwd")].bytes == tokens * h * EAGER_EXTRA_BYTES["norm"][1]
-    assert extra[("eager.rope", "bwd")].bytes == tokens * qk * EAGER_EXTRA_BYTES["rope"][1]
-    assert extra[("eager.act.swiglu", "fwd")].bytes == tokens * f * EAGER_EXTRA_BYTES["activation"][0]
+    assert extra[("hbm.eager.attn_norm", "fwd")].bytes == tokens * h * EAGER_EXTRA_BYTES["norm"][0]
+    assert extra[("hbm.eager.attn_norm", "bwd")].bytes == tokens * h * EAGER_EXTRA_BYTES["norm"][1]
+    assert extra[("hbm.eager.rope", "bwd")].bytes == tokens * qk * EAGER_EXTRA_BYTES["rope"][1]
+    assert extra[("hbm.eager.act.swiglu", "fwd")].bytes == tokens * f * EAGER_EXTRA_BYTES["activation"][0]
     # op-SAC re-runs the eager forward chains with the ops they belong to
-    assert ("eager.attn_norm", "recompute") in extra and ("eager.rope", "recompute") in extra
+    assert ("hbm.eager.attn_norm", "recompute") in extra and ("hbm.eager.rope", "recompute") in extra
     # a compiled stack has none
     res_c = _resolved("torchtitan")
-    assert not [o for o in build_graph(res_c.model, res_c.plan).stages[0].layer_ops if o.name.startswith("eager.")]
+    assert not [o for o in build_graph(res_c.model, res_c.plan).stages[0].layer_ops if o.name.startswith("hbm.eager.")]
 
 
 def test_non_gated_activation_has_no_eager_extra():
     res = PlanRequest(model="mpt-7b", gpu="h100-sxm", gpus=8, gbs=8, seq_len=2048, zero=3,
                       framework="torchtitan-eager").resolve()
     ops = build_graph(res.model, res.plan).stages[0].layer_ops
-    assert not [o for o in eager_elementwise(ops) if o.name.startswith("eager.act")]
+    assert not [o for o in eager_elementwise(ops) if o.name.startswith("hbm.eager.act")]
 
 
 def test_eager_time_is_the_extra_bytes_at_the_roofline_bandwidth():
@@ -56,7 +56,7 @@ def test_eager_time_is_the_extra_bytes_at_the_roofline_bandwidth():
     pe = predict(eager.model, eager.plan, eager.hardware, calibration=None)
     pt = predict(titan.model, titan.plan, titan.hardware, calibration=None)
     ops = build_graph(eager.model, eager.plan).stages[0].layer_ops
-    extra = [o for o in ops if o.name.startswith("eager.")]
+    extra = [o for o in ops if o.name.startswith("hbm.eager.")]
     per_layer = float(sum(t * o.count for t, o in
                           zip(RooflineCostModel().predict(extra, eager.hardware).time_s, extra)))
     added = pe.iteration_time_s - pt.iteration_time_s
@@ -127,3 +127,16 @@ def test_causal_flash2_forward_runs_at_the_measured_fraction_of_the_unmasked_rat
     bwd = next(o for o in ops if o.kind == "attention_bwd")
     # the backward keeps the unmasked kernels' backward / forward ratio (no causal backward measurement)
     assert times[bwd.key()] / times[fwd.key()] == pytest.approx(3.1353 * causal_fwd_efficiency(8192), rel=1e-3)
+
+
+def test_fsdp2_copies_its_gathered_parameters_out_and_its_gradients_in_per_layer():
+    from costmodel.graph import fsdp2_copies
+
+    titan = _resolved("torchtitan")
+    (op,) = [o for o in build_graph(titan.model, titan.plan).stages[0].layer_ops if o.name == "hbm.fsdp2.copies"]
+    assert op.bytes == pytest.approx(14.0 * titan.model.params_per_layer())   # 2 x (2 + 2) + (2 + 4) per param
+    assert op.phase.value == "bwd"                                           # never re-run by recomputation
+    for fw, kw in (("megatron", {}), ("fsdp", {}), ("torchtitan", {"zero": 1})):
+        res = PlanRequest(model="llama3-8b", gpu="h100-sxm-500w", gpus=8, mbs=2, gbs=16, seq_len=8192,
+                          framework=fw, **{"zero": 3, **kw}).resolve()
+        assert not fsdp2_copies(res.model, res.plan, res.plan.dtype), fw

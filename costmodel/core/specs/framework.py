@@ -52,6 +52,13 @@ class Framework:
     10 = torchtitan's loss_fn, cross_entropy(pred.flatten(0, 1).float(), labels) outside the compiled blocks: the
     bf16 output-layer logits (2, freed only after the loss: train.py ``del pred``), their fp32 copy (4) and
     log_softmax's fp32 output saved for backward (4)."""
+    fsdp2_copy_bytes: float = 0.0
+    """HBM bytes per unsharded parameter that FSDP2's collectives copy per layer and micro-batch (ZeRO-3 plans),
+    beyond the collectives themselves (torch/distributed/_composable/fsdp/_fsdp_collectives.py): after each of the
+    two all-gathers (forward, and again before backward with reshard_after_forward) ``foreach_all_gather_copy_out``
+    splits the gathered bf16 buffer into the parameters (read 2 + write 2, twice: 8), and ``foreach_reduce`` copies
+    the bf16 gradients into the fp32 reduce-scatter input (``_chunk_cat`` to reduce_dtype: read 2 + write 4 = 6):
+    14. 0 for stacks that gather into views of one flat buffer (FSDP1's FlatParameter, Megatron, DeepSpeed)."""
     compiled: bool = True
     """Whether the element-wise operators (norms, RoPE, the gated activation) run as fused kernels, as the cost
     model's element-wise measurements (Transformer Engine / Apex kernels, or torch.compile's generated ones)
@@ -93,14 +100,14 @@ register(Framework(
     "torchtitan", "torchtitan (FSDP2, TP, PP, CP on PyTorch)", "flash2", True, "hierarchical",
     "torchtitan docs/fsdp.md (FSDP2) and models/llama3 attention (F.scaled_dot_product_attention); selective AC "
     "'op' saves all compute ops except every second mm (torchtitan parallelize_llama.py _custom_policy)",
-    selective_recompute="op", loss_logit_bytes=10.0))
+    selective_recompute="op", loss_logit_bytes=10.0, fsdp2_copy_bytes=14.0))
 register(Framework(
     "torchtitan-eager", "torchtitan without torch.compile (training.compile = false: PyTorch eager kernels)",
     "flash2", True, "hierarchical",
     "as torchtitan; its element-wise ops run as PyTorch eager kernels: torchtitan models/norms.py RMSNorm "
     "(x.float(), pow, mean, rsqrt, mul, type_as, mul weight), models/llama/model.py apply_rotary_emb (float(), "
     "complex mul, type_as) and FeedForward (silu, mul); torch.compile is opt-in (job_config training.compile)",
-    selective_recompute="op", loss_logit_bytes=10.0, compiled=False))
+    selective_recompute="op", loss_logit_bytes=10.0, fsdp2_copy_bytes=14.0, compiled=False))
 
 FRAMEWORKS: tuple[str, ...] = tuple(_REGISTRY)
 DEFAULT_FRAMEWORK = "megatron"
