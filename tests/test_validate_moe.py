@@ -89,6 +89,8 @@ def test_plan_fields_from_framework_and_notes(moe_rows):
     assert plan("MOE-MOEZOO-021").moe_imbalance is None  # dropless: the default
     assert plan("MOE-AUTOMODEL-004").moe_imbalance == 1.0  # 'fake balanced gate'
     assert plan("MOE-AUTOMODEL-005").ep == 8  # '-' in the table, ep_size 8 in the config of the same commit
+    # 'kernels: TE + DeepEP': TE's fused attention; '... + FlexAttn': the framework's (FlashAttention-2) kernel
+    assert (plan("MOE-AUTOMODEL-004").attention, plan("MOE-AUTOMODEL-005").attention) == ("fused", "")
     p = plan("MOE-NEMO25-003")  # FSDP=0: distributed optimizer, not ZeRO-3
     assert (p.zero, p.dtype) == (1, "fp8")
     p = plan("MOE-NEMO25-002")  # ETP 1 from the recommended-config file the notes quote, TP 2

@@ -238,6 +238,12 @@ def moe_plan_fields(row, tp: int, notes: list[str]) -> dict:
         notes.append("experts padded to capacity: every expert runs its full capacity (imbalance 1.0)")
     else:
         notes.append("real router: planner's default routing imbalance")
+    kernels = row.text["framework"].lower().partition("kernels:")[2]
+    if re.search(r"\bte\b", kernels) and not any(k in kernels for k in ("flexattn", "sdpa", "flash")):
+        # NeMo AutoModel lists its kernels: TE alone = Transformer Engine's fused (cuDNN) attention, not the
+        # FlashAttention-2 planner gives PyTorch-native stacks; FlexAttn / TorchSDPA rows keep the framework's
+        fields["attention"] = "fused"
+        notes.append("attention kernel: Transformer Engine fused attention ('kernels: TE' in the framework text)")
     if "a2a_overlap=1" in row.text["framework"].lower() or "1f1b overlap" in row.text["notes"].lower():
         fields["moe_overlap_comm"] = True
         notes.append("EP all-to-all overlapped with compute (A2A_OVERLAP / --overlap-moe-expert-parallel-comm)")
