@@ -19,6 +19,7 @@ from costmodel.core.errors import PlannerError
 from planner.calibrate import calibration_option, default_calibration_path, load_calibration
 from planner.cli_options import ModelsDir, write_or_print
 from planner.formats import csv_text
+from planner.intervals import MIN_GROUP_RUNS
 from planner.predict import predict
 from planner.reports.validate_report import (
     RUN_COLUMNS,
@@ -107,6 +108,11 @@ def moe_section(tiers: list[str] | None, cv: str, calibration: str | None) -> Re
     try:
         if cv == "source":
             files, rep = cv_report([moe], tiers)
+            banded = [r for r in rep.predicted if getattr(r, "interval_low", None) is not None]
+            if len(banded) < len(rep.predicted):
+                extra.append(f"80 % interval: {len(banded)} of {len(rep.predicted)} runs get one (a held-out source "
+                             f"needs >= {MIN_GROUP_RUNS} held-out residuals of the other sources, planner.intervals); "
+                             "the coverage above is over those")
             if default_calibration_path().is_file():
                 o = validate_files([moe], tiers, calibrated_predict("default"))[1].overall()
                 if o is not None:
