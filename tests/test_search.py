@@ -386,3 +386,20 @@ def test_csv_from_records(cat, roofline):
     rows = to_csv(recs, problem.model).splitlines()
     assert len(rows) == len(recs) + 1
     assert "Time per Step" in rows[0] and "GPUs per Node" in rows[0]
+
+
+@pytest.mark.parametrize("model, extra", [
+    ("llama3-8b", ["--framework", "torchtitan", "--gpus", "8", "--zero", "3", "--seq-len", "8192"]),
+    ("mixtral-8x7b", ["--gpus", "64", "--pp", "4", "--ep", "8", "--seq-len", "4096"]),
+])
+def test_explain_rows_add_up_to_predicted_stage_times(model, extra):
+    """explain costs operators as predict does (framework kernels, grouped expert GEMMs, co-run): each stage's
+    forward rows (not overlapped) sum to predict's forward time per micro-batch times the micro-batches."""
+    import json
+
+    ex = json.loads(_ok(["explain", "--model", model, "--gpu", "h100-sxm", *extra, "--format", "json"]))
+    m = ex["num_microbatches"]
+    for st in ex["stages"]:
+        fwd = sum(r["time_per_iteration_s"] for r in st["operators"]
+                  if r["phase"] == "fwd" and not r["overlapped"] and r["kind"] not in ("send_recv",))
+        assert fwd == pytest.approx(st["fwd_per_microbatch_s"] * m, rel=1e-6)

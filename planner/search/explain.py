@@ -1,8 +1,9 @@
 """`planner explain`: one plan's operator breakdown by pipeline stage and phase.
 
-The prediction itself comes from :func:`planner.predict.predict`; the per-stage operator lists are
-rebuilt here with :func:`costmodel.graph.build_graph` and costed with the same cost model (its cache
-makes the second pass free), so the rows add up to the stage times predict composes.
+The prediction itself comes from :func:`planner.predict.predict`; the per-stage operator lists and their times
+are rebuilt here with :func:`costmodel.layer_split.costed_graph`, the function predict costs with (co-run
+slowdown, framework kernels and grouped expert GEMMs applied; the cost model's cache makes the second pass
+free), so the rows add up to the stage times predict composes.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan, describe_split
 from costmodel.cost.base import OperatorCostModel
-from costmodel.graph import build_graph
+from costmodel.layer_split import costed_graph
 from planner.predict import default_cost_model, predict
 
 
@@ -28,7 +29,7 @@ def explain_plan(model: ModelSpec, plan: ParallelPlan, hardware: Hardware,
     pred = predict(model, plan, hardware, cost_model)
     if pred.layer_split is not None:  # the split predict used (chosen when PP x VPP does not divide the layers)
         plan = dataclasses.replace(plan, layer_split=tuple(pred.layer_split))
-    graph = build_graph(model, plan)
+    plan, graph, costed = costed_graph(model, plan, hardware, cost_model)
     m = graph.num_microbatches
     stages = []
     for i, st in enumerate(graph.stages):
@@ -37,7 +38,7 @@ def explain_plan(model: ModelSpec, plan: ParallelPlan, hardware: Hardware,
         ops = [(o, mult, ov) for lst, mult, ov in groups for o in lst]
         if graph.p2p is not None:
             ops.append((graph.p2p, 2 * m * graph.vpp, False))  # one send forward, one backward per chunk
-        times = cost_model.predict([o for o, _, _ in ops], hardware).time_s
+        times = [costed.time_s[o.key()] for o, _, _ in ops]
         rows: dict[tuple, dict] = {}
         phases: dict[str, float] = {}
         for (o, mult, ov), t in zip(ops, times):
