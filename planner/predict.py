@@ -178,6 +178,13 @@ def predict(model: ModelSpec, plan: ParallelPlan, hardware: Hardware,
     pred = prediction_from_times(model, plan, hardware, graph, times.time_s, warnings, cost_model.name,
                                  calibration, times.source_counts())
     found = calibration.interval_group(hardware.gpu.name, plan_framework(plan)) if calibration is not None else None
+    if found is not None and model.is_moe:
+        # the shipped bands come from residuals of dense runs; MoE runs (moe_runs.csv) err differently and are too
+        # few sources for a band of their own (planner.intervals.MIN_GROUP_SOURCES)
+        found = None
+        pred.warnings.append("no 80 % interval for mixture-of-experts plans: the calibration's bands come from dense "
+                             "runs, and the open MoE runs are too few sources for a band of their own (their "
+                             "cross-validated error: reports/validation.md, 'Mixture-of-experts runs')")
     if found is not None:
         # 80 % interval: percentiles of held-out log(predicted / measured) of published runs of sources the
         # calibration's fold never saw (planner.intervals), for this GPU family / framework group

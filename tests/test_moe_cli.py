@@ -298,3 +298,18 @@ def test_megatron_and_nemo_export_mla_flags_of_deepseek_v3():
     assert (m["multi_latent_attention"], m["q_lora_rank"], m["qk_head_dim"], m["v_head_dim"]) == (True, 1536, 128, 128)
     p8 = ParallelPlan(world_size=8, gpus_per_node=8, global_batch_size=8, seq_len=4096)
     assert "--multi-latent-attention" not in _flags(export_plan(MIXTRAL, p8, H100, None, "megatron"))
+
+
+def test_moe_prediction_gets_no_dense_interval_band():
+    """The shipped 80 % bands come from dense runs: an MoE plan does not get one (and says why); a dense plan does."""
+    from costmodel.core.specs.presets import resolve_model as resolve
+    from planner.calibrate import calibration_option
+    from planner.predict import predict
+
+    hw = load_catalogue().resolve("h100-sxm")
+    cal = calibration_option(None)
+    moe = predict(resolve("mixtral-8x7b"), ParallelPlan(64, 8, 128, 4096, pp=4, ep=8), hw, calibration=cal)
+    assert not moe.interval.startswith("80 % interval")
+    assert any("no 80 % interval for mixture-of-experts" in w for w in moe.warnings)
+    dense = predict(resolve("llama3-8b"), ParallelPlan(64, 8, 128, 4096, tp=2), hw, calibration=cal)
+    assert dense.interval.startswith("80 % interval")
