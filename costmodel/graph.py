@@ -37,6 +37,7 @@ from costmodel.opbuild import gemm as _gemm
 from costmodel.opbuild import gemm_fwd_bwd as _gemm_fwd_bwd
 from costmodel.opbuild import mem as _mem
 from costmodel.ops import Op
+from costmodel.selective import module_recompute_ops, selective_modules
 
 GRAD_REDUCE_BYTES = 4
 """Bytes per gradient element in the DP reduction: fp32 main gradients, as Megatron-LM's
@@ -281,7 +282,8 @@ def layer_operators(model: ModelSpec, plan: ParallelPlan, moe: bool = False,
             ops.append(_mem("rope", "rope", Phase.BWD, (tokens, heads + kv_heads, d), 2 * rope_elems * EB,
                             3.0 * rope_elems))
         if attention_kernel(plan) == "unfused":
-            ops += unfused_attention(b, s, s_full, heads, d, dtype, model.dropout, plan.recompute == "selective")
+            ops += unfused_attention(b, s, s_full, heads, d, dtype, model.dropout,
+                                     plan.recompute == "selective" and "core_attn" in selective_modules(plan))
         elif window:
             ops += attention_core_ops(b, s, s_full, heads, kv_heads, d, dtype, window=window)
         else:
@@ -340,6 +342,8 @@ def layer_operators(model: ModelSpec, plan: ParallelPlan, moe: bool = False,
         sac = op_sac_recompute(ops, tokens, h, heads * d, kv_heads * d, f, model.gated, dtype)
         # an MoE layer has no dense MLP matmul to re-run (its experts' element-wise ops are in the list)
         ops += [o for o in sac if not o.name.startswith("mlp_")] if moe else sac
+    elif plan.recompute == "selective" and plan.recompute_modules:  # Megatron-Core --recompute-modules
+        ops += module_recompute_ops(ops, model, plan, moe)
 
     if plan.zero == 3:
         overlap += _zero3_gathers(model, plan, moe)

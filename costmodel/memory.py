@@ -52,7 +52,7 @@ Conventions
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from costmodel.core.specs.framework import attention_kernel, get_framework
 from costmodel.core.specs.hardware import GPUSpec
@@ -63,6 +63,7 @@ from costmodel.moe_memory import (
     mla_activation_bytes,
     moe_dispatch_working_bytes,
     moe_mlp_activation_bytes,
+    selective_cuts,
 )
 
 # ----------------------------------------------------------------------------- constants
@@ -355,7 +356,8 @@ def _layer_activation_bytes(model: ModelSpec, plan: ParallelPlan, recompute: str
     if moe:
         mlp = moe_mlp_activation_bytes(model, plan, tokens, act_b)
     core = 0.0
-    if recompute == "none":
+    if recompute == "none" or (recompute == "selective" and plan.recompute_modules
+                               and "core_attn" not in plan.recompute_modules):
         heads = model.num_heads / t
         if flash_attention:
             core = BYTES_LSE * heads * tokens
@@ -363,6 +365,8 @@ def _layer_activation_bytes(model: ModelSpec, plan: ParallelPlan, recompute: str
             s = plan.seq_len / plan.cp
             per_score = act_b + ((BYTES_MASK + act_b) if dropout else 0.0)
             core = per_score * heads * plan.micro_batch_size * s * s
+    if recompute == "selective" and plan.recompute_modules:  # Megatron-Core --recompute-modules
+        return seq_region / sp_div + attn + mlp + core - selective_cuts(model, plan, moe, tokens, act_b, mlp)
     return seq_region / sp_div + attn + mlp + core
 
 
@@ -433,6 +437,12 @@ def _stage_terms(model: ModelSpec, plan: ParallelPlan, flash_attention: bool) ->
     recompute_working = 0.0
     if plan.recompute == "full" or _op_sac(plan):  # op-SAC re-runs a layer's forward in its backward too
         recompute_working = _layer_activation_bytes(model, plan, "none", flash_attention)
+    elif plan.recompute == "selective" and plan.recompute_modules:
+        # one layer's recomputed modules re-materialised in its backward: what the modules stopped storing
+        base = replace(plan, recompute_modules=())
+        recompute_working = max(_layer_activation_bytes(model, base, "selective", flash_attention) - act_layer,
+                                _layer_activation_bytes(model, base, "selective", flash_attention, moe=True) - act_moe
+                                if model.is_moe else 0.0)
     first_extra = first_stage_extra_bytes(model, plan)
     last_extra = last_stage_extra_bytes(model, plan)
 
@@ -479,7 +489,9 @@ def _stage_terms(model: ModelSpec, plan: ParallelPlan, flash_attention: bool) ->
                 # one MoE layer in flight holds its dispatcher buffers; full recompute re-materialises the
                 # largest layer of the stage
                 act += moe_dispatch_working_bytes(model, plan, _act_bytes(plan))
-                if recompute_working:
+                if recompute_working and plan.recompute_modules:  # module recompute: the largest cut
+                    act += recompute_working
+                elif recompute_working:
                     act += max(recompute_working if n > n_moe else 0.0,
                                _layer_activation_bytes(model, plan, "none", flash_attention, moe=True))
             elif n and recompute_working:

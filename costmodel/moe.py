@@ -212,8 +212,9 @@ def moe_block_operators(model: ModelSpec, plan: ParallelPlan) -> tuple[list[Op],
     if not plan.moe_overlap_comm:
         return ops + comm, []
     overlap = list(comm)
-    if plan.recompute == "full":
-        # full recompute re-runs the forward dispatch/combine during the backward pass
+    if plan.recompute == "full" or (plan.recompute == "selective" and "moe" in plan.recompute_modules):
+        # full recompute (and Megatron-Core's "moe" module recompute, costmodel.selective [MOE]) re-runs the
+        # forward dispatch/combine during the backward pass
         overlap += [Op(o.kind, o.name + ".recompute", Phase.BWD, o.features, o.flops, o.bytes, o.dtype, o.count,
                        o.category) for o in comm if o.phase is Phase.FWD]
     return ops, overlap

@@ -124,3 +124,39 @@ def moe_dispatch_working_bytes(model: ModelSpec, plan: ParallelPlan, act_b: floa
     else:
         rows = t_in * model.experts_per_token + received
     return act_b * rows * model.hidden_size
+
+
+def selective_cuts(model: ModelSpec, plan: ParallelPlan, moe: bool, tokens: float, act_b: float,
+                   mlp_bytes: float) -> float:
+    """Bytes one layer stops storing under Megatron-Core's ``plan.recompute_modules`` (costmodel.selective's
+    sources; each module keeps its input). ``mlp_bytes``: the layer's stored MLP part as costmodel.memory counts
+    it (dense MLP, or :func:`moe_mlp_activation_bytes` in an MoE layer).
+      layernorm: the output of each separate norm (MoE pre-MLP norm, MLA input norm), h per local token;
+      mlp (dense layers): the whole MLP part and the fused pre-MLP norm's output (fc1 input);
+      moe (MoE layers): the whole MLP part (its input, the pre-MLP norm output, stays);
+      moe_act: the expert activation's output (fc2 input, F_e/ETP per received copy);
+      shared_experts: the shared experts' fc1 output and activation output;
+      mla_up_proj: the up projections' and RoPE's outputs, the core's inputs Q, K, V ([MCORE-MLA]).
+    Terms of a module already cut by a wider one are not cut twice."""
+    mods = plan.recompute_modules
+    if plan.recompute != "selective" or not mods:
+        return 0.0
+    sp_div = plan.tp if plan.sp else 1
+    norm_out = tokens * model.hidden_size / sp_div
+    gate = 2 if model.gated else 1
+    cut = 0.0
+    if "layernorm" in mods:
+        cut += norm_out * ((1 if moe else 0) + (1 if model.is_mla else 0))
+    whole = 0.0
+    if not moe and "mlp" in mods:
+        whole, cut = mlp_bytes, cut + norm_out
+    elif moe and "moe" in mods:
+        whole = mlp_bytes
+    elif moe:
+        if "moe_act" in mods:
+            cut += _moe_received_tokens(model, plan, tokens)[1] * model.expert_ffn / (plan.etp or plan.tp)
+        if "shared_experts" in mods and model.shared_ffn:
+            cut += tokens * model.shared_ffn / plan.tp * (gate + 1)
+    if model.is_mla and "mla_up_proj" in mods:
+        cut += tokens * model.num_heads / plan.tp * (2 * model.head_dim + (model.v_head_dim or model.head_dim))
+    return whole + act_b * cut

@@ -9,6 +9,11 @@ from costmodel.core.specs.framework import ATTENTION_KERNELS, DEFAULT_FRAMEWORK,
 from costmodel.core.specs.model import ModelSpec
 
 RECOMPUTE_MODES = ("none", "selective", "full")
+RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
+"""Megatron-Core's selective recompute modules (--recompute-granularity selective --recompute-modules ...;
+NVIDIA/Megatron-LM @002526d81b81 megatron/core/transformer/transformer_config.py ``recompute_modules``, default
+["core_attn"]; its later "mhc", "gdn", "gdn_norm_out" belong to layers not modelled). What each re-runs and
+stops storing: costmodel.selective."""
 MOE_DISPATCHERS = ("alltoall", "allgather", "flex")
 """Megatron-Core token dispatchers (--moe-token-dispatcher-type): alltoall (NCCL all-to-all over the EP group),
 allgather (all-gather the tokens, each rank keeps its experts' share, reduce-scatter back) and flex (DeepEP /
@@ -40,6 +45,9 @@ class ParallelPlan:
     """Sequences per micro-batch (MBS)."""
     recompute: str = "selective"
     """Activation recomputation: none, selective (attention core), full (whole layer)."""
+    recompute_modules: tuple[str, ...] = ()
+    """With recompute='selective': Megatron-Core's --recompute-modules (``RECOMPUTE_MODULES``); () = the
+    framework's selective default (Megatron: core_attn only; torchtitan: its per-op SAC)."""
     sequence_parallel: bool = True
     """Megatron sequence parallelism (only meaningful with tp > 1)."""
     zero: int = 1
@@ -90,6 +98,8 @@ class ParallelPlan:
             object.__setattr__(self, "overlap_grad_reduce", get_framework(self.framework).overlap_grad_reduce)
         if self.etp is None:
             object.__setattr__(self, "etp", self.tp)
+        if not isinstance(self.recompute_modules, tuple):
+            object.__setattr__(self, "recompute_modules", tuple(self.recompute_modules))
 
     # --------------------------------------------------------------- derived
     @property
@@ -190,7 +200,8 @@ class ParallelPlan:
                 f"SP={self.sequence_parallel} ZeRO={self.zero} dtype={self.dtype} framework={self.framework}"
                 + (f" attention={self.attention}" if self.attention else "")
                 + (f" EP={self.ep} ETP={self.etp} EDP={self.expert_dp} dispatcher={self.moe_dispatcher}"
-                   if self.ep > 1 or self.etp != self.tp else ""))
+                   if self.ep > 1 or self.etp != self.tp else "")
+                + (f" recompute_modules={','.join(self.recompute_modules)}" if self.recompute_modules else ""))
 
     def problems(self, model: ModelSpec | None = None) -> list[str]:
         """Every reason this plan is invalid (empty list when valid)."""
@@ -211,6 +222,15 @@ class ParallelPlan:
             p.append(f"nvlink_domain={self.nvlink_domain!r} must be a non-negative integer (0 = gpus_per_node)")
         if self.recompute not in RECOMPUTE_MODES:
             p.append(f"recompute={self.recompute!r} must be one of {', '.join(RECOMPUTE_MODES)}")
+        if self.recompute_modules:
+            bad = [m for m in self.recompute_modules if m not in RECOMPUTE_MODULES]
+            if bad or self.recompute != "selective":
+                unknown = f" (unknown: {', '.join(bad)})" if bad else ""
+                p.append(f"recompute_modules={','.join(self.recompute_modules)} needs recompute=selective and "
+                         f"names from {', '.join(RECOMPUTE_MODULES)}{unknown}")
+            elif self.framework in FRAMEWORKS and get_framework(self.framework).selective_recompute == "op":
+                p.append(f"recompute_modules is Megatron-Core's --recompute-modules; framework={self.framework} "
+                         "recomputes per operator (selective AC): drop recompute_modules or pick a Megatron stack")
         if self.dtype not in DTYPES:
             p.append(f"dtype={self.dtype!r} must be one of {', '.join(DTYPES)}")
         if self.zero not in (0, 1, 2, 3):

@@ -1,0 +1,138 @@
+"""Megatron-Core's selective recompute by module (ParallelPlan.recompute_modules, costmodel.selective): which forward
+operators each module re-runs in backward and which activations it stops storing."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from costmodel import memory as mem
+from costmodel.core.kinds import Phase
+from costmodel.core.specs.model import ModelSpec
+from costmodel.core.specs.plan import RECOMPUTE_MODULES, ParallelPlan
+from costmodel.graph import layer_operators
+
+
+def dsv3(layers: int = 5) -> ModelSpec:
+    """DeepSeek-V3's widths (config.json of deepseek-ai/DeepSeek-V3), fewer layers, first 3 dense: MLA, shared
+    expert, dense and MoE layers."""
+    return ModelSpec(name="dsv3-like", num_layers=layers, hidden_size=7168, num_heads=128, num_kv_heads=128,
+                     ffn_hidden_size=18432, vocab_size=129280, head_dim=192, activation="swiglu", norm="rmsnorm",
+                     num_experts=256, experts_per_token=8, moe_ffn_hidden_size=2048, num_shared_experts=1,
+                     first_dense_layers=3, router="sigmoid", q_lora_rank=1536, kv_lora_rank=512,
+                     qk_rope_head_dim=64, v_head_dim=128)
+
+
+def llama() -> ModelSpec:
+    return ModelSpec(name="llama-like", num_layers=4, hidden_size=4096, num_heads=32, num_kv_heads=8,
+                     ffn_hidden_size=14336, vocab_size=32000, activation="swiglu", norm="rmsnorm")
+
+
+def plan(modules=(), *, tp=2, ep=8, overlap=False, **kw) -> ParallelPlan:
+    return ParallelPlan(world_size=64, gpus_per_node=8, global_batch_size=64, seq_len=4096, tp=tp, ep=ep,
+                        recompute_modules=tuple(modules), moe_overlap_comm=overlap, **kw)
+
+
+def recomputed(ops) -> list[str]:
+    return sorted(o.name for o in ops if o.phase is Phase.RECOMPUTE)
+
+
+def layer(model, p, moe):
+    return layer_operators(model, p, moe=moe)
+
+
+@pytest.mark.parametrize("moe", [False, True])
+def test_empty_and_core_attn_only_are_todays_selective(moe):
+    m = dsv3()
+    base = layer(m, plan(), moe)
+    assert layer(m, plan(["core_attn"]), moe) == base
+    assert not recomputed(base[0])
+
+
+def test_each_module_reruns_its_forward_operators():
+    m = dsv3()
+    ln = recomputed(layer(m, plan(["layernorm"]), True)[0])
+    assert ln == ["attn_norm", "mlp_norm"]                       # MLA input norm, MoE pre-MLP norm
+    assert recomputed(layer(m, plan(["layernorm"]), False)[0]) == ["attn_norm"]  # dense MLP norm fused (TE)
+    assert recomputed(layer(llama(), plan(["layernorm"], ep=1), False)[0]) == []   # both fused
+    act = recomputed(layer(m, plan(["moe_act"]), True)[0])
+    assert act == ["moe.expert.act"]
+    sh = recomputed(layer(m, plan(["shared_experts"]), True)[0])
+    assert sh == sorted(["moe.shared.up", "moe.shared.act", "moe.shared.down", "tp.moe_shared_up.allgather",
+                         "tp.moe_shared_down.reducescatter"])
+    up = recomputed(layer(m, plan(["mla_up_proj"]), False)[0])
+    assert up == ["mla.kv_up", "mla.q_up", "mla.rope"]
+    mlp = recomputed(layer(m, plan(["mlp"]), False)[0])
+    assert mlp == sorted(["mlp_norm", "mlp_up", "act.swiglu", "mlp_down", "tp.mlp_up.allgather",
+                          "tp.mlp_down.reducescatter"])
+    assert recomputed(layer(m, plan(["mlp"]), True)[0]) == []    # "mlp" skips MoE layers (transformer_layer.py)
+
+
+def test_moe_module_reruns_the_whole_block_with_its_all_to_alls():
+    m = dsv3()
+    ops, _ = layer(m, plan(["moe"]), True)
+    names = recomputed(ops)
+    fwd_block = sorted(o.name for o in ops if o.phase is Phase.FWD and (o.name.startswith("moe.")
+                                                                          or o.name.startswith("tp.moe_shared_")))
+    assert names == fwd_block
+    assert names.count("moe.dispatch") == 1 and names.count("moe.combine") == 1
+    # with the EP overlap the re-run all-to-alls join the overlapped list, as with full recompute
+    _, over = layer(m, plan(["moe"], overlap=True), True)
+    _, over0 = layer(m, plan(overlap=True), True)
+    assert {o.name for o in over} - {o.name for o in over0} == {
+        "moe.dispatch.recompute", "moe.combine.recompute",                              # EP all-to-alls
+        "moe.dispatch.etp_allgather.recompute", "moe.combine.etp_reducescatter.recompute"}  # ETP = TP = 2
+    # modules overlapping the whole block add nothing twice
+    assert recomputed(layer(m, plan(["moe", "moe_act", "shared_experts"]), True)[0]) == names
+
+
+def test_unfused_attention_core_is_recomputed_only_with_core_attn():
+    m = llama()
+    core = recomputed(layer(m, plan(["core_attn"], ep=1, attention="unfused"), False)[0])
+    assert "attention.scores" in core
+    assert recomputed(layer(m, plan(["layernorm"], ep=1, attention="unfused"), False)[0]) == []
+
+
+def _act(m, p, moe):
+    return mem._layer_activation_bytes(m, p, "selective", True, moe=moe)
+
+
+def test_each_module_stops_storing_its_activations():
+    m = dsv3()
+    tokens, eb = 4096, 2
+
+    def cut(module, moe):  # with core_attn, as Megatron's default list, so only the module's terms move
+        return (_act(m, plan(moe_imbalance=1.0), moe)
+                - _act(m, plan([module, "core_attn"], moe_imbalance=1.0), moe))
+
+    norm_out = eb * tokens * 7168 / 2                                    # one [s, b, h] / TP (SP)
+    assert cut("layernorm", True) == pytest.approx(2 * norm_out)         # MLA input norm + MoE pre-MLP norm
+    assert cut("layernorm", False) == pytest.approx(norm_out)
+    received = tokens / 2 * 8 * 2                                        # T/TP x k x ETP(=TP)
+    assert cut("moe_act", True) == pytest.approx(eb * received * 2048 / 2)
+    assert cut("shared_experts", True) == pytest.approx(eb * tokens * 2048 / 2 * 3)
+    assert cut("moe", True) == pytest.approx(mem.moe_mlp_activation_bytes(m, plan(moe_imbalance=1.0), tokens, eb))
+    assert cut("mlp", False) == pytest.approx(eb * tokens * (2 * 18432 / 2 + 18432 / 2) + norm_out)
+    assert cut("mla_up_proj", False) == pytest.approx(eb * tokens * 64 * (2 * 192 + 128))
+    # without core_attn the attention core keeps its fp32 log-sum-exp, as recompute='none'
+    lse = mem.BYTES_LSE * 64 * tokens
+    assert _act(m, plan(["moe"]), True) - _act(m, plan(["moe", "core_attn"]), True) == pytest.approx(lse)
+
+
+def test_stage_memory_drops_and_working_layer_is_counted():
+    m = dsv3(8)
+    p0 = plan(pp=2).validate(m)
+    p1 = dataclasses.replace(p0, recompute_modules=("moe",))
+    a0 = [t[3] for t in mem._stage_terms(m, p0, True)]
+    a1 = [t[3] for t in mem._stage_terms(m, p1, True)]
+    assert all(x < y for x, y in zip(a1, a0))
+
+
+def test_validation_of_the_field():
+    assert RECOMPUTE_MODULES == ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
+    assert not plan(["moe", "layernorm"]).problems()
+    assert "unknown: attn" in plan(["attn"]).problems()[0]
+    assert "needs recompute=selective" in plan(["moe"], recompute="full").problems()[0]
+    assert "per operator" in plan(["moe"], framework="torchtitan").problems()[0]
+    assert plan(["moe"]).recompute_modules == ("moe",)
