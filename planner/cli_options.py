@@ -41,6 +41,8 @@ TokensPerBatch = Annotated[Optional[str], typer.Option(
     "--tokens-per-batch", help="Global batch in tokens, e.g. 4M or 16e6 (instead of --gbs; default ~4M).")]
 SeqLen = Annotated[Optional[int], typer.Option("--seq-len", help="Sequence length (default: model's max).")]
 Recompute = Annotated[str, typer.Option("--recompute", help="none | selective | full.")]
+RecomputeModules = Annotated[Optional[str], typer.Option(
+    "--recompute-modules", help="With selective: Megatron-Core modules, e.g. moe_act,layernorm (default core_attn).")]
 SequenceParallel = Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel")]
 Zero = Annotated[int, typer.Option("--zero", help="ZeRO stage 0-3 (1 = distributed optimizer, 3 = FSDP).")]
 Dtype = Annotated[str, typer.Option("--dtype", help="bf16 | fp16 | fp8 | fp32.")]

@@ -46,6 +46,8 @@ def predict_request(req: PlanRequest, hardware_files: tuple = (), calibration=No
                    "recompute": plan.recompute, "sequence_parallel": plan.sp, "zero": plan.zero,
                    "dtype": plan.dtype, "layer_split": pred.layer_split, "framework": plan.framework,
                    "attention": attention_kernel(plan)}
+    if plan.recompute_modules:  # Megatron-Core --recompute-modules; absent for the default selective
+        out["plan"]["recompute_modules"] = list(plan.recompute_modules)
     if res.model.is_moe:  # MoE keys only for MoE models: a dense plan's record stays as it was
         out["plan"].update(moe_plan_keys(plan))
     return out
@@ -182,6 +184,7 @@ def register(app: typer.Typer) -> None:
         tokens_per_batch: O.TokensPerBatch = None,
         seq_len: O.SeqLen = None,
         recompute: O.Recompute = PlanRequest.recompute,
+        recompute_modules: O.RecomputeModules = None,
         sequence_parallel: O.SequenceParallel = PlanRequest.sequence_parallel,
         zero: O.Zero = PlanRequest.zero,
         dtype: O.Dtype = PlanRequest.dtype,

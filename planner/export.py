@@ -248,6 +248,8 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, iterations: int | None =
         add("--recompute-num-layers", 1)
     elif plan.recompute == "selective":
         add("--recompute-granularity", "selective")
+        if plan.recompute_modules:  # _add_training_args --recompute-modules (nargs='*'; default core_attn)
+            add("--recompute-modules", " ".join(plan.recompute_modules))
 
     # data-parallel sharding: ZeRO-1 = distributed optimizer; ZeRO-2/3 = Megatron-FSDP, whose required
     # flags are --use-megatron-fsdp, --data-parallel-sharding-strategy, --no-gradient-accumulation-fusion,
@@ -385,6 +387,8 @@ def nemo_config(model: ModelSpec, plan: ParallelPlan, iterations: int | None = N
     m["activations_checkpoint_granularity"] = None if plan.recompute == "none" else plan.recompute
     m["activations_checkpoint_method"] = "uniform" if plan.recompute == "full" else None
     m["activations_checkpoint_num_layers"] = 1 if plan.recompute == "full" else None
+    if plan.recompute_modules:  # Megatron-Core TransformerConfig.recompute_modules, passed on as window_size
+        m["recompute_modules"] = list(plan.recompute_modules)
     if plan.dtype == "fp8":
         m.update({"transformer_engine": True, "fp8": True, "fp8_hybrid": True})
     if plan.zero >= 2:  # torch FSDP: 'grad' shards gradients + optimizer states, 'full' also parameters

@@ -17,7 +17,7 @@ from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.framework import ATTENTION_KERNELS, DEFAULT_FRAMEWORK, FRAMEWORKS
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
-from costmodel.core.specs.plan import DTYPES, MOE_DISPATCHERS, RECOMPUTE_MODES, ParallelPlan
+from costmodel.core.specs.plan import DTYPES, MOE_DISPATCHERS, RECOMPUTE_MODES, RECOMPUTE_MODULES, ParallelPlan
 from costmodel.core.specs.presets import resolve_model
 
 DEFAULT_BATCH_TOKENS = 4 * 1024 * 1024
@@ -72,6 +72,9 @@ class PlanRequest:
     """Sequence length in tokens; None = the model's max_seq_len."""
     recompute: str = "selective"
     """Activation recomputation: none | selective | full."""
+    recompute_modules: tuple[str, ...] = ()
+    """With recompute=selective: Megatron-Core's --recompute-modules, a list or 'a,b' (costmodel.core.specs.plan
+    RECOMPUTE_MODULES); empty = the framework's selective default (Megatron: core_attn)."""
     sequence_parallel: bool = True
     """Megatron sequence parallelism (only meaningful when tp > 1)."""
     zero: int = 1
@@ -107,6 +110,11 @@ class PlanRequest:
                 object.__setattr__(self, f.name, _check_type(f.name, value))
         if self.recompute not in RECOMPUTE_MODES:
             raise PlannerError(f"recompute={self.recompute!r} must be one of {', '.join(RECOMPUTE_MODES)}")
+        bad = [m for m in self.recompute_modules if m not in RECOMPUTE_MODULES]
+        if bad or (self.recompute_modules and self.recompute != "selective"):
+            raise PlannerError(f"recompute_modules={','.join(self.recompute_modules)}: "
+                               + (f"unknown {', '.join(bad)}; choose from {', '.join(RECOMPUTE_MODULES)}" if bad
+                                  else "needs recompute=selective (Megatron's --recompute-granularity selective)"))
         if self.dtype not in DTYPES:
             raise PlannerError(f"dtype={self.dtype!r} must be one of {', '.join(DTYPES)}")
         if self.framework not in FRAMEWORKS:
@@ -151,7 +159,8 @@ class PlanRequest:
             gbs = batch_sequences(seq, self.mbs * dp, self.tokens_per_batch or DEFAULT_BATCH_TOKENS)
         plan = ParallelPlan(world_size=self.gpus, gpus_per_node=gpus_per_node, global_batch_size=gbs, seq_len=seq,
                             tp=self.tp, pp=self.pp, cp=self.cp, vpp=self.vpp, micro_batch_size=self.mbs,
-                            recompute=self.recompute, sequence_parallel=self.sequence_parallel, zero=self.zero,
+                            recompute=self.recompute, recompute_modules=self.recompute_modules,
+                            sequence_parallel=self.sequence_parallel, zero=self.zero,
                             dtype=self.dtype, layer_split=self.layer_split, nvlink_domain=nvlink_domain,
                             framework=self.framework, attention=self.attention, **self.moe_fields(),
                             extra=dict(extra or {}))
@@ -242,6 +251,11 @@ def _check_type(key: str, value: object) -> object:
         if value >= MAX_INT:
             raise PlannerError(f"{key}={value} is too large; it must be below 2**53")
         return value
+    if key == "recompute_modules":
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, (list, tuple)) or not all(isinstance(v, str) for v in items):
+            raise PlannerError(f"{key}={value!r} must be a list of module names or 'a,b', e.g. ['moe_act']")
+        return tuple(v.strip() for v in items if v.strip())
     if key == "layer_split":
         if (not isinstance(value, (list, tuple)) or not value
                 or any(isinstance(v, bool) or not isinstance(v, int) or v <= 0 for v in value)):

@@ -51,7 +51,7 @@ def megatron_parser() -> argparse.ArgumentParser:
         if "action" in spec:
             parser.add_argument(flag, action=spec["action"])
         else:
-            parser.add_argument(flag, type=types[spec["type"]], choices=spec.get("choices"))
+            parser.add_argument(flag, type=types[spec["type"]], choices=spec.get("choices"), nargs=spec.get("nargs"))
     return parser
 
 

@@ -136,3 +136,47 @@ def test_validation_of_the_field():
     assert "needs recompute=selective" in plan(["moe"], recompute="full").problems()[0]
     assert "per operator" in plan(["moe"], framework="torchtitan").problems()[0]
     assert plan(["moe"]).recompute_modules == ("moe",)
+
+
+# ------------------------------------------------------------------------------ requests, CLI, export
+def test_request_key_and_cli_flag_reach_the_plan_and_its_json():
+    import json
+
+    from typer.testing import CliRunner
+
+    from costmodel.core.errors import PlannerError
+    from planner.cli import app
+    from planner.requests import PlanRequest
+
+    req = PlanRequest.from_dict({"model": "mixtral-8x7b", "gpu": "h100-sxm", "gpus": 64, "pp": 4, "ep": 8,
+                                 "recompute_modules": ["moe_act", "layernorm"]})
+    assert req.recompute_modules == ("moe_act", "layernorm")
+    assert PlanRequest.from_dict({"model": "m", "gpu": "g", "gpus": 8, "recompute_modules": "moe, mlp"}
+                                 ).recompute_modules == ("moe", "mlp")
+    with pytest.raises(PlannerError, match="unknown attn"):
+        PlanRequest.from_dict({"model": "m", "gpu": "g", "gpus": 8, "recompute_modules": ["attn"]})
+    with pytest.raises(PlannerError, match="needs recompute=selective"):
+        PlanRequest.from_dict({"model": "m", "gpu": "g", "gpus": 8, "recompute": "full", "recompute_modules": "moe"})
+    base = "predict --model mixtral-8x7b --gpu h100-sxm --gpus 64 --pp 4 --ep 8 --format json"
+    r0 = CliRunner().invoke(app, base.split())
+    r1 = CliRunner().invoke(app, base.split() + ["--recompute-modules", "moe"])
+    assert r0.exit_code == 0 and r1.exit_code == 0, r1.output
+    j0, j1 = json.loads(r0.output), json.loads(r1.output)
+    assert "recompute_modules" not in j0["plan"] and j1["plan"]["recompute_modules"] == ["moe"]
+    assert j1["iteration_time_s"] > j0["iteration_time_s"]          # the MoE block runs twice forward
+    bad = CliRunner().invoke(app, base.split() + ["--recompute-modules", "moe", "--recompute", "full"])
+    assert bad.exit_code == 2 and "needs recompute=selective" in bad.output
+
+
+def test_megatron_and_nemo_exports_carry_the_modules():
+    from planner.export import export_plan, nemo_config
+    from tests.test_export_fields import HW, _hf, _plan, parse_megatron
+
+    model = _hf("deepseek-v3")
+    p = _plan(gpus=64, tp=1, pp=1, ep=64, moe_imbalance=1.0, recompute_modules=("moe_act", "layernorm"))
+    a = parse_megatron(export_plan(model, p, HW, None, "megatron"))
+    assert a.recompute_granularity == "selective" and a.recompute_modules == ["moe_act", "layernorm"]
+    d = parse_megatron(export_plan(model, dataclasses.replace(p, recompute_modules=()), HW, None, "megatron"))
+    assert d.recompute_granularity == "selective" and d.recompute_modules is None
+    assert nemo_config(model, p)[0]["model"]["recompute_modules"] == ["moe_act", "layernorm"]
+    assert "recompute_modules" not in nemo_config(model, dataclasses.replace(p, recompute_modules=()))[0]["model"]
