@@ -132,6 +132,7 @@ def register(app: typer.Typer) -> None:
         moe_dispatcher: O.MoeDispatcher = PlanRequest.moe_dispatcher,
         moe_imbalance: O.MoeImbalance = None,
         moe_overlap_comm: O.MoeOverlapComm = PlanRequest.moe_overlap_comm,
+        moe_grouped_gemm: O.MoeGroupedGemm = PlanRequest.moe_grouped_gemm,
         layer_split: O.LayerSplit = None,
         hardware_file: O.HardwareFile = [],
         to: str = typer.Option("all", "--to", help="megatron | nemo | torchtitan | slurm | all."),

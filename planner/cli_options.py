@@ -58,6 +58,8 @@ MoeImbalance = Annotated[Optional[float], typer.Option(
     "--moe-imbalance", help="Busiest expert's tokens over the mean, >= 1 (default: the cost model's).")]
 MoeOverlapComm = Annotated[bool, typer.Option("--moe-overlap-comm/--no-moe-overlap-comm",
                                               help="Overlap EP dispatch/combine with compute.")]
+MoeGroupedGemm = Annotated[bool, typer.Option("--moe-grouped-gemm/--no-moe-grouped-gemm",
+                                              help="Local experts as one grouped GEMM (off: one GEMM per expert).")]
 LayerSplit = Annotated[Optional[str], typer.Option("--layer-split", help="Uneven layers per stage, e.g. 9,8,8,7.")]
 HardwareFile = Annotated[list[str], typer.Option("--hardware-file", help="TOML/YAML file adding GPUs/clusters.")]
 

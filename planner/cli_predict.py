@@ -55,9 +55,10 @@ def predict_request(req: PlanRequest, hardware_files: tuple = (), calibration=No
 
 def moe_plan_keys(plan) -> dict:
     """The MoE layout of a plan as JSON keys (ep, etp, expert_dp, moe_dispatcher, moe_imbalance: None = the
-    cost model's default, moe_overlap_comm)."""
+    cost model's default, moe_overlap_comm, moe_grouped_gemm)."""
     return {"ep": plan.ep, "etp": plan.etp, "expert_dp": plan.expert_dp, "moe_dispatcher": plan.moe_dispatcher,
-            "moe_imbalance": plan.moe_imbalance, "moe_overlap_comm": plan.moe_overlap_comm}
+            "moe_imbalance": plan.moe_imbalance, "moe_overlap_comm": plan.moe_overlap_comm,
+            "moe_grouped_gemm": plan.moe_grouped_gemm}
 
 
 def predict_one(raw: dict, hardware_files: tuple = (), calibration=None) -> dict:
@@ -195,6 +196,7 @@ def register(app: typer.Typer) -> None:
         moe_dispatcher: O.MoeDispatcher = PlanRequest.moe_dispatcher,
         moe_imbalance: O.MoeImbalance = None,
         moe_overlap_comm: O.MoeOverlapComm = PlanRequest.moe_overlap_comm,
+        moe_grouped_gemm: O.MoeGroupedGemm = PlanRequest.moe_grouped_gemm,
         layer_split: O.LayerSplit = None,
         batch: Optional[str] = typer.Option(None, "--batch", help="JSONL file of requests ('-' = stdin)."),
         fmt: str = typer.Option(

@@ -331,6 +331,7 @@ def register(app: typer.Typer) -> None:
         moe_dispatcher: O.MoeDispatcher = PlanRequest.moe_dispatcher,
         moe_imbalance: O.MoeImbalance = None,
         moe_overlap_comm: O.MoeOverlapComm = PlanRequest.moe_overlap_comm,
+        moe_grouped_gemm: O.MoeGroupedGemm = PlanRequest.moe_grouped_gemm,
         layer_split: O.LayerSplit = None,
         fmt: str = typer.Option("table", "--format", help="table | json | csv | md (csv, md: every operator)."),
         top: int = typer.Option(15, "--top", help="Operators per table."),

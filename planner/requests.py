@@ -96,9 +96,11 @@ class PlanRequest:
     """MoE token dispatcher: alltoall | allgather | flex (--moe-token-dispatcher-type)."""
     moe_imbalance: float | None = None
     """Tokens of the busiest expert over the mean (>= 1; 1 = balanced); None = the cost model's documented
-    default (costmodel.moe)."""
+    default (costmodel.moe_routing)."""
     moe_overlap_comm: bool = False
     """Overlap EP dispatch/combine with another micro-batch's compute (--overlap-moe-expert-parallel-comm)."""
+    moe_grouped_gemm: bool = True
+    """Run a rank's local experts as one grouped GEMM (--moe-grouped-gemm; False = one GEMM per expert)."""
 
     def __post_init__(self) -> None:
         missing = [k for k in REQUIRED if getattr(self, k) is None]
@@ -171,7 +173,7 @@ class PlanRequest:
         """The MoE keyword arguments of ParallelPlan this request sets (none of them for a default request,
         so a dense plan is built exactly as before)."""
         out: dict = {}
-        for key in ("ep", "etp", "moe_dispatcher", "moe_imbalance", "moe_overlap_comm"):
+        for key in ("ep", "etp", "moe_dispatcher", "moe_imbalance", "moe_overlap_comm", "moe_grouped_gemm"):
             value = getattr(self, key)
             if value != _DEFAULTS[key]:
                 out[key] = float(value) if key == "moe_imbalance" else value
@@ -192,7 +194,7 @@ REQUIRED = ("model", "gpu", "gpus")
 _DEFAULTS = {f.name: f.default for f in fields(PlanRequest)}
 _INT_KEYS = {"gpus", "gpus_per_node", "tp", "pp", "cp", "vpp", "mbs", "gbs", "tokens_per_batch", "seq_len", "zero",
              "ep", "etp"}
-_BOOL_KEYS = {"sequence_parallel", "moe_overlap_comm"}
+_BOOL_KEYS = {"sequence_parallel", "moe_overlap_comm", "moe_grouped_gemm"}
 _TYPES: dict[str, type | tuple] = {"id": (str, int), "model": (str, dict), "gpu": str, "cluster": str,
                                    "recompute": str, "dtype": str, "framework": str, "attention": str,
                                    "moe_dispatcher": str}

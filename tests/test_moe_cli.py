@@ -258,6 +258,33 @@ def test_predict_mixtral_preset_with_ep_shows_the_moe_operators():
     assert "EP=8 ETP=1" in table and "MoE layer operators" in table and "moe.dispatch" in table
 
 
+def test_grouped_gemm_key_and_flag_change_only_the_expert_operators(tmp_path):
+    req = PlanRequest.from_dict({"model": "llama-13b", "gpu": "h100-sxm", "gpus": 64, "ep": 8,
+                                 "moe_grouped_gemm": False})
+    assert req.moe_fields()["moe_grouped_gemm"] is False and req.to_plan(MIXTRAL, 8).moe_grouped_gemm is False
+    assert PlanRequest.from_dict({"model": "llama-13b", "gpu": "h100-sxm", "gpus": 8}).moe_fields() == {}
+    with pytest.raises(PlannerError, match="moe_grouped_gemm=1 must be true or false"):
+        PlanRequest.from_dict({"model": "llama-13b", "gpu": "h100-sxm", "gpus": 8, "moe_grouped_gemm": 1})
+    args = ["predict", "--model", "mixtral-8x7b", "--gpu", "h100-sxm", "--gpus", "64", "--tp", "1", "--pp", "4",
+            "--ep", "8", "--seq-len", "4096", "--format", "json"]
+    recs = []
+    for flag in ("--moe-grouped-gemm", "--no-moe-grouped-gemm"):
+        r = runner.invoke(app, args + [flag])
+        assert r.exit_code == 0, r.output
+        recs.append(json.loads(r.output))
+    assert [rec["plan"]["moe_grouped_gemm"] for rec in recs] == [True, False]
+    on, off = ({(b["operator"], b["phase"]): b["time_s"] for b in rec["breakdown"]} for rec in recs)
+    assert on.keys() == off.keys()
+    moved = {k[0] for k in on if off[k] != pytest.approx(on[k], rel=1e-9)}
+    moved.discard("pipeline_bubble+p2p")     # the bubble follows the stage times
+    assert "moe.expert.up" in moved and all(name.startswith("moe.expert") for name in moved), moved
+    f = tmp_path / "b.jsonl"
+    f.write_text(json.dumps({"model": "mixtral-8x7b", "gpu": "h100-sxm", "gpus": 64, "pp": 4, "ep": 8,
+                             "seq_len": 4096, "moe_grouped_gemm": False}) + "\n")
+    line = json.loads(runner.invoke(app, ["predict", "--batch", str(f)]).output)
+    assert line["plan"]["moe_grouped_gemm"] is False and line["iteration_time_s"] == recs[1]["iteration_time_s"]
+
+
 def test_search_moe_preset_searches_ep_and_json_carries_it():
     r = runner.invoke(app, ["search", "--model", "mixtral-8x7b", "--gpus", "64", "--gpu", "h100-sxm", "--seq-len",
                             "4096", "--tp", "1,2", "--pp", "1,2", "--no-progress", "--format", "json", "--top", "50"])

@@ -54,16 +54,33 @@ def _precision_refusal(text: str) -> str:
     return ""
 
 
-def _recompute_refusal(text: str) -> str:
-    """Megatron --recompute-modules that recompute a whole MoE block or MLP have no planner mode (none, selective
-    = the attention core, full = the whole layer); element-wise modules (layernorm, moe_act) map to selective."""
+RECOMPUTE_WORDS = {"norm": "layernorm", "layernorm": "layernorm", "rmsnorm": "layernorm", "act": "moe_act",
+                   "moe_act": "moe_act", "shared_expert": "shared_experts", "shared_experts": "shared_experts",
+                   "moe": "moe", "mlp": "mlp", "up_proj": "mla_up_proj", "mla_up_proj": "mla_up_proj",
+                   "core_attn": "core_attn"}
+"""Words of the run files' recompute column -> Megatron-Core --recompute-modules names
+(costmodel.core.specs.plan.RECOMPUTE_MODULES): the ModelZoo rows write 'norm, act' for layernorm and moe_act, and
+'up_proj' for mla_up_proj; other words ('all', 'and', 'dense-layer') name no module."""
+
+
+def recompute_modules(text: str) -> tuple[str, ...]:
+    """The --recompute-modules of a row's recompute text, in the order stated: the list after
+    '--recompute-modules' when quoted, else the words after 'selective:' up to a '+' (what follows a '+' is
+    another memory feature, e.g. activation offloading) mapped by :data:`RECOMPUTE_WORDS`; () when the text is not
+    selective or names no module (Megatron's default, core_attn). As in Megatron, a stated list replaces the
+    default: core_attn is recomputed only when listed."""
     t = text.lower()
-    mods = re.search(r"--recompute-modules ([a-z_ ]+)", t)
-    names = set(mods.group(1).split()) if mods else set()
-    if "moe" in names or "mlp" in names or "shared_expert" in t or re.search(r"\bmlp\b", t):
-        return (f"recompute {text!r}: recomputing a whole MoE block / MLP in backward is not a planner recompute "
-                "mode (none | selective = attention core | full = whole layer)")
-    return ""
+    if not t.startswith("selective") or ":" not in t:
+        return ()
+    quoted = re.search(r"--recompute-modules ([a-z_ ]+)", t)
+    head = quoted.group(1) if quoted else t.split(":", 1)[1].split("+")[0]
+    words = re.findall(r"[a-z_]+", head.replace("up-proj", "up_proj"))
+    out: list[str] = []
+    for w in words:
+        m = RECOMPUTE_WORDS.get(w)
+        if m and m not in out:
+            out.append(m)
+    return tuple(out)
 
 
 def moe_refusals(row) -> list[str]:
@@ -81,9 +98,6 @@ def moe_refusals(row) -> list[str]:
         out.append("EP not stated (the source prints '-') and the notes give no benchmark config of the same "
                    "commit that states it: the expert layout is unknown")
     reason = _precision_refusal(row.text["precision"])
-    if reason:
-        out.append(reason)
-    reason = _recompute_refusal(row.text["recompute"])
     if reason:
         out.append(reason)
     if "mtp" in notes and "no mtp" not in notes and "with mtp" in notes:
@@ -230,6 +244,12 @@ def moe_plan_fields(row, tp: int, notes: list[str]) -> dict:
         ep = ep_from_notes(row) or 1
         notes.append(f"EP {ep} from the benchmark config the notes quote (the table prints '-')")
     fields = dict(ep=ep, etp=etp, moe_dispatcher=_dispatcher(row.text["framework"], notes))
+    modules = recompute_modules(row.text["recompute"])
+    if modules:
+        fields["recompute_modules"] = modules
+        notes.append(f"recompute {row.text['recompute']!r} read as Megatron-Core --recompute-modules "
+                     f"{' '.join(modules)}" + ("" if "core_attn" in modules else " (the list replaces the default "
+                                                                                 "core_attn)"))
     if balanced_routing(row):
         fields["moe_imbalance"] = 1.0
         notes.append("forced load balancing (perfectly balanced routing): routing imbalance 1.0")

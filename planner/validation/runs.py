@@ -507,8 +507,6 @@ def _moe_plan(row: RunRow, model: ModelSpec, plan: ParallelPlan, notes: list[str
     if "CHECK:" in row.text["notes"]:
         notes.append("CHECK tag (not a GPU-count mismatch): " + row.text["notes"].split("CHECK:", 1)[1]
                      .split(";")[0].strip())
-    if ":" in row.text["recompute"] and not row.text["recompute"].lower().startswith("full"):
-        notes.append(f"recompute '{row.text['recompute']}' (element-wise modules) mapped to selective")
     fields = moe_plan_fields(row, plan.tp, notes)
     # the NVLink domain as planner predict places the job (PlanRequest.resolve): a GB200/GB300 NVL72 rack spans
     # 18 4-GPU trays, so EP groups across trays stay on NVLink
