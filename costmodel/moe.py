@@ -17,9 +17,10 @@ The expert grid is ordered tp-ep-dp-pp (Megatron-Core parallel_state.py, ``exper
 ranks adjacent): ETP ranks are adjacent, EP ranks ETP apart, so the EP group's topology is
 ``group_topology(EP, ETP, domain)`` and the ETP group's ``group_topology(ETP, 1, domain)``.
 
-Routing imbalance: the busiest expert receives ``imbalance`` times the mean share of tokens and every rank waits
-for the busiest at the combine, so the expert GEMMs are costed with the busiest expert's rows on every local
-expert (:func:`routing_imbalance`). Dispatch and combine bytes are the sender's (T x k tokens per rank, the
+Routing imbalance: the busiest EP rank receives ``imbalance`` times the mean share of token copies and every rank
+waits for the busiest at the combine, so the expert GEMMs are costed with the busiest rank's rows, spread evenly
+over its local experts (:func:`routing_imbalance`; the default and its source in :mod:`costmodel.moe_routing`).
+Dispatch and combine bytes are the sender's (T x k tokens per rank, the
 same on every rank); the busiest receiver's extra bytes are not modelled.
 
 Not modelled (small next to the token traffic or not in the plan): the router's auxiliary loss and z-loss, the
@@ -36,21 +37,9 @@ import math
 from costmodel.core.kinds import Category, Phase
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
+from costmodel.moe_routing import rank_imbalance
 from costmodel.opbuild import elem_bytes, gemm, group_topology, tp_boundary
 from costmodel.ops import Op
-
-DEFAULT_IMBALANCE = 1.0
-"""Default routing imbalance, tokens of the busiest expert over the mean: 1.0 (perfectly balanced routing).
-
-No measured figure of max/mean routed tokens per expert for aux-loss-balanced training was found in the sources
-searched (Megatron-Core's MoE README, the ModelZoo best-practice readmes, shared/validation/MOE_README.md, the
-MoE papers in the search corpora report balance as plots or relative speed-ups, not as a max/mean ratio; Wang et
-al. 2024, arXiv 2408.15664, define exactly this ratio minus one as MaxVio and tabulate it for aux-loss-balanced
-training, but its table was not in the corpora, so no figure is taken from it), so the default is the balanced
-routing that Megatron-Core's --moe-router-force-load-balancing gives and that many published NVIDIA MoE runs use
-(shared/validation/MOE_README.md: "Many NVIDIA rows use --moe-router-force-load-balancing or a 'fake balanced
-gate'"). Dropless runs without forced balance route unevenly (the forced-balance vs dropless pairs
-MOEZOO-007..014 there differ by 8-25 % in step time): set ``ParallelPlan.moe_imbalance`` for them."""
 
 SCORE_FLOPS_PER_LOGIT = 5.0
 """Router scoring per logit: the same count as an attention softmax score (costmodel.graph.SOFTMAX_FLOPS_PER_SCORE:
@@ -63,14 +52,42 @@ in costmodel/graph.py (layer_operators), so an expert's activation costs as a de
 
 
 def routing_imbalance(model: ModelSpec, plan: ParallelPlan) -> float:
-    """Tokens of the busiest expert over the mean: ``plan.moe_imbalance`` or :data:`DEFAULT_IMBALANCE`, capped at
-    the model's ``capacity_factor`` when it drops tokens (an expert holds at most capacity_factor x the balanced
-    share; Fedus et al. 2021, Switch Transformer, arXiv 2101.03961 sec. 2.2; Megatron-Core
-    --moe-expert-capacity-factor)."""
-    imb = float(plan.moe_imbalance) if plan.moe_imbalance is not None else DEFAULT_IMBALANCE
-    if model.capacity_factor > 0:
-        imb = min(imb, float(model.capacity_factor))
-    return imb
+    """Routed token copies of the busiest EP rank over the mean (:func:`costmodel.moe_routing.rank_imbalance`:
+    ``plan.moe_imbalance`` or the published default for the model's router, per expert, taken to the rank)."""
+    return rank_imbalance(model, plan)
+
+
+def domain_hit_probability(model: ModelSpec, domains: int) -> float:
+    """Probability that a given one of ``domains`` equal NVLink domains of the EP group holds at least one of a
+    token's k experts, the k drawn uniformly without repetition from E (balanced routing):
+    1 - C(E - E/N, k) / C(E, k). With group-limited routing stated in config.json (DeepSeek-V3 ``n_group`` groups,
+    ``topk_group`` of them per token; Megatron-Core --moe-router-num-groups / --moe-router-group-topk) and whole
+    groups per domain (N divides n_group), the token's groups are drawn first: the number j of them in the
+    domain is hypergeometric, and the k experts are drawn from the g E/G experts of its g groups:
+    1 - sum_j P(j) C((g - j) E/G, k) / C(g E/G, k)."""
+    E, k, N = model.num_experts, model.experts_per_token, domains
+    G, g = int(model.extra.get("n_group") or 0), int(model.extra.get("topk_group") or 0)
+    if 1 < G and 0 < g < G and G % N == 0 and E % G == 0:
+        per = E // G
+        miss = sum(math.comb(G // N, j) * math.comb(G - G // N, g - j) / math.comb(G, g)
+                   * math.comb((g - j) * per, k) / math.comb(g * per, k) for j in range(0, min(g, G // N) + 1))
+        return 1.0 - miss
+    return 1.0 - math.comb(E - E // N, k) / math.comb(E, k)
+
+
+def flex_byte_factor(model: ModelSpec, domains: int) -> float:
+    """Bytes of the flex (DeepEP) dispatch/combine over the all-to-all's: DeepEP sends each token once to every
+    other NVLink domain holding at least one of its top-k experts and fans it out over NVLink there
+    (deepseek-ai/DeepEP README, "normal kernels ... asymmetric-domain bandwidth forwarding, such as forwarding
+    data from NVLink domain to RDMA domain"; DeepSeek-V3 report, arXiv 2412.19437 sec. 3.2.2: each token is sent
+    by IB once per target node, then forwarded by NVLink to the GPUs hosting its experts). Per token, remote
+    domains hit (N - 1) hit against the all-to-all's k (N - 1) / N remote copies: N hit / k (<= 1), hit from
+    :func:`domain_hit_probability`. Scales the whole message (its network part dominates across domains;
+    tests/test_measured.py checks the scaled all-to-all against DeepEP's measured 2- and 4-node combine); 1 inside
+    one domain."""
+    if domains <= 1 or model.experts_per_token <= 1:
+        return 1.0
+    return min(1.0, domains * domain_hit_probability(model, domains) / model.experts_per_token)
 
 
 def _gemm3(name: str, m: int, n: int, k: int, dtype: str, count: float = 1.0) -> list[Op]:
@@ -112,7 +129,8 @@ def moe_block_operators(model: ModelSpec, plan: ParallelPlan) -> tuple[list[Op],
     Experts per rank: E/EP, each split over ETP. Tokens received per rank R = T x k (x ETP with ETP > 1); rows
     per local expert m_e = ceil(R / (E/EP) x imbalance) (:func:`routing_imbalance`); one GEMM per local expert
     (count E/EP, the shape --moe-grouped-gemm also runs; costmodel's kernel-efficiency correction rescales the
-    ``moe.expert.*`` operators). The flex dispatcher (DeepEP / HybridEP) is costed as alltoall.
+    ``moe.expert.*`` operators). The flex dispatcher (DeepEP / HybridEP) is costed as alltoall with its bytes
+    deduplicated per destination NVLink domain (:func:`flex_byte_factor`).
 
     EP communication has category EP_COMM: in the operators, or, with ``plan.moe_overlap_comm``
     (--overlap-moe-expert-parallel-comm: one micro-batch's all-to-all runs under another's compute), in the
@@ -166,7 +184,9 @@ def moe_block_operators(model: ModelSpec, plan: ParallelPlan) -> tuple[list[Op],
         coll("reduce_scatter", "moe.dispatch", Phase.BWD, gathered, g, g_topo)
         permute_rows = received                  # each rank permutes its experts' share of the gathered tokens
     else:
-        a2a = T * k * h * eb                     # every routed copy of every local token leaves once
+        a2a = float(T * k * h * eb)              # every routed copy of every local token leaves once
+        if plan.moe_dispatcher == "flex":        # DeepEP: one copy per destination NVLink domain
+            a2a *= flex_byte_factor(model, ep_topo[0])
         etp_bytes = received * h * eb
         coll("all_to_all", "moe.dispatch", Phase.FWD, a2a, ep, ep_topo)
         coll("all_gather", "moe.dispatch.etp_allgather", Phase.FWD, etp_bytes, etp, etp_topo)

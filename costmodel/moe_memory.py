@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
+from costmodel.moe_routing import rank_imbalance
 
 
 def _mlp_params_per_gpu(model: ModelSpec, width: int, split: int) -> float:
@@ -81,12 +82,10 @@ def mla_activation_bytes(model: ModelSpec, plan: ParallelPlan, tokens: float, ac
 
 
 def moe_imbalance(model: ModelSpec, plan: ParallelPlan) -> float:
-    """Tokens of the busiest expert over the mean: ``plan.moe_imbalance`` or the default of
-    ``costmodel.moe.DEFAULT_IMBALANCE`` (1.0, balanced; costmodel.moe sits above this module, so the rule of its
-    ``routing_imbalance`` is restated here and tests/test_memory.py checks they agree), capped at the model's
-    capacity factor when it drops tokens ([MCORE-MOE]: capacity = tokens x topk x capacity_factor / experts)."""
-    imb = float(plan.moe_imbalance) if plan.moe_imbalance is not None else 1.0
-    return min(imb, float(model.capacity_factor)) if model.capacity_factor > 0 else imb
+    """Routed token copies of the busiest EP rank over the mean: :func:`costmodel.moe_routing.rank_imbalance`
+    (``plan.moe_imbalance`` or the published default, per expert, capped at the capacity factor, taken to the
+    rank), the count costmodel.moe uses."""
+    return rank_imbalance(model, plan)
 
 
 def _moe_received_tokens(model: ModelSpec, plan: ParallelPlan, tokens: float) -> tuple[float, float]:

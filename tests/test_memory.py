@@ -510,14 +510,16 @@ def test_dense_layers_of_an_moe_model_are_counted_per_stage():
 
 def test_moe_activations_grow_with_imbalance_by_the_received_copies():
     m = mixtral(4)
-    base = moe_plan(m, gpus=8, tp=2, pp=1, ep=4, mbs=1, seq=4096)
+    base = moe_plan(m, gpus=8, tp=2, pp=1, ep=4, mbs=1, seq=4096, imbalance=1.0)
     worse = moe_plan(m, gpus=8, tp=2, pp=1, ep=4, mbs=1, seq=4096, imbalance=1.5)
+    rank = mm.moe_imbalance(m, worse)                        # busiest expert 1.5x -> busiest rank (2 experts)
+    assert 1.0 < rank < 1.5
     a0 = mem._layer_activation_bytes(m, base, "selective", True, moe=True)
     a1 = mem._layer_activation_bytes(m, worse, "selective", True, moe=True)
     t_in = 4096 / 2
     received = t_in * 2 * 2                                  # T_in x top-2 x ETP (= TP = 2)
     per_copy = 2 * (4096 + 14336 / 2 * 3)                    # fc1 input h, gated fc1 output 2F/etp, act F/etp
-    assert a1 - a0 == pytest.approx(0.5 * received * per_copy)
+    assert a1 - a0 == pytest.approx((rank - 1) * received * per_copy)
     dense_mlp = 2 * 4096 * (14336 / 2 * 3)
     assert a0 - mem._layer_activation_bytes(m, base, "selective", True) == pytest.approx(
         2 * t_in * (8 + 2) + received * per_copy - dense_mlp)
@@ -537,8 +539,8 @@ def test_imbalance_default_and_capacity_cap_agree_with_the_engine():
 
 def test_dispatcher_working_set_and_mla_activations():
     m = mixtral(4)
-    a2a = moe_plan(m, gpus=8, tp=2, pp=1, ep=4)
-    ag = moe_plan(m, gpus=8, tp=2, pp=1, ep=4, dispatcher="allgather")
+    a2a = moe_plan(m, gpus=8, tp=2, pp=1, ep=4, imbalance=1.0)
+    ag = moe_plan(m, gpus=8, tp=2, pp=1, ep=4, dispatcher="allgather", imbalance=1.0)
     t_in = 4096 / 2
     assert mm.moe_dispatch_working_bytes(m, a2a, 2) == 2 * 4096 * (t_in * 2 + t_in * 2 * 2)
     assert mm.moe_dispatch_working_bytes(m, ag, 2) == 2 * 4096 * t_in * 4 * 2

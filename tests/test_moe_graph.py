@@ -13,7 +13,8 @@ from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.model import ModelSpec
 from costmodel.cost.roofline import RooflineCostModel
 from costmodel.graph import build_graph, group_topology, layer_operators
-from costmodel.moe import DEFAULT_IMBALANCE, moe_block_operators, routing_imbalance
+from costmodel.moe import flex_byte_factor, moe_block_operators, routing_imbalance
+from costmodel.moe_routing import AUX_FREE_MAXVIO, AUX_LOSS_MAXVIO, expected_max_normal
 from tests.helpers import plan
 
 H, E, K, FE, SEQ, MBS = 512, 8, 2, 256, 1024, 2
@@ -28,7 +29,7 @@ def moe_model(**kw) -> ModelSpec:
 
 
 def moe_plan(**kw):
-    args = dict(gpus=8, gbs=16, seq=SEQ, micro_batch_size=MBS, ep=4)
+    args = dict(gpus=8, gbs=16, seq=SEQ, micro_batch_size=MBS, ep=4, moe_imbalance=1.0)  # balanced unless asked
     args.update(kw)
     return plan(**args)
 
@@ -43,7 +44,7 @@ def _fwd_expert_flops(ops):
 
 
 def test_expert_gemm_shapes_and_flops_per_rank():
-    m, p = moe_model(), moe_plan()
+    m, p = moe_model(), moe_plan(moe_imbalance=1.0)   # balanced routing
     p.validate(m)
     ops, overlap = moe_block_operators(m, p)
     assert overlap == []
@@ -108,22 +109,65 @@ def test_allgather_dispatcher_gathers_tokens_over_ep_x_etp():
     rs = next(o for o in ops if o.name == "moe.combine" and o.phase is Phase.FWD)
     assert rs.kind == "reduce_scatter" and rs.bytes == ag.bytes
     assert not [o for o in ops if o.kind == "all_to_all"]
-    # flex (DeepEP) is costed as alltoall
+    # flex (DeepEP) inside one NVLink domain: the all-to-all's bytes
     flex, _ = moe_block_operators(m, dataclasses.replace(p, moe_dispatcher="flex"))
     alltoall, _ = moe_block_operators(m, dataclasses.replace(p, moe_dispatcher="alltoall"))
     assert flex == alltoall
 
 
+def test_flex_deduplicates_tokens_per_destination_domain():
+    """Across NVLink domains DeepEP sends a token once per remote domain holding >= 1 of its k experts: bytes x
+    N hit / k, hit = 1 - C(E - E/N, k) / C(E, k); the ETP collectives, compute and alltoall stay as they were."""
+    m = moe_model(num_experts=16, experts_per_token=4)
+    p = moe_plan(gpus=16, gbs=32, gpn=4, ep=16, moe_imbalance=1.0)     # EP16 over 4 domains of 4 GPUs
+    p.validate(m)
+    a2a, _ = moe_block_operators(m, p)
+    flex, _ = moe_block_operators(m, dataclasses.replace(p, moe_dispatcher="flex"))
+    hit = 1 - math.comb(12, 4) / math.comb(16, 4)                       # a given domain holds >= 1 of the 4
+    assert flex_byte_factor(m, 4) == pytest.approx(4 * hit / 4) and 0 < 4 * hit / 4 < 1
+    pairs = list(zip(a2a, flex))
+    assert all(a.name == f.name for a, f in pairs) and len(a2a) == len(flex)
+    moved = [(a, f) for a, f in pairs if a != f]
+    assert moved and all(a.kind == f.kind == "all_to_all" for a, f in moved)
+    assert all(f.bytes == pytest.approx(a.bytes * 4 * hit / 4) for a, f in moved)
+    assert flex_byte_factor(m, 1) == 1.0
+    # group-limited routing (DeepSeek-V3 config.json: 8 groups, 4 per token) over 8 domains, one group each:
+    # a token reaches at most 4 domains, so fewer bytes than ungrouped routing
+    ds = moe_model(num_experts=256, experts_per_token=8, extra={"n_group": 8, "topk_group": 4})
+    plain = moe_model(num_experts=256, experts_per_token=8)
+    assert flex_byte_factor(ds, 8) < flex_byte_factor(plain, 8)
+    assert 8 * flex_byte_factor(ds, 8) <= 4 + 1e-9    # k x factor = expected domains hit <= topk_group
+
+
 def test_imbalance_default_override_and_capacity():
     m = moe_model()
-    base = _fwd_expert_flops(moe_block_operators(m, moe_plan())[0])
-    assert routing_imbalance(m, moe_plan()) == DEFAULT_IMBALANCE == 1.0
+    base = _fwd_expert_flops(moe_block_operators(m, moe_plan(moe_imbalance=1.0))[0])
+    assert routing_imbalance(m, moe_plan(moe_imbalance=1.0)) == 1.0
+    # EP = E: the busiest rank holds the busiest expert alone
+    assert routing_imbalance(m, moe_plan(ep=8, moe_imbalance=1.5)) == 1.5
+    assert routing_imbalance(m, moe_plan(ep=8, moe_imbalance=None)) == pytest.approx(1 + AUX_LOSS_MAXVIO)
+    # EP = 4 (2 experts per rank): independent expert loads, rank = sum of 2, busiest of 4 ranks
+    r = 1 + 0.5 * expected_max_normal(4) / (expected_max_normal(8) * math.sqrt(2))
+    assert routing_imbalance(m, moe_plan(moe_imbalance=1.5)) == pytest.approx(r) and 1 < r < 1.5
     skew = _fwd_expert_flops(moe_block_operators(m, moe_plan(moe_imbalance=1.5))[0])
-    assert skew == pytest.approx(1.5 * base)
+    assert skew == pytest.approx(r * base, rel=1e-3)
     capped = moe_model(capacity_factor=1.25)
-    assert routing_imbalance(capped, moe_plan(moe_imbalance=1.5)) == 1.25
-    m_e = next(o for o in moe_block_operators(capped, moe_plan(moe_imbalance=1.5))[0] if o.name == "moe.expert.up")
-    assert m_e.features[0] == math.ceil(MBS * SEQ * K / 2 * 1.25)
+    assert routing_imbalance(capped, moe_plan(ep=8, moe_imbalance=1.5)) == 1.25
+    m_e = next(o for o in moe_block_operators(capped, moe_plan(ep=8, moe_imbalance=1.5))[0]
+               if o.name == "moe.expert.up")
+    assert m_e.features[0] == math.ceil(MBS * SEQ * K / 1 * 1.25)
+
+
+def test_default_imbalance_follows_the_router_and_the_ep_split():
+    """Default: Wang et al. 2024 Table 2 MaxVio_global per expert (aux-loss 0.52, aux-loss-free 0.04 for
+    DeepSeek-V3's noaux_tc router), taken to the busiest rank; no imbalance without EP."""
+    assert expected_max_normal(1) == 0.0 and expected_max_normal(2) == pytest.approx(1 / math.sqrt(math.pi))
+    m = moe_model()
+    free = moe_model(extra={"topk_method": "noaux_tc"})
+    assert routing_imbalance(free, moe_plan(ep=8, moe_imbalance=None)) == pytest.approx(1 + AUX_FREE_MAXVIO)
+    assert routing_imbalance(m, moe_plan(gpus=2, gbs=4, ep=1, moe_imbalance=None)) == 1.0
+    ranks = [routing_imbalance(m, moe_plan(ep=ep, moe_imbalance=None)) for ep in (2, 4, 8)]
+    assert 1.0 < ranks[0] < ranks[1] < ranks[2]
 
 
 def test_overlap_moves_ep_comm_to_the_overlapped_list():
