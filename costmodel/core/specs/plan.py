@@ -85,7 +85,7 @@ class ParallelPlan:
     """Token dispatcher of the MoE layers (``MOE_DISPATCHERS``; --moe-token-dispatcher-type)."""
     moe_imbalance: float | None = None
     """Routing imbalance: tokens routed to the busiest expert over the mean (1.0 = perfectly balanced, e.g.
-    --moe-router-force-load-balancing); None = the documented default (``costmodel.moe``)."""
+    --moe-router-force-load-balancing); None = the documented default (``costmodel.moe_routing``)."""
     moe_overlap_comm: bool = False
     """Overlap the EP dispatch/combine with compute of another micro-batch (Megatron-Core
     --overlap-moe-expert-parallel-comm)."""
