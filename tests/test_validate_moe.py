@@ -15,7 +15,8 @@ from planner.validation.moe_rows import megatron_flops, moe_model
 from planner.validation.report import validate
 
 ACCEPTED = {"MOE-MLMREADME-001", "MOE-MOEZOO-001", "MOE-MOEZOO-002", "MOE-MOEZOO-003", "MOE-MOEZOO-004",
-            "MOE-MOEZOO-005", "MOE-MOEZOO-015", "MOE-MOEZOO-020", "MOE-MOEZOO-021", "MOE-MOEZOO-022", "MOE-MOEZOO-024",
+            "MOE-MOEZOO-005", *(f"MOE-MOEZOO-{i:03d}" for i in range(7, 15)),
+            "MOE-MOEZOO-015", "MOE-MOEZOO-020", "MOE-MOEZOO-021", "MOE-MOEZOO-022", "MOE-MOEZOO-024",
             "MOE-AUTOMODEL-004", "MOE-AUTOMODEL-005", "MOE-NEMO25-001", "MOE-NEMO25-002", "MOE-NEMO25-003",
             "MOE-NEMO25-004"}
 """Rows of moe_runs.csv the reader maps (every other row states why it is refused)."""
@@ -40,7 +41,9 @@ def test_every_moe_row_maps_or_states_a_reason(moe_rows):
     assert all("MXFP8" in reason[k] for k in ("MOE-MOEZOO-016", "MOE-MOEZOO-019", "MOE-MLMDSV3-002",
                                                "MOE-TORCHTITAN-002"))
     assert "block-scaled FP8" in reason["MOE-MOEZOO-023"]
-    assert all("--recompute-modules layernorm moe" in reason[f"MOE-MOEZOO-{i:03d}"] for i in range(7, 15))
+    for i in range(7, 15):  # --recompute-modules layernorm moe: the whole MoE block re-run (costmodel.selective)
+        plan = V.row_to_inputs(moe_rows[f"MOE-MOEZOO-{i:03d}"])[1]
+        assert plan.recompute == "selective" and plan.recompute_modules == ("layernorm", "moe")
     assert "EP not stated" in reason["MOE-AUTOMODEL-006"]  # its config drifted from the table
     assert "no split Megatron can build" in reason["MOE-AUTOMODEL-002"]
     assert "GBS not stated" in reason["MOE-TORCHTITAN-001"]
@@ -180,3 +183,19 @@ def test_cli_cross_validates_the_moe_file(shared_validation):
     assert {r["id"] for r in done} == ACCEPTED
     assert all(r["predicted"] > 0 and r["layout"]["ep"] > 1 for r in done)
     assert data["uncalibrated"]["n"] == len(ACCEPTED)
+
+
+@pytest.mark.parametrize("text,modules", [
+    ("selective: norm, act (layernorm, moe_act)", ("layernorm", "moe_act")),
+    ("selective: layernorm, moe (--recompute-modules layernorm moe)", ("layernorm", "moe")),
+    ("selective: dense-layer MLP + MLA up-projection (--recompute-modules mlp up_proj)", ("mlp", "mla_up_proj")),
+    ("selective: --recompute-modules moe_act mlp", ("moe_act", "mlp")),
+    ("selective: norm, act, shared_expert", ("layernorm", "moe_act", "shared_experts")),
+    ("selective: moe_act, layernorm + fine-grained activation offloading (expert_fc1, moe_act)",
+     ("moe_act", "layernorm")),
+    ("selective: all RMSNorm and MLA up-projections recomputed", ("layernorm", "mla_up_proj")),
+    ("selective", ()), ("full", ()), ("", ()), ("none (activation checkpointing mode none)", ())])
+def test_recompute_text_maps_to_megatron_modules(text, modules):
+    from planner.validation.moe_rows import recompute_modules
+
+    assert recompute_modules(text) == modules

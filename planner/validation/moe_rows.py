@@ -74,7 +74,7 @@ def recompute_modules(text: str) -> tuple[str, ...]:
         return ()
     quoted = re.search(r"--recompute-modules ([a-z_ ]+)", t)
     head = quoted.group(1) if quoted else t.split(":", 1)[1].split("+")[0]
-    words = re.findall(r"[a-z_]+", head.replace("up-proj", "up_proj"))
+    words = re.findall(r"[a-z_]+", re.sub(r"up-proj\w*", "up_proj", head))
     out: list[str] = []
     for w in words:
         m = RECOMPUTE_WORDS.get(w)
