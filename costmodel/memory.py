@@ -434,15 +434,15 @@ def _stage_terms(model: ModelSpec, plan: ParallelPlan, flash_attention: bool) ->
     b_param, b_grad, b_opt = _state_bytes(plan)
     # Full recompute re-materialises one layer at a time in backward; that layer's activations
     # (stored as with recompute='none') exist on top of the checkpoints.
-    recompute_working = 0.0
+    recompute_working = moe_working = 0.0
     if plan.recompute == "full" or _op_sac(plan):  # op-SAC re-runs a layer's forward in its backward too
         recompute_working = _layer_activation_bytes(model, plan, "none", flash_attention)
     elif plan.recompute == "selective" and plan.recompute_modules:
         # one layer's recomputed modules re-materialised in its backward: what the modules stopped storing
         base = replace(plan, recompute_modules=())
-        recompute_working = max(_layer_activation_bytes(model, base, "selective", flash_attention) - act_layer,
-                                _layer_activation_bytes(model, base, "selective", flash_attention, moe=True) - act_moe
-                                if model.is_moe else 0.0)
+        recompute_working = _layer_activation_bytes(model, base, "selective", flash_attention) - act_layer
+        moe_working = (_layer_activation_bytes(model, base, "selective", flash_attention, moe=True) - act_moe
+                       if model.is_moe else 0.0)
     first_extra = first_stage_extra_bytes(model, plan)
     last_extra = last_stage_extra_bytes(model, plan)
 
@@ -489,8 +489,8 @@ def _stage_terms(model: ModelSpec, plan: ParallelPlan, flash_attention: bool) ->
                 # one MoE layer in flight holds its dispatcher buffers; full recompute re-materialises the
                 # largest layer of the stage
                 act += moe_dispatch_working_bytes(model, plan, _act_bytes(plan))
-                if recompute_working and plan.recompute_modules:  # module recompute: the largest cut
-                    act += recompute_working
+                if plan.recompute_modules:  # module recompute: the largest cut of the stage's layer kinds
+                    act += max(recompute_working if n > n_moe else 0.0, moe_working)
                 elif recompute_working:
                     act += max(recompute_working if n > n_moe else 0.0,
                                _layer_activation_bytes(model, plan, "none", flash_attention, moe=True))

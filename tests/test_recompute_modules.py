@@ -127,6 +127,9 @@ def test_stage_memory_drops_and_working_layer_is_counted():
     a0 = [t[3] for t in mem._stage_terms(m, p0, True)]
     a1 = [t[3] for t in mem._stage_terms(m, p1, True)]
     assert all(x < y for x, y in zip(a1, a0))
+    # "mlp" cuts only dense layers: the second stage (MoE layers 4..7) stores and re-materialises as before
+    a2 = [t[3] for t in mem._stage_terms(m, dataclasses.replace(p0, recompute_modules=("mlp", "core_attn")), True)]
+    assert a2[0] < a0[0] and a2[1] == a0[1]
 
 
 def test_validation_of_the_field():
