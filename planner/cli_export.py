@@ -122,6 +122,7 @@ def register(app: typer.Typer) -> None:
         tokens_per_batch: O.TokensPerBatch = None,
         seq_len: O.SeqLen = None,
         recompute: O.Recompute = PlanRequest.recompute,
+        recompute_modules: O.RecomputeModules = None,
         sequence_parallel: O.SequenceParallel = PlanRequest.sequence_parallel,
         zero: O.Zero = PlanRequest.zero,
         dtype: O.Dtype = PlanRequest.dtype,

@@ -183,3 +183,16 @@ def test_megatron_and_nemo_exports_carry_the_modules():
     assert d.recompute_granularity == "selective" and d.recompute_modules is None
     assert nemo_config(model, p)[0]["model"]["recompute_modules"] == ["moe_act", "layernorm"]
     assert "recompute_modules" not in nemo_config(model, dataclasses.replace(p, recompute_modules=()))[0]["model"]
+
+
+def test_export_cli_flag_writes_the_megatron_flag():
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    cmd = "export --model mixtral-8x7b --gpu h100-sxm --gpus 64 --pp 4 --ep 8 --to megatron".split()
+    r = CliRunner().invoke(app, cmd + ["--recompute-modules", "moe_act,layernorm"])
+    assert r.exit_code == 0, r.output
+    assert "--recompute-modules moe_act layernorm" in r.output
+    assert "--recompute-modules" not in CliRunner().invoke(app, cmd).output
+
