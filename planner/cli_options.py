@@ -47,7 +47,8 @@ SequenceParallel = Annotated[bool, typer.Option("--sequence-parallel/--no-sequen
 Zero = Annotated[int, typer.Option("--zero", help="ZeRO stage 0-3 (1 = distributed optimizer, 3 = FSDP).")]
 Dtype = Annotated[str, typer.Option("--dtype", help="bf16 | fp16 | fp8 | fp32.")]
 Framework = Annotated[str, typer.Option(
-    "--framework", help="Training stack: megatron | deepspeed | fsdp | torchtitan | torchtitan-eager (attention kernel, overlap).")]
+    "--framework",
+    help="Training stack: megatron | deepspeed | fsdp | torchtitan | torchtitan-eager (attention kernel, overlap).")]
 Attention = Annotated[str, typer.Option(
     "--attention", help="Attention kernel: fused | flash2 | unfused (default: the framework's).")]
 Ep = Annotated[int, typer.Option("--ep", help="Expert-parallel degree (MoE models; divides the experts).")]
