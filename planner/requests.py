@@ -268,7 +268,8 @@ def _check_type(key: str, value: object) -> object:
             raise PlannerError(f"{key}={value!r} must be true or false")
         return value
     if key == "moe_imbalance":
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (isinstance(value, int)
+                                                                              and abs(value) > 2**53):
             raise PlannerError(f"{key}={value!r} must be a number >= 1, e.g. 1.2")
         return float(value)
     typ = _TYPES[key]

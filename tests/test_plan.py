@@ -63,3 +63,14 @@ def test_interleaved_needs_a_valid_microbatch_group():
     with pytest.raises(PlanError, match="interleaved"):
         plan(gpus=4, gpn=4, gbs=3, pp=4, vpp=2).validate(llama())
     assert plan(gpus=4, gpn=4, gbs=6, pp=4, vpp=2).validate(llama()).vpp_microbatch_group == 6
+
+
+def test_moe_imbalance_bounded_by_experts_over_topk():
+    """The busiest expert can receive every token at most once: imbalance <= E / k (Mixtral: 8 / 2 = 4)."""
+    from costmodel.core.specs.presets import resolve_model
+
+    mixtral = resolve_model("mixtral-8x7b")
+    ok = ParallelPlan(64, 8, 128, 4096, pp=4, ep=8, moe_imbalance=4.0)
+    assert ok.problems(mixtral) == []
+    bad = ParallelPlan(64, 8, 128, 4096, pp=4, ep=8, moe_imbalance=4.5)
+    assert any("experts / top-k = 4" in p for p in bad.problems(mixtral))

@@ -291,6 +291,10 @@ class ParallelPlan:
                 # used." (num_experts set and TP > 1, any EP)
                 if self.tp > 1 and not self.sequence_parallel and self.ep == 1:
                     p.append(f"an MoE model with TP={self.tp} needs sequence parallelism (Megatron-LM arguments.py)")
+                bound = model.num_experts / max(model.experts_per_token, 1)
+                if isinstance(self.moe_imbalance, (int, float)) and self.moe_imbalance > bound:
+                    p.append(f"moe_imbalance={self.moe_imbalance!r} exceeds experts / top-k = {bound:g}: the busiest "
+                             "expert can receive at most every token once")
                 if model.expert_ffn % etp != 0:
                     p.append(f"expert ffn width={model.expert_ffn} must be a multiple of ETP={self.etp}")
             if self.layer_split is not None:
