@@ -67,6 +67,7 @@ def test_interleaved_needs_a_valid_microbatch_group():
 
 def test_moe_imbalance_bounded_by_experts_over_topk():
     """The busiest expert can receive every token at most once: imbalance <= E / k (Mixtral: 8 / 2 = 4)."""
+    from costmodel.core.specs.plan import ParallelPlan
     from costmodel.core.specs.presets import resolve_model
 
     mixtral = resolve_model("mixtral-8x7b")
