@@ -424,6 +424,8 @@ def _polish(study, obj, choices: dict, budget: int, tick, ev: Evaluator, stop=No
         n = min(len(waiting), budget)
         study.optimize(obj, n_trials=n, callbacks=[tick], gc_after_trial=False)
         budget -= n
+    if "ep" in choices and budget > 0 and not (stop is not None and stop.hit):
+        budget = _group_sweep(study, obj, choices, budget, tick, ev, cand)
     while budget > 0 and not (stop is not None and stop.hit):
         trials = study.get_trials(deepcopy=False, states=states)
         seen = {cand(t) for t in trials}
@@ -445,6 +447,58 @@ def _polish(study, obj, choices: dict, budget: int, tick, ev: Evaluator, stop=No
         study.optimize(obj, n_trials=len(batch), callbacks=[tick], gc_after_trial=False)
         budget -= len(batch)
     return budget
+
+
+def _sweep_variant(c: Candidate, choices: dict, ev: Evaluator) -> Candidate | None:
+    """``c`` at the lowest ZeRO stage of the space, made feasible by the fewest steps of micro-batch (down),
+    recomputation (up) and ZeRO stage (up) (memory checks only), else None. The lowest stage first: ZeRO-3
+    gathers the weights again for every micro-batch, which pipeline parallelism multiplies, so a ZeRO-3 plan
+    carried over from PP1 to PP16 is many times slower than the ZeRO-1 plan there."""
+    mbs = [m for m in choices["mbs"] if m <= c.mbs][::-1]
+    rcs = choices["recompute"][choices["recompute"].index(c.recompute):] if c.recompute in choices["recompute"] else []
+    best = None
+    for zi, z in enumerate(choices["zero"]):
+        for rc in rcs:
+            for m in mbs:
+                n = c._replace(mbs=m, recompute=rc, zero=z)
+                d = zi + rcs.index(rc) + mbs.index(m)
+                if (best is None or d < best[0]) and ev.feasible(n):
+                    best = (d, n)
+    return best[1] if best else None
+
+
+def _group_sweep(study, obj, choices: dict, budget: int, tick, ev: Evaluator, cand) -> int:
+    """MoE spaces: the best feasible trial moved to every (PP, EP) pair no finished trial has tried (VPP
+    kept where that PP allows it), made feasible by :func:`_sweep_variant`, enqueued and evaluated. Memory
+    ties PP and EP (fewer experts per GPU leave room for fewer stages), so the search space falls into
+    (PP, EP) basins far apart in the local moves of :func:`_polish`: DeepSeek-V3 on 1,024 H100 has its
+    optimum at PP16 / EP8 and a local optimum 29 % slower at PP1 / EP256 (benchmarks/bench_search.py).
+    Returns the unspent budget."""
+    import optuna  # deferred: Optuna takes about half a second to import
+
+    trials = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    ok = sorted((t for t in trials if t.user_attrs.get("status") == "ok"), key=lambda t: t.value)
+    if not ok:
+        return budget
+    tried = {(cand(t).pp, cand(t).ep) for t in ok}
+    seen = {cand(t) for t in trials}
+    best = cand(ok[0])
+    todo: list[Candidate] = []
+    for pp in choices["pp"]:
+        vpps = choices.get(f"vpp@pp{pp}", [1]) if pp > 1 else [1]
+        for ep in choices["ep"]:
+            if (pp, ep) in tried:
+                continue
+            c = best._replace(pp=pp, ep=ep, vpp=best.vpp if best.vpp in vpps else 1)
+            r = _sweep_variant(c, choices, ev)
+            if r is not None and r.canonical() not in seen and r.canonical() not in todo:
+                todo.append(r.canonical())
+    batch = todo[:budget]
+    for n in batch:
+        study.enqueue_trial(candidate_params(n, choices))
+    if batch:
+        study.optimize(obj, n_trials=len(batch), callbacks=[tick], gc_after_trial=False)
+    return budget - len(batch)
 
 
 def count_plans(problem: SearchProblem, limit: int | None = None) -> int:
