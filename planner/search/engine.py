@@ -53,6 +53,11 @@ DEFAULT_TRIALS = 200
 POLISH_FRACTION = 0.25
 """Share of a single-objective study's trials spent on local search around the incumbent after TPE
 (:func:`_polish`); tuned with benchmarks/bench_search.py (hit rate within 1 % of the exhaustive optimum)."""
+MOE_POLISH_FRACTION = 0.5
+"""POLISH_FRACTION of an MoE study (an EP dimension): its local search starts with the (PP, EP) sweep of
+:func:`_group_sweep` (up to one trial per pair, about 40 for DeepSeek-V3's 256 experts on 1,024 GPUs), so it
+needs a larger share; tuned with deepseek-v3 on 1,024 and 2,048 and qwen3-235b-a22b on 256 H100 (hit rate of
+the exhaustive optimum)."""
 TPE_STARTUP = 10
 """Random trials before TPE starts modelling (Optuna's default, 10; 20 and 30 hit the 1 % target
 less often in benchmarks/bench_search.py)."""
@@ -312,7 +317,8 @@ def optuna_search(problem: SearchProblem, objective: str = "time", n_trials: int
         tpe_until, until = int(run["tpe_until"]), int(run["until"])
         n_trials = max(0, until - finished)
     else:
-        polish0 = 0 if multi or n_trials < 40 else int(n_trials * POLISH_FRACTION)
+        share = MOE_POLISH_FRACTION if "ep" in choices else POLISH_FRACTION
+        polish0 = 0 if multi or n_trials < 40 else int(n_trials * share)
         tpe_until, until = finished + n_trials - polish0, finished + n_trials
         if storage is not None:
             meta.set_user_attr(RUN_ATTR, {"tpe_until": tpe_until, "until": until, "seed": seed, "sampler": sampler})
@@ -451,24 +457,30 @@ def _polish(study, obj, choices: dict, budget: int, tick, ev: Evaluator, stop=No
 
 def _sweep_variant(c: Candidate, choices: dict, ev: Evaluator) -> Candidate | None:
     """``c`` at the lowest ZeRO stage of the space, made feasible by the fewest steps of micro-batch (down),
-    recomputation (up) and ZeRO stage (up) (memory checks only), else None. The lowest stage first: ZeRO-3
+    TP (up, CP down to keep TP x CP), recomputation (up) and ZeRO stage (up) (memory checks only), else None;
+    on a tie more TP before more recomputation (DeepSeek-V3 on 2,048 H100: TP4 CP1 selective at PP1 / EP256 is
+    the optimum, TP2 CP2 full recompute 39 % slower). The lowest stage first: ZeRO-3
     gathers the weights again for every micro-batch, which pipeline parallelism multiplies, so a ZeRO-3 plan
     carried over from PP1 to PP16 is many times slower than the ZeRO-1 plan there."""
     mbs = [m for m in choices["mbs"] if m <= c.mbs][::-1]
     rcs = choices["recompute"][choices["recompute"].index(c.recompute):] if c.recompute in choices["recompute"] else []
+    tps = [t for t in choices["tp"] if t >= c.tp]
     best = None
     for zi, z in enumerate(choices["zero"]):
         for rc in rcs:
-            for m in mbs:
-                n = c._replace(mbs=m, recompute=rc, zero=z)
-                d = zi + rcs.index(rc) + mbs.index(m)
-                if (best is None or d < best[0]) and ev.feasible(n):
-                    best = (d, n)
+            for ti, tp in enumerate(tps):
+                # more TP with CP lowered as far as it goes (TP x CP kept where the space allows)
+                cp = max([x for x in choices["cp"] if x * tp <= c.cp * c.tp] or [min(choices["cp"])])
+                for m in mbs:
+                    n = c._replace(tp=tp, cp=cp, mbs=m, recompute=rc, zero=z)
+                    d = 10 * zi + rcs.index(rc) + ti + mbs.index(m)
+                    if (best is None or d < best[0]) and ev.feasible(n):
+                        best = (d, n)
     return best[1] if best else None
 
 
 def _group_sweep(study, obj, choices: dict, budget: int, tick, ev: Evaluator, cand) -> int:
-    """MoE spaces: the best feasible trial moved to every (PP, EP) pair no finished trial has tried (VPP
+    """MoE spaces: the best feasible trial moved to every (PP, EP) pair (VPP
     kept where that PP allows it), made feasible by :func:`_sweep_variant`, enqueued and evaluated. Memory
     ties PP and EP (fewer experts per GPU leave room for fewer stages), so the search space falls into
     (PP, EP) basins far apart in the local moves of :func:`_polish`: DeepSeek-V3 on 1,024 H100 has its
@@ -480,15 +492,12 @@ def _group_sweep(study, obj, choices: dict, budget: int, tick, ev: Evaluator, ca
     ok = sorted((t for t in trials if t.user_attrs.get("status") == "ok"), key=lambda t: t.value)
     if not ok:
         return budget
-    tried = {(cand(t).pp, cand(t).ep) for t in ok}
     seen = {cand(t) for t in trials}
     best = cand(ok[0])
     todo: list[Candidate] = []
     for pp in choices["pp"]:
         vpps = choices.get(f"vpp@pp{pp}", [1]) if pp > 1 else [1]
         for ep in choices["ep"]:
-            if (pp, ep) in tried:
-                continue
             c = best._replace(pp=pp, ep=ep, vpp=best.vpp if best.vpp in vpps else 1)
             r = _sweep_variant(c, choices, ev)
             if r is not None and r.canonical() not in seen and r.canonical() not in todo:
