@@ -545,7 +545,7 @@ def metrics(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, iteration_
     tokens = plan.tokens_per_iteration
     mflops = model_flops_per_iteration(model, plan.global_batch_size, plan.seq_len)
     hflops = hardware_flops_per_iteration(executed_model(model, plan.tp), plan.global_batch_size, plan.seq_len,
-                                          plan.recompute)
+                                          plan.recompute, plan.recompute_modules)
     per_gpu = iteration_s * plan.world_size
     model_tflops = mflops / per_gpu / 1e12
     mem = memory_per_gpu(model, plan, hardware.gpu)

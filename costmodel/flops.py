@@ -133,14 +133,19 @@ def executed_model(model: ModelSpec, tp: int) -> ModelSpec:
     return replace(model, num_kv_heads=kv, vocab_size=vocab)
 
 
-def hardware_flops_per_iteration(model: ModelSpec, global_batch: int, seq_len: int, recompute: str) -> float:
+def hardware_flops_per_iteration(model: ModelSpec, global_batch: int, seq_len: int, recompute: str,
+                                 modules: tuple[str, ...] = ()) -> float:
     """FLOPs the operator graph executes: GEMMs forward + dgrad + wgrad, causal attention forward plus the
     FlashAttention backward (:data:`FLASH_BWD_OVER_FWD`), and with ``recompute == "full"`` one more
     forward of every layer. ``selective`` (the attention core, Korthikanti et al. 2022 §5) adds nothing:
-    the FlashAttention backward already recomputes the scores."""
+    the FlashAttention backward already recomputes the scores; with Megatron-Core's ``--recompute-modules``
+    (``modules`` = ParallelPlan.recompute_modules) the GEMMs those modules re-run are counted once more
+    (:func:`recomputed_module_flops_per_token`)."""
     if layerwise(model):
         gemm, attn = _layer_sums(model, seq_len)
         total = 3.0 * gemm + (1.0 + FLASH_BWD_OVER_FWD) * attn + (gemm + attn if recompute == "full" else 0.0)
+        if modules:
+            total += recomputed_module_flops_per_token(model, modules)
         return global_batch * seq_len * (total + 3.0 * 2.0 * model.hidden_size * model.vocab_size)
     dense, attn = forward_flops_per_token_layer(model, seq_len)
     tokens = global_batch * seq_len
@@ -148,7 +153,35 @@ def hardware_flops_per_iteration(model: ModelSpec, global_batch: int, seq_len: i
     layer = 3.0 * dense + (1.0 + FLASH_BWD_OVER_FWD) * attn
     if recompute == "full":
         layer += dense + attn
+    if modules:
+        return tokens * (model.num_layers * layer + 3.0 * head + recomputed_module_flops_per_token(model, modules))
     return tokens * (model.num_layers * layer + 3.0 * head)
+
+
+def recomputed_module_flops_per_token(model: ModelSpec, modules: tuple[str, ...]) -> float:
+    """Forward GEMM FLOPs per token, summed over the layers, that Megatron-Core's selective recompute by module
+    re-runs in backward (the operators of costmodel/selective.py): "mlp" the dense MLP of non-MoE layers, "moe"
+    the MoE block (router, top-k routed experts, shared experts), "shared_experts" the shared experts (once, when
+    "moe" is chosen too), "mla_up_proj" the MLA Q up projection (the Q projection without a Q LoRA rank) and the
+    KV up projection. "core_attn" adds nothing (the FlashAttention backward already recomputes the scores, as
+    for ``selective``); "layernorm" and "moe_act" re-run element-wise kernels, which FLOP counts leave out."""
+    h = model.hidden_size
+    mlp_per_width = h * (3 if model.gated else 2)
+    macs = 0.0
+    for i in range(model.num_layers):
+        if model.is_moe_layer(i):
+            if "moe" in modules:
+                macs += h * model.num_experts + mlp_per_width * (model.experts_per_token * model.expert_ffn
+                                                                 + model.shared_ffn)
+            elif "shared_experts" in modules:
+                macs += mlp_per_width * model.shared_ffn
+        elif "mlp" in modules:
+            macs += mlp_per_width * model.ffn_hidden_size
+        if "mla_up_proj" in modules and model.is_mla:
+            a, rope, v = model.num_heads, model.qk_rope_head_dim, model.v_head_dim or model.head_dim
+            q_rank, kv_rank = model.q_lora_rank, model.kv_lora_rank
+            macs += (q_rank or h) * a * model.head_dim + kv_rank * a * (model.head_dim - rope + v)
+    return 2.0 * macs
 
 
 def published_flops_per_iteration(model: ModelSpec, global_batch: int, seq_len: int, recompute: str) -> float:

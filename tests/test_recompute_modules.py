@@ -196,3 +196,40 @@ def test_export_cli_flag_writes_the_megatron_flag():
     assert "--recompute-modules moe_act layernorm" in r.output
     assert "--recompute-modules" not in CliRunner().invoke(app, cmd).output
 
+
+
+# ---------------------------------------------------------------------- hardware FLOPs of the re-run modules
+@pytest.mark.parametrize("modules, moe", [(["moe"], True), (["shared_experts"], True),
+                                          (["moe", "shared_experts"], True), (["mla_up_proj"], False),
+                                          (["mlp"], False), (["mlp"], True)])
+def test_hfu_counts_the_gemms_each_module_reruns(modules, moe):
+    """The closed-form FLOPs the modules add per token and layer equal the GEMM FLOPs of the layer's RECOMPUTE
+    operators in the graph (one rank holding the whole layer: TP 1, EP 1); element-wise kernels are not counted."""
+    from costmodel.flops import recomputed_module_flops_per_token
+
+    m = dataclasses.replace(dsv3(), num_layers=2, first_dense_layers=1)    # layer 0 dense, layer 1 MoE
+    p = plan(modules, tp=1, ep=1)
+    ops, _ = layer(m, p, moe)
+    graph = sum(o.flops * o.count for o in ops if o.phase is Phase.RECOMPUTE and o.kind == "gemm")
+    one_kind = dataclasses.replace(m, num_layers=1, first_dense_layers=0) if moe else \
+        dataclasses.replace(m, num_experts=0, experts_per_token=0, moe_ffn_hidden_size=0, num_shared_experts=0,
+                            first_dense_layers=0, num_layers=1)
+    assert graph / (p.micro_batch_size * p.seq_len) == recomputed_module_flops_per_token(one_kind, tuple(modules))
+
+
+def test_moe_module_recompute_raises_hfu_not_mfu():
+    """--recompute-modules moe re-runs the MoE block's forward in backward: hardware FLOPs grow by exactly those
+    GEMMs (router, top-k experts, shared expert) on every MoE layer; model FLOPs (MFU) do not move; core_attn
+    alone (today's selective) adds nothing."""
+    from costmodel.compose import metrics
+    from costmodel.core.specs.catalogue import load_catalogue
+    from costmodel.flops import recomputed_module_flops_per_token
+
+    m, hw = dsv3(), load_catalogue().resolve("h100-sxm")
+    base, moe, attn = (metrics(m, plan(mods), hw, 10.0) for mods in ((), ("moe",), ("core_attn",)))
+    assert moe.hardware_tflops_per_gpu > base.hardware_tflops_per_gpu and moe.mfu == base.mfu
+    assert moe.model_tflops_per_gpu == base.model_tflops_per_gpu
+    p = plan(("moe",))
+    extra = recomputed_module_flops_per_token(m, ("moe",)) * p.tokens_per_iteration / (10.0 * p.world_size) / 1e12
+    assert extra > 0 and moe.hardware_tflops_per_gpu - base.hardware_tflops_per_gpu == pytest.approx(extra)
+    assert attn.hardware_tflops_per_gpu == base.hardware_tflops_per_gpu
