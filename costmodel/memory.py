@@ -300,6 +300,24 @@ def inflight_microbatches(pp: int, stage: int, num_microbatches: int, vpp: int =
     return chunks / vpp
 
 
+def layout_inflight(chunk_layers: list[int], pp: int, stage: int, num_microbatches: int, group: int = 0) -> float:
+    """:func:`inflight_microbatches` for a stage whose chunks differ in size (``chunk_layers[a]``: layers of its
+    chunk a; ``ParallelPlan.pipeline_layout``): the peak of the layers whose activations it holds over its
+    interleaved op order (warm-up forwards as above, then one forward / one backward, backward chunks in
+    reverse: Megatron-Core schedules.py, as costmodel.timeline's simulator orders them), in whole-stage units.
+    Equal chunks give :func:`inflight_microbatches` exactly."""
+    v, n, m = len(chunk_layers), group or pp, max(num_microbatches, 1)
+    table = [c for g in range(0, m, n) for c in range(v) for _ in range(g, min(g + n, m))]
+    w = min(2 * (pp - stage - 1) + (v - 1) * n, m * v - 1)
+    held = sum(chunk_layers[table[k]] for k in range(w))
+    peak = held
+    for j in range(m * v - w):
+        held += chunk_layers[table[w + j]]
+        peak = max(peak, held)
+        held -= chunk_layers[v - 1 - table[j]]
+    return peak / max(sum(chunk_layers), 1)
+
+
 # ----------------------------------------------------------------------------- activations
 def activation_bytes_per_layer(model: ModelSpec, plan: ParallelPlan, flash_attention: bool = True) -> float:
     """Activation bytes one transformer layer stores for one micro-batch on one GPU.
@@ -449,6 +467,7 @@ def _stage_terms(model: ModelSpec, plan: ParallelPlan, flash_attention: bool) ->
     out = []
     layers = plan.stage_layers(model.num_layers)
     stage_idx = plan.stage_layer_indices(model.num_layers) if model.is_moe else None
+    chunk_rows = plan.chunk_layers(model.num_layers) if plan.pipeline_layout is not None else None
     for i, n in enumerate(layers):
         params = n * per_layer_params
         unit = per_layer_params if n else 0.0  # largest ZeRO-3 gather / ZeRO-2 reduce unit
@@ -477,6 +496,8 @@ def _stage_terms(model: ModelSpec, plan: ParallelPlan, flash_attention: bool) ->
         # inflight_microbatches(pp, i, m, vpp), inlined: this loop runs inside layout searches.
         if vpp <= 1:
             inflight = float(min(pp - i, m1))
+        elif chunk_rows is not None:  # a pipeline_layout's chunks of unequal size
+            inflight = layout_inflight([row[i] for row in chunk_rows], pp, i, m1, group)
         else:
             inflight = min(2 * (pp - i - 1) + (vpp - 1) * group + 1, m1 * vpp) / vpp
         act = n * act_layer * inflight

@@ -135,6 +135,7 @@ def register(app: typer.Typer) -> None:
         moe_overlap_comm: O.MoeOverlapComm = PlanRequest.moe_overlap_comm,
         moe_grouped_gemm: O.MoeGroupedGemm = PlanRequest.moe_grouped_gemm,
         layer_split: O.LayerSplit = None,
+        pipeline_layout: O.PipelineLayout = None,
         hardware_file: O.HardwareFile = [],
         to: str = typer.Option("all", "--to", help="megatron | nemo | torchtitan | slurm | all."),
         iterations: Optional[int] = typer.Option(None, "--iterations", help="Training iterations (optimizer steps)."),

@@ -62,6 +62,9 @@ MoeOverlapComm = Annotated[bool, typer.Option("--moe-overlap-comm/--no-moe-overl
 MoeGroupedGemm = Annotated[bool, typer.Option("--moe-grouped-gemm/--no-moe-grouped-gemm",
                                               help="Local experts as one grouped GEMM (off: one GEMM per expert).")]
 LayerSplit = Annotated[Optional[str], typer.Option("--layer-split", help="Uneven layers per stage, e.g. 9,8,8,7.")]
+PipelineLayout = Annotated[Optional[str], typer.Option(
+    "--pipeline-layout", help="Layers per virtual stage (chunk a of stage b = entry a*PP+b), e.g. 2,2,1,... or "
+    "Megatron's --pipeline-model-parallel-layout string 'Et|(tt|)*30L'; VPP = entries / PP.")]
 HardwareFile = Annotated[list[str], typer.Option("--hardware-file", help="TOML/YAML file adding GPUs/clusters.")]
 
 

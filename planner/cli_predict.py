@@ -46,6 +46,8 @@ def predict_request(req: PlanRequest, hardware_files: tuple = (), calibration=No
                    "recompute": plan.recompute, "sequence_parallel": plan.sp, "zero": plan.zero,
                    "dtype": plan.dtype, "layer_split": pred.layer_split, "framework": plan.framework,
                    "attention": attention_kernel(plan)}
+    if plan.pipeline_layout is not None:  # layers per virtual stage; absent for Megatron's classic split
+        out["plan"]["pipeline_layout"] = list(plan.pipeline_layout)
     if plan.recompute_modules:  # Megatron-Core --recompute-modules; absent for the default selective
         out["plan"]["recompute_modules"] = list(plan.recompute_modules)
     if res.model.is_moe:  # MoE keys only for MoE models: a dense plan's record stays as it was
@@ -198,6 +200,7 @@ def register(app: typer.Typer) -> None:
         moe_overlap_comm: O.MoeOverlapComm = PlanRequest.moe_overlap_comm,
         moe_grouped_gemm: O.MoeGroupedGemm = PlanRequest.moe_grouped_gemm,
         layer_split: O.LayerSplit = None,
+        pipeline_layout: O.PipelineLayout = None,
         batch: Optional[str] = typer.Option(None, "--batch", help="JSONL file of requests ('-' = stdin)."),
         fmt: str = typer.Option(
             "table", "--format", help="table | json | csv | md; jsonl (one JSON object per line, the --batch "

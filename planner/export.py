@@ -32,7 +32,7 @@ import yaml
 from costmodel.core.errors import PlannerError
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
-from costmodel.core.specs.plan import ParallelPlan, account_for, chunk_layers
+from costmodel.core.specs.plan import ParallelPlan, account_for
 from planner.export_arch import architecture, fmt_float, header, is_uneven
 from planner.export_moe import megatron_mla_args, megatron_moe_args, nemo_moe_keys
 from planner.export_torchtitan import dump_toml, export_torchtitan, torchtitan_config, torchtitan_model_parts
@@ -127,9 +127,10 @@ def megatron_layout(plan: ParallelPlan) -> str:
     virtual stage a of pipeline rank b at position a*PP + b, 'E' the embedding, 't' a decoder layer, 'L' the
     loss, 't*n' n layers, commas cosmetic (PipelineParallelLayerLayout docstring and parse_str_to_list,
     NVIDIA/Megatron-LM megatron/core/transformer/pipeline_parallel_layer_layout.py). Each stage's layers are
-    split over its VPP chunks as :func:`costmodel.core.specs.plan.chunk_layers` says."""
+    split over its VPP chunks as :func:`costmodel.core.specs.plan.chunk_layers` says, or as the plan's
+    ``pipeline_layout`` gives them."""
     stages = []
-    chunks = chunk_layers(plan.layer_split or (), plan.vpp)
+    chunks = plan.chunk_layers(sum(plan.layer_split or ()))
     for a in range(plan.vpp):
         for b in range(plan.pp):
             part = f"t*{chunks[a][b]}"
@@ -165,8 +166,11 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, iterations: int | None =
     for flag, value in megatron_mla_args(model) + megatron_moe_args(model, plan):  # planner.export_moe
         add(flag, value)
     uneven = is_uneven(plan)
-    flags = account_for(plan.layer_split, plan.vpp) if uneven else None
-    if flags is not None and any(n % plan.vpp for n in plan.layer_split):
+    layout = plan.pipeline_layout is not None
+    flags = account_for(plan.layer_split, plan.vpp) if uneven and not layout else None
+    if layout:  # layers per virtual stage: only the layout expresses them (it also sets VPP: validate_args)
+        add("--pipeline-model-parallel-layout", megatron_layout(plan))
+    elif flags is not None and any(n % plan.vpp for n in plan.layer_split):
         # chunks of a stage differ in size: only the account-for options build this split
         if flags[0]:
             add("--account-for-embedding-in-pipeline-split")
@@ -179,7 +183,7 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, iterations: int | None =
             add("--decoder-last-pipeline-num-layers", fl[1])
         else:  # unequal middle stages: only the layout expresses them (it also sets VPP: validate_args)
             add("--pipeline-model-parallel-layout", megatron_layout(plan))
-    if plan.vpp > 1 and not (uneven and _uneven_first_last(plan.layer_split) is None):
+    if plan.vpp > 1 and not layout and not (uneven and _uneven_first_last(plan.layer_split) is None):
         if uneven:  # validate_args: uneven PP needs --num-virtual-stages-per-pipeline-rank
             add("--num-virtual-stages-per-pipeline-rank", plan.vpp)
         else:
@@ -373,7 +377,9 @@ def nemo_config(model: ModelSpec, plan: ParallelPlan, iterations: int | None = N
     if not model.dropout:
         m["hidden_dropout"] = 0.0
         m["attention_dropout"] = 0.0
-    if is_uneven(plan):
+    if plan.pipeline_layout is not None:  # TransformerConfig.pipeline_model_parallel_layout
+        m["pipeline_model_parallel_layout"] = megatron_layout(plan)
+    elif is_uneven(plan):
         # Megatron-Core TransformerConfig fields (transformer_config.py), which NeMo's model config passes on
         fl = _uneven_first_last(plan.layer_split)
         flags = account_for(plan.layer_split, plan.vpp)

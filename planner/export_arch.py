@@ -148,7 +148,7 @@ def describe_architecture(model: ModelSpec, arch: Architecture) -> str:
 # ------------------------------------------------------------------------------------- shared by exports
 def is_uneven(plan: ParallelPlan) -> bool:
     """The plan's pipeline stages hold different numbers of layers."""
-    return plan.layer_split is not None and len(set(plan.layer_split)) > 1
+    return plan.pipeline_layout is not None or (plan.layer_split is not None and len(set(plan.layer_split)) > 1)
 
 
 def header(title: str, model: ModelSpec, plan: ParallelPlan, hardware: Hardware,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
-from costmodel.core.specs.plan import ParallelPlan, chunk_layers
+from costmodel.core.specs.plan import ParallelPlan
 from planner.export_arch import architecture, header, is_uneven, torchtitan_flavor, torchtitan_unsupported
 from planner.export_moe import torchtitan_moe
 
@@ -86,7 +86,7 @@ def torchtitan_model_parts(plan: ParallelPlan) -> list[list[str]]:
     lists containing the FQNs of modules for each model chunk", e.g. [['tok_embeddings', 'layers.0'], ...]) for
     the plan's split, chunks in virtual-stage order (chunk a of rank b is stage a*PP + b, torchtitan's looped
     stage assignment); module names of torchtitan's Llama (tok_embeddings, layers.N, norm, output)."""
-    chunks = chunk_layers(plan.layer_split or (), plan.vpp)
+    chunks = plan.chunk_layers(sum(plan.layer_split or ()))  # the plan's pipeline_layout when it has one
     parts = []
     pos = 0
     for a in range(plan.vpp):

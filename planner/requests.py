@@ -12,11 +12,12 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
-from costmodel.core.errors import PlannerError
+from costmodel.core.errors import PlanError, PlannerError
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.framework import ATTENTION_KERNELS, DEFAULT_FRAMEWORK, FRAMEWORKS
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
+from costmodel.core.specs.pipeline_layout import parse_pipeline_layout
 from costmodel.core.specs.plan import DTYPES, MOE_DISPATCHERS, RECOMPUTE_MODES, RECOMPUTE_MODULES, ParallelPlan
 from costmodel.core.specs.presets import resolve_model
 
@@ -83,6 +84,10 @@ class PlanRequest:
     """GEMM precision: bf16 | fp16 | fp8 | fp32."""
     layer_split: tuple[int, ...] | None = None
     """Layers per pipeline stage when uneven, e.g. [9, 8, 8, 7]; None = even split."""
+    pipeline_layout: tuple[int, ...] | None = None
+    """Layers per virtual pipeline stage in virtual-stage order (chunk a of stage b is entry a*PP + b), a list,
+    '2,2,1,...' or Megatron's --pipeline-model-parallel-layout string ('Et|(tt|)*30L'); VPP = entries / PP when
+    vpp is not given. None = Megatron's classic split (layer_split / even). Not searched."""
     framework: str = DEFAULT_FRAMEWORK
     """Training stack: megatron | deepspeed | fsdp | torchtitan (its attention kernel, DP overlap and ZeRO-3
     network behaviour, costmodel.core.specs.framework)."""
@@ -159,12 +164,17 @@ class PlanRequest:
         gbs = self.gbs
         if gbs is None:
             gbs = batch_sequences(seq, self.mbs * dp, self.tokens_per_batch or DEFAULT_BATCH_TOKENS)
+        vpp, layout = self.vpp, {}
+        if self.pipeline_layout is not None:  # Megatron derives VPP from the layout: virtual stages / PP
+            layout = {"pipeline_layout": self.pipeline_layout}
+            if vpp == 1 and self.pp and len(self.pipeline_layout) % self.pp == 0:
+                vpp = len(self.pipeline_layout) // self.pp
         plan = ParallelPlan(world_size=self.gpus, gpus_per_node=gpus_per_node, global_batch_size=gbs, seq_len=seq,
-                            tp=self.tp, pp=self.pp, cp=self.cp, vpp=self.vpp, micro_batch_size=self.mbs,
+                            tp=self.tp, pp=self.pp, cp=self.cp, vpp=vpp, micro_batch_size=self.mbs,
                             recompute=self.recompute, recompute_modules=self.recompute_modules,
                             sequence_parallel=self.sequence_parallel, zero=self.zero,
                             dtype=self.dtype, layer_split=self.layer_split, nvlink_domain=nvlink_domain,
-                            framework=self.framework, attention=self.attention, **self.moe_fields(),
+                            framework=self.framework, attention=self.attention, **self.moe_fields(), **layout,
                             extra=dict(extra or {}))
         plan.validate(model)
         return plan
@@ -263,6 +273,8 @@ def _check_type(key: str, value: object) -> object:
                 or any(isinstance(v, bool) or not isinstance(v, int) or v <= 0 for v in value)):
             raise PlannerError(f"{key}={value!r} must be a list of positive integers, one per pipeline stage")
         return tuple(value)
+    if key == "pipeline_layout":
+        return _layout_value(value)
     if key in _BOOL_KEYS:
         if not isinstance(value, bool):
             raise PlannerError(f"{key}={value!r} must be true or false")
@@ -277,6 +289,20 @@ def _check_type(key: str, value: object) -> object:
         names = " or ".join(t.__name__ for t in (typ if isinstance(typ, tuple) else (typ,)))
         raise PlannerError(f"{key}={value!r} must be a {names}")
     return value
+
+
+def _layout_value(value: object) -> tuple[int, ...]:
+    """A pipeline_layout key: a list of non-negative integers, '2,2,1' or Megatron's layout string."""
+    if isinstance(value, str):
+        try:
+            return parse_pipeline_layout(value, 1)[0]
+        except PlanError as e:
+            raise PlannerError(str(e)) from None
+    if (not isinstance(value, (list, tuple)) or not value
+            or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in value)):
+        raise PlannerError(f"pipeline_layout={value!r} must be a list of non-negative integers (layers per virtual "
+                           "stage), '2,2,1' or a Megatron layout string such as 'Et|(tt|)*30L'")
+    return tuple(value)
 
 
 def build_request(raw: dict, hardware_files: tuple = ()) -> ResolvedPlan:

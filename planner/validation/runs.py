@@ -21,6 +21,7 @@ from pathlib import Path
 from costmodel.core.errors import PlannerError
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.model import ModelSpec
+from costmodel.core.specs.pipeline_layout import balanced_pipeline_layout, describe_layout
 from costmodel.core.specs.plan import ParallelPlan, account_for_splits
 from planner.requests import PlanRequest
 from planner.validation.moe_rows import (
@@ -473,12 +474,28 @@ def row_to_inputs(row: RunRow) -> tuple[ModelSpec, ParallelPlan, str, int]:
         cp=cp, vpp=vpp, mbs=mbs, gbs=gbs, seq_len=seq_len, recompute=_recompute(row.text["recompute"], notes),
         sequence_parallel=sp, zero=_zero(row.text["dist_optimizer_or_zero"], notes),
         dtype=_dtype(row.text["precision"], notes),
-        layer_split=(_moe_layer_split if moe else _layer_split)(model.num_layers, pp, vpp, notes),
+        **_pipeline_split(row, model.num_layers, pp, vpp, moe, notes),
         framework=_framework(row.text["framework"], notes, row.text["notes"]), attention=_attention(row, notes))
     plan = request.to_plan(model, gpus_per_node=gpn, extra={"run_id": row.id})
     if moe:
         plan = _moe_plan(row, model, plan, notes)
     return model, plan, gpu_key, gpn
+
+
+def _pipeline_split(row: RunRow, L: int, pp: int, vpp: int, moe: bool, notes: list[str]) -> dict:
+    """The row's layer_split (Megatron's rules, as before) or, where those refuse it and the run used PyTorch
+    pipelining (NeMo AutoModel, torchtitan), the pipeline_layout that pipelining builds by default: the layers over
+    the PP*VPP virtual stages as evenly as possible, the first ones one more (costmodel.core.specs.pipeline_layout
+    balanced_pipeline_layout, AutoModel's generate_hf_model_fqn_per_model_part)."""
+    try:
+        return {"layer_split": (_moe_layer_split if moe else _layer_split)(L, pp, vpp, notes)}
+    except PlannerError:
+        if not any(w in row.text["framework"].lower() for w in ("automodel", "torchtitan")):
+            raise
+    layout = balanced_pipeline_layout(L, pp, vpp)
+    notes.append(f"layers={L} over PP={pp} x VPP={vpp} virtual stages, split as PyTorch pipelining does by default "
+                 f"(first {L % (pp * vpp)} virtual stages one layer more): {describe_layout(layout)}")
+    return {"pipeline_layout": layout}
 
 
 def _moe_layer_split(L: int, pp: int, vpp: int, notes: list[str]) -> tuple[int, ...] | None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from costmodel.core.errors import PlanError
 from costmodel.core.specs.framework import ATTENTION_KERNELS, DEFAULT_FRAMEWORK, FRAMEWORKS, get_framework
 from costmodel.core.specs.model import ModelSpec
+from costmodel.core.specs.pipeline_layout import describe_layout, pipeline_layout_problem
 
 RECOMPUTE_MODES = ("none", "selective", "full")
 RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
@@ -58,6 +59,11 @@ class ParallelPlan:
     training, e.g. on a CPU)."""
     layer_split: tuple[int, ...] | None = None
     """Layers per pipeline stage when uneven (length pp, sums to num_layers); None = even."""
+    pipeline_layout: tuple[int, ...] | None = None
+    """Layers per virtual pipeline stage, in virtual-stage order (virtual stage a*PP + b = chunk a of stage b),
+    length PP*VPP, summing to num_layers: any number per virtual stage, as Megatron-Core's
+    --pipeline-model-parallel-layout and PyTorch pipelining (torchtitan, NeMo AutoModel) allow (rules:
+    :func:`pipeline_layout_problem`). None = Megatron's classic split (``layer_split`` / even)."""
     overlap_grad_reduce: bool | None = None
     """Overlap the DP gradient reduction with backward (Megatron --overlap-grad-reduce); None = the framework's
     default (``Framework.overlap_grad_reduce``), resolved when the plan is built."""
@@ -100,6 +106,8 @@ class ParallelPlan:
             object.__setattr__(self, "etp", self.tp)
         if not isinstance(self.recompute_modules, tuple):
             object.__setattr__(self, "recompute_modules", tuple(self.recompute_modules))
+        if self.pipeline_layout is not None and not isinstance(self.pipeline_layout, tuple):
+            object.__setattr__(self, "pipeline_layout", tuple(self.pipeline_layout))
 
     # --------------------------------------------------------------- derived
     @property
@@ -170,6 +178,9 @@ class ParallelPlan:
         """Layers held by each pipeline stage (all virtual chunks together): ``layer_split`` when given,
         the even split when PP x VPP divides the layers, else :func:`default_layer_split` (planner's
         predict replaces it by the split that minimises the predicted iteration)."""
+        if self.pipeline_layout is not None:
+            lay, pp = self.pipeline_layout, self.pp
+            return tuple(sum(lay[b::pp]) for b in range(pp))
         if self.layer_split is not None:
             return tuple(self.layer_split)
         if num_layers % (self.pp * self.vpp) == 0:
@@ -179,7 +190,7 @@ class ParallelPlan:
     def stage_layer_indices(self, num_layers: int) -> list[list[int]]:
         """0-based indices of the layers each pipeline stage holds (all virtual chunks): virtual stage a*PP + b
         (chunk a of stage b) holds the next ``chunk_layers`` layers in model order (Megatron's interleaving)."""
-        chunks = chunk_layers(self.stage_layers(num_layers), self.vpp)
+        chunks = self.chunk_layers(num_layers)
         out: list[list[int]] = [[] for _ in range(self.pp)]
         i = 0
         for row in chunks:
@@ -188,9 +199,18 @@ class ParallelPlan:
                 i += n
         return out
 
+    def chunk_layers(self, num_layers: int) -> list[list[int]]:
+        """Layers of each virtual chunk, [chunk a][stage b]: ``pipeline_layout`` when given, else
+        :func:`chunk_layers` of the stage split."""
+        if self.pipeline_layout is not None:
+            lay, pp = self.pipeline_layout, self.pp
+            return [list(lay[a * pp:(a + 1) * pp]) for a in range(self.vpp)]
+        return chunk_layers(self.stage_layers(num_layers), self.vpp)
+
     def needs_layer_split(self, num_layers: int) -> bool:
-        """True when no split is given and PP x VPP does not divide the layers (an uneven split is chosen)."""
-        return self.layer_split is None and num_layers % (self.pp * self.vpp) != 0
+        """True when no split or layout is given and PP x VPP does not divide the layers (an uneven split is
+        chosen)."""
+        return self.layer_split is None and self.pipeline_layout is None and num_layers % (self.pp * self.vpp) != 0
 
     # ------------------------------------------------------------ validation
     def factors(self) -> str:
@@ -201,7 +221,8 @@ class ParallelPlan:
                 + (f" attention={self.attention}" if self.attention else "")
                 + (f" EP={self.ep} ETP={self.etp} EDP={self.expert_dp} dispatcher={self.moe_dispatcher}"
                    if self.ep > 1 or self.etp != self.tp else "")
-                + (f" recompute_modules={','.join(self.recompute_modules)}" if self.recompute_modules else ""))
+                + (f" recompute_modules={','.join(self.recompute_modules)}" if self.recompute_modules else "")
+                + (f" pipeline_layout={describe_layout(self.pipeline_layout)}" if self.pipeline_layout else ""))
 
     def problems(self, model: ModelSpec | None = None) -> list[str]:
         """Every reason this plan is invalid (empty list when valid)."""
@@ -262,6 +283,10 @@ class ParallelPlan:
             p.append(f"EP={self.ep} with TP={self.tp} needs sequence parallelism (Megatron-LM arguments.py)")
         if self.vpp > 1 and self.pp == 1:
             p.append(f"VPP={self.vpp} needs PP > 1")
+        if self.pipeline_layout is not None and model is None:
+            why = pipeline_layout_problem(self.pipeline_layout, None, self.pp, self.vpp)
+            if why:
+                p.append(why)
         dp = self.dp
         if dp > 0 and self.global_batch_size % (self.micro_batch_size * dp) != 0:
             p.append(f"GBS={self.global_batch_size} must be a multiple of MBS*DP = "
@@ -297,7 +322,14 @@ class ParallelPlan:
                              "expert can receive at most every token once")
                 if model.expert_ffn % etp != 0:
                     p.append(f"expert ffn width={model.expert_ffn} must be a multiple of ETP={self.etp}")
-            if self.layer_split is not None:
+            if self.pipeline_layout is not None:
+                why = pipeline_layout_problem(self.pipeline_layout, model.num_layers, self.pp, self.vpp)
+                if why:
+                    p.append(why)
+                elif self.layer_split is not None and tuple(self.layer_split) != self.stage_layers(model.num_layers):
+                    p.append(f"layer_split={list(self.layer_split)} disagrees with pipeline_layout, whose stages hold "
+                             f"{list(self.stage_layers(model.num_layers))} layers: give one of them")
+            elif self.layer_split is not None:
                 if len(self.layer_split) != self.pp or sum(self.layer_split) != model.num_layers:
                     p.append(f"layer_split={list(self.layer_split)} must have PP={self.pp} entries summing to "
                              f"layers={model.num_layers}")
