@@ -32,7 +32,8 @@ unchanged, bit for bit):
   w < s (the band of a causal s x s matrix, counted as the causal half s/2 of a full layer is), s/2 when w >= s.
   Attention sinks add one score column per head and no GEMM: not counted.
 * Hardware FLOPs follow the same per-layer sums with the FlashAttention backward factor and full recomputation as
-  above; the published-convention FLOPs count the full band (s keys, or w on sliding layers).
+  above, plus the forward GEMMs of Megatron-Core's ``--recompute-modules`` (:func:`recomputed_module_flops_per_token`);
+  the published-convention FLOPs count the full band (s keys, or w on sliding layers).
 """
 
 from __future__ import annotations
