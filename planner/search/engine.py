@@ -41,7 +41,7 @@ from planner.search.study import (  # noqa: F401  (open_storage, recover_stale_t
     owner,
     recover_stale_trials,
 )
-from planner.search.sweep import group_sweep
+from planner.search.sweep import basin_turns, group_sweep
 
 Progress = Callable[[int, int], None]
 """progress(done, total): called during a search (total = trials or candidates)."""
@@ -433,11 +433,15 @@ def _polish(study, obj, choices: dict, budget: int, tick, ev: Evaluator, stop=No
         budget -= n
     if "ep" in choices and budget > 0 and not (stop is not None and stop.hit):
         budget = group_sweep(study, obj, choices, budget, tick, ev, cand)
+    rounds = 0
     while budget > 0 and not (stop is not None and stop.hit):
         trials = study.get_trials(deepcopy=False, states=states)
         seen = {cand(t) for t in trials}
         ok = sorted((t for t in trials if t.state == optuna.trial.TrialState.COMPLETE
                      and t.user_attrs.get("status") == "ok"), key=lambda t: t.value)
+        if "ep" in choices:  # MoE: the best plans of the best (PP, EP) basins take turns (planner.search.sweep)
+            ok = basin_turns(ok, cand, rounds)
+            rounds += 1
         todo: list[Candidate] = []
         for t in ok:
             for n in neighbours(cand(t), choices):
