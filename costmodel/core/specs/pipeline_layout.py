@@ -4,7 +4,10 @@ Sources
 -------
 * Megatron-Core ``--pipeline-model-parallel-layout`` (NVIDIA/Megatron-LM
   megatron/core/transformer/pipeline_parallel_layer_layout.py @00caa53af309, ``PipelineParallelLayerLayout``;
-  docs "Custom Pipeline Model Parallel Layout", Megatron-Core 0.15 API guide): a string of virtual stages split by
+  docs "Custom Pipeline Model Parallel Layout", Megatron-Core 0.15 API guide; the feature, "Flexible Asymmetric
+  Virtual Pipeline Parallelism with Custom Pipeline Layout", reached Megatron-LM by July 2025: NVIDIA-NeMo/
+  Megatron-Bridge PR #255 of 2025-07-16 syncs its checkpointing from Megatron-LM commits 2795ebde972a and
+  77732c3628ea; the commit that first added the parser was not located): a string of virtual stages split by
   ``|`` in virtual-stage order (virtual stage ``vpp_rank * PP + pp_rank``), ``E`` embedding, ``t`` decoder layer,
   ``m`` MTP layer, ``L`` loss; ``x*n`` and ``(...)*n`` repeat, commas are cosmetic; VPP = stages / PP;
   ``validate_layer_layout``: the first item is ``E``, the last ``L``, each once, the ``t`` count equals
