@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from costmodel import moe_kernels
+from costmodel import fp8_block, moe_kernels
 from costmodel.compose import (
     OperatorTimes,
     Times,
@@ -101,8 +101,9 @@ def costed_graph(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, cost_
     count-based default split (with operator times passed through ``scale``, e.g. a calibration's, for the
     choice), and the graph and times are those of the chosen split."""
     graph = build_graph(model, plan)
-    times = moe_kernels.apply(plan, hardware, graph, framework_kernels(
-        plan, hardware, graph, corun_slowdown(plan, hardware, cost_operators(graph, hardware, cost_model))))
+    times = moe_kernels.apply(plan, hardware, graph, framework_kernels(plan, hardware, graph, corun_slowdown(
+        plan, hardware, fp8_block.apply(plan, hardware, graph, cost_operators(
+            graph, hardware, fp8_block.cost_model_for(plan, cost_model))))))
     if plan.needs_layer_split(model.num_layers):
         chooser = times.scaled(scale) if scale is not None else times
         split = balanced_layer_split(graph, chooser.time_s, hardware, model.num_layers,
@@ -110,6 +111,7 @@ def costed_graph(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, cost_
         plan = replace(plan, layer_split=split)
         if split != tuple(st.layers for st in graph.stages):
             graph = build_graph(model, plan)
-            times = moe_kernels.apply(plan, hardware, graph, framework_kernels(
-                plan, hardware, graph, corun_slowdown(plan, hardware, cost_operators(graph, hardware, cost_model))))
+            times = moe_kernels.apply(plan, hardware, graph, framework_kernels(plan, hardware, graph, corun_slowdown(
+                plan, hardware, fp8_block.apply(plan, hardware, graph, cost_operators(
+                    graph, hardware, fp8_block.cost_model_for(plan, cost_model))))))
     return plan, graph, times

@@ -160,7 +160,7 @@ def moe_block_operators(model: ModelSpec, plan: ParallelPlan) -> tuple[list[Op],
                            category=Category.EP_COMM))
 
     # --- router (router.py TopKRouter): a replicated h x E linear; plain torch (not TE), so bf16 under fp8
-    router_dtype = "bf16" if dtype == "fp8" else dtype
+    router_dtype = "bf16" if dtype in ("fp8", "fp8-block") else dtype
     ops += _gemm3("moe.router", T, E, h, router_dtype)
     n_logits = T * E
     ops.append(Op("activation", "moe.router.topk", Phase.FWD, (T, E, 0), flops=SCORE_FLOPS_PER_LOGIT * n_logits,

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
+from costmodel import fp8_block
 from costmodel.core.errors import PlannerError
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
@@ -143,7 +144,8 @@ def megatron_layout(plan: ParallelPlan) -> str:
 
 
 # --------------------------------------------------------------------------------------- Megatron-LM
-def megatron_args(model: ModelSpec, plan: ParallelPlan, iterations: int | None = None) -> tuple[list[str], list[str]]:
+def megatron_args(model: ModelSpec, plan: ParallelPlan, iterations: int | None = None,
+                  hardware: Hardware | None = None) -> tuple[list[str], list[str]]:
     """Megatron-LM ``pretrain_gpt.py`` arguments for the plan, and notes on what they cannot express.
 
     Flag names: NVIDIA/Megatron-LM megatron/training/arguments.py (commit 000c4ac24f61).
@@ -278,6 +280,12 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, iterations: int | None =
         add("--bf16")
     if plan.dtype == "fp8":
         add("--fp8-format", "hybrid")
+    if plan.dtype == fp8_block.DTYPE:  # --fp8-recipe choices tensorwise, delayed, mxfp8, blockwise (arguments.py
+        # _add_transformer_engine_args, NVIDIA/Megatron-LM @307dcf37); e4m3 as Megatron's blockwise/mxfp8 examples
+        recipe = fp8_block.megatron_recipe(hardware.gpu.name if hardware is not None else None)
+        add("--fp8-format", "e4m3")
+        add("--fp8-recipe", recipe)
+        notes.append(f"--fp8-recipe {recipe}: " + fp8_block.RECIPE_NOTES[recipe])
     return a, notes
 
 
@@ -289,7 +297,7 @@ def _needs_single_connection(plan: ParallelPlan) -> bool:
 def export_megatron(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, prediction: "Prediction | None",
                     iterations: int | None = None) -> str:
     """Comment header plus one flag (and its value) per line; ``shlex.split(text, comments=True)`` reads it."""
-    args, notes = megatron_args(model, plan, iterations)
+    args, notes = megatron_args(model, plan, iterations, hardware)
     lines = header("Megatron-LM pretrain_gpt.py flags", model, plan, hardware, prediction)
     lines.append("# Flag names checked against NVIDIA/Megatron-LM megatron/training/arguments.py "
                  "(commit 000c4ac24f61).")
@@ -397,6 +405,10 @@ def nemo_config(model: ModelSpec, plan: ParallelPlan, iterations: int | None = N
         m["recompute_modules"] = list(plan.recompute_modules)
     if plan.dtype == "fp8":
         m.update({"transformer_engine": True, "fp8": True, "fp8_hybrid": True})
+    if plan.dtype == fp8_block.DTYPE:
+        m.update({"transformer_engine": True, "fp8": True, "fp8_e4m3": True})
+        notes.append("block-scaled FP8: set the Transformer Engine recipe (Megatron --fp8-recipe blockwise on Hopper, "
+                     "mxfp8 on Blackwell) in the NeMo recipe; this config sets only fp8 / fp8_e4m3")
     if plan.zero >= 2:  # torch FSDP: 'grad' shards gradients + optimizer states, 'full' also parameters
         m.update({"fsdp": True, "fsdp_sharding_strategy": "grad" if plan.zero == 2 else "full"})
         m["optim"] = {"name": "fused_adam"}
@@ -453,7 +465,7 @@ def export_slurm(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, predi
     lines.append('head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)')
     if _needs_single_connection(plan):
         lines.append("export CUDA_DEVICE_MAX_CONNECTIONS=1  # Megatron asserts it with TP/CP > 1 (arguments.py)")
-    args, notes = megatron_args(model, plan, iterations)
+    args, notes = megatron_args(model, plan, iterations, hardware)
     lines += [f"# NOTE: {n}." for n in notes]
     cmd = (f'srun torchrun --nnodes "$SLURM_NNODES" --nproc-per-node {plan.gpus_per_node} '
            f'--rdzv-id "$SLURM_JOB_ID" --rdzv-backend c10d --rdzv-endpoint "$head_node:{RDZV_PORT}" pretrain_gpt.py')

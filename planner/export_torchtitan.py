@@ -76,6 +76,9 @@ def torchtitan_config(model: ModelSpec, plan: ParallelPlan, iterations: int | No
                      "stops on the unknown flavor")
     if plan.dtype == "fp8":
         model_sec["converters"] = ["float8"]
+    if plan.dtype == "fp8-block":
+        notes.append("block-scaled FP8 is not written: torchtitan's MXFP8 converter (torchtitan/components/"
+                     "quantization/mxfp8.md, Blackwell) is configured per version; add it to [model] converters")
     sections: dict = {"model": model_sec}
     sections.update({"training": training, "parallelism": par, "activation_checkpoint": ac})
     return sections, notes

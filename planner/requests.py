@@ -12,6 +12,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
+from costmodel import fp8_block
 from costmodel.core.errors import PlanError, PlannerError
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.framework import ATTENTION_KERNELS, DEFAULT_FRAMEWORK, FRAMEWORKS
@@ -81,7 +82,7 @@ class PlanRequest:
     zero: int = 1
     """ZeRO stage 0-3 (1 = distributed optimizer, 3 = FSDP)."""
     dtype: str = "bf16"
-    """GEMM precision: bf16 | fp16 | fp8 | fp32."""
+    """GEMM precision: bf16 | fp16 | fp8 | fp8-block (alias mxfp8) | fp32."""
     layer_split: tuple[int, ...] | None = None
     """Layers per pipeline stage when uneven, e.g. [9, 8, 8, 7]; None = even split."""
     pipeline_layout: tuple[int, ...] | None = None
@@ -122,8 +123,10 @@ class PlanRequest:
             raise PlannerError(f"recompute_modules={','.join(self.recompute_modules)}: "
                                + (f"unknown {', '.join(bad)}; choose from {', '.join(RECOMPUTE_MODULES)}" if bad
                                   else "needs recompute=selective (Megatron's --recompute-granularity selective)"))
+        if self.dtype in fp8_block.ALIASES:
+            object.__setattr__(self, "dtype", fp8_block.canonical(self.dtype))
         if self.dtype not in DTYPES:
-            raise PlannerError(f"dtype={self.dtype!r} must be one of {', '.join(DTYPES)}")
+            raise PlannerError(f"dtype={self.dtype!r} must be one of {', '.join(DTYPES)} (or mxfp8 = fp8-block)")
         if self.framework not in FRAMEWORKS:
             raise PlannerError(f"framework={self.framework!r} must be one of {', '.join(FRAMEWORKS)}")
         if self.attention and self.attention not in ATTENTION_KERNELS:
@@ -194,6 +197,8 @@ class PlanRequest:
         model = resolve_model(self.model)
         hardware = load_catalogue(hardware_files).resolve(self.gpu, self.cluster, self.gpus_per_node)
         hardware.gpu.check_dtype(self.dtype)
+        if self.dtype == fp8_block.DTYPE:
+            fp8_block.check_gpu(hardware.gpu.name)
         plan = self.to_plan(model, min(hardware.gpus_per_node, self.gpus), nvlink_domain=hardware.domain_for(self.gpus))
         return ResolvedPlan(model, plan, hardware)
 

@@ -13,6 +13,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
+from costmodel import fp8_block
 from costmodel.compose import (
     compose_iteration_time,
     metrics,
@@ -94,6 +95,8 @@ class Evaluator:
                             "(pass --allow-tp-across-nodes to allow it)")
         if cand.dtype == "fp8" and not target.hardware.gpu.has_fp8:
             problems.append(f"fp8 on {target.hardware.gpu.name}, which has no fp8 tensor cores")
+        if cand.dtype == fp8_block.DTYPE and not fp8_block.supported(target.hardware.gpu):
+            problems.append(f"fp8-block on {target.hardware.gpu.name}, which has no block-scaled FP8 measurements")
         if problems:
             return Evaluation("invalid", problems[0], 1.0 + len(problems)), None
         gpu = target.hardware.gpu

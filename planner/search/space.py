@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Iterator, NamedTuple
 
 import search_spaces
+from costmodel import fp8_block
 from costmodel.core.errors import PlannerError
 from costmodel.core.specs.framework import DEFAULT_FRAMEWORK, FRAMEWORKS
 from costmodel.core.specs.hardware import Hardware
@@ -109,6 +110,7 @@ def _check_dim(dim: str, values, where: str) -> tuple:
         elif dim == "recompute":
             ok = v in RECOMPUTE_MODES
         elif dim == "dtype":
+            v = fp8_block.canonical(v) if isinstance(v, str) else v
             ok = v in DTYPES
         elif dim == "sequence_parallel":
             ok = isinstance(v, bool)
@@ -276,6 +278,8 @@ def build_problem(model: ModelSpec, targets: list[Target], space: SearchSpace, *
     if tokens is not None and not (tokens > 0 and math.isfinite(tokens)):
         raise PlannerError(f"--tokens must be a positive number, got {tokens!r}.")
     space, notes = _fp8_space(space, targets)
+    space, block_notes = _fp8_block_space(space, targets)
+    notes += block_notes
     return SearchProblem(model, tuple(targets), space, gbs, seq, tokens, dict(prices or {}), notes, calibration)
 
 
@@ -294,6 +298,25 @@ def _fp8_space(space: SearchSpace, targets: list[Target]) -> tuple[SearchSpace, 
     kept = tuple(d for d in space.dtype if d != "fp8")
     return dataclasses.replace(space, dtype=kept), (f"fp8 dropped from --dtype: {names} has no fp8 tensor cores; "
                                                     f"searching {', '.join(kept)}",)
+
+
+def _fp8_block_space(space: SearchSpace, targets: list[Target]) -> tuple[SearchSpace, tuple[str, ...]]:
+    """fp8-block only on GPUs with fp8 tensor cores and block-scaled FP8 GEMM measurements (costmodel.fp8_block):
+    as :func:`_fp8_space`, skipped per target when some target has them, refused when none has and fp8-block is
+    all that was asked, else dropped with a note."""
+    if fp8_block.DTYPE not in space.dtype:
+        return space, ()
+    without = list(dict.fromkeys(t.hardware.gpu.name for t in targets if not fp8_block.supported(t.hardware.gpu)))
+    if not without:
+        return space, ()
+    names = ", ".join(without)
+    if len(without) < len({t.hardware.gpu.name for t in targets}):
+        return space, (f"fp8-block plans are skipped on {names} (no block-scaled FP8 measurements)",)
+    if set(space.dtype) == {fp8_block.DTYPE}:
+        fp8_block.check_gpu(without[0])
+    kept = tuple(d for d in space.dtype if d != fp8_block.DTYPE)
+    return dataclasses.replace(space, dtype=kept), (f"fp8-block dropped from --dtype: {names} has no block-scaled "
+                                                    f"FP8 measurements; searching {', '.join(kept)}",)
 
 
 # -------------------------------------------------------------------------------- enumeration

@@ -42,16 +42,15 @@ def gpu_hours_to_tokens_per_s(gpu_hours_per_trillion: float) -> float:
 
 
 # ------------------------------------------------------------------------------------------ refusals
-def _precision_refusal(text: str) -> str:
+BLOCK_FP8_WORDS = ("mxfp8", "blockwise", "block-wise", "fine-grained", "1x128", "128x128")
+"""Precision texts of block-scaled FP8 runs (MOE_README.md: MXFP8 rows, ModelZoo's 'blockwise e4m3')."""
+
+
+def block_scaled_fp8(text: str) -> bool:
+    """The precision text names block-scaled FP8 (MXFP8 or blockwise / 1x128 tiles): planner dtype fp8-block
+    (costmodel/fp8_block.py; MXFP8's 1x32 scales approximated by the measured 1x128 / 128x128 UE8M0 blocks)."""
     t = text.lower()
-    if "mxfp8" in t:
-        return (f"precision {text.split('(')[0].strip()!r} (MXFP8, block-scaled FP8 with 1x32 scales): planner's fp8 "
-                "is per-tensor FP8 (block-scaled GEMM timings are not imported, costmodel/datasets/importers/"
-                "aiconfigurator.py)")
-    if "fp8" in t and any(w in t for w in ("blockwise", "block-wise", "fine-grained", "1x128", "128x128")):
-        return ("block-scaled FP8 precision (blockwise / 1x128 tiles): planner's fp8 is per-tensor FP8 (block-scaled "
-                "GEMM timings are not imported, costmodel/datasets/importers/aiconfigurator.py)")
-    return ""
+    return "fp8" in t and any(w in t for w in BLOCK_FP8_WORDS)
 
 
 RECOMPUTE_WORDS = {"norm": "layernorm", "layernorm": "layernorm", "rmsnorm": "layernorm", "act": "moe_act",
@@ -97,9 +96,6 @@ def moe_refusals(row) -> list[str]:
     if not row.values.get("ep") and not ep_from_notes(row):
         out.append("EP not stated (the source prints '-') and the notes give no benchmark config of the same "
                    "commit that states it: the expert layout is unknown")
-    reason = _precision_refusal(row.text["precision"])
-    if reason:
-        out.append(reason)
     if "mtp" in notes and "no mtp" not in notes and "with mtp" in notes:
         out.append("multi-token prediction module (MTP) is not modelled")
     if row.measured_metric == "tflops_per_gpu" and not any(row.rule(r) for r in TFLOPS_RULES):

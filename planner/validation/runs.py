@@ -27,6 +27,7 @@ from planner.requests import PlanRequest
 from planner.validation.moe_rows import (
     GPU_HOURS_METRIC,
     MOE_INT_COLUMNS,
+    block_scaled_fp8,
     check_tag_ok,
     gpu_hours_to_tokens_per_s,
     is_moe_row,
@@ -385,6 +386,12 @@ def _dtype(text: str, notes: list[str]) -> str:
     t = text.lower()
     if t == "fp32":
         return "fp32"
+    if block_scaled_fp8(t):
+        notes.append(f"precision '{text}' read as fp8-block (block-scaled FP8 GEMMs from aiconfigurator's fp8_block "
+                     "data" + ("; MXFP8's 1x32 scales approximated by 1x128 / 128x128 blocks" if "mxfp8" in t else "")
+                     + ("; FP8 primary weights (--fp8-param-gather) not modelled: memory as fp8" if "param-gather"
+                        in t else "") + ")")
+        return "fp8-block"
     if "fp8" in t:
         return "fp8"
     if "bf16" in t:

@@ -58,7 +58,7 @@ class GPUSpec:
 
     def check_dtype(self, dtype: str) -> None:
         """Refuse a training precision this GPU cannot run (fp8 without fp8 tensor cores)."""
-        if dtype == "fp8" and not self.has_fp8:
+        if dtype in ("fp8", "fp8-block") and not self.has_fp8:
             raise PlannerError(f"{self.name} has no fp8 tensor cores (no fp8 peak in the catalogue); use --dtype "
                                "bf16, or a GPU with fp8 (see `planner gpus`).")
 

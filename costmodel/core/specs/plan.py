@@ -19,7 +19,9 @@ MOE_DISPATCHERS = ("alltoall", "allgather", "flex")
 """Megatron-Core token dispatchers (--moe-token-dispatcher-type): alltoall (NCCL all-to-all over the EP group),
 allgather (all-gather the tokens, each rank keeps its experts' share, reduce-scatter back) and flex (DeepEP /
 HybridEP kernels)."""
-DTYPES = ("bf16", "fp16", "fp8", "fp32")
+DTYPES = ("bf16", "fp16", "fp8", "fp32", "fp8-block")
+"""fp8-block: block-scaled FP8 GEMMs (1x128 activation / 128x128 weight scales; ``mxfp8`` is accepted as its
+Blackwell name by the request layer, costmodel/fp8_block.py says how that approximates MXFP8), bf16 elsewhere."""
 
 
 @dataclass(frozen=True)
@@ -55,8 +57,8 @@ class ParallelPlan:
     """ZeRO stage: 0 none, 1 optimizer states sharded (= Megatron distributed optimizer),
     2 + gradients, 3 + parameters (FSDP full shard)."""
     dtype: str = "bf16"
-    """Precision: bf16 or fp16 (mixed precision), fp8 (fp8 GEMMs, bf16 elsewhere), or fp32 (pure fp32
-    training, e.g. on a CPU)."""
+    """Precision: bf16 or fp16 (mixed precision), fp8 (fp8 GEMMs, bf16 elsewhere), fp8-block (block-scaled fp8
+    GEMMs, bf16 elsewhere; costmodel/fp8_block.py), or fp32 (pure fp32 training, e.g. on a CPU)."""
     layer_split: tuple[int, ...] | None = None
     """Layers per pipeline stage when uneven (length pp, sums to num_layers); None = even."""
     pipeline_layout: tuple[int, ...] | None = None
