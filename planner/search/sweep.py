@@ -12,14 +12,20 @@ from planner.search.space import Candidate, candidate_params
 
 
 def sweep_variant(c: Candidate, choices: dict, ev: Evaluator) -> Candidate | None:
-    """``c`` at the lowest ZeRO stage of the space, made feasible by the fewest steps of micro-batch (down),
-    TP (up, CP down to keep TP x CP), recomputation (up) and ZeRO stage (up) (memory checks only), else None;
-    on a tie more TP before more recomputation (DeepSeek-V3 on 2,048 H100: TP4 CP1 selective at PP1 / EP256 is
-    the optimum, TP2 CP2 full recompute 39 % slower). The lowest stage first: ZeRO-3
-    gathers the weights again for every micro-batch, which pipeline parallelism multiplies, so a ZeRO-3 plan
-    carried over from PP1 to PP16 is many times slower than the ZeRO-1 plan there."""
+    """``c`` at the lowest ZeRO stage and recomputation of the space, made feasible by the fewest steps of
+    micro-batch (down), TP (up, CP down to keep TP x CP), recomputation (up) and ZeRO stage (up) (memory checks
+    only), else None; on a tie more TP before more recomputation (DeepSeek-V3 on 2,048 H100: TP4 CP1 selective
+    at PP1 / EP256 is the optimum, TP2 CP2 full recompute 39 % slower). The lowest stages first, not the best
+    plan's: ZeRO-3 gathers the weights again for every micro-batch, which pipeline parallelism multiplies (a
+    ZeRO-3 plan carried from PP1 to PP16 is many times slower than the ZeRO-1 plan there), and the memory that
+    forced full recomputation at one (PP, EP) is often free at another (DeepSeek-V3 / 1,024 H100: full
+    recompute carried from PP1 / EP256 to PP16 / EP4 and EP8 ended 38 % off the optimum, selective there).
+    ETP is set to the space's smallest explicit degree (1 by default: experts not split by TP, the choice of
+    Megatron-LM's Mixtral and DeepSeek recipes, SearchSpace.etp): ETP = TP carried with a larger TP was the
+    other cause of that 38 % miss."""
     mbs = [m for m in choices["mbs"] if m <= c.mbs][::-1]
-    rcs = choices["recompute"][choices["recompute"].index(c.recompute):] if c.recompute in choices["recompute"] else []
+    rcs = list(choices["recompute"])
+    c = c._replace(etp=min([e for e in choices.get("etp", []) if e > 0] or [c.etp]))
     tps = [t for t in choices["tp"] if t >= c.tp]
     best = None
     for zi, z in enumerate(choices["zero"]):
