@@ -45,7 +45,7 @@ RecomputeModules = Annotated[Optional[str], typer.Option(
     "--recompute-modules", help="With selective: Megatron-Core modules, e.g. moe_act,layernorm (default core_attn).")]
 SequenceParallel = Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel")]
 Zero = Annotated[int, typer.Option("--zero", help="ZeRO stage 0-3 (1 = distributed optimizer, 3 = FSDP).")]
-Dtype = Annotated[str, typer.Option("--dtype", help="bf16 | fp16 | fp8 | fp32.")]
+Dtype = Annotated[str, typer.Option("--dtype", help="bf16 | fp16 | fp8 | fp8-block (alias mxfp8) | fp32.")]
 Framework = Annotated[str, typer.Option(
     "--framework",
     help="Training stack: megatron | deepspeed | fsdp | torchtitan | torchtitan-eager (attention kernel, overlap).")]
@@ -105,7 +105,7 @@ ZeroChoices = Annotated[Optional[str], typer.Option("--zero", help="ZeRO stages,
 SpChoices = Annotated[Optional[str], typer.Option("--sp", help="Sequence parallelism values: true,false.")]
 FrameworkChoices = Annotated[Optional[str], typer.Option(
     "--framework", help="Training stacks to compare, e.g. megatron,fsdp (default megatron).")]
-DtypeChoices = Annotated[Optional[str], typer.Option("--dtype", help="GEMM precisions: bf16,fp8.")]
+DtypeChoices = Annotated[Optional[str], typer.Option("--dtype", help="GEMM precisions: bf16,fp8,fp8-block.")]
 AllowTpAcrossNodes = Annotated[bool, typer.Option("--allow-tp-across-nodes", help="Let TP groups span nodes.")]
 Headroom = Annotated[Optional[float], typer.Option("--headroom", help="HBM fraction kept free (default 0.05).")]
 TokenBudget = Annotated[Optional[str], typer.Option("--tokens", help="Training token budget, e.g. 1e12 or 2T.")]

@@ -117,3 +117,20 @@ def test_block_rows_map_to_fp8_block(shared_validation):
         assert V.row_to_inputs(rows[run_id])[1].dtype == "fp8-block"
     assert V.row_to_inputs(rows["MOE-NEMO25-003"])[1].dtype == "fp8"
     assert all("MXFP8" not in r.skip_reason and "block-scaled" not in r.skip_reason for r in rows.values())
+
+
+def test_search_space_keeps_or_drops_fp8_block():
+    """fp8-block (or its alias) in the searched dtypes: kept on a GPU with data, dropped with a note where another
+    dtype remains, refused in one line when it is all that was asked on a GPU without data."""
+    from dataclasses import replace
+
+    from planner.search.space import build_problem, load_space, make_target
+    cat = load_catalogue()
+    model = resolve_model("llama3-8b")
+    space = load_space("default")
+    h100 = build_problem(model, [make_target(cat.resolve("h100-sxm"), 16)], replace(space, dtype=("fp8-block",)))
+    assert h100.space.dtype == ("fp8-block",)
+    mi = build_problem(model, [make_target(cat.resolve("mi300x"), 16)], replace(space, dtype=("bf16", "fp8-block")))
+    assert mi.space.dtype == ("bf16",) and any("fp8-block dropped" in n for n in mi.notes)
+    with pytest.raises(PlannerError, match="no block-scaled FP8 GEMM measurements for mi300x"):
+        build_problem(model, [make_target(cat.resolve("mi300x"), 16)], replace(space, dtype=("fp8-block",)))
