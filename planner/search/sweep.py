@@ -34,7 +34,9 @@ def sweep_variant(c: Candidate, choices: dict, ev: Evaluator) -> Candidate | Non
                 # more TP with CP lowered as far as it goes (TP x CP kept where the space allows)
                 cp = max([x for x in choices["cp"] if x * tp <= c.cp * c.tp] or [min(choices["cp"])])
                 for m in mbs:
-                    n = c._replace(tp=tp, cp=cp, mbs=m, recompute=rc, zero=z)
+                    # a TP raised from 1 takes sequence parallelism (Megatron: EP with TP needs it)
+                    seqp = c.sequence_parallel or (tp > c.tp and True in choices["sequence_parallel"])
+                    n = c._replace(tp=tp, cp=cp, mbs=m, recompute=rc, zero=z, sequence_parallel=seqp)
                     d = 10 * zi + rcs.index(rc) + ti + mbs.index(m)
                     if (best is None or d < best[0]) and ev.feasible(n):
                         best = (d, n)
