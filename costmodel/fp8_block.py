@@ -37,7 +37,6 @@ Fitted by ``python -m costmodel.fp8_block`` into ``costmodel/data/fp8_block.json
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import math
@@ -49,8 +48,7 @@ from typing import Sequence
 
 from costmodel.compose import OperatorTimes
 from costmodel.core.errors import PlannerError
-from costmodel.core.fileio import atomic_write_text
-from costmodel.core.paths import require_data_dir
+from costmodel.core.fileio import fitted_table_main
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.plan import ParallelPlan
 from costmodel.graph import OperatorGraph
@@ -239,12 +237,8 @@ def apply(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph, times: O
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Fit the fp8_block / fp8 GEMM latency ratio table from shared/data.")
-    parser.add_argument("--out", default=str(TABLE_PATH))
-    args = parser.parse_args(argv)
-    atomic_write_text(args.out, json.dumps(fit(require_data_dir()), indent=1, sort_keys=True) + "\n")
-    print(f"wrote {args.out}")
-    return 0
+    return fitted_table_main(argv, "Fit the fp8_block / fp8 GEMM latency ratio table from shared/data.",
+                             TABLE_PATH, fit)
 
 
 if __name__ == "__main__":

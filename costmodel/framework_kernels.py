@@ -22,7 +22,6 @@ keeps the cost model's attention and the prediction says so.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import math
@@ -30,8 +29,7 @@ import statistics
 from functools import lru_cache
 from pathlib import Path
 
-from costmodel.core.fileio import atomic_write_text
-from costmodel.core.paths import require_data_dir
+from costmodel.core.fileio import fitted_table_main
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.framework import attention_kernel, get_framework
 from costmodel.core.specs.hardware import Hardware
@@ -200,13 +198,7 @@ def hbm_times(hardware: Hardware, ops: list[Op]) -> dict[tuple, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Fit the FlashAttention-2 rate table from shared/data.")
-    parser.add_argument("--out", default=str(TABLE_PATH))
-    args = parser.parse_args(argv)
-    table = fit(require_data_dir())
-    atomic_write_text(args.out, json.dumps(table, indent=1, sort_keys=True) + "\n")
-    print(f"wrote {args.out}")
-    return 0
+    return fitted_table_main(argv, "Fit the FlashAttention-2 rate table from shared/data.", TABLE_PATH, fit)
 
 
 if __name__ == "__main__":

@@ -38,7 +38,6 @@ Fitted by ``python -m costmodel.moe_kernels`` into ``costmodel/data/moe_kernels.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import math
@@ -50,9 +49,8 @@ from pathlib import Path
 import numpy as np
 
 from costmodel.compose import OperatorTimes
-from costmodel.core.fileio import atomic_write_text
+from costmodel.core.fileio import fitted_table_main
 from costmodel.core.kinds import Phase
-from costmodel.core.paths import require_data_dir
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.plan import ParallelPlan
@@ -260,13 +258,7 @@ def apply(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph, times: O
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Fit the grouped-expert-GEMM ratio table from shared/data.")
-    parser.add_argument("--out", default=str(TABLE_PATH))
-    args = parser.parse_args(argv)
-    table = fit(require_data_dir())
-    atomic_write_text(args.out, json.dumps(table, indent=1, sort_keys=True) + "\n")
-    print(f"wrote {args.out}")
-    return 0
+    return fitted_table_main(argv, "Fit the grouped-expert-GEMM ratio table from shared/data.", TABLE_PATH, fit)
 
 
 if __name__ == "__main__":

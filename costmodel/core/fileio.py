@@ -4,13 +4,17 @@ later run could load. Every writer in planner and costmodel goes through here.""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import json
 import os
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, Iterator
 
 from costmodel.core.errors import PlannerError
+from costmodel.core.paths import require_data_dir
 
 
 @contextlib.contextmanager
@@ -51,3 +55,16 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     with atomic_writer(path, binary=True) as fh:
         fh.write(data)
     return Path(path)
+
+
+def fitted_table_main(argv: list[str] | None, description: str, default_out: Path,
+                      fit: Callable[[Path], Any]) -> int:
+    """Command line of a derived data table (``python -m costmodel.<module>``): ``fit`` the shared data folder
+    (:func:`costmodel.core.paths.require_data_dir`) and write its JSON (indent 1, sorted keys) atomically to
+    ``--out`` (default ``default_out``), the form the modules' regeneration tests compare with."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--out", default=str(default_out))
+    args = parser.parse_args(argv)
+    atomic_write_text(args.out, json.dumps(fit(require_data_dir()), indent=1, sort_keys=True) + "\n")
+    print(f"wrote {args.out}")
+    return 0
