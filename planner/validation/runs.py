@@ -21,7 +21,7 @@ from pathlib import Path
 from costmodel.core.errors import PlannerError
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.model import ModelSpec
-from costmodel.core.specs.pipeline_layout import balanced_pipeline_layout, describe_layout
+from costmodel.core.specs.pipeline_layout import balanced_pipeline_layout, describe_split
 from costmodel.core.specs.plan import ParallelPlan, account_for_splits
 from planner.requests import PlanRequest
 from planner.validation.moe_rows import (
@@ -501,7 +501,7 @@ def _pipeline_split(row: RunRow, L: int, pp: int, vpp: int, moe: bool, notes: li
             raise
     layout = balanced_pipeline_layout(L, pp, vpp)
     notes.append(f"layers={L} over PP={pp} x VPP={vpp} virtual stages, split as PyTorch pipelining does by default "
-                 f"(first {L % (pp * vpp)} virtual stages one layer more): {describe_layout(layout)}")
+                 f"(first {L % (pp * vpp)} virtual stages one layer more): {describe_split(layout)}")
     return {"pipeline_layout": layout}
 
 

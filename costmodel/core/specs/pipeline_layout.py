@@ -94,14 +94,17 @@ def _parse_megatron(s: str) -> tuple[int, ...]:
     return tuple(stage.count("t") for stage in flat.split("|"))
 
 
-def describe_layout(layout: tuple[int, ...] | list[int] | None) -> str:
-    """Compact text of a layout, runs collapsed: (2, 2, 2, 1) -> '2x3,1'; '' for None."""
+def describe_split(split: tuple[int, ...] | list[int] | None) -> str:
+    """Compact text of layers per stage (a layer split, or a layout's layers per virtual stage), runs collapsed:
+    (7, 8, ..., 8, 7) -> '7,8x14,7'; '' for None."""
+    if not split:
+        return ""
     parts: list[str] = []
     i = 0
-    while layout and i < len(layout):
+    while i < len(split):
         j = i
-        while j < len(layout) and layout[j] == layout[i]:
+        while j < len(split) and split[j] == split[i]:
             j += 1
-        parts.append(f"{layout[i]}x{j - i}" if j - i > 1 else str(layout[i]))
+        parts.append(f"{split[i]}x{j - i}" if j - i > 1 else str(split[i]))
         i = j
     return ",".join(parts)

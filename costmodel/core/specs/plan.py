@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from costmodel.core.errors import PlanError
 from costmodel.core.specs.framework import ATTENTION_KERNELS, DEFAULT_FRAMEWORK, FRAMEWORKS, get_framework
 from costmodel.core.specs.model import ModelSpec
-from costmodel.core.specs.pipeline_layout import describe_layout, pipeline_layout_problem
+from costmodel.core.specs.pipeline_layout import describe_split, pipeline_layout_problem
 
 RECOMPUTE_MODES = ("none", "selective", "full")
 RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
@@ -122,8 +122,8 @@ class ParallelPlan:
 
     @property
     def expert_tp(self) -> int:
-        """ETP as an int (``etp`` is resolved to TP when the plan is built; this also covers a plan built
-        with ``etp=None`` through ``dataclasses.replace`` of a field that skipped ``__post_init__``)."""
+        """ETP as an int: ``etp`` is resolved to TP when the plan is built (``__post_init__``); typed
+        ``int | None`` for that, so callers use this."""
         return self.etp if self.etp is not None else self.tp
 
     @property
@@ -224,7 +224,7 @@ class ParallelPlan:
                 + (f" EP={self.ep} ETP={self.etp} EDP={self.expert_dp} dispatcher={self.moe_dispatcher}"
                    if self.ep > 1 or self.etp != self.tp else "")
                 + (f" recompute_modules={','.join(self.recompute_modules)}" if self.recompute_modules else "")
-                + (f" pipeline_layout={describe_layout(self.pipeline_layout)}" if self.pipeline_layout else ""))
+                + (f" pipeline_layout={describe_split(self.pipeline_layout)}" if self.pipeline_layout else ""))
 
     def problems(self, model: ModelSpec | None = None) -> list[str]:
         """Every reason this plan is invalid (empty list when valid)."""
@@ -482,18 +482,3 @@ def _near_even_splits(num_layers: int, pp: int, vpp: int) -> list[tuple[int, ...
             if abs(first - mid) <= 2 * vpp and abs(rest - first - mid) <= 2 * vpp:
                 out.append((first,) + (mid,) * (pp - 2) + (rest - first,))
     return out
-
-
-def describe_split(split: tuple[int, ...] | list[int] | None) -> str:
-    """Compact text of a split, runs collapsed: (7, 8, ..., 8, 7) -> '7,8x14,7'; '' for None."""
-    if not split:
-        return ""
-    parts: list[str] = []
-    i = 0
-    while i < len(split):
-        j = i
-        while j < len(split) and split[j] == split[i]:
-            j += 1
-        parts.append(f"{split[i]}x{j - i}" if j - i > 1 else str(split[i]))
-        i = j
-    return ",".join(parts)
