@@ -373,7 +373,7 @@ def iteration_tail(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph,
             grad_bytes = st.params / plan.tp * GRAD_REDUCE_BYTES
             if st.expert_params:  # MoE: routed experts sharded E/EP per GPU and / ETP
                 grad_bytes = ((st.params - st.expert_params) / plan.tp
-                              + st.expert_params / (plan.ep * (plan.etp or plan.tp))) * GRAD_REDUCE_BYTES
+                              + st.expert_params / (plan.ep * plan.expert_tp)) * GRAD_REDUCE_BYTES
             last_bucket = t_grad * min(1.0, plan.dp_bucket_mb * 1e6 / max(grad_bytes, 1.0))
             # reduced while the last micro-batch runs backward; at most overlap_eff of it hides there
             # (overlap_eff = 1: max(last_bucket, t_grad - bwd[i]), the uncalibrated form, exactly)

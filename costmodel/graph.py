@@ -365,7 +365,7 @@ def _zero3_gathers(model: ModelSpec, plan: ParallelPlan, moe: bool) -> list[Op]:
         experts = model.num_experts * model.expert_params()
         groups = [("zero3", (model.params_per_layer() - experts) / t, plan.dp * plan.cp, t),
                   ("zero3.expert", expert_params_per_gpu(model, plan, 1), plan.expert_dp,
-                   (plan.etp or plan.tp) * plan.ep)]
+                   plan.expert_tp * plan.ep)]
     out: list[Op] = []
     for prefix, params, group, stride in groups:
         if group <= 1:
@@ -471,7 +471,7 @@ def _iteration_ops(model: ModelSpec, plan: ParallelPlan, stage_params: int, firs
     ops += _grad_reduction("dp", params_gpu, group, group_topology(group, t, plan.domain), plan)
     if moe_layers:
         edp = plan.expert_dp
-        topo = group_topology(edp, (plan.etp or plan.tp) * plan.ep, plan.domain)
+        topo = group_topology(edp, plan.expert_tp * plan.ep, plan.domain)
         ops += _grad_reduction("dp.expert", expert_gpu, edp, topo, plan)
     if model.tied_embeddings and plan.pp > 1 and (first or last):
         # Megatron keeps the tied embedding on the first and last stage and all-reduces its gradient.

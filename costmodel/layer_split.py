@@ -94,6 +94,16 @@ def _split(candidate: tuple[float, int, int, int], p: int) -> tuple[int, ...]:
     return (first,) + (mid,) * (p - 2) + (last,)
 
 
+def operator_times(plan: ParallelPlan, graph: OperatorGraph, hardware: Hardware,
+                   cost_model: OperatorCostModel) -> OperatorTimes:
+    """The operator times of ``graph``: the cost model's (block-scaled FP8 GEMMs through their measured ratio),
+    then the co-run slowdown, the framework's kernels and the grouped expert GEMMs, in that order."""
+    times = fp8_block.apply(plan, hardware, graph, cost_operators(graph, hardware,
+                                                                  fp8_block.cost_model_for(plan, cost_model)))
+    return moe_kernels.apply(plan, hardware, graph,
+                             framework_kernels(plan, hardware, graph, corun_slowdown(plan, hardware, times)))
+
+
 def costed_graph(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, cost_model: OperatorCostModel,
                  scale: Callable[[dict], dict] | None = None) -> tuple[ParallelPlan, OperatorGraph, OperatorTimes]:
     """``plan``'s operator graph and operator times (co-run slowdown applied). When PP x VPP does not divide the
@@ -101,9 +111,7 @@ def costed_graph(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, cost_
     count-based default split (with operator times passed through ``scale``, e.g. a calibration's, for the
     choice), and the graph and times are those of the chosen split."""
     graph = build_graph(model, plan)
-    times = moe_kernels.apply(plan, hardware, graph, framework_kernels(plan, hardware, graph, corun_slowdown(
-        plan, hardware, fp8_block.apply(plan, hardware, graph, cost_operators(
-            graph, hardware, fp8_block.cost_model_for(plan, cost_model))))))
+    times = operator_times(plan, graph, hardware, cost_model)
     if plan.needs_layer_split(model.num_layers):
         chooser = times.scaled(scale) if scale is not None else times
         split = balanced_layer_split(graph, chooser.time_s, hardware, model.num_layers,
@@ -111,7 +119,5 @@ def costed_graph(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, cost_
         plan = replace(plan, layer_split=split)
         if split != tuple(st.layers for st in graph.stages):
             graph = build_graph(model, plan)
-            times = moe_kernels.apply(plan, hardware, graph, framework_kernels(plan, hardware, graph, corun_slowdown(
-                plan, hardware, fp8_block.apply(plan, hardware, graph, cost_operators(
-                    graph, hardware, fp8_block.cost_model_for(plan, cost_model))))))
+            times = operator_times(plan, graph, hardware, cost_model)
     return plan, graph, times

@@ -143,7 +143,7 @@ def moe_block_operators(model: ModelSpec, plan: ParallelPlan) -> tuple[list[Op],
     T = tokens // t if plan.sp else tokens
     h = model.hidden_size
     E, k = model.num_experts, model.experts_per_token
-    ep, etp = plan.ep, plan.etp or t
+    ep, etp = plan.ep, plan.expert_tp
     e_local = E // ep
     f_e = model.expert_ffn // etp
     gated = model.gated
@@ -242,4 +242,4 @@ def moe_block_operators(model: ModelSpec, plan: ParallelPlan) -> tuple[list[Op],
 
 def expert_params_per_gpu(model: ModelSpec, plan: ParallelPlan, moe_layers: int) -> float:
     """Routed-expert weights one GPU holds for ``moe_layers`` MoE layers: E/EP experts per layer, each / ETP."""
-    return moe_layers * (model.num_experts // plan.ep) * model.expert_params() / (plan.etp or plan.tp)
+    return moe_layers * (model.num_experts // plan.ep) * model.expert_params() / plan.expert_tp

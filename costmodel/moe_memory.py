@@ -93,7 +93,7 @@ def _moe_received_tokens(model: ModelSpec, plan: ParallelPlan, tokens: float) ->
     TP needs SP, [MCORE-MOE]); balanced, each GPU's experts receive T_in x k copies per EP rank and the ETP group
     all-gathers them: R = T_in k ETP x :func:`moe_imbalance` (costmodel.moe's count)."""
     t_in = tokens / (plan.tp if plan.sp else 1)
-    return t_in, t_in * model.experts_per_token * (plan.etp or plan.tp) * moe_imbalance(model, plan)
+    return t_in, t_in * model.experts_per_token * plan.expert_tp * moe_imbalance(model, plan)
 
 
 def moe_mlp_activation_bytes(model: ModelSpec, plan: ParallelPlan, tokens: float, act_b: float) -> float:
@@ -103,7 +103,7 @@ def moe_mlp_activation_bytes(model: ModelSpec, plan: ParallelPlan, tokens: float
     the dense MLP's [KORTHIKANTI] (gated: 2 F_e/ETP + F_e/ETP per copy); the shared experts as a dense MLP of their
     width split over TP on all T tokens (their input is the norm output, counted in the sequence region)."""
     t_in, received = _moe_received_tokens(model, plan, tokens)
-    fe = model.expert_ffn / (plan.etp or plan.tp)
+    fe = model.expert_ffn / plan.expert_tp
     gate = 2 if model.gated else 1
     out = t_in * (model.num_experts + model.experts_per_token) + received * (model.hidden_size + fe * (gate + 1))
     if model.shared_ffn:
@@ -119,7 +119,7 @@ def moe_dispatch_working_bytes(model: ModelSpec, plan: ParallelPlan, act_b: floa
     tokens = plan.seq_len / plan.cp * plan.micro_batch_size
     t_in, received = _moe_received_tokens(model, plan, tokens)
     if plan.moe_dispatcher == "allgather":
-        rows = t_in * plan.ep * (plan.etp or plan.tp)
+        rows = t_in * plan.ep * plan.expert_tp
     else:
         rows = t_in * model.experts_per_token + received
     return act_b * rows * model.hidden_size
@@ -153,7 +153,7 @@ def selective_cuts(model: ModelSpec, plan: ParallelPlan, moe: bool, tokens: floa
         whole = mlp_bytes
     elif moe:
         if "moe_act" in mods:
-            cut += _moe_received_tokens(model, plan, tokens)[1] * model.expert_ffn / (plan.etp or plan.tp)
+            cut += _moe_received_tokens(model, plan, tokens)[1] * model.expert_ffn / plan.expert_tp
         if "shared_experts" in mods and model.shared_ffn:
             cut += tokens * model.shared_ffn / plan.tp * (gate + 1)
     if model.is_mla and "mla_up_proj" in mods:
