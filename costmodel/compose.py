@@ -27,15 +27,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from costmodel.contention import HBM_PASS_PREFIX
 from costmodel.core.kinds import COLLECTIVE_KINDS, Category, CostSource, Phase
-from costmodel.core.specs.framework import attention_kernel, get_framework
+from costmodel.core.specs.framework import attention_kernel
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
 from costmodel.cost.base import OperatorCostModel
 from costmodel.flops import executed_model, hardware_flops_per_iteration, model_flops_per_iteration
 from costmodel.framework_kernels import flash2_times, hbm_times
-from costmodel.graph import GRAD_REDUCE_BYTES, OperatorGraph, StageGraph
+from costmodel.graph import GRAD_REDUCE_BYTES, HBM_PASS, OperatorGraph, StageGraph
 from costmodel.memory import MemoryBreakdown, fits_in_memory, memory_message, memory_per_gpu
 from costmodel.ops import Op
 from costmodel.sampling.skew import rank_scale
@@ -180,15 +181,18 @@ def framework_kernels(plan: ParallelPlan, hardware: Hardware, graph: OperatorGra
                       times: OperatorTimes) -> OperatorTimes:
     """The attention operators as the plan's framework runs them: FlashAttention-2 for stacks that call it
     (:mod:`costmodel.framework_kernels`, its own measurements on the GPU die; source MEASURED), unchanged
-    for stacks that call the fused kernel the cost model measures. Interval ends keep their ratio to the
-    point time."""
-    fw = get_framework(plan.framework)
-    hbm = not fw.compiled or fw.fsdp2_copy_bytes > 0  # graph.HBM_PASS operators to cost at the HBM bandwidth
+    for stacks that call the fused kernel the cost model measures; HBM passes (graph.HBM_PASS) at the HBM bandwidth,
+    the overlapped collectives' (costmodel.contention) at none where communication does not run beside compute
+    (``comm_overlaps_compute`` False: exposed whole). Interval ends keep their ratio to the point time."""
+    ops = [o for st in _distinct_stages(graph) for o in st.layer_ops]
+    hbm = any(o.name.startswith(HBM_PASS) for o in ops)  # graph.HBM_PASS operators to cost at the HBM bandwidth
     if attention_kernel(plan) != "flash2" and not hbm:
         return times  # the fused kernel the cost model measures: nothing to replace
-    ops = [o for st in _distinct_stages(graph) for o in st.layer_ops]
     new, warnings = flash2_times(plan, hardware, ops)
     roofline = hbm_times(hardware, ops) if hbm else {}
+    if not hardware.cluster.comm_overlaps_compute:
+        others = {o.key() for o in ops if not o.name.startswith(HBM_PASS_PREFIX)}
+        roofline.update({o.key(): 0.0 for o in ops if o.name.startswith(HBM_PASS_PREFIX) and o.key() not in others})
     new.update(roofline)
     if not new and not warnings:
         return times

@@ -26,24 +26,24 @@ from costmodel.attention_ops import (
     mla_replicated_params,
     mla_tp_entry_bytes,
 )
+from costmodel.contention import contention_ops
 from costmodel.core.kinds import FEATURES, Category, Phase
 from costmodel.core.specs.framework import attention_kernel, get_framework
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
 from costmodel.moe import expert_params_per_gpu, moe_block_operators
 from costmodel.opbuild import coll as _coll
-from costmodel.opbuild import elem_bytes, group_topology, recomputed, tp_boundary
+from costmodel.opbuild import elem_bytes, group_topology, projection_gemms, recomputed, tp_boundary
 from costmodel.opbuild import gemm as _gemm
 from costmodel.opbuild import gemm_fwd_bwd as _gemm_fwd_bwd
 from costmodel.opbuild import mem as _mem
 from costmodel.ops import Op
 from costmodel.selective import module_recompute_ops, selective_modules
+from costmodel.zero3 import PARAM_GATHER_BYTES, root_unit_ops, unit_collectives
 
 GRAD_REDUCE_BYTES = 4
 """Bytes per gradient element in the DP reduction: fp32 main gradients, as Megatron-LM's
 --accumulate-allreduce-grads-in-fp32 (used by its GPT-3 example, examples/gpt3/train_gpt3_175b_distributed.sh)."""
-PARAM_GATHER_BYTES = 2
-"""Bytes per parameter in ZeRO/distributed-optimizer parameter all-gathers (bf16 model weights)."""
 ADAM_BYTES_PER_PARAM = 30
 """HBM traffic of one mixed-precision Adam step per parameter: reads fp32 param, grad, m, v (16 B),
 writes fp32 param, m, v (12 B) and the bf16 model copy (2 B). Counted from the update rule
@@ -249,6 +249,7 @@ def layer_operators(model: ModelSpec, plan: ParallelPlan, moe: bool = False,
     gpn = plan.domain
     tp_topo = group_topology(t, 1, gpn)
     act = tokens * h * EB                      # full [s, b, h] activation inside the TP region
+    separate = get_framework(plan.framework).separate_projections
 
     ops: list[Op] = []
     overlap: list[Op] = []
@@ -273,8 +274,8 @@ def layer_operators(model: ModelSpec, plan: ParallelPlan, moe: bool = False,
         kv_width = heads * (nope + rope_d + v_d)   # every local head has its own K (nope + rope) and V
     else:
         tp_enter("qkv")
-        qkv_n = (heads + 2 * kv_heads) * d
-        ops += _gemm_fwd_bwd("qkv", tokens, qkv_n, h, dtype)
+        ops += projection_gemms("qkv", tokens, h, (("q", heads * d), ("k", kv_heads * d), ("v", kv_heads * d)),
+                                separate, dtype)
         if model.position_embedding == "rope":
             rope_elems = tokens * (heads + kv_heads) * d
             ops.append(_mem("rope", "rope", Phase.FWD, (tokens, heads + kv_heads, d), 2 * rope_elems * EB,
@@ -317,7 +318,8 @@ def layer_operators(model: ModelSpec, plan: ParallelPlan, moe: bool = False,
     else:
         tp_enter("mlp_up")
         up_n = f * (2 if model.gated else 1)
-        ops += _gemm_fwd_bwd("mlp_up", tokens, up_n, h, dtype)
+        ops += projection_gemms("mlp_up", tokens, h, (("w1", f), ("w3", f)) if model.gated else (("w1", f),),
+                                separate and model.gated, dtype)
         act_in = tokens * up_n
         act_out = tokens * f
         ops.append(_mem("activation", f"act.{model.activation}", Phase.FWD, (tokens, up_n, int(model.gated)),
@@ -347,6 +349,7 @@ def layer_operators(model: ModelSpec, plan: ParallelPlan, moe: bool = False,
 
     if plan.zero == 3:
         overlap += _zero3_gathers(model, plan, moe)
+    ops += contention_ops(overlap, EB, dtype)  # the overlapped collectives' HBM traffic (costmodel.contention)
     return ops, overlap
 
 
@@ -354,8 +357,7 @@ def _zero3_gathers(model: ModelSpec, plan: ParallelPlan, moe: bool) -> list[Op]:
     """FSDP: all-gather one layer's parameter shard before forward and again before backward, reduce-scatter its
     gradients after backward; prefetched, so overlapped with layer compute. Non-expert weights over DP x CP (TP
     shards); an MoE layer's routed-expert weights (E/EP experts, / ETP) over the expert data-parallel group."""
-    t, gpn = plan.tp, plan.domain
-    fw = get_framework(plan.framework)
+    t = plan.tp
     if not model.is_moe:
         groups = [("zero3", model.params_per_layer() / t, plan.dp * plan.cp, t)]
     elif not moe:
@@ -366,22 +368,8 @@ def _zero3_gathers(model: ModelSpec, plan: ParallelPlan, moe: bool) -> list[Op]:
         groups = [("zero3", (model.params_per_layer() - experts) / t, plan.dp * plan.cp, t),
                   ("zero3.expert", expert_params_per_gpu(model, plan, 1), plan.expert_dp,
                    plan.expert_tp * plan.ep)]
-    out: list[Op] = []
-    for prefix, params, group, stride in groups:
-        if group <= 1:
-            continue
-        topo = group_topology(group, stride, gpn)
-        if topo[0] > 1 and fw.zero3_network == "flat":
-            # DeepSpeed ZeRO-3: each GPU's gathered bytes cross the network at its own NIC rate (ZeRO++,
-            # Wang et al. 2023, sec. 3: cross-node volume M per all-gather), costed as a ring of single-GPU nodes
-            topo = (group, 1)
-        pbytes = params * PARAM_GATHER_BYTES
-        out.append(_coll("all_gather", f"{prefix}.param_allgather", Phase.FWD, pbytes, group, topo, Category.ZERO_COMM))
-        out.append(_coll("all_gather", f"{prefix}.param_allgather", Phase.BWD, pbytes, group, topo, Category.ZERO_COMM))
-        gbytes = params * fw.grad_reduce_bytes
-        out.append(_coll("reduce_scatter", f"{prefix}.grad_reducescatter", Phase.BWD, gbytes, group, topo,
-                         Category.ZERO_COMM))
-    return out
+    return [op for prefix, params, group, stride in groups
+            for op in unit_collectives(prefix, params, group, stride, plan)]
 
 
 def _embedding_ops(model: ModelSpec, plan: ParallelPlan) -> list[Op]:
@@ -544,6 +532,8 @@ def build_graph(model: ModelSpec, plan: ParallelPlan) -> OperatorGraph:
     else:
         layer_ops, overlap = layer_operators(model, plan)
     emb, head = _embedding_ops(model, plan), _head_ops(model, plan)
+    emb += root_unit_ops("embedding", model.embedding_params(), plan)
+    head += root_unit_ops("head", model.head_params(), plan)
     stages: list[StageGraph] = []
     # stages with the same role and layer count share their operator lists and a signature, so
     # composition sums each distinct stage once (a 16-stage pipeline has at most 3 distinct kinds of stage)

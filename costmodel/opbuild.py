@@ -47,6 +47,16 @@ def gemm_fwd_bwd(name: str, m: int, n: int, k: int, dtype: str) -> list[Op]:
             gemm(name + ".wgrad", Phase.BWD, n, k, m, dtype)]
 
 
+def projection_gemms(name: str, m: int, k: int, parts: tuple[tuple[str, int], ...], separate: bool,
+                     dtype: str) -> list[Op]:
+    """The projections ``parts`` ((suffix, output width), ...) of one input of width ``k``: one fused GEMM
+    ``name`` of their summed width (Megatron-Core's linear_qkv / linear_fc1), or with ``separate`` one GEMM each,
+    named ``name.suffix`` (``Framework.separate_projections``)."""
+    if not separate:
+        return gemm_fwd_bwd(name, m, sum(n for _, n in parts), k, dtype)
+    return [op for part, n in parts for op in gemm_fwd_bwd(f"{name}.{part}", m, n, k, dtype)]
+
+
 def coll(kind: str, name: str, phase: Phase, nbytes: float, size: int, topo: tuple[int, int],
           category: Category | None = None) -> Op:
     return Op(kind, name, phase, (float(nbytes), size, topo[0], topo[1]), bytes=float(nbytes), category=category)

@@ -1,0 +1,49 @@
+"""What an overlapped collective costs the compute it hides under: the HBM traffic it moves at the same time.
+
+A collective that runs concurrently with a layer's kernels (ZeRO-3 / FSDP parameter gathers and gradient
+reduce-scatters, the CP KV ring, overlapped MoE dispatch) is not free for that compute: NCCL stores what it
+receives in HBM and reads it back to forward it, and reads or writes the user buffers as well, so every byte it
+sends over the links is about ``NCCL_HBM_PASSES`` bytes of HBM traffic, competing with the kernels it overlaps
+(S. Jeaugey, NVIDIA NCCL maintainer, NVIDIA/nccl issue #1428, 2024-09-06: compute kernels that overlap an
+all-gather run longer, "very likely, they're competing for memory bandwidth ... 300GB/s needs to be multiplied by
+at least 2x for memory bandwidth, as we need to store to memory, then read back from it. If you add reading from
+or writing to user data, it can be 3x").
+
+Each overlapped collective of a layer gets one HBM-pass operator (costmodel.graph.HBM_PASS, costed at the GPU's
+achieved HBM bandwidth) in its phase, with that many bytes: the layer's compute grows by it, and the collective
+stays exposed only beyond the grown compute (costmodel.compose.layer_and_stage_times), so a communication-bound
+layer absorbs it. A lower bound of the interference: the SMs NCCL's kernels occupy while they run are not
+charged.
+"""
+
+from __future__ import annotations
+
+from costmodel.conventions import busbw_factor
+from costmodel.core.kinds import Category
+from costmodel.ops import Op
+
+NCCL_HBM_PASSES = 3.0
+"""HBM bytes per byte a collective sends over the links, for collectives that read and write user buffers (all
+of FSDP's and the CP ring's): NVIDIA/nccl issue #1428 (module docstring)."""
+
+HBM_PASS_PREFIX = "hbm.contention."
+"""Operator-name prefix (starts with costmodel.graph.HBM_PASS, ``hbm.``)."""
+
+RESIDUAL_PASSES = 3
+"""A residual add reads two tensors and writes one: HBM passes are carried as residual-add-equivalents (as
+costmodel.graph's other HBM passes)."""
+
+
+def contention_ops(overlap: list[Op], elem_bytes: int, dtype: str) -> list[Op]:
+    """One HBM-pass operator per overlapped collective of ``overlap`` (same phase and count):
+    ``NCCL_HBM_PASSES`` x its link bytes, charged to the layer compute it overlaps."""
+    out: list[Op] = []
+    for op in overlap:
+        # bytes one GPU sends over the links (nccl-tests bus-bandwidth convention)
+        nbytes = NCCL_HBM_PASSES * float(busbw_factor(op.kind, op.features[1])) * op.bytes
+        if nbytes <= 0:
+            continue
+        equivalent = round(nbytes / (RESIDUAL_PASSES * elem_bytes))
+        out.append(Op("residual_add", f"{HBM_PASS_PREFIX}{op.name}", op.phase, (equivalent,), flops=float(equivalent),
+                      bytes=nbytes, dtype=dtype, count=op.count, category=Category.COMPUTE))
+    return out

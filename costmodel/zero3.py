@@ -1,0 +1,50 @@
+"""ZeRO-3 / FSDP parameter gathers and gradient reduce-scatters of one sharded unit, one micro-batch.
+
+Each unit (a transformer layer, or the root unit that holds the embedding, the final norm and the output layer)
+all-gathers its parameter shards before its forward and again before its backward, and reduce-scatters its
+gradients after its backward (Zhao et al., "PyTorch FSDP", VLDB 2023, sec. 3.3). The layers' collectives are
+prefetched and overlap the neighbouring layers' compute (costmodel.graph layer_overlap_ops); the root unit's have
+nothing to hide under and are exposed (:func:`root_unit_ops`).
+"""
+
+from __future__ import annotations
+
+from costmodel.core.kinds import Category, Phase
+from costmodel.core.specs.framework import get_framework
+from costmodel.core.specs.plan import ParallelPlan
+from costmodel.opbuild import coll, group_topology
+from costmodel.ops import Op
+
+PARAM_GATHER_BYTES = 2
+"""Bytes per parameter in ZeRO/distributed-optimizer parameter all-gathers (bf16 model weights)."""
+
+
+def unit_collectives(prefix: str, params: float, group: int, stride: int, plan: ParallelPlan,
+                     gather_phases: tuple[Phase, ...] = (Phase.FWD, Phase.BWD)) -> list[Op]:
+    """All-gathers (one per phase of ``gather_phases``) of ``params`` parameters per GPU shard group of ``group``
+    ranks ``stride`` apart, and the reduce-scatter of their gradients (backward, the framework's reduce dtype)."""
+    if group <= 1 or params <= 0:
+        return []
+    topo = group_topology(group, stride, plan.domain)
+    if topo[0] > 1 and get_framework(plan.framework).zero3_network == "flat":
+        # DeepSpeed ZeRO-3: each GPU's gathered bytes cross the network at its own NIC rate (ZeRO++,
+        # Wang et al. 2023, sec. 3: cross-node volume M per all-gather), costed as a ring of single-GPU nodes
+        topo = (group, 1)
+    pbytes = params * PARAM_GATHER_BYTES
+    out = [coll("all_gather", f"{prefix}.param_allgather", phase, pbytes, group, topo, Category.ZERO_COMM)
+           for phase in gather_phases]
+    gbytes = params * get_framework(plan.framework).grad_reduce_bytes
+    out.append(coll("reduce_scatter", f"{prefix}.grad_reducescatter", Phase.BWD, gbytes, group, topo,
+                    Category.ZERO_COMM))
+    return out
+
+
+def root_unit_ops(prefix: str, params: float, plan: ParallelPlan) -> list[Op]:
+    """ZeRO-3 collectives of the root unit's ``params`` on this stage (embedding on the first, final norm and output
+    layer on the last; / TP, which shards them vocab-parallel): torchtitan and FSDP wrap them in the model's own
+    ``fully_shard``, whose all-gather runs before the first layer and whose gradient reduce-scatter runs after the
+    last backward, with no compute left to hide under: exposed, once per micro-batch. The root stays gathered
+    from its forward to its backward (FSDP2 does not reshard the root after forward), so it gathers once."""
+    if plan.zero != 3:
+        return []
+    return unit_collectives(f"zero3.{prefix}", params / plan.tp, plan.dp * plan.cp, plan.tp, plan, (Phase.FWD,))
