@@ -431,7 +431,8 @@ def _polish(study, obj, choices: dict, budget: int, tick, ev: Evaluator, stop=No
         n = min(len(waiting), budget)
         study.optimize(obj, n_trials=n, callbacks=[tick], gc_after_trial=False)
         budget -= n
-    if "ep" in choices and budget > 0 and not (stop is not None and stop.hit):
+    basins = "ep" in choices or len(choices["pp"]) > 1  # (PP, EP) basins: MoE, or dense with a PP choice
+    if basins and budget > 0 and not (stop is not None and stop.hit):
         budget = group_sweep(study, obj, choices, budget, tick, ev, cand)
     rounds = 0
     while budget > 0 and not (stop is not None and stop.hit):
@@ -439,7 +440,7 @@ def _polish(study, obj, choices: dict, budget: int, tick, ev: Evaluator, stop=No
         seen = {cand(t) for t in trials}
         ok = sorted((t for t in trials if t.state == optuna.trial.TrialState.COMPLETE
                      and t.user_attrs.get("status") == "ok"), key=lambda t: t.value)
-        if "ep" in choices:  # MoE: the best plans of the best (PP, EP) basins take turns (planner.search.sweep)
+        if basins:  # the best plans of the best (PP, EP) basins take turns (planner.search.sweep)
             ok = basin_turns(ok, cand, rounds)
             rounds += 1
         todo: list[Candidate] = []
