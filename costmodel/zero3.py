@@ -41,10 +41,14 @@ def unit_collectives(prefix: str, params: float, group: int, stride: int, plan: 
 
 def root_unit_ops(prefix: str, params: float, plan: ParallelPlan) -> list[Op]:
     """ZeRO-3 collectives of the root unit's ``params`` on this stage (embedding on the first, final norm and output
-    layer on the last; / TP, which shards them vocab-parallel): torchtitan and FSDP wrap them in the model's own
-    ``fully_shard``, whose all-gather runs before the first layer and whose gradient reduce-scatter runs after the
-    last backward, with no compute left to hide under: exposed, once per micro-batch. The root stays gathered
-    from its forward to its backward (FSDP2 does not reshard the root after forward), so it gathers once."""
+    layer on the last; / TP, which shards them vocab-parallel): torchtitan (parallelize_llama.py at 9dec370, its
+    Dec-2024 benchmarks) wraps them in the model's own ``fully_shard``, whose all-gather runs before the first
+    layer and whose gradient reduce-scatter runs after the last backward, with no compute left to hide under:
+    exposed, once per micro-batch. The root stays gathered from its forward to its backward (FSDP2 does not
+    reshard the root after forward), so it gathers once. Later torchtitan shards the embedding and [norm, output]
+    as units of their own, where the output layer's collectives can overlap the last layers (not modelled), and
+    under PP keeps every unit gathered across micro-batches (``reshard_after_forward = not pp_enabled``), which
+    the per-micro-batch gathers of this model do not follow either (README, Known gaps)."""
     if plan.zero != 3:
         return []
     return unit_collectives(f"zero3.{prefix}", params / plan.tp, plan.dp * plan.cp, plan.tp, plan, (Phase.FWD,))
