@@ -197,9 +197,9 @@ def framework_kernels(plan: ParallelPlan, hardware: Hardware, graph: OperatorGra
     if not new and not warnings:
         return times
 
-    def scale(t: dict) -> dict:
-        return {k: (new[k] * v / times.time_s[k] if k in new and times.time_s[k] > 0 else new.get(k, v))
-                for k, v in t.items()}
+    def scale(t: dict) -> dict:  # only the replaced operators change
+        base = times.time_s
+        return {**t, **{k: nv * t[k] / base[k] if base[k] > 0 else nv for k, nv in new.items() if k in t}}
 
     scaled = times.scaled(scale)
     source = {**times.source, **{k: CostSource.ROOFLINE if k in roofline else CostSource.MEASURED

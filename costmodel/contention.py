@@ -18,7 +18,7 @@ charged.
 
 from __future__ import annotations
 
-from costmodel.conventions import busbw_factor
+from costmodel.conventions import busbw_factor_one
 from costmodel.core.kinds import Category
 from costmodel.ops import Op
 
@@ -35,15 +35,18 @@ costmodel.graph's other HBM passes)."""
 
 
 def contention_ops(overlap: list[Op], elem_bytes: int, dtype: str) -> list[Op]:
-    """One HBM-pass operator per overlapped collective of ``overlap`` (same phase and count):
-    ``NCCL_HBM_PASSES`` x its link bytes, charged to the layer compute it overlaps."""
-    out: list[Op] = []
+    """The HBM traffic of the overlapped collectives ``overlap``, one HBM-pass operator per phase they run in:
+    ``NCCL_HBM_PASSES`` x their link bytes (each collective's times its count), charged to the layer compute they
+    overlap."""
+    per_phase: dict = {}
     for op in overlap:
         # bytes one GPU sends over the links (nccl-tests bus-bandwidth convention)
-        nbytes = NCCL_HBM_PASSES * float(busbw_factor(op.kind, op.features[1])) * op.bytes
-        if nbytes <= 0:
-            continue
+        nbytes = NCCL_HBM_PASSES * busbw_factor_one(op.kind, float(op.features[1])) * op.bytes * op.count
+        if nbytes > 0:
+            per_phase[op.phase] = per_phase.get(op.phase, 0.0) + nbytes
+    out: list[Op] = []
+    for phase, nbytes in per_phase.items():
         equivalent = round(nbytes / (RESIDUAL_PASSES * elem_bytes))
-        out.append(Op("residual_add", f"{HBM_PASS_PREFIX}{op.name}", op.phase, (equivalent,), flops=float(equivalent),
-                      bytes=nbytes, dtype=dtype, count=op.count, category=Category.COMPUTE))
+        out.append(Op("residual_add", f"{HBM_PASS_PREFIX}{phase.value}", phase, (equivalent,), flops=float(equivalent),
+                      bytes=nbytes, dtype=dtype, category=Category.COMPUTE))
     return out

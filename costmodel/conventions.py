@@ -97,6 +97,13 @@ def inter_latency_steps(op: str, n: int) -> float:
     return 1.0
 
 
+def busbw_factor_one(op: str, n: float) -> float:
+    """:func:`busbw_factor` for one group size, in plain floats (graph building calls it per collective)."""
+    if op == "all_reduce":
+        return 2.0 * (n - 1.0) / n
+    return 1.0 if op == "send_recv" else (n - 1.0) / n
+
+
 def busbw_factor(op: str, n):
     """nccl-tests bus-bandwidth factor (doc/PERFORMANCE.md): bus bytes per buffer byte."""
     n = np.asarray(n, dtype=float)

@@ -193,8 +193,19 @@ def hbm_times(hardware: Hardware, ops: list[Op]) -> dict[tuple, float]:
     passes = {o.key(): o for o in ops if o.name.startswith("hbm.")}
     if not passes:
         return {}
-    result = RooflineCostModel().predict(list(passes.values()), hardware)
-    return dict(zip(passes, (float(t) for t in result.time_s)))
+    gpu = (hardware.gpu.name, hardware.gpu.hbm_bw_gbs)  # what the roofline's memory-bound time depends on
+    todo = [k for k in passes if (gpu, k) not in _HBM_TIMES]
+    if todo:
+        if len(_HBM_TIMES) > _HBM_TIMES_MAX:
+            _HBM_TIMES.clear()
+        result = RooflineCostModel().predict([passes[k] for k in todo], hardware)
+        _HBM_TIMES.update({(gpu, k): float(t) for k, t in zip(todo, result.time_s)})
+    return {k: _HBM_TIMES[(gpu, k)] for k in passes}
+
+
+_HBM_TIMES: dict[tuple, float] = {}
+"""hbm_times cache: (GPU name, HBM bandwidth, Op.key()) -> seconds (a search costs the same passes many times)."""
+_HBM_TIMES_MAX = 100_000
 
 
 def main(argv: list[str] | None = None) -> int:
