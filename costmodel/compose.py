@@ -36,8 +36,9 @@ from costmodel.core.specs.plan import ParallelPlan
 from costmodel.cost.base import OperatorCostModel
 from costmodel.flops import executed_model, hardware_flops_per_iteration, model_flops_per_iteration
 from costmodel.framework_kernels import flash2_times, hbm_times
-from costmodel.graph import GRAD_REDUCE_BYTES, HBM_PASS, OperatorGraph, StageGraph
+from costmodel.graph import GRAD_REDUCE_BYTES, OperatorGraph, StageGraph
 from costmodel.memory import MemoryBreakdown, fits_in_memory, memory_message, memory_per_gpu
+from costmodel.opbuild import HBM_PASS
 from costmodel.ops import Op
 from costmodel.sampling.skew import rank_scale
 from costmodel.timeline import PipelineResult, pipeline_time
@@ -121,28 +122,9 @@ class OperatorTimes:
         return {s.value: counts[s] for s in ranked}
 
 
-def _distinct_stages(graph: OperatorGraph) -> list[StageGraph]:
-    """The stages with distinct operator lists (stages sharing a signature share their lists)."""
-    seen: set[tuple] = set()
-    out = []
-    for st in graph.stages:
-        if st.signature:
-            if st.signature in seen:
-                continue
-            seen.add(st.signature)
-        out.append(st)
-    return out
-
-
 def cost_operators(graph: OperatorGraph, hardware: Hardware, cost_model: OperatorCostModel) -> OperatorTimes:
     """Cost every distinct operator of ``graph`` (by Op.key()) once with ``cost_model``."""
-    unique: dict[tuple, Op] = {}
-    for st in _distinct_stages(graph):
-        for lst in (st.layer_ops, st.stage_ops, st.iteration_ops, st.layer_overlap_ops):
-            for o in lst:
-                unique.setdefault(o.key(), o)
-    if graph.p2p is not None:
-        unique.setdefault(graph.p2p.key(), graph.p2p)
+    unique = graph.distinct_operators()
     ops = list(unique.values())
     res = cost_model.predict(ops, hardware)
     keys = list(unique)
@@ -179,20 +161,20 @@ def corun_slowdown(plan: ParallelPlan, hardware: Hardware, times: OperatorTimes)
 
 def framework_kernels(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph,
                       times: OperatorTimes) -> OperatorTimes:
-    """The attention operators as the plan's framework runs them: FlashAttention-2 for stacks that call it
-    (:mod:`costmodel.framework_kernels`, its own measurements on the GPU die; source MEASURED), unchanged
-    for stacks that call the fused kernel the cost model measures; HBM passes (graph.HBM_PASS) at the HBM bandwidth,
-    the overlapped collectives' (costmodel.contention) at none where communication does not run beside compute
+    """The attention operators as the plan's framework runs them: FlashAttention-2 for stacks that call it (its
+    own measurements on the GPU die, :mod:`costmodel.framework_kernels`; source MEASURED), unchanged for stacks
+    that call the fused kernel the cost model measures; HBM passes (opbuild.hbm_pass) at the HBM bandwidth, the
+    overlapped collectives' (costmodel.contention) at none where communication does not run beside compute
     (``comm_overlaps_compute`` False: exposed whole). Interval ends keep their ratio to the point time."""
-    ops = [o for st in _distinct_stages(graph) for o in st.layer_ops]
-    hbm = any(o.name.startswith(HBM_PASS) for o in ops)  # graph.HBM_PASS operators to cost at the HBM bandwidth
-    if attention_kernel(plan) != "flash2" and not hbm:
+    ops = [o for st in graph.distinct_stages() for o in st.layer_ops]
+    passes = [o for o in ops if o.name.startswith(HBM_PASS)]
+    if attention_kernel(plan) != "flash2" and not passes:
         return times  # the fused kernel the cost model measures: nothing to replace
     new, warnings = flash2_times(plan, hardware, ops)
-    roofline = hbm_times(hardware, ops) if hbm else {}
+    roofline = hbm_times(hardware, passes)
     if not hardware.cluster.comm_overlaps_compute:
         others = {o.key() for o in ops if not o.name.startswith(HBM_PASS_PREFIX)}
-        roofline.update({o.key(): 0.0 for o in ops if o.name.startswith(HBM_PASS_PREFIX) and o.key() not in others})
+        roofline.update({o.key(): 0.0 for o in passes if o.name.startswith(HBM_PASS_PREFIX) and o.key() not in others})
     new.update(roofline)
     if not new and not warnings:
         return times

@@ -9,8 +9,8 @@ all-gather run longer, "very likely, they're competing for memory bandwidth ... 
 at least 2x for memory bandwidth, as we need to store to memory, then read back from it. If you add reading from
 or writing to user data, it can be 3x").
 
-Each overlapped collective of a layer gets one HBM-pass operator (costmodel.graph.HBM_PASS, costed at the GPU's
-achieved HBM bandwidth) in its phase, with that many bytes: the layer's compute grows by it, and the collective
+The overlapped collectives of a layer get one HBM-pass operator per phase (costmodel.opbuild.hbm_pass, costed
+at the GPU's achieved HBM bandwidth), with that many bytes: the layer's compute grows by it, and the collective
 stays exposed only beyond the grown compute (costmodel.compose.layer_and_stage_times), so a communication-bound
 layer absorbs it. A lower bound of the interference: the SMs NCCL's kernels occupy while they run are not
 charged.
@@ -19,22 +19,19 @@ charged.
 from __future__ import annotations
 
 from costmodel.conventions import busbw_factor_one
-from costmodel.core.kinds import Category
+from costmodel.opbuild import HBM_PASS, hbm_pass
 from costmodel.ops import Op
 
 NCCL_HBM_PASSES = 3.0
 """HBM bytes per byte a collective sends over the links, for collectives that read and write user buffers (all
 of FSDP's and the CP ring's): NVIDIA/nccl issue #1428 (module docstring)."""
 
-HBM_PASS_PREFIX = "hbm.contention."
-"""Operator-name prefix (starts with costmodel.graph.HBM_PASS, ``hbm.``)."""
-
-RESIDUAL_PASSES = 3
-"""A residual add reads two tensors and writes one: HBM passes are carried as residual-add-equivalents (as
-costmodel.graph's other HBM passes)."""
+CONTENTION = "contention."
+HBM_PASS_PREFIX = HBM_PASS + CONTENTION
+"""Operator-name prefix of these HBM passes (costmodel.opbuild.HBM_PASS + ``contention.``)."""
 
 
-def contention_ops(overlap: list[Op], elem_bytes: int, dtype: str) -> list[Op]:
+def contention_ops(overlap: list[Op], dtype: str) -> list[Op]:
     """The HBM traffic of the overlapped collectives ``overlap``, one HBM-pass operator per phase they run in:
     ``NCCL_HBM_PASSES`` x their link bytes (each collective's times its count), charged to the layer compute they
     overlap."""
@@ -44,9 +41,4 @@ def contention_ops(overlap: list[Op], elem_bytes: int, dtype: str) -> list[Op]:
         nbytes = NCCL_HBM_PASSES * busbw_factor_one(op.kind, float(op.features[1])) * op.bytes * op.count
         if nbytes > 0:
             per_phase[op.phase] = per_phase.get(op.phase, 0.0) + nbytes
-    out: list[Op] = []
-    for phase, nbytes in per_phase.items():
-        equivalent = round(nbytes / (RESIDUAL_PASSES * elem_bytes))
-        out.append(Op("residual_add", f"{HBM_PASS_PREFIX}{phase.value}", phase, (equivalent,), flops=float(equivalent),
-                      bytes=nbytes, dtype=dtype, category=Category.COMPUTE))
-    return out
+    return [hbm_pass(f"{CONTENTION}{phase.value}", phase, nbytes, dtype) for phase, nbytes in per_phase.items()]

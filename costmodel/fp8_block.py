@@ -220,12 +220,8 @@ def apply(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph, times: O
         return times
     gpu = hardware.gpu.name
     system = check_gpu(gpu)
-    factors: dict[tuple, float] = {}
-    for st in graph.stages:
-        for lst in (st.layer_ops, st.stage_ops, st.iteration_ops, st.layer_overlap_ops):
-            for o in lst:
-                if o.kind == "gemm" and o.dtype == DTYPE and o.key() not in factors:
-                    factors[o.key()] = ratio(gpu, *o.features[:3])
+    factors = {k: ratio(gpu, *o.features[:3]) for k, o in graph.distinct_operators().items()
+               if o.kind == "gemm" and o.dtype == DTYPE}
     info = DIES[system]
     note = (f"fp8-block GEMMs: the fp8 (per-tensor) GEMM times x the measured fp8_block / fp8 latency ratio of "
             f"aiconfigurator {system} ({info['kernel']}; 1x128 activation / 128x128 weight scales, quantisation "

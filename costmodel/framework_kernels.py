@@ -35,6 +35,7 @@ from costmodel.core.specs.framework import attention_kernel, get_framework
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.plan import ParallelPlan
 from costmodel.cost.roofline import RooflineCostModel
+from costmodel.opbuild import HBM_PASS
 from costmodel.ops import Op
 
 TABLE_PATH = Path(__file__).resolve().parent / "data" / "framework_kernels.json"
@@ -186,11 +187,11 @@ def flash2_times(plan: ParallelPlan, hardware: Hardware, ops: list[Op],
 
 # ------------------------------------------------------------------------ HBM passes
 def hbm_times(hardware: Hardware, ops: list[Op]) -> dict[tuple, float]:
-    """{Op.key(): seconds} of the pure HBM passes of ``ops`` (names starting costmodel.graph.HBM_PASS: PyTorch eager
+    """{Op.key(): seconds} of the pure HBM passes of ``ops`` (names starting costmodel.opbuild.HBM_PASS: PyTorch eager
     element-wise chains, FSDP2's collective copies): their bytes at the GPU's achieved HBM bandwidth (the roofline
     model's streaming efficiency). The measured element-wise regressors are held at the edge of their sampled
     sizes and would cost these passes above the HBM bandwidth."""
-    passes = {o.key(): o for o in ops if o.name.startswith("hbm.")}
+    passes = {o.key(): o for o in ops if o.name.startswith(HBM_PASS)}
     if not passes:
         return {}
     gpu = (hardware.gpu.name, hardware.gpu.hbm_bw_gbs)  # what the roofline's memory-bound time depends on

@@ -33,7 +33,7 @@ from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
 from costmodel.moe import expert_params_per_gpu, moe_block_operators
 from costmodel.opbuild import coll as _coll
-from costmodel.opbuild import elem_bytes, group_topology, projection_gemms, recomputed, tp_boundary
+from costmodel.opbuild import elem_bytes, group_topology, hbm_pass, projection_gemms, recomputed, tp_boundary
 from costmodel.opbuild import gemm as _gemm
 from costmodel.opbuild import gemm_fwd_bwd as _gemm_fwd_bwd
 from costmodel.opbuild import mem as _mem
@@ -102,6 +102,30 @@ class OperatorGraph:
     """Activation send between adjacent stages for one micro-batch (None when PP = 1)."""
     num_microbatches: int
     vpp: int
+
+    def distinct_stages(self) -> list[StageGraph]:
+        """The stages with distinct operator lists (stages sharing a signature share their lists)."""
+        seen: set[tuple] = set()
+        out = []
+        for st in self.stages:
+            if st.signature:
+                if st.signature in seen:
+                    continue
+                seen.add(st.signature)
+            out.append(st)
+        return out
+
+    def distinct_operators(self) -> dict[tuple, Op]:
+        """Every distinct operator of the step (by Op.key(), first occurrence): the distinct stages' layer, stage,
+        iteration and overlapped operators, then the p2p send."""
+        unique: dict[tuple, Op] = {}
+        for st in self.distinct_stages():
+            for lst in (st.layer_ops, st.stage_ops, st.iteration_ops, st.layer_overlap_ops):
+                for o in lst:
+                    unique.setdefault(o.key(), o)
+        if self.p2p is not None:
+            unique.setdefault(self.p2p.key(), self.p2p)
+        return unique
 
 
 def _p2p(name: str, phase: Phase, nbytes: float, cross_node: bool, category: Category, count: float = 1.0) -> Op:
@@ -183,11 +207,6 @@ output per kernel:
 
 Residual adds are one kernel in eager too. Carried as residual-add-equivalent operators and costed at the GPU's
 achieved HBM bandwidth (costmodel.framework_kernels.hbm_times)."""
-RESIDUAL_PASSES = 3
-"""A residual add reads two tensors and writes one (costmodel.graph's residual_add bytes)."""
-HBM_PASS = "hbm."
-"""Name prefix of operators that are pure HBM passes carried as residual-add-equivalents and costed at the GPU's
-achieved HBM bandwidth (costmodel.framework_kernels.hbm_times)."""
 
 
 def fsdp2_copies(model: ModelSpec, plan: ParallelPlan, dtype: str) -> list[Op]:
@@ -196,10 +215,7 @@ def fsdp2_copies(model: ModelSpec, plan: ParallelPlan, dtype: str) -> list[Op]:
     per_param = get_framework(plan.framework).fsdp2_copy_bytes
     if not per_param or plan.zero != 3 or plan.dp * plan.cp <= 1:
         return []
-    nbytes = per_param * model.params_per_layer() / plan.tp
-    equivalent = round(nbytes / (RESIDUAL_PASSES * elem_bytes(dtype)))
-    return [Op("residual_add", f"{HBM_PASS}fsdp2.copies", Phase.BWD, (equivalent,), flops=float(equivalent),
-               bytes=nbytes, dtype=dtype, category=Category.COMPUTE)]
+    return [hbm_pass("fsdp2.copies", Phase.BWD, per_param * model.params_per_layer() / plan.tp, dtype)]
 
 
 def eager_elementwise(ops: list[Op]) -> list[Op]:
@@ -221,10 +237,7 @@ def eager_elementwise(ops: list[Op]) -> list[Op]:
         else:
             continue
         nbytes = elements * extra[0 if op.phase is Phase.FWD else 1]
-        eb = 4 if op.dtype == "fp32" else 2
-        equivalent = round(nbytes / (RESIDUAL_PASSES * eb))
-        out.append(Op("residual_add", f"{HBM_PASS}eager.{op.name}", op.phase, (equivalent,), flops=float(equivalent),
-                      bytes=nbytes, dtype=op.dtype, count=op.count, category=op.category))
+        out.append(hbm_pass(f"eager.{op.name}", op.phase, nbytes, op.dtype, op.count, op.category))
     return out
 
 
@@ -349,7 +362,7 @@ def layer_operators(model: ModelSpec, plan: ParallelPlan, moe: bool = False,
 
     if plan.zero == 3:
         overlap += _zero3_gathers(model, plan, moe)
-    ops += contention_ops(overlap, EB, dtype)  # the overlapped collectives' HBM traffic (costmodel.contention)
+    ops += contention_ops(overlap, dtype)  # the overlapped collectives' HBM traffic (costmodel.contention)
     return ops, overlap
 
 

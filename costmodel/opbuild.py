@@ -28,6 +28,23 @@ def elem_bytes(dtype: str) -> int:
     return FP32_BYTES if dtype == "fp32" else ACT_BYTES
 
 
+RESIDUAL_PASSES = 3
+"""A residual add reads two tensors and writes one (costmodel.graph's residual_add bytes)."""
+HBM_PASS = "hbm."
+"""Name prefix of operators that are pure HBM passes carried as residual-add-equivalents and costed at the GPU's
+achieved HBM bandwidth (costmodel.framework_kernels.hbm_times)."""
+
+
+def hbm_pass(name: str, phase: Phase, nbytes: float, dtype: str, count: float = 1.0,
+             category: Category | None = Category.COMPUTE) -> Op:
+    """A pure HBM pass of ``nbytes`` named ``HBM_PASS + name``: a residual add moving the same bytes
+    (``RESIDUAL_PASSES`` passes of ``dtype``'s elements), which framework_kernels.hbm_times costs at the GPU's
+    achieved HBM bandwidth (PyTorch eager's element-wise chains, FSDP2's copies, overlapped collectives' traffic)."""
+    equivalent = round(nbytes / (RESIDUAL_PASSES * elem_bytes(dtype)))
+    return Op("residual_add", f"{HBM_PASS}{name}", phase, (equivalent,), flops=float(equivalent), bytes=nbytes,
+              dtype=dtype, count=count, category=category)
+
+
 def gemm(name: str, phase: Phase, m: int, n: int, k: int, dtype: str, count: float = 1.0) -> Op:
     EB = elem_bytes(dtype)
     return Op("gemm", name, phase, (m, n, k), flops=2.0 * m * n * k,

@@ -60,7 +60,7 @@ def _module_prefixes(model: ModelSpec, modules: tuple[str, ...], moe: bool) -> t
 def module_recompute_ops(ops: list[Op], model: ModelSpec, plan: ParallelPlan, moe: bool) -> list[Op]:
     """The forward operators of ``ops`` (one layer, one micro-batch) that ``plan.recompute_modules`` re-runs in
     backward (phase RECOMPUTE), each once even when two modules cover it. Eager HBM passes
-    (``graph.HBM_PASS`` + "eager." + name) follow their operator. The attention core ("core_attn") is the
+    (``opbuild.HBM_PASS`` + "eager." + name) follow their operator. The attention core ("core_attn") is the
     caller's: free with FlashAttention (its backward recomputes the scores), re-run with unfused attention."""
     prefixes = _module_prefixes(model, selective_modules(plan), moe)
     if not prefixes:
