@@ -13,7 +13,6 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from costmodel import fp8_block
 from costmodel.compose import (
     compose_iteration_time,
     metrics,
@@ -23,7 +22,7 @@ from costmodel.layer_split import costed_graph
 from costmodel.memory import fits_in_memory, memory_per_gpu
 from planner.predict import default_cost_model, predict
 from planner.search.records import PlanRecord, make_record
-from planner.search.space import Candidate, SearchProblem, candidate_plan
+from planner.search.space import LIMITED_DTYPES, Candidate, SearchProblem, candidate_plan
 
 GIB = 1024**3
 OBJECTIVES = ("time", "cost", "pareto")
@@ -93,10 +92,9 @@ class Evaluator:
         if cand.tp > target.nvlink_domain and not p.space.allow_tp_across_nodes:
             problems.append(f"TP={cand.tp} exceeds the {target.nvlink_domain} GPUs of an NVLink domain "
                             "(pass --allow-tp-across-nodes to allow it)")
-        if cand.dtype == "fp8" and not target.hardware.gpu.has_fp8:
-            problems.append(f"fp8 on {target.hardware.gpu.name}, which has no fp8 tensor cores")
-        if cand.dtype == fp8_block.DTYPE and not fp8_block.supported(target.hardware.gpu):
-            problems.append(f"fp8-block on {target.hardware.gpu.name}, which has no block-scaled FP8 measurements")
+        limited = LIMITED_DTYPES.get(cand.dtype)
+        if limited is not None and not limited[0](target.hardware.gpu):
+            problems.append(f"{cand.dtype} on {target.hardware.gpu.name}, which has {limited[1]}")
         if problems:
             return Evaluation("invalid", problems[0], 1.0 + len(problems)), None
         gpu = target.hardware.gpu

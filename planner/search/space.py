@@ -277,46 +277,46 @@ def build_problem(model: ModelSpec, targets: list[Target], space: SearchSpace, *
         raise PlannerError(f"--gbs must be a positive integer, got {gbs!r}.")
     if tokens is not None and not (tokens > 0 and math.isfinite(tokens)):
         raise PlannerError(f"--tokens must be a positive number, got {tokens!r}.")
-    space, notes = _fp8_space(space, targets)
-    space, block_notes = _fp8_block_space(space, targets)
-    notes += block_notes
+    notes: tuple[str, ...] = ()
+    for dtype in LIMITED_DTYPES:
+        space, more = _dtype_space(space, targets, dtype)
+        notes += more
     return SearchProblem(model, tuple(targets), space, gbs, seq, tokens, dict(prices or {}), notes, calibration)
 
 
-def _fp8_space(space: SearchSpace, targets: list[Target]) -> tuple[SearchSpace, tuple[str, ...]]:
-    """fp8 only where the GPU has fp8 tensor cores (an fp8 peak in the catalogue): dropped from the space with a
-    note when no target has them (refused when fp8 is all that was asked); skipped per target otherwise."""
-    without = list(dict.fromkeys(t.hardware.gpu.name for t in targets if not t.hardware.gpu.has_fp8))
-    if "fp8" not in space.dtype or not without:
-        return space, ()
-    names = ", ".join(without)
-    if len(without) < len({t.hardware.gpu.name for t in targets}):
-        return space, (f"fp8 plans are skipped on {names} (no fp8 tensor cores)",)
-    if set(space.dtype) == {"fp8"}:
-        raise PlannerError(f"--dtype fp8: {names} has no fp8 tensor cores (no fp8 peak in the catalogue); use "
-                           "--dtype bf16, or a GPU with fp8 (see `planner gpus`).")
-    kept = tuple(d for d in space.dtype if d != "fp8")
-    return dataclasses.replace(space, dtype=kept), (f"fp8 dropped from --dtype: {names} has no fp8 tensor cores; "
-                                                    f"searching {', '.join(kept)}",)
+def _refuse_fp8(names: str, first: str) -> None:
+    raise PlannerError(f"--dtype fp8: {names} has no fp8 tensor cores (no fp8 peak in the catalogue); use "
+                       "--dtype bf16, or a GPU with fp8 (see `planner gpus`).")
 
 
-def _fp8_block_space(space: SearchSpace, targets: list[Target]) -> tuple[SearchSpace, tuple[str, ...]]:
-    """fp8-block only on GPUs with fp8 tensor cores and block-scaled FP8 GEMM measurements (costmodel.fp8_block):
-    as :func:`_fp8_space`, skipped per target when some target has them, refused when none has and fp8-block is
-    all that was asked, else dropped with a note."""
-    if fp8_block.DTYPE not in space.dtype:
+LIMITED_DTYPES: dict = {
+    "fp8": (lambda gpu: gpu.has_fp8, "no fp8 tensor cores", _refuse_fp8),
+    fp8_block.DTYPE: (fp8_block.supported, "no block-scaled FP8 measurements",
+                      lambda names, first: fp8_block.check_gpu(first)),
+}
+"""Precisions only some GPUs run -> (supported(GPUSpec), what a GPU without it lacks, refusal(names, first GPU)
+when it is all that was asked): fp8 needs fp8 tensor cores (an fp8 peak in the catalogue), fp8-block also the
+block-scaled FP8 GEMM measurements of costmodel.fp8_block. The search and its evaluator (planner.search.objective)
+both read it."""
+
+
+def _dtype_space(space: SearchSpace, targets: list[Target], dtype: str) -> tuple[SearchSpace, tuple[str, ...]]:
+    """``dtype`` (a key of :data:`LIMITED_DTYPES`) only where the GPU supports it: skipped per target when some
+    target does, refused when none does and it is all that was asked, else dropped from the space with a note."""
+    supported, lacks, refuse = LIMITED_DTYPES[dtype]
+    if dtype not in space.dtype:
         return space, ()
-    without = list(dict.fromkeys(t.hardware.gpu.name for t in targets if not fp8_block.supported(t.hardware.gpu)))
+    without = list(dict.fromkeys(t.hardware.gpu.name for t in targets if not supported(t.hardware.gpu)))
     if not without:
         return space, ()
     names = ", ".join(without)
     if len(without) < len({t.hardware.gpu.name for t in targets}):
-        return space, (f"fp8-block plans are skipped on {names} (no block-scaled FP8 measurements)",)
-    if set(space.dtype) == {fp8_block.DTYPE}:
-        fp8_block.check_gpu(without[0])
-    kept = tuple(d for d in space.dtype if d != fp8_block.DTYPE)
-    return dataclasses.replace(space, dtype=kept), (f"fp8-block dropped from --dtype: {names} has no block-scaled "
-                                                    f"FP8 measurements; searching {', '.join(kept)}",)
+        return space, (f"{dtype} plans are skipped on {names} ({lacks})",)
+    if set(space.dtype) == {dtype}:
+        refuse(names, without[0])
+    kept = tuple(d for d in space.dtype if d != dtype)
+    return dataclasses.replace(space, dtype=kept), (f"{dtype} dropped from --dtype: {names} has {lacks}; "
+                                                    f"searching {', '.join(kept)}",)
 
 
 # -------------------------------------------------------------------------------- enumeration
