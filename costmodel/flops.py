@@ -142,11 +142,11 @@ def hardware_flops_per_iteration(model: ModelSpec, global_batch: int, seq_len: i
     the FlashAttention backward already recomputes the scores; with Megatron-Core's ``--recompute-modules``
     (``modules`` = ParallelPlan.recompute_modules) the GEMMs those modules re-run are counted once more
     (:func:`recomputed_module_flops_per_token`)."""
+    modules_flops = recomputed_module_flops_per_token(model, modules) if modules else 0.0
     if layerwise(model):
         gemm, attn = _layer_sums(model, seq_len)
         total = 3.0 * gemm + (1.0 + FLASH_BWD_OVER_FWD) * attn + (gemm + attn if recompute == "full" else 0.0)
-        if modules:
-            total += recomputed_module_flops_per_token(model, modules)
+        total += modules_flops
         return global_batch * seq_len * (total + 3.0 * 2.0 * model.hidden_size * model.vocab_size)
     dense, attn = forward_flops_per_token_layer(model, seq_len)
     tokens = global_batch * seq_len
@@ -154,9 +154,7 @@ def hardware_flops_per_iteration(model: ModelSpec, global_batch: int, seq_len: i
     layer = 3.0 * dense + (1.0 + FLASH_BWD_OVER_FWD) * attn
     if recompute == "full":
         layer += dense + attn
-    if modules:
-        return tokens * (model.num_layers * layer + 3.0 * head + recomputed_module_flops_per_token(model, modules))
-    return tokens * (model.num_layers * layer + 3.0 * head)
+    return tokens * (model.num_layers * layer + 3.0 * head + modules_flops)
 
 
 def recomputed_module_flops_per_token(model: ModelSpec, modules: tuple[str, ...]) -> float:

@@ -25,15 +25,16 @@ def unit_collectives(prefix: str, params: float, group: int, stride: int, plan: 
     ranks ``stride`` apart, and the reduce-scatter of their gradients (backward, the framework's reduce dtype)."""
     if group <= 1 or params <= 0:
         return []
+    fw = get_framework(plan.framework)
     topo = group_topology(group, stride, plan.domain)
-    if topo[0] > 1 and get_framework(plan.framework).zero3_network == "flat":
+    if topo[0] > 1 and fw.zero3_network == "flat":
         # DeepSpeed ZeRO-3: each GPU's gathered bytes cross the network at its own NIC rate (ZeRO++,
         # Wang et al. 2023, sec. 3: cross-node volume M per all-gather), costed as a ring of single-GPU nodes
         topo = (group, 1)
     pbytes = params * PARAM_GATHER_BYTES
     out = [coll("all_gather", f"{prefix}.param_allgather", phase, pbytes, group, topo, Category.ZERO_COMM)
            for phase in gather_phases]
-    gbytes = params * get_framework(plan.framework).grad_reduce_bytes
+    gbytes = params * fw.grad_reduce_bytes
     out.append(coll("reduce_scatter", f"{prefix}.grad_reducescatter", Phase.BWD, gbytes, group, topo,
                     Category.ZERO_COMM))
     return out
