@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from planner.cli_predict import run_batch  # noqa: E402
-from planner.predict import predict  # noqa: E402
+from planner.prediction import predict  # noqa: E402
 from planner.requests import build_request  # noqa: E402
 
 CASES = [

@@ -138,7 +138,7 @@ def main() -> None:
     from costmodel.core.specs.catalogue import load_catalogue
     from costmodel.core.specs.presets import resolve_model
     from costmodel.cost.roofline import RooflineCostModel
-    from planner.predict import default_cost_model
+    from costmodel.estimate import default_cost_model
     from planner.search.space import build_problem, load_space, make_target
 
     cm = default_cost_model() if args.cost_model == "default" else RooflineCostModel()

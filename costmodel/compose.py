@@ -17,17 +17,18 @@ Small typed steps, each a function with a frozen result:
 6. :func:`metrics`: throughput, FLOP rates, MFU and memory (:class:`Metrics`).
 
 :func:`compose` runs steps 2-6, :func:`compose_iteration_time` steps 2-4. Operator times are keyed by
-:meth:`costmodel.ops.Op.key`. Calibration constants come in as any object with the attributes of
-:class:`CompositionConstants` (planner's ``Calibration`` has them); None leaves the composition uncalibrated.
+:meth:`costmodel.ops.Op.key`. A :class:`costmodel.core.calibration.Calibration` sets the overlap efficiency of
+the DP gradient reduction and the fixed overhead per iteration; None leaves the composition uncalibrated.
+:func:`costmodel.estimate.estimate` runs these steps for a plan.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from costmodel.contention import HBM_PASS_PREFIX
+from costmodel.core.calibration import Calibration
 from costmodel.core.kinds import COLLECTIVE_KINDS, Category, CostSource, Phase
 from costmodel.core.specs.framework import attention_kernel
 from costmodel.core.specs.hardware import Hardware
@@ -52,31 +53,6 @@ _FWD = (Phase.FWD,)
 _BWD = (Phase.BWD,)
 _BWD_RECOMPUTE = (Phase.BWD, Phase.RECOMPUTE)
 _COMPUTE_PHASES = (Phase.FWD, Phase.BWD, Phase.RECOMPUTE)
-
-
-class CompositionConstants(Protocol):
-    """The calibration constants the composition uses (planner.calibrate.Calibration has them)."""
-
-    @property
-    def overlap_efficiency(self) -> float:
-        """Fraction of the DP gradient reduction that can hide under the last backward (1 = all)."""
-        ...
-
-    @property
-    def iteration_overhead_s(self) -> float:
-        """Fixed seconds added to every iteration (<= 0: none)."""
-        ...
-
-
-@dataclass(frozen=True)
-class Uncalibrated:
-    """The constants of the uncalibrated composition."""
-
-    overlap_efficiency: float = 1.0
-    iteration_overhead_s: float = 0.0
-
-
-UNCALIBRATED = Uncalibrated()
 
 
 def mfu_peak_dtype(dtype: str) -> str:
@@ -337,11 +313,12 @@ def straggler_wait(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph,
 
 def iteration_tail(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph, times: Times,
                    stages: StageTimes, pipe: PipelineResult,
-                   constants: CompositionConstants | None = None) -> tuple[IterationTail, list[str]]:
+                   calibration: Calibration | None = None) -> tuple[IterationTail, list[str]]:
     """(tail, warnings): per stage the DP gradient reduction, optimizer step and parameter all-gather after
-    its last backward, the rank-skew wait and the framework overhead."""
-    constants = constants if constants is not None else UNCALIBRATED
-    overlap_eff = constants.overlap_efficiency
+    its last backward, the rank-skew wait and the framework overhead (the calibration's; uncalibrated: all of
+    the reduction may hide, no overhead)."""
+    overlap_eff = calibration.overlap_efficiency if calibration is not None else 1.0
+    overhead = max(calibration.iteration_overhead_s, 0.0) if calibration is not None else 0.0
     overlaps = hardware.cluster.comm_overlaps_compute
     tails = []
     slack = 0.0
@@ -373,15 +350,15 @@ def iteration_tail(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph,
     ending = max(range(len(tails)), key=lambda i: tails[i].finish_s)
     wait, warnings = straggler_wait(plan, hardware, graph, times, [t.optimizer_s for t in tails])
     synchronised = max(pipe.time_s, tails[ending].finish_s) + wait
-    tail = IterationTail(tuple(tails), ending, wait, synchronised, max(constants.iteration_overhead_s, 0.0))
+    tail = IterationTail(tuple(tails), ending, wait, synchronised, overhead)
     return tail, warnings
 
 
 def compose_iteration_time(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph, times: Times,
-                           constants: CompositionConstants | None = None) -> float:
+                           calibration: Calibration | None = None) -> float:
     """Iteration time only (steps 2-4), e.g. for the ends of a prediction interval."""
     stages = stage_times(graph, times, hardware)
-    tail, _ = iteration_tail(plan, hardware, graph, times, stages, pipeline(graph, stages), constants)
+    tail, _ = iteration_tail(plan, hardware, graph, times, stages, pipeline(graph, stages), calibration)
     return tail.time_s
 
 
@@ -570,11 +547,11 @@ class Composition:
 
 
 def compose(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph, times: Times,
-            constants: CompositionConstants | None = None) -> Composition:
+            calibration: Calibration | None = None) -> Composition:
     """Steps 2-6 for the operator ``times`` of ``graph``."""
     stages = stage_times(graph, times, hardware)
     pipe = pipeline(graph, stages)
-    tail, warnings = iteration_tail(plan, hardware, graph, times, stages, pipe, constants)
+    tail, warnings = iteration_tail(plan, hardware, graph, times, stages, pipe, calibration)
     rows = breakdown(plan, graph, times, stages, pipe, tail)
     met = metrics(model, plan, hardware, tail.time_s)
     if not met.fits_in_memory:

@@ -1,26 +1,17 @@
 """The layer split of an uneven pipeline: of the splits Megatron-Core can build
 (:mod:`costmodel.core.specs.plan`), the one with the shortest predicted pipeline that fits in memory, from one
-costing of the plan (:func:`balanced_layer_split`)."""
+costing of the plan (:func:`balanced_layer_split`, called by :func:`costmodel.estimate.estimate`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
 
-from costmodel import fp8_block, moe_kernels
-from costmodel.compose import (
-    OperatorTimes,
-    Times,
-    corun_slowdown,
-    cost_operators,
-    framework_kernels,
-    layer_and_stage_times,
-)
+from costmodel.compose import Times, layer_and_stage_times
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan, account_for_splits
-from costmodel.cost.base import OperatorCostModel
-from costmodel.graph import OperatorGraph, build_graph
+from costmodel.graph import OperatorGraph
 from costmodel.memory import fits_in_memory, memory_per_gpu
 from costmodel.timeline import pipeline_time
 
@@ -92,32 +83,3 @@ def balanced_layer_split(graph: OperatorGraph, times: Times, hardware: Hardware,
 def _split(candidate: tuple[float, int, int, int], p: int) -> tuple[int, ...]:
     _, last, first, mid = candidate
     return (first,) + (mid,) * (p - 2) + (last,)
-
-
-def operator_times(plan: ParallelPlan, graph: OperatorGraph, hardware: Hardware,
-                   cost_model: OperatorCostModel) -> OperatorTimes:
-    """The operator times of ``graph``: the cost model's (block-scaled FP8 GEMMs through their measured ratio),
-    then the co-run slowdown, the framework's kernels and the grouped expert GEMMs, in that order."""
-    times = fp8_block.apply(plan, hardware, graph, cost_operators(graph, hardware,
-                                                                  fp8_block.cost_model_for(plan, cost_model)))
-    return moe_kernels.apply(plan, hardware, graph,
-                             framework_kernels(plan, hardware, graph, corun_slowdown(plan, hardware, times)))
-
-
-def costed_graph(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, cost_model: OperatorCostModel,
-                 scale: Callable[[dict], dict] | None = None) -> tuple[ParallelPlan, OperatorGraph, OperatorTimes]:
-    """``plan``'s operator graph and operator times (co-run slowdown applied). When PP x VPP does not divide the
-    layers, the plan first gets the split :func:`balanced_layer_split` chooses from the costing of the
-    count-based default split (with operator times passed through ``scale``, e.g. a calibration's, for the
-    choice), and the graph and times are those of the chosen split."""
-    graph = build_graph(model, plan)
-    times = operator_times(plan, graph, hardware, cost_model)
-    if plan.needs_layer_split(model.num_layers):
-        chooser = times.scaled(scale) if scale is not None else times
-        split = balanced_layer_split(graph, chooser.time_s, hardware, model.num_layers,
-                                     fits=split_fits(model, plan, hardware))
-        plan = replace(plan, layer_split=split)
-        if split != tuple(st.layers for st in graph.stages):
-            graph = build_graph(model, plan)
-            times = operator_times(plan, graph, hardware, cost_model)
-    return plan, graph, times

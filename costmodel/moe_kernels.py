@@ -23,7 +23,7 @@ each token). The ratio measured / composed is summarised per
 GPU die as the median in bins of tokens per expert (mean m = tokens * topk / experts) x local experts; rows
 with fewer routed tokens than experts (m < 1, not every expert busy) are left out.
 
-Applied by :func:`apply` (called by :func:`costmodel.layer_split.costed_graph` after the framework's kernels)
+Applied by :func:`apply` (one of :data:`costmodel.estimate.ADJUSTMENTS`, after the framework's kernels)
 to the times of every operator named ``moe.expert*`` (forward, backward and recomputed: the backward runs the
 same grouped kernels on the same groups; no measurement exists, so the forward ratio is used) of plans with
 grouped GEMMs, where the GPU's die has data; elsewhere the times are unchanged and the prediction says so. Not used:

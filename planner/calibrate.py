@@ -36,10 +36,10 @@ from costmodel.core.errors import PlannerError
 from costmodel.core.fileio import atomic_write_text
 from costmodel.core.kinds import COLLECTIVE_KINDS
 from costmodel.cpu_hardware import CPU_GPU_KEY
-from costmodel.layer_split import costed_graph
+from costmodel.estimate import Estimate, estimate
 from planner import __version__
 from planner.intervals import fit_intervals, lookup, plan_framework, time_residual
-from planner.predict import Prediction, default_cost_model, prediction_from_times
+from planner.prediction import Prediction, prediction
 from planner.validation.compare import compare
 from planner.validation.runs import RunRow, default_hardware, load_runs, parallelism_kind, row_to_inputs
 
@@ -288,31 +288,34 @@ def file_sha256(path: str | Path) -> str:
 # ------------------------------------------------------------------------------------------ fitting
 @dataclass
 class PreparedRun:
-    """A measured run with its operator graph and uncalibrated operator times (costed once)."""
+    """A measured run with its uncalibrated estimate (the plan costed once; calibrations recompose it)."""
 
     row: RunRow
     """The run."""
-    model: object
-    """ModelSpec."""
-    plan: object
-    """ParallelPlan."""
-    hardware: object
-    """Hardware it ran on."""
-    graph: object
-    """Operator graph (costmodel.graph)."""
-    times: dict
-    """Uncalibrated operator times keyed by Op.key()."""
-    warnings: list
-    """Cost-model warnings."""
-    cost_name: str
-    """Cost model name."""
-    cost_sources: dict = field(default_factory=dict)
-    """Distinct operators per cost source (Prediction.cost_sources)."""
+    estimate: Estimate
+    """The run's plan costed without calibration (:func:`costmodel.estimate.estimate`)."""
+
+    @property
+    def model(self):
+        """ModelSpec."""
+        return self.estimate.model
+
+    @property
+    def plan(self):
+        """ParallelPlan, with the layer split the estimate chose where PP x VPP does not divide the layers."""
+        return self.estimate.plan
+
+    @property
+    def hardware(self):
+        """Hardware it ran on."""
+        return self.estimate.hardware
 
     def predict(self, cal: Calibration | None) -> Prediction:
-        times = self.times if cal is None else cal.scaler(self.plan)(self.times)
-        return prediction_from_times(self.model, self.plan, self.hardware, self.graph, times, self.warnings,
-                                     self.cost_name, cal, self.cost_sources)
+        """The run predicted with ``cal`` (None: uncalibrated) from the same costing; its warnings are the
+        costing's and the composition's (the run's inputs are given, not chosen)."""
+        est = self.estimate.recalibrated(cal)
+        own = est.composition.warnings if est.composition is not None else ()
+        return prediction(est, est.cost_warnings + own)
 
     def predicted_value(self, cal: Calibration | None) -> float:
         """Prediction in the row's measured metric (planner.validation.compare.compare)."""
@@ -322,7 +325,6 @@ class PreparedRun:
 def prepare_runs(rows: Iterable[RunRow], cost_model=None, hardware_fn: Callable | None = None
                  ) -> tuple[list[PreparedRun], list[tuple[str, str]]]:
     """(prepared runs, [(run id, reason)] of rows that cannot be predicted)."""
-    cost_model = cost_model or default_cost_model()
     hardware_fn = hardware_fn or default_hardware()
     prepared, skipped, hw_cache = [], [], {}
     for row in rows:
@@ -334,10 +336,7 @@ def prepare_runs(rows: Iterable[RunRow], cost_model=None, hardware_fn: Callable 
             key = (gpu_key, gpn, row.cluster)
             if key not in hw_cache:
                 hw_cache[key] = hardware_fn(gpu_key, gpn, row.cluster)
-            # the same costing predict() runs: co-run slowdown, framework kernels, the chosen layer split
-            plan, graph, costed = costed_graph(model, plan, hw_cache[key], cost_model)
-            run = PreparedRun(row, model, plan, hw_cache[key], graph, costed.time_s, list(costed.warnings),
-                              cost_model.name, costed.source_counts())
+            run = PreparedRun(row, estimate(model, plan, hw_cache[key], cost_model=cost_model))
             run.predicted_value(None)
         except (PlannerError, NotImplementedError, ValueError) as exc:
             skipped.append((row.id, f"prediction failed: {exc}"))
@@ -541,7 +540,7 @@ def fit_calibration(runs: Sequence[PreparedRun], name: str, constants: Sequence[
     cal.in_sample = {"before": error_stats([_rel_error(r, None) for r in runs]),
                      "after": error_stats([_rel_error(r, cal) for r in runs]),
                      "rms_log_error": fit.rms_log_error}
-    cal.cost_model = runs[0].cost_name
+    cal.cost_model = runs[0].estimate.cost_model
     cal.planner_version = _planner_version()
     cal.created_utc = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
     cal.warnings = warnings

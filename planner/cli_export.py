@@ -21,7 +21,7 @@ from planner.export import (
     iterations_for_tokens,
     slurm_budget,
 )
-from planner.predict import predict
+from planner.prediction import predict
 from planner.requests import PlanRequest
 
 

@@ -19,7 +19,7 @@ from planner import cli_options as O
 from planner.calibrate import calibration_option
 from planner.formats import PLAN_FIELDS, csv_text, md_rows, prediction_row, shown_warnings
 from planner.models_dir import models_dir_for
-from planner.predict import predict
+from planner.prediction import predict
 from planner.requests import PlanRequest
 
 FORMATS = ("table", "json", "jsonl", "csv", "md")

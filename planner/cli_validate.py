@@ -20,7 +20,7 @@ from planner.calibrate import calibration_option, default_calibration_path, load
 from planner.cli_options import ModelsDir, write_or_print
 from planner.formats import csv_text
 from planner.intervals import MIN_GROUP_RUNS
-from planner.predict import predict
+from planner.prediction import predict
 from planner.reports.validate_report import (
     RUN_COLUMNS,
     ReportSection,

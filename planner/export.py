@@ -41,8 +41,8 @@ from planner.export_torchtitan import dump_toml, export_torchtitan, torchtitan_c
 __all__ = ["FORMATS", "TARGET_FILES", "dump_toml", "export_plan", "export_targets", "megatron_args", "nemo_config",
            "torchtitan_config", "torchtitan_model_parts"]
 
-if TYPE_CHECKING:  # planner.predict pulls in the cost model; exports only read a finished Prediction
-    from planner.predict import Prediction
+if TYPE_CHECKING:  # planner.prediction pulls in the cost model; exports only read a finished Prediction
+    from planner.prediction import Prediction
 
 FORMATS = ("megatron", "nemo", "torchtitan", "slurm", "all")
 TARGET_FILES = {"megatron": "megatron.args", "nemo": "nemo.yaml", "torchtitan": "torchtitan.toml",

@@ -15,8 +15,8 @@ from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
 
-if TYPE_CHECKING:  # planner.predict pulls in the cost model; exports only read a finished Prediction
-    from planner.predict import Prediction
+if TYPE_CHECKING:  # planner.prediction pulls in the cost model; exports only read a finished Prediction
+    from planner.prediction import Prediction
 
 
 @dataclass(frozen=True)

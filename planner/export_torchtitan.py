@@ -13,8 +13,8 @@ from costmodel.core.specs.plan import ParallelPlan
 from planner.export_arch import architecture, header, is_uneven, torchtitan_flavor, torchtitan_unsupported
 from planner.export_moe import torchtitan_moe
 
-if TYPE_CHECKING:  # planner.predict pulls in the cost model; exports only read a finished Prediction
-    from planner.predict import Prediction
+if TYPE_CHECKING:  # planner.prediction pulls in the cost model; exports only read a finished Prediction
+    from planner.prediction import Prediction
 
 
 # ---------------------------------------------------------------------------------------- torchtitan

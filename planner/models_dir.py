@@ -49,7 +49,7 @@ def use_models_dir(path: Path | None) -> None:
     if not (path / INDEX).is_file():
         raise PlannerError(f"--models {path} holds no {INDEX}; pass a folder written by `planner fit --out DIR`")
     os.environ[ENV_MODELS_DIR] = str(path.resolve())
-    from planner.predict import default_cost_model  # deferred: predict imports the whole cost stack
+    from costmodel.estimate import default_cost_model  # deferred: the estimate imports the whole cost stack
 
     default_cost_model.cache_clear()
 
@@ -58,7 +58,7 @@ def models_dir_for(gpu: str, cost_model=None) -> str:
     """The models folder predictions of ``gpu`` read ('' when no fitted model covers it: roofline only),
     following :class:`~costmodel.cost.measured.MeasuredCostModel`'s order (its ``dirs``, first with the GPU)."""
     if cost_model is None:
-        from planner.predict import default_cost_model  # deferred: predict imports the whole cost stack
+        from costmodel.estimate import default_cost_model  # deferred: the estimate imports the whole cost stack
 
         cost_model = default_cost_model()
     for d in getattr(cost_model, "dirs", ()):

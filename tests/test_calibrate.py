@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-import planner.predict as P
+import costmodel.estimate as E
+import planner.prediction as P
 from costmodel.core.errors import PlannerError
 from costmodel.cost.roofline import RooflineCostModel
 from costmodel.workloads.runner import write_runs_csv
@@ -204,7 +205,7 @@ def test_corrupted_file_is_one_line_error(tmp_path, text, match):
 
 @pytest.fixture
 def roofline_default(monkeypatch, roofline):
-    monkeypatch.setattr(P, "default_cost_model", lambda: roofline)
+    monkeypatch.setattr(E, "default_cost_model", lambda: roofline)
 
 
 def test_cli_calibrate_predict_validate(roofline_default, synthetic_runs, tmp_path, monkeypatch):

@@ -4,14 +4,15 @@ import dataclasses
 
 import pytest
 
-from costmodel.compose import OperatorTimes, Uncalibrated, compose, compose_iteration_time, cost_operators, stage_times
+from costmodel.compose import OperatorTimes, compose, compose_iteration_time, cost_operators, stage_times
 from costmodel.core.kinds import COLLECTIVE_KINDS, Category, CostSource, Phase, describe_cost_sources
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.cost.measured import MeasuredCostModel
 from costmodel.cost.roofline import RooflineCostModel
 from costmodel.graph import build_graph
 from costmodel.timeline import pipeline_time
-from planner.predict import predict
+from planner.calibrate import identity
+from planner.prediction import predict
 from tests.helpers import llama, plan
 
 ROOF = RooflineCostModel()
@@ -35,10 +36,10 @@ def _deep_pipeline():
     return m, plan(gpus=8, gbs=2, seq=2048, pp=8).validate(m)
 
 
-def _composed(model, p, hw, cost_model=ROOF, constants=None):
+def _composed(model, p, hw, cost_model=ROOF, calibration=None):
     graph = build_graph(model, p)
     times = cost_operators(graph, hw, cost_model)
-    return graph, times, compose(model, p, hw, graph, times.time_s, constants)
+    return graph, times, compose(model, p, hw, graph, times.time_s, calibration)
 
 
 def test_bubble_is_the_pipeline_results_and_the_pipeline_is_the_timelines(a100):
@@ -154,8 +155,8 @@ def test_prediction_carries_cost_sources_and_the_header_text(a100):
 def test_iteration_time_alone_equals_the_full_composition_with_constants(a100):
     m = llama(layers=8)
     p = plan(gpus=16, gbs=64, seq=2048, tp=2, pp=2).validate(m)
-    cal = Uncalibrated(overlap_efficiency=0.3, iteration_overhead_s=0.25)
-    graph, times, comp = _composed(m, p, a100, constants=cal)
+    cal = identity({"overlap_efficiency": 0.3, "iteration_overhead_s": 0.25})
+    graph, times, comp = _composed(m, p, a100, calibration=cal)
     _, _, plain = _composed(m, p, a100)
     assert compose_iteration_time(p, a100, graph, times.time_s, cal) == comp.iteration_time_s
     assert comp.tail.overhead_s == 0.25 and comp.iteration_time_s == comp.tail.synchronised_s + 0.25

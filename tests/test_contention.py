@@ -7,7 +7,7 @@ from costmodel.contention import HBM_PASS_PREFIX, NCCL_HBM_PASSES
 from costmodel.conventions import busbw_factor
 from costmodel.core.specs.framework import get_framework
 from costmodel.graph import build_graph
-from planner.predict import predict
+from planner.prediction import predict
 from planner.requests import PlanRequest
 
 

@@ -9,7 +9,7 @@ from costmodel.core.errors import PlannerError
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.sampling import corun
 from costmodel.sampling.plan import Sample, expand, load_plan
-from planner.predict import predict
+from planner.prediction import predict
 from tests.helpers import llama, plan, write_json
 
 

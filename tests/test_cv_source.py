@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+import costmodel.estimate as E
 import planner.calibrate as C
-import planner.predict as P
+import planner.prediction as P
 from costmodel.core.errors import PlannerError
 from costmodel.cost.roofline import RooflineCostModel
 from costmodel.workloads.runner import write_runs_csv
@@ -127,8 +128,7 @@ def test_interval_table_groups_and_fallback():
 
 @pytest.fixture
 def roofline_everywhere(monkeypatch, roofline):
-    monkeypatch.setattr(P, "default_cost_model", lambda: roofline)
-    monkeypatch.setattr(C, "default_cost_model", lambda: roofline)
+    monkeypatch.setattr(E, "default_cost_model", lambda: roofline)
 
 
 def test_cli_cv_none_is_todays_output(roofline_everywhere, runs_file):

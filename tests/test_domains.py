@@ -19,7 +19,7 @@ from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.cost.roofline import RooflineCostModel
 from costmodel.graph import build_graph, domain_warnings, group_topology
 from planner.cli import app
-from planner.predict import predict
+from planner.prediction import predict
 from planner.requests import PlanRequest
 from planner.search.space import SearchSpace, build_problem, factorizations, make_target
 

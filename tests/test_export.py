@@ -21,7 +21,7 @@ from planner.export import (
     iterations_for_tokens,
     slurm_time_seconds,
 )
-from planner.predict import predict
+from planner.prediction import predict
 from tests.helpers import gpt, llama, plan
 
 runner = CliRunner()

@@ -14,9 +14,8 @@ from costmodel.core.errors import PlannerError
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.plan import ParallelPlan
 from costmodel.core.specs.presets import resolve_model
-from costmodel.layer_split import costed_graph
+from costmodel.estimate import default_cost_model, estimate
 from planner.export import megatron_args
-from planner.predict import default_cost_model
 from planner.requests import PlanRequest
 from planner.validation.moe_rows import block_scaled_fp8
 
@@ -59,8 +58,8 @@ def test_fp8_block_is_fp8_times_the_ratio_on_gemms_only():
     model = resolve_model("llama3-8b")
     hw = load_catalogue().resolve("h100-sxm", None, None)
     cm = default_cost_model()
-    _, g8, t8 = costed_graph(model, _plan("fp8"), hw, cm)
-    _, gb, tb = costed_graph(model, _plan("fp8-block"), hw, cm)
+    e8, eb = (estimate(model, _plan(d), hw, cost_model=cm) for d in ("fp8", "fp8-block"))
+    g8, t8, gb, tb = e8.graph, e8.times, eb.graph, eb.times
     ops8 = {(o.name, o.phase, o.features): o for st in g8.stages for o in st.layer_ops}
     checked = 0
     for st in gb.stages:

@@ -15,7 +15,7 @@ from costmodel.core.specs.framework import FRAMEWORKS, Framework, get_framework,
 from costmodel.framework_kernels import causal_fwd_efficiency, fit, flash2_times, load_table
 from costmodel.graph import build_graph
 from planner.cli import app
-from planner.predict import predict
+from planner.prediction import predict
 from planner.requests import PlanRequest
 from planner.validation.runs import _framework
 
@@ -192,8 +192,8 @@ def test_pre_flash_sources_run_unfused_attention():
 def test_inter_node_collectives_use_the_cluster_network():
     from costmodel.core.specs.catalogue import load_catalogue
     from costmodel.cost.roofline import RooflineCostModel
+    from costmodel.estimate import default_cost_model
     from costmodel.ops import Op
-    from planner.predict import default_cost_model
 
     hw = load_catalogue().resolve("a100-80gb", "dgx-a100", 8)
     op = Op("all_reduce", "dp.grad_allreduce", "dp_comm", (7.0e9, 32, 16, 2), bytes=7.0e9)

@@ -9,7 +9,7 @@ from costmodel.core.specs.framework import get_framework
 from costmodel.cost.roofline import RooflineCostModel
 from costmodel.graph import EAGER_EXTRA_BYTES, build_graph, eager_elementwise
 from costmodel.memory import activation_bytes_per_layer, last_stage_extra_bytes
-from planner.predict import predict
+from planner.prediction import predict
 from planner.requests import PlanRequest
 from planner.validation.runs import _framework
 

@@ -16,8 +16,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from costmodel.compose import cost_operators
+from costmodel.compose import cost_operators, mfu_peak_dtype
 from costmodel.core.specs.catalogue import load_catalogue
+from costmodel.estimate import default_cost_model
 from costmodel.flops import (
     executed_model,
     hardware_flops_per_iteration,
@@ -26,7 +27,7 @@ from costmodel.flops import (
 )
 from costmodel.graph import build_graph
 from costmodel.ops import Op
-from planner.predict import default_cost_model, mfu_peak_dtype, predict
+from planner.prediction import predict
 from tests.helpers import gpt, llama, plan
 from tests.test_properties import SETTINGS, hardware, setups
 

@@ -21,7 +21,7 @@ from costmodel.core.specs.plan import (
 )
 from planner.cli import app
 from planner.export import megatron_args, nemo_config, torchtitan_config
-from planner.predict import predict
+from planner.prediction import predict
 from planner.requests import build_request
 from planner.search.records import display_rows
 from planner.search.space import SearchSpace, build_problem, factorizations, make_target
@@ -235,9 +235,9 @@ def test_the_fastest_split_that_fits_in_memory_wins():
     """balanced_layer_split takes a memory test: when the fastest split does not fit, the fastest one that does
     (here: a fake test that refuses the unconstrained choice); when none fits, still the fastest."""
     from costmodel.compose import cost_operators
+    from costmodel.estimate import default_cost_model
     from costmodel.graph import build_graph
     from costmodel.layer_split import balanced_layer_split
-    from planner.predict import default_cost_model
 
     r = build_request({"model": "gpt3-175b", "gpu": "a100-80gb", "gpus": 448, "tp": 8, "pp": 7, "gbs": 448,
                        "seq_len": 2048})

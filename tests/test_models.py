@@ -348,7 +348,7 @@ def test_unread_config_keys_are_named_in_a_warning():
     from costmodel.core.specs.catalogue import load_catalogue
     from costmodel.core.specs.hf_config import from_hf_config
     from costmodel.core.specs.plan import ParallelPlan
-    from planner.predict import predict
+    from planner.prediction import predict
 
     fx = Path(__file__).parent / "fixtures" / "hf_configs" / "llama2-7b.json"
     data = json.loads(fx.read_text())

@@ -331,7 +331,7 @@ def test_moe_prediction_gets_no_dense_interval_band():
     """The shipped 80 % bands come from dense runs: an MoE plan does not get one (and says why); a dense plan does."""
     from costmodel.core.specs.presets import resolve_model as resolve
     from planner.calibrate import calibration_option
-    from planner.predict import predict
+    from planner.prediction import predict
 
     hw = load_catalogue().resolve("h100-sxm")
     cal = calibration_option(None)

@@ -15,9 +15,9 @@ from costmodel.core.kinds import Phase
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.plan import ParallelPlan
 from costmodel.core.specs.presets import resolve_model
+from costmodel.estimate import default_cost_model
 from costmodel.graph import build_graph
 from costmodel.ops import Op
-from planner.predict import default_cost_model
 
 TABLE = MK.load_table()
 

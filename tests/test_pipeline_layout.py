@@ -16,7 +16,7 @@ from costmodel.core.specs.pipeline_layout import balanced_pipeline_layout, parse
 from costmodel.memory import inflight_microbatches, layout_inflight, memory_per_gpu
 from planner.cli import app
 from planner.export import export_plan, torchtitan_model_parts
-from planner.predict import predict
+from planner.prediction import predict
 from planner.requests import PlanRequest
 from tests.helpers import llama, plan
 

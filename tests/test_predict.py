@@ -6,7 +6,7 @@ from typer.testing import CliRunner
 
 from costmodel.core.specs.catalogue import load_catalogue
 from planner.cli import app
-from planner.predict import predict
+from planner.prediction import predict
 from planner.requests import build_request
 from tests.helpers import llama, plan
 

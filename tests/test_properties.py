@@ -27,7 +27,7 @@ from costmodel.flops import model_flops_per_iteration
 from costmodel.graph import build_graph
 from costmodel.memory import _embedding_params_per_gpu, _head_params_per_gpu, layer_params_per_gpu, stage_params
 from planner.cli_predict import run_batch
-from planner.predict import predict
+from planner.prediction import predict
 from tests.helpers import gpt, llama
 
 EXAMPLES = 200

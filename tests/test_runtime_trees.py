@@ -43,7 +43,7 @@ def test_runtime_refuses_wrong_feature_count():
 
 
 def test_prediction_path_imports_neither_sklearn_nor_xgboost():
-    code = ("import sys; from planner.requests import build_request; from planner.predict import predict; "
+    code = ("import sys; from planner.requests import build_request; from planner.prediction import predict; "
             "r = build_request({'model': 'llama-7b', 'gpu': 'h100-sxm', 'gpus': 8, 'tp': 2, 'gbs': 64}); "
             "p = predict(r.model, r.plan, r.hardware); "
             "assert p.cost_model == 'measured'; "

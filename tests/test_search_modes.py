@@ -131,7 +131,7 @@ def test_equivalent_plans_fold_into_one_row():
 
 # ------------------------------------------------------------------------------- quick predictions
 def test_quick_prediction_is_the_full_prediction_time():
-    from planner.predict import predict
+    from planner.prediction import predict
     from planner.search.objective import Evaluator, quick_prediction
     from planner.search.space import candidate_plan, enumerate_candidates
 

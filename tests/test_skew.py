@@ -8,7 +8,7 @@ import pytest
 from costmodel.core.errors import PlannerError
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.sampling import skew
-from planner.predict import predict
+from planner.prediction import predict
 from tests.helpers import llama, plan, write_json
 
 

@@ -19,7 +19,8 @@ from typing import Callable, Sequence
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.cost.base import OperatorCostModel
-from planner.predict import default_cost_model, predict
+from costmodel.estimate import default_cost_model
+from planner.prediction import predict
 from planner.reports.markdown import (
     ReportFiles,
     atomic_write_bytes,

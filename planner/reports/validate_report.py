@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from planner.predict import default_cost_model
+from costmodel.estimate import default_cost_model
 from planner.reports.markdown import (
     ReportFiles,
     atomic_write_bytes,

@@ -1,63 +1,59 @@
 """`planner explain`: one plan's operator breakdown by pipeline stage and phase.
 
-The prediction itself comes from :func:`planner.predict.predict`; the per-stage operator lists and their times
-are rebuilt here with :func:`costmodel.layer_split.costed_graph`, the function predict costs with (co-run
-slowdown, framework kernels and grouped expert GEMMs applied; the cost model's cache makes the second pass
-free), so the rows add up to the stage times predict composes.
+One costing (:func:`costmodel.estimate.estimate`, as `planner predict` costs the plan, with the same calibration)
+gives both the prediction and the per-stage operator lists with their composed times, so the rows add up to the
+stage times the prediction composes and the iteration time is predict's.
 """
 
 from __future__ import annotations
 
-import dataclasses
-
+from costmodel.core.calibration import Calibration
 from costmodel.core.kinds import describe_cost_sources
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan, describe_split
 from costmodel.cost.base import OperatorCostModel
-from costmodel.layer_split import costed_graph
-from planner.predict import default_cost_model, predict
+from costmodel.estimate import Estimate, estimate
+from planner.prediction import prediction
 
 
-def explain_plan(model: ModelSpec, plan: ParallelPlan, hardware: Hardware,
-                 cost_model: OperatorCostModel | None = None) -> dict:
+def explain_plan(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, cost_model: OperatorCostModel | None = None,
+                 calibration: Calibration | None = None) -> dict:
     """JSON-ready breakdown: the prediction, and per stage its layers, forward/backward time per
     micro-batch, seconds per iteration by phase, and every operator (calls per iteration, seconds
     per call, seconds per iteration). Overlapped communication (CP ring, ZeRO-3 prefetch) is listed
     with ``overlapped`` = True; only its part beyond the layer's compute is on the critical path."""
-    cost_model = cost_model or default_cost_model()
-    pred = predict(model, plan, hardware, cost_model)
-    if pred.layer_split is not None:  # the split predict used (chosen when PP x VPP does not divide the layers)
-        plan = dataclasses.replace(plan, layer_split=tuple(pred.layer_split))
-    plan, graph, costed = costed_graph(model, plan, hardware, cost_model)
-    m = graph.num_microbatches
-    stages = []
-    for i, st in enumerate(graph.stages):
-        groups = [(st.layer_ops, st.layers * m, False), (st.layer_overlap_ops, st.layers * m, True),
-                  (st.stage_ops, m, False), (st.iteration_ops, 1, False)]
-        ops = [(o, mult, ov) for lst, mult, ov in groups for o in lst]
-        if graph.p2p is not None:
-            ops.append((graph.p2p, 2 * m * graph.vpp, False))  # one send forward, one backward per chunk
-        times = [costed.time_s[o.key()] for o, _, _ in ops]
-        rows: dict[tuple, dict] = {}
-        phases: dict[str, float] = {}
-        for (o, mult, ov), t in zip(ops, times):
-            calls = o.count * mult
-            key = (o.name, o.phase.value, ov)
-            row = rows.setdefault(key, {"operator": o.name, "kind": o.kind, "phase": o.phase.value, "overlapped": ov,
-                                        "calls_per_iteration": 0.0, "time_per_call_s": float(t),
-                                        "time_per_iteration_s": 0.0})
-            row["calls_per_iteration"] += calls
-            row["time_per_iteration_s"] += float(t) * calls
-            label = f"{o.phase.value} (overlapped)" if ov else o.phase.value
-            phases[label] = phases.get(label, 0.0) + float(t) * calls
-        fwd, bwd = pred.stage_times_s[i] if i < len(pred.stage_times_s) else (None, None)
-        stages.append({"stage": i, "layers": st.layers, "fwd_per_microbatch_s": fwd, "bwd_per_microbatch_s": bwd,
-                       "phases_s": phases,
-                       "operators": sorted(rows.values(), key=lambda r: -r["time_per_iteration_s"])})
+    est = estimate(model, plan, hardware, cost_model=cost_model, calibration=calibration)
+    pred = prediction(est)
+    stages = [_stage(est, i, pred.stage_times_s[i]) for i in range(len(est.graph.stages))]
     return {"model": model.name, "gpu": hardware.gpu.name, "cluster": hardware.cluster.name,
-            "plan": plan.factors(), "layer_split": pred.layer_split,
-            "num_microbatches": m, "prediction": pred.to_dict(), "stages": stages}
+            "plan": est.plan.factors(), "layer_split": pred.layer_split,
+            "num_microbatches": est.graph.num_microbatches, "prediction": pred.to_dict(), "stages": stages}
+
+
+def _stage(est: Estimate, i: int, fwd_bwd: list[float]) -> dict:
+    """Stage ``i`` of an estimate: its operators, seconds per iteration each and per phase."""
+    graph, times = est.graph, est.times.time_s
+    st, m = graph.stages[i], graph.num_microbatches
+    groups = [(st.layer_ops, st.layers * m, False), (st.layer_overlap_ops, st.layers * m, True),
+              (st.stage_ops, m, False), (st.iteration_ops, 1, False)]
+    ops = [(o, mult, ov) for lst, mult, ov in groups for o in lst]
+    if graph.p2p is not None:
+        ops.append((graph.p2p, 2 * m * graph.vpp, False))  # one send forward, one backward per chunk
+    rows: dict[tuple, dict] = {}
+    phases: dict[str, float] = {}
+    for o, mult, ov in ops:
+        t = float(times[o.key()])
+        calls = o.count * mult
+        row = rows.setdefault((o.name, o.phase.value, ov), {
+            "operator": o.name, "kind": o.kind, "phase": o.phase.value, "overlapped": ov, "calls_per_iteration": 0.0,
+            "time_per_call_s": t, "time_per_iteration_s": 0.0})
+        row["calls_per_iteration"] += calls
+        row["time_per_iteration_s"] += t * calls
+        label = f"{o.phase.value} (overlapped)" if ov else o.phase.value
+        phases[label] = phases.get(label, 0.0) + t * calls
+    return {"stage": i, "layers": st.layers, "fwd_per_microbatch_s": fwd_bwd[0], "bwd_per_microbatch_s": fwd_bwd[1],
+            "phases_s": phases, "operators": sorted(rows.values(), key=lambda r: -r["time_per_iteration_s"])}
 
 
 def distinct_stages(stages: list[dict]) -> list[list[int]]:

@@ -1,7 +1,7 @@
 """Evaluating one candidate: cheap rejection first (divisibility, then memory), then the prediction.
 
 The order keeps searches fast: ``ParallelPlan.problems`` and ``costmodel.memory.memory_per_gpu`` cost
-microseconds; :func:`planner.predict.predict` (operator graph + cost model + 1F1B timeline) is only
+microseconds; :func:`costmodel.estimate.estimate` (operator graph + cost model + 1F1B timeline) is only
 run for plans that are valid and fit in memory. Results are cached per canonical candidate, so a
 sampler that proposes the same plan twice costs one prediction.
 """
@@ -13,14 +13,10 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from costmodel.compose import (
-    compose_iteration_time,
-    metrics,
-)
 from costmodel.cost.base import OperatorCostModel
-from costmodel.layer_split import costed_graph
+from costmodel.estimate import default_cost_model, estimate
 from costmodel.memory import fits_in_memory, memory_per_gpu
-from planner.predict import default_cost_model, predict
+from planner.prediction import predict
 from planner.search.records import PlanRecord, make_record
 from planner.search.space import LIMITED_DTYPES, Candidate, SearchProblem, candidate_plan
 
@@ -56,8 +52,9 @@ class Evaluator:
         self.problem = problem
         self._cost_model = cost_model
         self.light = light
-        """Records from :func:`quick_prediction` (iteration time, throughput, MFU, memory; no breakdown, interval
-        or bottleneck): about half the time of a full prediction; :meth:`detailed` completes one."""
+        """Records from :func:`quick_prediction` (:func:`costmodel.estimate.estimate` in mode time: iteration time,
+        throughput, MFU, memory; no breakdown, interval or bottleneck): about half the time of a full prediction;
+        :meth:`detailed` completes one."""
         self.cache: dict[Candidate, Evaluation] = {}
         self.counts: Counter = Counter()
         """status -> number of distinct candidates."""
@@ -179,17 +176,10 @@ class QuickPrediction:
 
 
 def quick_prediction(model, plan, hardware, cost_model: OperatorCostModel, calibration=None) -> QuickPrediction:
-    """The iteration time of :func:`planner.predict.predict` (the same operator graph, costs, layer split,
-    calibration and composition steps, so the same number: tests/test_search_modes.py) without the breakdown,
-    interval and warnings, plus the metrics derived from it."""
-    if calibration is not None and not calibration.applies_to(hardware):
-        calibration = None  # as planner.predict.predict: the shipped GPU calibration skips the CPU
-    scale = calibration.scaler(plan) if calibration is not None else None
-    plan, graph, times = costed_graph(model, plan, hardware, cost_model, scale)
-    split = plan.layer_split
-    # point times only (the interval ends are not needed here): one dict, not three
-    point = calibration.scaler(plan)(times.time_s) if calibration is not None else times.time_s
-    t = compose_iteration_time(plan, hardware, graph, point, calibration)
-    met = metrics(model, plan, hardware, t)
-    return QuickPrediction(t, met.tokens_per_s, met.mfu, met.model_tflops_per_gpu, met.memory.total / GIB,
-                           cost_model.name, list(split) if split is not None else None)
+    """The iteration time of :func:`planner.prediction.predict` (:func:`costmodel.estimate.estimate` in mode time:
+    the same number, tests/test_search_modes.py) without the breakdown, interval and warnings, plus the metrics
+    derived from it."""
+    est = estimate(model, plan, hardware, cost_model=cost_model, calibration=calibration, mode="time")
+    met, split = est.metrics, est.plan.layer_split
+    return QuickPrediction(est.iteration_time_s, met.tokens_per_s, met.mfu, met.model_tflops_per_gpu,
+                           met.memory.total / GIB, est.cost_model, list(split) if split is not None else None)

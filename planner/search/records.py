@@ -140,7 +140,7 @@ class PlanRecord:
 
 
 def make_record(problem, target, plan: ParallelPlan, pred, price: float | None) -> PlanRecord:
-    """Summarise one prediction (planner.predict.Prediction) of a feasible plan."""
+    """Summarise one prediction (planner.prediction.Prediction) of a feasible plan."""
     tps = pred.tokens_per_s
     usd_per_mtoken = price * plan.world_size / 3600.0 / tps * 1e6 if price is not None else None
     ttt = problem.tokens / tps if problem.tokens else None

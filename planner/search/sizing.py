@@ -11,8 +11,8 @@ from costmodel.core.errors import PlannerError
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.cost.base import OperatorCostModel
+from costmodel.estimate import default_cost_model
 from costmodel.flops import model_flops_per_iteration
-from planner.predict import default_cost_model
 from planner.requests import suffixed_number
 from planner.search.engine import SearchResult, exhaustive_search
 from planner.search.nofit import no_fit_message

@@ -9,5 +9,5 @@
 - :mod:`planner.validation.report`: :func:`~planner.validation.report.validate` builds the ValidationReport.
 
 This package file imports nothing, so importing one module (as planner.calibrate does with runs and
-compare) does not load planner.predict.
+compare) does not load planner.prediction.
 """

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from costmodel.core.errors import PlannerError
 from costmodel.core.paths import validation_dir
-from planner.predict import predict
+from planner.prediction import predict
 from planner.validation.compare import compare
 from planner.validation.runs import RunRow, default_hardware, load_runs, parallelism_kind, row_to_inputs
 from planner.validation.stats import GroupSummary, group_summaries
@@ -94,7 +94,7 @@ def validate(rows: list[RunRow], predict_fn: Callable | None = None, tiers: Iter
              hardware_fn: Callable | None = None) -> ValidationReport:
     """Predict every usable row (of the selected tiers, when ``tiers`` is given) and summarise the errors.
 
-    ``predict_fn(model, plan, hardware)`` defaults to :func:`planner.predict.predict`;
+    ``predict_fn(model, plan, hardware)`` defaults to :func:`planner.prediction.predict`;
     ``hardware_fn(gpu_key, gpus_per_node, cluster)`` defaults to the hardware catalogue
     (:func:`planner.validation.runs.default_hardware`).
     """
@@ -162,7 +162,7 @@ def default_run_file() -> Path:
 def validate_files(runs: Sequence[Path] | None, tiers: Sequence[str] | None,
                    predict_fn: Callable | None = None) -> tuple[list[Path], ValidationReport]:
     """Load the run files (default: shared/validation/published_runs.csv), check the tier filter and
-    predict every run with ``predict_fn`` (default :func:`planner.predict.predict`; the CLI passes a
+    predict every run with ``predict_fn`` (default :func:`planner.prediction.predict`; the CLI passes a
     calibrated one for ``--calibration``)."""
     files, rows, tiers = load_run_files(runs, tiers)
     return files, validate(rows, predict_fn=predict_fn, tiers=tiers)

@@ -1,0 +1,140 @@
+"""One prediction: (model, plan, hardware) -> iteration time, throughput, memory, breakdown.
+
+:func:`predict` costs the plan with :func:`costmodel.estimate.estimate` (operator graph, operator costs and their
+adjustments, calibration, the paper's step 4 composition: Zhang et al. arXiv 2509.22832 §III-C) and reports the
+estimate as a :class:`Prediction` (:func:`prediction`): its figures, warnings and interval, the 80 % interval of
+the calibration (:mod:`planner.intervals`) where it has one, else the cost model's ensemble spread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+from costmodel.compose import GIB
+from costmodel.core.calibration import Calibration
+from costmodel.core.specs.hardware import Hardware
+from costmodel.core.specs.model import ModelSpec
+from costmodel.core.specs.plan import ParallelPlan
+from costmodel.cost.base import OperatorCostModel
+from costmodel.estimate import Estimate, estimate
+from planner.intervals import plan_framework, time_band
+
+__all__ = ["Prediction", "predict", "prediction"]
+
+
+@dataclass
+class Prediction:
+    """Everything planner predicts for one plan. Times in seconds, memory in GiB (2^30 bytes)."""
+
+    iteration_time_s: float
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    model_tflops_per_gpu: float
+    """Model FLOPs (fwd + bwd, no recomputation; full attention matrix, SC21 eq. 3 convention) per GPU per s."""
+    hardware_tflops_per_gpu: float
+    """FLOPs executed including recomputation, per GPU per second."""
+    mfu: float
+    """Model FLOPs utilisation: model TFLOP/s per GPU / dense bf16 peak of the GPU."""
+    memory_gib_per_gpu: float
+    fits_in_memory: bool
+    bubble_fraction: float
+    """Pipeline bubble (incl. p2p waits) as a fraction of the iteration."""
+    memory: dict
+    """Memory parts in GiB: weights, gradients, optimizer, activations, workspace (peak stage)."""
+    exposed_comm_s: dict
+    """Communication on the critical path per kind: tp, pp, dp, zero, cp (seconds per iteration)."""
+    breakdown: list
+    """[{operator, phase, time_s, share, category}] on the critical stage, sorted by time, shares sum to 1."""
+    warnings: list = field(default_factory=list)
+    iteration_time_low_s: float | None = None
+    iteration_time_high_s: float | None = None
+    interval: str = ""
+    """What [iteration_time_low_s, iteration_time_high_s] is: an 80 % interval from a calibration's
+    leave-one-source-out residuals (group and n stated), or the regressors' ensemble spread (not an 80 %
+    interval); '' when there is none."""
+    stage_times_s: list = field(default_factory=list)
+    """Per stage: [forward, backward] seconds for one micro-batch."""
+    cost_model: str = ""
+    cost_sources: dict = field(default_factory=dict)
+    """Distinct operators per cost source (measured, derived, roofline, none), largest first
+    (:func:`costmodel.core.kinds.describe_cost_sources` words them)."""
+    bottleneck: str = ""
+    """Largest of compute, bubble, exposed tp/dp/pp/zero/cp communication, optimizer."""
+    layer_split: list | None = None
+    """Layers per pipeline stage when the split is uneven: the request's, or, when PP x VPP does not divide
+    the layers, the Megatron-expressible split chosen to minimise the predicted pipeline
+    (:func:`costmodel.layer_split.balanced_layer_split`); None = even split."""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _from_estimate(est: Estimate, warnings: Sequence[str]) -> Prediction:
+    comp = est.composition
+    if comp is None:
+        raise ValueError("a Prediction needs an estimate of mode full")
+    met, mem = comp.metrics, comp.metrics.memory
+    return Prediction(
+        iteration_time_s=comp.iteration_time_s,
+        tokens_per_s=met.tokens_per_s,
+        tokens_per_s_per_gpu=met.tokens_per_s_per_gpu,
+        model_tflops_per_gpu=met.model_tflops_per_gpu,
+        hardware_tflops_per_gpu=met.hardware_tflops_per_gpu,
+        mfu=met.mfu,
+        memory_gib_per_gpu=mem.total / GIB,
+        fits_in_memory=met.fits_in_memory,
+        bubble_fraction=comp.bubble_fraction,
+        memory={"weights": mem.weights / GIB, "gradients": mem.gradients / GIB, "optimizer": mem.optimizer / GIB,
+                "activations": mem.activations / GIB, "workspace": mem.workspace / GIB, "stage": mem.stage},
+        exposed_comm_s=comp.breakdown.exposed_comm_s,
+        breakdown=[row.to_dict() for row in comp.breakdown.rows],
+        warnings=list(warnings),
+        stage_times_s=[[f, b] for f, b in zip(comp.stages.fwd_s, comp.stages.bwd_s)],
+        cost_model=est.cost_model,
+        cost_sources=est.costed.source_counts(),
+        bottleneck=comp.breakdown.bottleneck(),
+        layer_split=list(est.plan.layer_split) if est.plan.layer_split is not None else None,
+    )
+
+
+def prediction(est: Estimate, warnings: Sequence[str] | None = None) -> Prediction:
+    """What planner reports of an estimate (mode full): its figures and warnings (``warnings`` replace them when
+    given), with the calibration's 80 % interval, or else the cost model's ensemble spread (with ``warnings``
+    given: no interval)."""
+    if warnings is not None:
+        return _from_estimate(est, warnings)
+    pred = _from_estimate(est, est.warnings)
+    cal = est.calibration
+    found = cal.interval_group(est.hardware.gpu.name, plan_framework(est.plan)) if cal is not None else None
+    if found is not None and est.model.is_moe:
+        # the shipped bands come from residuals of dense runs; MoE runs (moe_runs.csv) err differently and are too
+        # few sources for a band of their own (planner.intervals.MIN_GROUP_SOURCES)
+        found = None
+        pred.warnings.append("no 80 % interval for mixture-of-experts plans: the calibration's bands come from dense "
+                             "runs, and the open MoE runs are too few sources for a band of their own (their "
+                             "cross-validated error: reports/validation.md, 'Mixture-of-experts runs')")
+    spread = est.spread() if found is None else None
+    if found is not None and cal is not None:
+        # 80 % interval: percentiles of held-out log(predicted / measured) of published runs of sources the
+        # calibration's fold never saw (planner.intervals), for this GPU family / framework group
+        key, group = found
+        pred.iteration_time_low_s, pred.iteration_time_high_s = time_band(pred.iteration_time_s, group)
+        pred.interval = (f"80 % interval from leave-one-source-out residuals of calibration {cal.name!r} "
+                         f"({key}, n={group['n']})")
+    elif spread is not None:
+        pred.iteration_time_low_s, pred.iteration_time_high_s = spread
+        pred.interval = ("ensemble spread of the operator regressors, not an 80 % interval "
+                         "(no calibration with intervals applied)")
+    return pred
+
+
+def predict(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, cost_model: OperatorCostModel | None = None,
+            calibration: Calibration | None = None) -> Prediction:
+    """Predict one training iteration of ``model`` under ``plan`` on ``hardware``.
+
+    ``calibration`` (:class:`planner.calibrate.Calibration`) scales compute / collective operator times,
+    limits how much DP gradient reduction hides under backward and adds a fixed per-iteration overhead;
+    None leaves the prediction exactly uncalibrated.
+    """
+    return prediction(estimate(model, plan, hardware, cost_model=cost_model, calibration=calibration))
