@@ -106,74 +106,50 @@ def run_export(request: PlanRequest | dict, to: str, iterations: int | None, tok
 
 
 def register(app: typer.Typer) -> None:
-    @app.command()
-    def export(
-        model: O.Model = None,
-        gpu: O.Gpu = None,
-        gpus: O.Gpus = None,
-        gpus_per_node: O.GpusPerNode = None,
-        cluster: O.Cluster = None,
-        tp: O.Tp = PlanRequest.tp,
-        pp: O.Pp = PlanRequest.pp,
-        cp: O.Cp = PlanRequest.cp,
-        vpp: O.Vpp = PlanRequest.vpp,
-        mbs: O.Mbs = PlanRequest.mbs,
-        gbs: O.Gbs = None,
-        tokens_per_batch: O.TokensPerBatch = None,
-        seq_len: O.SeqLen = None,
-        recompute: O.Recompute = PlanRequest.recompute,
-        recompute_modules: O.RecomputeModules = None,
-        sequence_parallel: O.SequenceParallel = PlanRequest.sequence_parallel,
-        zero: O.Zero = PlanRequest.zero,
-        dtype: O.Dtype = PlanRequest.dtype,
-        framework: O.Framework = PlanRequest.framework,
-        attention: O.Attention = PlanRequest.attention,
-        ep: O.Ep = PlanRequest.ep,
-        etp: O.Etp = None,
-        moe_dispatcher: O.MoeDispatcher = PlanRequest.moe_dispatcher,
-        moe_imbalance: O.MoeImbalance = None,
-        moe_overlap_comm: O.MoeOverlapComm = PlanRequest.moe_overlap_comm,
-        moe_grouped_gemm: O.MoeGroupedGemm = PlanRequest.moe_grouped_gemm,
-        layer_split: O.LayerSplit = None,
-        pipeline_layout: O.PipelineLayout = None,
-        hardware_file: O.HardwareFile = [],
-        to: str = typer.Option("all", "--to", help="megatron | nemo | torchtitan | slurm | all."),
-        iterations: Optional[int] = typer.Option(None, "--iterations", help="Training iterations (optimizer steps)."),
-        tokens: O.TokenBudget = None,
-        margin: float = typer.Option(1.25, "--margin",
-                                     help="Slurm time-limit factor on the predicted run time (>= 1)."),
-        max_walltime: Optional[str] = typer.Option(
-            None, "--max-walltime", help="Partition time limit, e.g. 48h or 7d; the Slurm export warns past it "
-                                         "(default 7d)."),
-        job_name: str = typer.Option("planner", "--job-name", help="Slurm job name."),
-        cpus_per_task: Optional[int] = typer.Option(None, "--cpus-per-task", help="Slurm CPUs per task (= per node)."),
-        out: Optional[str] = typer.Option(None, "--out", help="Write to this file (atomically) instead of stdout; "
-                                          "with --to all, a directory: one file per target."),
-    ) -> None:
-        """Write launcher settings for one plan: Megatron-LM flags, NeMo YAML, torchtitan TOML, Slurm script."""
-        raw = O.plan_flags(locals(), "planner export --model llama-13b --gpu a100-80gb --gpus 128 --tp 2 --pp 4 "
-                                     "--to megatron")
-        try:
-            if out is not None and to == "all":
-                out_directory(out)
-            texts, warnings = run_export(raw, to, iterations, tokens, margin, job_name, cpus_per_task,
-                                         tuple(hardware_file), max_walltime)
-        except PlannerError as exc:
-            raise _err(str(exc)) from None
-        for w in warnings:
-            typer.echo(f"warning: {w}", err=True)
-        if out is None:
-            text = texts[to] if to != "all" else "\n".join(
-                f"# ======================== {name} ========================\n{t}" for name, t in texts.items())
-            typer.echo(text, nl=False)
-            return
-        paths = {name: os.path.join(out, TARGET_FILES[name]) for name in texts} if to == "all" else {to: out}
-        try:
-            if to == "all":
-                os.makedirs(out, exist_ok=True)
-            for name, path in paths.items():
-                write_atomic(path, texts[name])
-        except OSError as exc:
-            raise _err(f"cannot write {exc.filename or out}: {exc.strerror}; pass a writable --out path") from None
-        for path in paths.values():
-            typer.echo(f"wrote {path}", err=True)
+    app.command("export")(export_command)
+
+
+@O.plan_options
+def export_command(
+    plan: dict,
+    hardware_file: O.HardwareFile = [],
+    to: str = typer.Option("all", "--to", help="megatron | nemo | torchtitan | slurm | all."),
+    iterations: Optional[int] = typer.Option(None, "--iterations", help="Training iterations (optimizer steps)."),
+    tokens: O.TokenBudget = None,
+    margin: float = typer.Option(1.25, "--margin",
+                                 help="Slurm time-limit factor on the predicted run time (>= 1)."),
+    max_walltime: Optional[str] = typer.Option(
+        None, "--max-walltime", help="Partition time limit, e.g. 48h or 7d; the Slurm export warns past it "
+                                     "(default 7d)."),
+    job_name: str = typer.Option("planner", "--job-name", help="Slurm job name."),
+    cpus_per_task: Optional[int] = typer.Option(None, "--cpus-per-task", help="Slurm CPUs per task (= per node)."),
+    out: Optional[str] = typer.Option(None, "--out", help="Write to this file (atomically) instead of stdout; "
+                                      "with --to all, a directory: one file per target."),
+) -> None:
+    """Write launcher settings for one plan: Megatron-LM flags, NeMo YAML, torchtitan TOML, Slurm script."""
+    try:
+        req = O.plan_request(plan, "planner export --model llama-13b --gpu a100-80gb --gpus 128 --tp 2 --pp 4 "
+                                   "--to megatron")
+        if out is not None and to == "all":
+            out_directory(out)
+        texts, warnings = run_export(req, to, iterations, tokens, margin, job_name, cpus_per_task,
+                                     tuple(hardware_file), max_walltime)
+    except PlannerError as exc:
+        raise _err(str(exc)) from None
+    for w in warnings:
+        typer.echo(f"warning: {w}", err=True)
+    if out is None:
+        text = texts[to] if to != "all" else "\n".join(
+            f"# ======================== {name} ========================\n{t}" for name, t in texts.items())
+        typer.echo(text, nl=False)
+        return
+    paths = {name: os.path.join(out, TARGET_FILES[name]) for name in texts} if to == "all" else {to: out}
+    try:
+        if to == "all":
+            os.makedirs(out, exist_ok=True)
+        for name, path in paths.items():
+            write_atomic(path, texts[name])
+    except OSError as exc:
+        raise _err(f"cannot write {exc.filename or out}: {exc.strerror}; pass a writable --out path") from None
+    for path in paths.values():
+        typer.echo(f"wrote {path}", err=True)

@@ -1,70 +1,136 @@
 """Typer option declarations, each declared once and shared by every command that takes it.
 
-The plan-request options (``--model`` .. ``--layer-split``) name the fields of
-:class:`planner.requests.PlanRequest`; a command takes them with the dataclass's defaults, e.g.
-``tp: O.Tp = PlanRequest.tp``, and turns them into a request with :func:`plan_request`.
+The plan options (``--model`` .. ``--pipeline-layout``) are one table, :data:`PLAN_OPTIONS`: each sets the
+:class:`planner.requests.PlanRequest` field of its name (the batch-file key and the Python API keyword), with the
+dataclass's default. A command that takes a plan is decorated with :func:`plan_options` and receives them as one
+``plan`` dict; search, compare and size take the plan-shaped options that apply to them by name
+(:func:`plan_option`, e.g. ``O.Model``).
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
-from costmodel.core.errors import PlannerError
 from costmodel.core.fileio import atomic_write_text
 from planner.models_dir import announce_models_dir, use_models_dir
-from planner.requests import REQUEST_KEYS, PlanRequest, suffixed_number
+from planner.requests import REQUIRED, PlanRequest
+from planner.search.api import DEFAULT_GPU, SIZE_DEFAULT_GPUS
 
-DEFAULT_GPU = "a100-80gb"
-"""GPU used by `planner search` and `planner explain` when --gpu is not given (the issue's reference
-case: llama-13b on 128 A100-80GB)."""
+_REQUEST_DEFAULTS = {f.name: f.default for f in fields(PlanRequest)}
 
-SIZE_DEFAULT_GPUS = ("a100-80gb", "h100-sxm")
-"""GPU types `planner size` considers without --gpu (kept short: each type costs several searches)."""
 
 # ---------------------------------------------------------------- one plan (PlanRequest fields)
-Model = Annotated[Optional[str], typer.Option("--model", "-m",
-                                              help="Preset name (see `planner models`) or path to a config.json.")]
-Gpu = Annotated[Optional[str], typer.Option("--gpu", help="GPU key (see `planner gpus`).")]
-Gpus = Annotated[Optional[int], typer.Option("--gpus", help="Total number of GPUs.")]
-GpusPerNode = Annotated[Optional[int], typer.Option("--gpus-per-node", help="GPUs per node (default: node type's).")]
-Cluster = Annotated[Optional[str], typer.Option("--cluster", help="Node type / cluster (see `planner gpus`).")]
-Tp = Annotated[int, typer.Option("--tp", help="Tensor-parallel degree.")]
-Pp = Annotated[int, typer.Option("--pp", help="Pipeline-parallel degree.")]
-Cp = Annotated[int, typer.Option("--cp", help="Context-parallel degree.")]
-Vpp = Annotated[int, typer.Option("--vpp", help="Virtual pipeline chunks per stage.")]
-Mbs = Annotated[int, typer.Option("--mbs", help="Micro-batch size (sequences).")]
-Gbs = Annotated[Optional[int], typer.Option("--gbs", help="Global batch size (sequences); default ~4M tokens.")]
-TokensPerBatch = Annotated[Optional[str], typer.Option(
-    "--tokens-per-batch", help="Global batch in tokens, e.g. 4M or 16e6 (instead of --gbs; default ~4M).")]
-SeqLen = Annotated[Optional[int], typer.Option("--seq-len", help="Sequence length (default: model's max).")]
-Recompute = Annotated[str, typer.Option("--recompute", help="none | selective | full.")]
-RecomputeModules = Annotated[Optional[str], typer.Option(
-    "--recompute-modules", help="With selective: Megatron-Core modules, e.g. moe_act,layernorm (default core_attn).")]
-SequenceParallel = Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel")]
-Zero = Annotated[int, typer.Option("--zero", help="ZeRO stage 0-3 (1 = distributed optimizer, 3 = FSDP).")]
-Dtype = Annotated[str, typer.Option("--dtype", help="bf16 | fp16 | fp8 | fp8-block (alias mxfp8) | fp32.")]
-Framework = Annotated[str, typer.Option(
-    "--framework",
-    help="Training stack: megatron | deepspeed | fsdp | torchtitan | torchtitan-eager (attention kernel, overlap).")]
-Attention = Annotated[str, typer.Option(
-    "--attention", help="Attention kernel: fused | flash2 | unfused (default: the framework's).")]
-Ep = Annotated[int, typer.Option("--ep", help="Expert-parallel degree (MoE models; divides the experts).")]
-Etp = Annotated[Optional[int], typer.Option("--etp", help="Expert tensor-parallel degree (default: --tp).")]
-MoeDispatcher = Annotated[str, typer.Option("--moe-dispatcher", help="MoE token dispatcher: alltoall | allgather "
-                                            "| flex.")]
-MoeImbalance = Annotated[Optional[float], typer.Option(
-    "--moe-imbalance", help="Busiest expert's tokens over the mean, >= 1 (default: the cost model's).")]
-MoeOverlapComm = Annotated[bool, typer.Option("--moe-overlap-comm/--no-moe-overlap-comm",
-                                              help="Overlap EP dispatch/combine with compute.")]
-MoeGroupedGemm = Annotated[bool, typer.Option("--moe-grouped-gemm/--no-moe-grouped-gemm",
-                                              help="Local experts as one grouped GEMM (off: one GEMM per expert).")]
-LayerSplit = Annotated[Optional[str], typer.Option("--layer-split", help="Uneven layers per stage, e.g. 9,8,8,7.")]
-PipelineLayout = Annotated[Optional[str], typer.Option(
-    "--pipeline-layout", help="Layers per virtual stage (chunk a of stage b = entry a*PP+b), e.g. 2,2,1,... or "
-    "Megatron's --pipeline-model-parallel-layout string 'Et|(tt|)*30L'; VPP = entries / PP.")]
+@dataclass(frozen=True)
+class PlanOption:
+    """One plan flag: it sets the PlanRequest field ``name`` (flag = ``--`` + name with dashes)."""
+
+    name: str
+    """PlanRequest field, batch-file key and Python API keyword."""
+    type: Any
+    """Type of the flag's value on the command line (list-valued fields are given as text, e.g. 9,8,8,7)."""
+    help: str
+    decls: tuple[str, ...] = ()
+    """Flag spellings when not just ``--name-with-dashes`` (a short form, a --no- form)."""
+
+    @property
+    def default(self) -> Any:
+        """The PlanRequest default; None for a required field (checked with an example) and for list-valued ones."""
+        value = _REQUEST_DEFAULTS[self.name]
+        return None if self.name in REQUIRED or isinstance(value, tuple) else value
+
+    def annotation(self, required_note: bool = False) -> Any:
+        """The typer annotation of the flag (``required_note``: its help says so where the field is required and
+        the command checks it itself)."""
+        decls = self.decls or ("--" + self.name.replace("_", "-"),)
+        note = " Required, no default." if required_note and self.name in REQUIRED else ""
+        return Annotated[self.type, typer.Option(*decls, help=self.help + note)]
+
+
+PLAN_OPTIONS: tuple[PlanOption, ...] = (
+    PlanOption("model", Optional[str], "Preset name (see `planner models`) or path to a config.json.",
+               ("--model", "-m")),
+    PlanOption("gpu", Optional[str], "GPU key (see `planner gpus`)."),
+    PlanOption("gpus", Optional[int], "Total number of GPUs."),
+    PlanOption("gpus_per_node", Optional[int], "GPUs per node (default: node type's)."),
+    PlanOption("cluster", Optional[str], "Node type / cluster (see `planner gpus`)."),
+    PlanOption("tp", int, "Tensor-parallel degree."),
+    PlanOption("pp", int, "Pipeline-parallel degree."),
+    PlanOption("cp", int, "Context-parallel degree."),
+    PlanOption("vpp", int, "Virtual pipeline chunks per stage."),
+    PlanOption("mbs", int, "Micro-batch size (sequences)."),
+    PlanOption("gbs", Optional[int], "Global batch size (sequences); default ~4M tokens."),
+    PlanOption("tokens_per_batch", Optional[str], "Global batch in tokens, e.g. 4M or 16e6 (instead of --gbs; "
+               "default ~4M)."),
+    PlanOption("seq_len", Optional[int], "Sequence length (default: model's max)."),
+    PlanOption("recompute", str, "none | selective | full."),
+    PlanOption("recompute_modules", Optional[str], "With selective: Megatron-Core modules, e.g. moe_act,layernorm "
+               "(default core_attn)."),
+    PlanOption("sequence_parallel", bool, "Megatron sequence parallelism (with TP > 1).",
+               ("--sequence-parallel/--no-sequence-parallel",)),
+    PlanOption("zero", int, "ZeRO stage 0-3 (1 = distributed optimizer, 3 = FSDP)."),
+    PlanOption("dtype", str, "bf16 | fp16 | fp8 | fp8-block (alias mxfp8) | fp32."),
+    PlanOption("framework", str, "Training stack: megatron | deepspeed | fsdp | torchtitan | torchtitan-eager "
+               "(attention kernel, overlap)."),
+    PlanOption("attention", str, "Attention kernel: fused | flash2 | unfused (default: the framework's)."),
+    PlanOption("ep", int, "Expert-parallel degree (MoE models; divides the experts)."),
+    PlanOption("etp", Optional[int], "Expert tensor-parallel degree (default: --tp)."),
+    PlanOption("moe_dispatcher", str, "MoE token dispatcher: alltoall | allgather | flex."),
+    PlanOption("moe_imbalance", Optional[float], "Busiest expert's tokens over the mean, >= 1 (default: the cost "
+               "model's)."),
+    PlanOption("moe_overlap_comm", bool, "Overlap EP dispatch/combine with compute.",
+               ("--moe-overlap-comm/--no-moe-overlap-comm",)),
+    PlanOption("moe_grouped_gemm", bool, "Local experts as one grouped GEMM (off: one GEMM per expert).",
+               ("--moe-grouped-gemm/--no-moe-grouped-gemm",)),
+    PlanOption("layer_split", Optional[str], "Uneven layers per stage, e.g. 9,8,8,7."),
+    PlanOption("pipeline_layout", Optional[str], "Layers per virtual stage (chunk a of stage b = entry a*PP+b), e.g. "
+               "2,2,1,... or Megatron's --pipeline-model-parallel-layout string 'Et|(tt|)*30L'; VPP = entries / PP."),
+)
+"""Every plan flag, in the order help lists them: the fields of PlanRequest but its ``id``."""
+_PLAN = {o.name: o for o in PLAN_OPTIONS}
+
+
+def plan_option(name: str) -> Any:
+    """The typer annotation of one plan flag, for commands that take only some of them (search, compare, size)."""
+    return _PLAN[name].annotation()
+
+
+Model = plan_option("model")
+Gpu = plan_option("gpu")
+Gpus = plan_option("gpus")
+Cp = plan_option("cp")
+Vpp = plan_option("vpp")
+Cluster = plan_option("cluster")
+GpusPerNode = plan_option("gpus_per_node")
+Gbs = plan_option("gbs")
+TokensPerBatch = plan_option("tokens_per_batch")
+SeqLen = plan_option("seq_len")
+
+
+def plan_options(command: Callable) -> Callable:
+    """Give a typer command every plan flag of :data:`PLAN_OPTIONS` (listed first in its help, with the PlanRequest
+    defaults); ``command`` receives them as one ``plan`` dict (name -> value, None = not given) and declares its
+    other options as usual."""
+    own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+           for p in inspect.signature(command, eval_str=True).parameters.values() if p.name != "plan"]
+    flags = [inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, default=o.default,
+                               annotation=o.annotation(required_note=True)) for o in PLAN_OPTIONS]
+
+    @functools.wraps(command)
+    def with_plan(**values: Any) -> Any:
+        plan = {o.name: values.pop(o.name) for o in PLAN_OPTIONS}
+        return command(plan=plan, **values)
+
+    with_plan.__signature__ = inspect.Signature(flags + own)  # type: ignore[attr-defined]
+    return with_plan
+
+
 HardwareFile = Annotated[list[str], typer.Option("--hardware-file", help="TOML/YAML file adding GPUs/clusters.")]
 
 
@@ -78,6 +144,10 @@ def _use_models(value: Optional[Path]) -> Optional[Path]:
 ModelsDir = Annotated[Optional[Path], typer.Option(
     "--models", callback=_use_models, help="Fitted models from `planner fit --out DIR` (default: "
     "$PLANNER_MODELS_DIR; shipped models for GPUs it does not cover).")]
+CalibrationRef = Annotated[Optional[str], typer.Option(
+    "--calibration",
+    help="Calibration NAME (calibrations/NAME.json) or file from `planner calibrate`; default: the shipped default "
+         "calibration (search_spaces/calibration/default.json); 'none' = uncalibrated.")]
 
 # ---------------------------------------------------------------- allocations and spaces (search, compare, size)
 # `planner search` takes --tp .. --dtype as lists of choices that replace its space's (e.g. --tp 1,2,4).
@@ -120,50 +190,13 @@ def _err(message: str) -> typer.Exit:
     return typer.Exit(code=2)
 
 
-def plan_flags(flags: dict, example: str) -> dict:
-    """The batch-line dict of a command's plan flags (``flags`` maps parameter names to values, e.g.
-    the command's ``locals()``; names that are not PlanRequest fields are ignored). Missing
-    --model/--gpu/--gpus and a malformed --layer-split exit 2 with one line (``example`` shows a
-    complete command)."""
-    missing = [f"--{n}" for n in ("model", "gpu", "gpus") if flags.get(n) is None]
+def plan_request(plan: dict, example: str) -> PlanRequest:
+    """The PlanRequest of a command's ``plan`` flags (:func:`plan_options`): a missing --model/--gpu/--gpus exits 2
+    with one line (``example`` shows a complete command); a bad value raises PlannerError naming the key."""
+    missing = [f"--{n}" for n in REQUIRED if plan.get(n) is None]
     if missing:
         raise _err(f"missing {', '.join(missing)}; e.g. {example}")
-    raw = {k: flags[k] for k in REQUEST_KEYS if k in flags}
-    text = raw.get("layer_split")
-    if text is not None:
-        try:
-            raw["layer_split"] = [int(x) for x in text.split(",")]
-        except ValueError:
-            raise _err(f"--layer-split {text!r} must be comma-separated integers, e.g. 9,8,8,7") from None
-    tpb = raw.get("tokens_per_batch")
-    if tpb is not None:
-        try:
-            raw["tokens_per_batch"] = parse_batch_tokens(tpb)
-        except PlannerError as exc:
-            raise _err(str(exc)) from None
-    return raw
-
-
-_SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9}
-
-
-def parse_batch_tokens(text: str | int | None) -> int | None:
-    """--tokens-per-batch as an integer: 4194304, 4M (4e6), 16e6; None stays None."""
-    if text is None or isinstance(text, int):
-        return text
-    try:
-        v = suffixed_number(text, _SUFFIX)
-    except ValueError:
-        v = float("nan")
-    if not (v >= 1 and v < 2**53):
-        raise PlannerError(f"--tokens-per-batch {text!r} must be a positive number of tokens, e.g. 4M or 4194304.")
-    return int(round(v))
-
-
-def plan_request(flags: dict, example: str) -> PlanRequest:
-    """The PlanRequest named by a command's plan flags (see :func:`plan_flags`); a bad value raises
-    PlannerError naming the key."""
-    return PlanRequest.from_dict(plan_flags(flags, example))
+    return PlanRequest.from_dict(plan)
 
 
 def write_or_print(text: str, out) -> None:
@@ -173,45 +206,3 @@ def write_or_print(text: str, out) -> None:
         typer.echo(f"wrote {out}")
     else:
         typer.echo(text, nl=False)
-
-
-# ---------------------------------------------------------------- search dimension flags (lists of choices)
-def int_list(name: str, text: str | None) -> list[int] | None:
-    """A search dimension flag as integers: '1,2,4' -> [1, 2, 4]; None stays None."""
-    if text is None:
-        return None
-    try:
-        vals = [int(x) for x in text.replace(" ", "").split(",") if x]
-    except ValueError:
-        raise PlannerError(f"{name} {text!r} must be comma-separated integers, e.g. 1,2,4,8.") from None
-    if not vals:
-        raise PlannerError(f"{name} needs at least one value.")
-    return vals
-
-
-def etp_list(text: str | None) -> list[int] | None:
-    """--etp choices of a search: 'tp,1' -> [0, 1] (0 = ETP equal to TP); None stays None."""
-    if text is None:
-        return None
-    vals = [x.strip().lower() for x in text.split(",") if x.strip()]
-    if not vals or not all(v == "tp" or v.isdigit() and int(v) > 0 for v in vals):
-        raise PlannerError(f"--etp {text!r} must list 'tp' and/or positive integers, e.g. tp,1.")
-    return [0 if v == "tp" else int(v) for v in vals]
-
-
-def str_list(text: str | None) -> list[str] | None:
-    """A search dimension flag as strings: 'megatron, fsdp' -> ['megatron', 'fsdp']; None stays None."""
-    return None if text is None else [x.strip() for x in text.split(",") if x.strip()]
-
-
-def bool_list(text: str | None) -> list[bool] | None:
-    """--sp values: 'true,false' -> [True, False]; None stays None."""
-    if text is None:
-        return None
-    table = {"true": True, "on": True, "1": True, "yes": True, "false": False, "off": False, "0": False, "no": False}
-    out = []
-    for x in str_list(text):
-        if x.lower() not in table:
-            raise PlannerError(f"--sp {text!r} must list true/false values, e.g. true,false.")
-        out.append(table[x.lower()])
-    return out

@@ -1,4 +1,4 @@
-"""`planner predict`: one plan from flags, or a JSONL batch."""
+"""`planner predict`: one plan from flags, or a JSONL batch (the Python API's planner.predict for each)."""
 
 from __future__ import annotations
 
@@ -13,13 +13,11 @@ from rich.table import Table
 
 from costmodel.core.errors import PlannerError
 from costmodel.core.kinds import describe_cost_sources
-from costmodel.core.specs.framework import attention_kernel
 from costmodel.core.specs.plan import describe_split
 from planner import cli_options as O
+from planner.api import predict_request
 from planner.calibrate import calibration_option
 from planner.formats import PLAN_FIELDS, csv_text, md_rows, prediction_row, shown_warnings
-from planner.models_dir import models_dir_for
-from planner.prediction import predict
 from planner.requests import PlanRequest
 
 FORMATS = ("table", "json", "jsonl", "csv", "md")
@@ -30,43 +28,10 @@ def _err(message: str) -> typer.Exit:
     return typer.Exit(code=2)
 
 
-def predict_request(req: PlanRequest, hardware_files: tuple = (), calibration=None) -> dict:
-    """Predict one PlanRequest; returns the JSON-ready record without ``id`` (raises PlannerError on bad input)."""
-    res = req.resolve(hardware_files)
-    pred = predict(res.model, res.plan, res.hardware, calibration=calibration)
-    out = pred.to_dict()
-    out["calibration"] = calibration.name if calibration is not None else "none"
-    out["models_dir"] = models_dir_for(res.hardware.gpu.name)  # '' = no fitted model for this GPU (roofline)
-    plan = res.plan
-    out["plan"] = {"model": res.model.name, "gpu": res.hardware.gpu.name, "cluster": res.hardware.cluster.name,
-                   "gpus": plan.world_size, "gpus_per_node": plan.gpus_per_node, "tp": plan.tp,
-                   "pp": plan.pp, "dp": plan.dp, "cp": plan.cp, "vpp": plan.vpp,
-                   "mbs": plan.micro_batch_size, "gbs": plan.global_batch_size,
-                   "seq_len": plan.seq_len, "num_microbatches": plan.num_microbatches,
-                   "recompute": plan.recompute, "sequence_parallel": plan.sp, "zero": plan.zero,
-                   "dtype": plan.dtype, "layer_split": pred.layer_split, "framework": plan.framework,
-                   "attention": attention_kernel(plan)}
-    if plan.pipeline_layout is not None:  # layers per virtual stage; absent for Megatron's classic split
-        out["plan"]["pipeline_layout"] = list(plan.pipeline_layout)
-    if plan.recompute_modules:  # Megatron-Core --recompute-modules; absent for the default selective
-        out["plan"]["recompute_modules"] = list(plan.recompute_modules)
-    if res.model.is_moe:  # MoE keys only for MoE models: a dense plan's record stays as it was
-        out["plan"].update(moe_plan_keys(plan))
-    return out
-
-
-def moe_plan_keys(plan) -> dict:
-    """The MoE layout of a plan as JSON keys (ep, etp, expert_dp, moe_dispatcher, moe_imbalance: None = the
-    cost model's default, moe_overlap_comm, moe_grouped_gemm)."""
-    return {"ep": plan.ep, "etp": plan.etp, "expert_dp": plan.expert_dp, "moe_dispatcher": plan.moe_dispatcher,
-            "moe_imbalance": plan.moe_imbalance, "moe_overlap_comm": plan.moe_overlap_comm,
-            "moe_grouped_gemm": plan.moe_grouped_gemm}
-
-
 def predict_one(raw: dict, hardware_files: tuple = (), calibration=None) -> dict:
     """Predict one batch-line dict; returns the JSON-ready record, ``id`` first when the line has one
     (raises PlannerError on bad input)."""
-    rec = predict_request(PlanRequest.from_dict(raw), hardware_files, calibration)
+    rec = predict_request(PlanRequest.from_dict(raw), hardware_files, calibration).to_dict()
     return {"id": raw.get("id"), **rec} if isinstance(raw, dict) and "id" in raw else rec
 
 
@@ -102,6 +67,21 @@ def _render_table(rec: dict, verbose: bool = False) -> None:
               + (f"EP={p['ep']} ETP={p['etp']} EDP={p['expert_dp']} dispatcher={p['moe_dispatcher']}  "
                  if p.get("ep") is not None else "") +
               f"[dim](cost model: {describe_cost_sources(rec.get('cost_sources') or {}, rec['cost_model'])})[/]")
+    con.print(_metrics_table(rec))
+    for table in _operator_tables(rec["breakdown"]):
+        con.print(table)
+    con.print(f"fitted models: {escape(rec.get('models_dir') or 'none for this GPU (roofline)')}")
+    con.print(f"calibration: {escape(rec.get('calibration') or 'none')}"
+              + (f"; interval: {escape(rec['interval'])}" if rec.get("interval") else ""))
+    lines, note = shown_warnings(rec["warnings"], verbose)
+    for w in lines:
+        con.print(f"[yellow]warning:[/] {escape(w)}")
+    if note:
+        con.print(f"[dim]{escape(note)}[/]")
+
+
+def _metrics_table(rec: dict) -> Table:
+    """The prediction's figures: time, throughput, FLOP rates, bubble, memory by part, exposed communication."""
     t = Table(title="Prediction", show_header=True)
     t.add_column("metric")
     t.add_column("value", justify="right")
@@ -126,34 +106,30 @@ def _render_table(rec: dict, verbose: bool = False) -> None:
     for k, v in rec["exposed_comm_s"].items():
         if v > 0:
             t.add_row(escape(f"exposed {k.upper()} comm [s]"), f"{v:.4g}")
-    con.print(t)
+    return t
+
+
+def _operator_tables(breakdown: list[dict]) -> list[Table]:
+    """The top operators of the critical stage, and the MoE block's operators (forward and backward summed)."""
     b = Table(title="Top operators (critical stage, whole iteration)")
     for col, just in (("operator", "left"), ("phase", "left"), ("time [s]", "right"), ("share [%]", "right")):
         b.add_column(escape(col), justify=just)
-    for row in rec["breakdown"][:12]:
+    for row in breakdown[:12]:
         b.add_row(row["operator"], row["phase"], f"{row['time_s']:.4g}", f"{100 * row['share']:.1f}")
-    con.print(b)
     moe: dict[str, list[float]] = {}
-    for row in rec["breakdown"]:  # MoE layers: every operator of the MoE block, forward and backward summed
+    for row in breakdown:  # MoE layers: every operator of the MoE block, forward and backward summed
         if row["operator"].startswith("moe."):
             t = moe.setdefault(row["operator"], [0.0, 0.0])
             t[0] += row["time_s"]
             t[1] += row["share"]
-    if moe:
-        m = Table(title="MoE layer operators (critical stage, fwd + bwd)")
-        for col, just in (("operator", "left"), ("time [s]", "right"), ("share [%]", "right")):
-            m.add_column(escape(col), justify=just)
-        for name, (t, share) in sorted(moe.items(), key=lambda kv: -kv[1][0]):
-            m.add_row(name, f"{t:.4g}", f"{100 * share:.1f}")
-        con.print(m)
-    con.print(f"fitted models: {escape(rec.get('models_dir') or 'none for this GPU (roofline)')}")
-    con.print(f"calibration: {escape(rec.get('calibration') or 'none')}"
-              + (f"; interval: {escape(rec['interval'])}" if rec.get("interval") else ""))
-    lines, note = shown_warnings(rec["warnings"], verbose)
-    for w in lines:
-        con.print(f"[yellow]warning:[/] {escape(w)}")
-    if note:
-        con.print(f"[dim]{escape(note)}[/]")
+    if not moe:
+        return [b]
+    m = Table(title="MoE layer operators (critical stage, fwd + bwd)")
+    for col, just in (("operator", "left"), ("time [s]", "right"), ("share [%]", "right")):
+        m.add_column(escape(col), justify=just)
+    for name, (t, share) in sorted(moe.items(), key=lambda kv: -kv[1][0]):
+        m.add_row(name, f"{t:.4g}", f"{100 * share:.1f}")
+    return [b, m]
 
 
 BATCH_COLUMNS = ("id", *(f.header for f in PLAN_FIELDS), "error")
@@ -171,84 +147,59 @@ def _write_rows(recs, fmt: str) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command()
-    def predict(
-        model: O.Model = None,
-        gpu: O.Gpu = None,
-        gpus: O.Gpus = None,
-        gpus_per_node: O.GpusPerNode = None,
-        cluster: O.Cluster = None,
-        tp: O.Tp = PlanRequest.tp,
-        pp: O.Pp = PlanRequest.pp,
-        cp: O.Cp = PlanRequest.cp,
-        vpp: O.Vpp = PlanRequest.vpp,
-        mbs: O.Mbs = PlanRequest.mbs,
-        gbs: O.Gbs = None,
-        tokens_per_batch: O.TokensPerBatch = None,
-        seq_len: O.SeqLen = None,
-        recompute: O.Recompute = PlanRequest.recompute,
-        recompute_modules: O.RecomputeModules = None,
-        sequence_parallel: O.SequenceParallel = PlanRequest.sequence_parallel,
-        zero: O.Zero = PlanRequest.zero,
-        dtype: O.Dtype = PlanRequest.dtype,
-        framework: O.Framework = PlanRequest.framework,
-        attention: O.Attention = PlanRequest.attention,
-        ep: O.Ep = PlanRequest.ep,
-        etp: O.Etp = None,
-        moe_dispatcher: O.MoeDispatcher = PlanRequest.moe_dispatcher,
-        moe_imbalance: O.MoeImbalance = None,
-        moe_overlap_comm: O.MoeOverlapComm = PlanRequest.moe_overlap_comm,
-        moe_grouped_gemm: O.MoeGroupedGemm = PlanRequest.moe_grouped_gemm,
-        layer_split: O.LayerSplit = None,
-        pipeline_layout: O.PipelineLayout = None,
-        batch: Optional[str] = typer.Option(None, "--batch", help="JSONL file of requests ('-' = stdin)."),
-        fmt: str = typer.Option(
-            "table", "--format", help="table | json | csv | md; jsonl (one JSON object per line, the --batch "
-            "default); csv and md give the plan columns shared with search, compare and size."),
-        verbose: bool = typer.Option(False, "--verbose", "-v", help="Every warning on its own line (default: "
-                                     "one line per cause with a count)."),
-        hardware_file: O.HardwareFile = [],
-        models: O.ModelsDir = None,
-        calibration: Optional[str] = typer.Option(
-            None, "--calibration",
-            help="Calibration NAME (calibrations/NAME.json) or file from `planner calibrate`; default: the "
-                 "shipped default calibration (search_spaces/calibration/default.json); 'none' = uncalibrated."),
-    ) -> None:
-        """Predict iteration time, throughput, MFU, memory and operator breakdown of one plan (or a batch)."""
-        if fmt not in FORMATS:
-            raise _err(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
-        hw_files = tuple(hardware_file)
+    app.command("predict")(predict_command)
+
+
+@O.plan_options
+def predict_command(
+    plan: dict,
+    batch: Optional[str] = typer.Option(None, "--batch", help="JSONL file of requests ('-' = stdin)."),
+    fmt: str = typer.Option(
+        "table", "--format", help="table | json | csv | md; jsonl (one JSON object per line, the --batch "
+        "default); csv and md give the plan columns shared with search, compare and size."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Every warning on its own line (default: "
+                                 "one line per cause with a count)."),
+    hardware_file: O.HardwareFile = [],
+    models: O.ModelsDir = None,
+    calibration: O.CalibrationRef = None,
+) -> None:
+    """Predict iteration time, throughput, MFU, memory and operator breakdown of one plan (or a batch)."""
+    if fmt not in FORMATS:
+        raise _err(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
+    hw_files = tuple(hardware_file)
+    try:
+        cal = calibration_option(calibration)
+    except PlannerError as exc:
+        raise _err(str(exc)) from None
+    if batch is not None:
+        _predict_batch(batch, "jsonl" if fmt == "table" else fmt, hw_files, cal)
+        return
+    try:
+        req = O.plan_request(plan, "planner predict --model llama-13b --gpu a100-80gb --gpus 128 --tp 2 --pp 2")
+        rec = predict_request(req, hw_files, cal).to_dict()
+    except PlannerError as exc:
+        raise _err(str(exc)) from None
+    if fmt in ("json", "jsonl"):
+        typer.echo(json.dumps(rec, indent=2 if fmt == "json" else None))
+    elif fmt in ("csv", "md"):
+        row = prediction_row(rec)
+        sys.stdout.write(csv_text([row]) if fmt == "csv" else md_rows([row]))
+    else:
+        _render_table(rec, verbose)
+
+
+def _predict_batch(batch: str, fmt: str, hw_files: tuple, cal) -> None:
+    """`predict --batch FILE`: one output line per request line, as each is predicted."""
+    try:
+        fh = sys.stdin if batch == "-" else open(batch, encoding="utf-8")
+    except OSError as exc:
+        raise _err(f"cannot read batch file {batch}: {exc.strerror}; pass an existing JSONL file or '-'") from None
+    with fh:
         try:
-            cal = calibration_option(calibration)
-        except PlannerError as exc:
-            raise _err(str(exc)) from None
-        if batch is not None:
-            if fmt == "table":
-                fmt = "jsonl"
-            try:
-                fh = sys.stdin if batch == "-" else open(batch, encoding="utf-8")
-            except OSError as exc:
-                raise _err(f"cannot read batch file {batch}: {exc.strerror}; "
-                           "pass an existing JSONL file or '-'") from None
-            with fh:
-                try:
-                    if fmt in ("csv", "md"):
-                        _write_rows(run_batch(fh, hw_files, cal), fmt)
-                    else:  # json and jsonl: one object per line
-                        for rec in run_batch(fh, hw_files, cal):
-                            sys.stdout.write(json.dumps(rec) + "\n")
-                except UnicodeDecodeError:
-                    raise _err(f"batch file {batch} is not UTF-8 text; pass a JSONL file") from None
-            return
-        try:
-            req = O.plan_request(locals(), "planner predict --model llama-13b --gpu a100-80gb --gpus 128 --tp 2 --pp 2")
-            rec = predict_request(req, hw_files, cal)
-        except PlannerError as exc:
-            raise _err(str(exc)) from None
-        if fmt in ("json", "jsonl"):
-            typer.echo(json.dumps(rec, indent=2 if fmt == "json" else None))
-        elif fmt in ("csv", "md"):
-            row = prediction_row(rec)
-            sys.stdout.write(csv_text([row]) if fmt == "csv" else md_rows([row]))
-        else:
-            _render_table(rec, verbose)
+            if fmt in ("csv", "md"):
+                _write_rows(run_batch(fh, hw_files, cal), fmt)
+            else:  # json and jsonl: one object per line
+                for rec in run_batch(fh, hw_files, cal):
+                    sys.stdout.write(json.dumps(rec) + "\n")
+        except UnicodeDecodeError:
+            raise _err(f"batch file {batch} is not UTF-8 text; pass a JSONL file") from None

@@ -1,9 +1,10 @@
 """One plan request: the dataclass every way of naming a parallel plan goes through.
 
 `planner predict` / `explain` / `export` flags (declared once in :mod:`planner.cli_options`), each line
-of a `planner predict --batch` file (keys documented in README "Batch requests") and programmatic
-callers all build a :class:`PlanRequest`; :meth:`PlanRequest.resolve` turns it into the three
-cost-model inputs (model, plan, hardware).
+of a `planner predict --batch` file (keys documented in README "Batch requests") and the Python API
+(``planner.predict(...)``) all build a :class:`PlanRequest`; :meth:`PlanRequest.resolve` turns it into the three
+cost-model inputs (model, plan, hardware). List-valued keys may be given as the CLI writes them ('9,8,8,7'),
+and the batch in tokens with a suffix ('4M').
 """
 
 from __future__ import annotations
@@ -68,8 +69,8 @@ class PlanRequest:
     """Global batch size in sequences; None = the multiple of MBS x DP nearest ``tokens_per_batch`` tokens
     (default DEFAULT_BATCH_TOKENS). Give gbs or tokens_per_batch, not both."""
     tokens_per_batch: int | None = None
-    """Global batch size in tokens (the sequences are the multiple of MBS x DP landing nearest it);
-    None = DEFAULT_BATCH_TOKENS when gbs is not given either."""
+    """Global batch size in tokens (the sequences are the multiple of MBS x DP landing nearest it), an integer or
+    text such as '4M' or '16e6'; None = DEFAULT_BATCH_TOKENS when gbs is not given either."""
     seq_len: int | None = None
     """Sequence length in tokens; None = the model's max_seq_len."""
     recompute: str = "selective"
@@ -84,7 +85,7 @@ class PlanRequest:
     dtype: str = "bf16"
     """GEMM precision: bf16 | fp16 | fp8 | fp8-block (alias mxfp8) | fp32."""
     layer_split: tuple[int, ...] | None = None
-    """Layers per pipeline stage when uneven, e.g. [9, 8, 8, 7]; None = even split."""
+    """Layers per pipeline stage when uneven, e.g. [9, 8, 8, 7] or '9,8,8,7'; None = even split."""
     pipeline_layout: tuple[int, ...] | None = None
     """Layers per virtual pipeline stage in virtual-stage order (chunk a of stage b is entry a*PP + b), a list,
     '2,2,1,...' or Megatron's --pipeline-model-parallel-layout string ('Et|(tt|)*30L'); VPP = entries / PP when
@@ -257,7 +258,25 @@ class ResolvedPlan:
     hardware: Hardware
 
 
+_SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9}
+
+
+def parse_batch_tokens(text: str | int | None) -> int | None:
+    """A global batch in tokens as an integer: 4194304, '4M' (4e6), '16e6'; None stays None."""
+    if text is None or (isinstance(text, int) and not isinstance(text, bool)):
+        return text
+    try:
+        v = suffixed_number(text, _SUFFIX)
+    except ValueError:
+        v = float("nan")
+    if not (v >= 1 and v < 2**53):
+        raise PlannerError(f"tokens_per_batch {text!r} must be a positive number of tokens, e.g. 4M or 4194304.")
+    return int(round(v))
+
+
 def _check_type(key: str, value: object) -> object:
+    if key == "tokens_per_batch" and isinstance(value, str):
+        value = parse_batch_tokens(value)
     if key in _INT_KEYS:
         if isinstance(value, float) and math.isfinite(value) and value.is_integer():
             value = int(value)
@@ -274,6 +293,11 @@ def _check_type(key: str, value: object) -> object:
             raise PlannerError(f"{key}={value!r} must be a list of module names or 'a,b', e.g. ['moe_act']")
         return tuple(v.strip() for v in items if v.strip())
     if key == "layer_split":
+        if isinstance(value, str):
+            try:
+                value = [int(x) for x in value.split(",")]
+            except ValueError:
+                raise PlannerError(f"{key}={value!r} must be comma-separated integers, e.g. 9,8,8,7") from None
         if (not isinstance(value, (list, tuple)) or not value
                 or any(isinstance(v, bool) or not isinstance(v, int) or v <= 0 for v in value)):
             raise PlannerError(f"{key}={value!r} must be a list of positive integers, one per pipeline stage")

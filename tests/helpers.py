@@ -68,3 +68,33 @@ def write_json(folder: Path, name: str, data: dict, **over) -> Path:
     profile folder the measurement loaders read)."""
     (folder / name).write_text(json.dumps({**data, **over}))
     return folder
+
+
+def cli_flags(plan: dict) -> list[str]:
+    """The `planner predict` flags of a batch-line dict (booleans as --x / --no-x, lists comma-separated)."""
+    out: list[str] = []
+    for key, value in plan.items():
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            out.append(flag if value else flag.replace("--", "--no-", 1))
+        elif isinstance(value, (list, tuple)):
+            out += [flag, ",".join(map(str, value))]
+        else:
+            out += [flag, str(value)]
+    return out
+
+
+def run_cli(args: list[str], stdin: str | None = None):
+    """`planner ARGS` in-process (typer's CliRunner): the result, exit code 0 asserted with the output shown."""
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    res = CliRunner().invoke(app, args, input=stdin)
+    assert res.exit_code == 0, (args, res.output)
+    return res
+
+
+def cli_json(args: list[str]) -> dict:
+    """`planner ARGS --format json` in-process, parsed."""
+    return json.loads(run_cli([*args, "--format", "json"]).stdout)

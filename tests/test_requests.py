@@ -52,9 +52,10 @@ def test_cli_flags_and_batch_line_build_the_same_request(command, monkeypatch):
 def test_flag_defaults_are_the_dataclass_defaults(monkeypatch):
     req = _captured_request("predict", ["--model", "llama-13b", "--gpu", "a100-80gb", "--gpus", "8"], monkeypatch)
     assert req == PlanRequest(model="llama-13b", gpu="a100-80gb", gpus=8)
-    # explain's --gpu defaults to the reference GPU, the rest as predict
-    req = _captured_request("explain", ["--model", "llama-13b", "--gpus", "8"], monkeypatch)
-    assert req == PlanRequest(model="llama-13b", gpu=cli_options.DEFAULT_GPU, gpus=8)
+    # explain and export take the same defaults (and, as predict, require --gpu)
+    for command in ("explain", "export"):
+        req = _captured_request(command, ["--model", "llama-13b", "--gpu", "a100-80gb", "--gpus", "8"], monkeypatch)
+        assert req == PlanRequest(model="llama-13b", gpu="a100-80gb", gpus=8)
 
 
 def test_batch_line_and_cli_predictions_are_equal():
@@ -140,7 +141,9 @@ def test_plan_commands_share_every_plan_option():
 
 
 def test_search_commands_share_the_per_plan_options():
-    helps = {c: _help_of(c) for c in ("predict", "search", "compare", "size")}
+    note = " Required, no default."  # what predict says of a required plan flag it checks itself
+    helps = {c: {f: h.replace(note, "") for f, h in _help_of(c).items()} for c in ("predict", "search", "compare",
+                                                                                 "size")}
     for flag in ("--model", "--gbs", "--seq-len", "--hardware-file"):
         assert len({h[flag] for h in helps.values()}) == 1, flag
     assert helps["search"]["--cluster"] == helps["predict"]["--cluster"]
@@ -151,8 +154,9 @@ def test_search_commands_share_the_per_plan_options():
 
 
 def test_no_option_declared_twice_in_the_command_modules():
-    """Every option of a plan or a search lives in planner.cli_options; a command module declares only
-    the flags no other command module declares (its own --format and --top choices excepted)."""
+    """Every plan flag is one row of planner.cli_options.PLAN_OPTIONS (name, type, help; the default is
+    PlanRequest's); a command module declares only the flags no other command module declares (its own --format
+    and --top choices excepted)."""
     import planner.cli_export
     import planner.cli_predict
     import planner.cli_search
@@ -163,14 +167,23 @@ def test_no_option_declared_twice_in_the_command_modules():
             declared.setdefault(flag, []).append(mod.__name__)
     dup = {f: m for f, m in declared.items() if len(m) > 1 and f not in ("--format", "--top")}
     assert dup == {}, dup
-    shared = set(re.findall(r'typer\.Option\("(--[a-z-]+)', inspect.getsource(cli_options)))
-    assert set(PLAN_FLAGS) - {"--sequence-parallel"} <= shared
-    assert set(declared) & set(PLAN_FLAGS) == set(), "a plan flag declared outside planner.cli_options"
+    table = [o.name for o in cli_options.PLAN_OPTIONS]
+    assert sorted(table) == sorted(k for k in REQUEST_KEYS if k != "id"), "PLAN_OPTIONS lists every PlanRequest field"
+    assert set(declared) & {"--" + n.replace("_", "-") for n in table} == set(), "a plan flag declared twice"
+    for o in cli_options.PLAN_OPTIONS:
+        default = getattr(PlanRequest, o.name, None) if o.name not in ("model", "gpu", "gpus") else None
+        assert o.default == (None if isinstance(default, tuple) else default), o.name
+
+
+def test_plan_commands_take_every_plan_flag():
+    flags = {"--" + o.name.replace("_", "-") for o in cli_options.PLAN_OPTIONS}
+    for command in ("predict", "explain", "export"):
+        assert flags <= set(_help_of(command)), (command, flags - set(_help_of(command)))
 
 
 def test_search_request_replaces_positional_arguments():
-    from planner.cli_search import SearchRequest, _run_search
+    from planner.search.api import SearchRequest, run_search
 
-    assert list(inspect.signature(_run_search).parameters) == ["r"]
+    assert list(inspect.signature(run_search).parameters) == ["r"]
     req = SearchRequest.from_flags({"model": "llama-13b", "gpu": ["h100-sxm"], "gpus": 8, "top": 3})
     assert req.gpu == ("h100-sxm",) and req.gpus == 8 and req.trials == 200

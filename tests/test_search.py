@@ -329,13 +329,32 @@ def test_cli_search_optuna_and_pareto():
 
 
 def test_cli_explain():
-    out = _ok(["explain", "--model", "llama-13b", "--gpus", "16", "--tp", "2", "--pp", "2"])
+    plan = ["--model", "llama-13b", "--gpu", "a100-80gb", "--gpus", "16", "--tp", "2", "--pp", "2"]
+    out = _ok(["explain", *plan])
     assert "stage" in out and "Operators of stage" in out
     import json
 
-    ex = json.loads(_ok(["explain", "--model", "llama-13b", "--gpus", "16", "--tp", "2", "--pp", "2",
-                         "--format", "json"]))
+    ex = json.loads(_ok(["explain", *plan, "--format", "json"]))
     assert len(ex["stages"]) == 2 and ex["stages"][0]["operators"]
+    # the same prediction as predict's (the default calibration applied by both), its stage times the operators'
+    pred = json.loads(_ok(["predict", *plan, "--format", "json"]))
+    assert ex["prediction"]["iteration_time_s"] == pred["iteration_time_s"]
+    assert ex["prediction"]["memory_gib_per_gpu"] == pred["memory_gib_per_gpu"]
+    m = ex["num_microbatches"]
+    for stage in ex["stages"]:  # the operator rows add up to the stage times the prediction composes
+        rows = [r for r in stage["operators"] if not r["overlapped"]]
+        fwd = sum(r["time_per_iteration_s"] for r in rows if r["phase"] == "fwd")
+        bwd = sum(r["time_per_iteration_s"] for r in rows if r["phase"] in ("bwd", "recompute"))
+        assert (fwd / m, bwd / m) == pytest.approx((stage["fwd_per_microbatch_s"], stage["bwd_per_microbatch_s"]),
+                                                   rel=1e-9)
+    cmp = json.loads(_ok(["explain", *plan, "--format", "json", "--calibration", "none"]))
+    assert cmp["prediction"]["iteration_time_s"] < ex["prediction"]["iteration_time_s"]
+
+
+def test_cli_explain_requires_the_gpu_as_predict_does():
+    for command in ("predict", "explain"):
+        r = CliRunner().invoke(app, [command, "--model", "llama-13b", "--gpus", "16"])
+        assert r.exit_code == 2 and "missing --gpu" in r.output, r.output
 
 
 def test_cli_compare():
@@ -368,7 +387,7 @@ def test_cli_size():
     (["size", "--model", "llama-13b", "--tokens", "1e12", "--deadline", "1h", "--gpu", "a100-80gb",
       "--max-gpus", "64", "--space", "fsdp"], "no allocation"),
     (["size", "--model", "llama-13b", "--tokens", "1e12", "--deadline", "30d", "--gpu", "nope-gpu"], "unknown GPU"),
-    (["explain", "--model", "llama-13b", "--gpus", "16", "--tp", "3"], "TP"),
+    (["explain", "--model", "llama-13b", "--gpu", "a100-80gb", "--gpus", "16", "--tp", "3"], "TP"),
 ])
 def test_cli_bad_input_exit_2_one_line(args, needle):
     r = CliRunner().invoke(app, args)

@@ -59,12 +59,12 @@ def explain_rows(ex: dict) -> list[dict]:
             for s in ex["stages"] for r in s["operators"]]
 
 
-def explain_out(model, plan, hw, fmt: str, top: int = 15) -> None:
-    """Explain one plan and print it in ``fmt``."""
+def explain_out(result, fmt: str, top: int = 15) -> None:
+    """Print an explanation (planner.search.explain.ExplainResult) in ``fmt``."""
     # deferred: the planner.search package (engine, samplers) loads only for search commands
-    from planner.search.explain import explain_plan, render_explanation
+    from planner.search.explain import render_explanation
 
-    ex = explain_plan(model, plan, hw)
+    ex = result.to_dict()
     if fmt == "json":
         typer.echo(json.dumps(ex, indent=2))
     elif fmt == "csv":
@@ -131,12 +131,12 @@ def size_rows(m, res) -> list[dict]:
     return out
 
 
-def size_out(m, tokens, deadline_s, res, fmt: str) -> None:
-    """Print a sizing answer in ``fmt``."""
+def size_out(result, fmt: str) -> None:
+    """Print a sizing answer (planner.search.api.SizeResult) in ``fmt``."""
     if fmt == "json":
-        typer.echo(json.dumps({"model": m.name, "tokens": tokens, "deadline_s": deadline_s, **res.to_dict()},
-                              indent=2))
+        typer.echo(json.dumps(result.to_dict(), indent=2))
         return
+    m, tokens, deadline_s, res = result.spec, result.tokens, result.deadline_s, result.sizing
     if fmt in ("csv", "md"):
         rows = size_rows(m, res)
         head = [*SIZE_COLUMNS, *(f.header for f in PLAN_FIELDS)]

@@ -7,6 +7,8 @@ stage times the prediction composes and the iteration time is predict's.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from costmodel.core.calibration import Calibration
 from costmodel.core.kinds import describe_cost_sources
 from costmodel.core.specs.hardware import Hardware
@@ -14,21 +16,49 @@ from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan, describe_split
 from costmodel.cost.base import OperatorCostModel
 from costmodel.estimate import Estimate, estimate
-from planner.prediction import prediction
+from planner.prediction import Prediction, prediction
+
+
+@dataclass
+class ExplainResult:
+    """One plan's prediction and its operators per pipeline stage (what `planner explain` prints)."""
+
+    model: str
+    gpu: str
+    cluster: str
+    plan: str
+    """The layout in words (ParallelPlan.factors())."""
+    layer_split: list | None
+    """Layers per stage when uneven (Prediction.layer_split)."""
+    num_microbatches: int
+    prediction: Prediction
+    """The prediction, as `planner predict` makes it (same calibration, same iteration time)."""
+    stages: list[dict]
+    """Per stage: layers, forward/backward seconds per micro-batch, seconds per iteration by phase and every
+    operator (calls per iteration, seconds per call, seconds per iteration, overlapped or not), largest first."""
+
+    @property
+    def iteration_time_s(self) -> float:
+        return self.prediction.iteration_time_s
+
+    def to_dict(self) -> dict:
+        """The `planner explain --format json` object."""
+        return {"model": self.model, "gpu": self.gpu, "cluster": self.cluster, "plan": self.plan,
+                "layer_split": self.layer_split, "num_microbatches": self.num_microbatches,
+                "prediction": self.prediction.to_dict(), "stages": self.stages}
 
 
 def explain_plan(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, cost_model: OperatorCostModel | None = None,
-                 calibration: Calibration | None = None) -> dict:
-    """JSON-ready breakdown: the prediction, and per stage its layers, forward/backward time per
-    micro-batch, seconds per iteration by phase, and every operator (calls per iteration, seconds
-    per call, seconds per iteration). Overlapped communication (CP ring, ZeRO-3 prefetch) is listed
-    with ``overlapped`` = True; only its part beyond the layer's compute is on the critical path."""
+                 calibration: Calibration | None = None) -> ExplainResult:
+    """The prediction, and per stage its layers, forward/backward time per micro-batch, seconds per iteration by
+    phase, and every operator (calls per iteration, seconds per call, seconds per iteration), from one costing.
+    Overlapped communication (CP ring, ZeRO-3 prefetch) is listed with ``overlapped`` = True; only its part beyond
+    the layer's compute is on the critical path."""
     est = estimate(model, plan, hardware, cost_model=cost_model, calibration=calibration)
     pred = prediction(est)
     stages = [_stage(est, i, pred.stage_times_s[i]) for i in range(len(est.graph.stages))]
-    return {"model": model.name, "gpu": hardware.gpu.name, "cluster": hardware.cluster.name,
-            "plan": est.plan.factors(), "layer_split": pred.layer_split,
-            "num_microbatches": est.graph.num_microbatches, "prediction": pred.to_dict(), "stages": stages}
+    return ExplainResult(model.name, hardware.gpu.name, hardware.cluster.name, est.plan.factors(), pred.layer_split,
+                         est.graph.num_microbatches, pred, stages)
 
 
 def _stage(est: Estimate, i: int, fwd_bwd: list[float]) -> dict:

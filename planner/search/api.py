@@ -1,0 +1,402 @@
+"""`planner search`, `planner size` and `planner compare` as Python functions: :func:`search`, :func:`size`,
+:func:`compare` (exported as ``planner.search(...)``, ``planner.size(...)``, ``planner.compare(...)``).
+
+Keyword names are the commands' flags with underscores, defaults are the CLI's, and the shipped default
+calibration is applied as `planner predict` applies it; each returns a typed result whose ``to_dict()`` is the
+command's ``--format json`` object, and bad input raises :class:`costmodel.core.errors.PlannerError`. The commands
+(planner/cli_search.py) call these and print.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+
+from costmodel.core.errors import PlannerError
+from costmodel.core.specs.catalogue import load_catalogue
+from costmodel.core.specs.model import ModelSpec
+from costmodel.core.specs.presets import resolve_model
+from planner.calibrate import calibration_option
+from planner.requests import parse_batch_tokens
+from planner.search.engine import SearchResult
+from planner.search.engine import search as run_engine
+from planner.search.nofit import no_fit_message
+from planner.search.records import PlanRecord
+from planner.search.sizing import CompareRow, SizingResult, parse_deadline, parse_prices, parse_tokens
+from planner.search.sizing import compare as compare_gpus
+from planner.search.sizing import size as size_allocation
+from planner.search.space import build_problem, load_space, make_target
+
+DEFAULT_GPU = "a100-80gb"
+"""GPU `planner search` uses when --gpu is not given (the issue's reference case: llama-13b on 128 A100-80GB)."""
+SIZE_DEFAULT_GPUS = ("a100-80gb", "h100-sxm")
+"""GPU types `planner size` considers without --gpu (kept short: each type costs several searches)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchRequest:
+    """One `planner search` run: the model and per-plan settings, the allocation, the space, the optimiser."""
+
+    model: str
+    """Preset name or path to a config.json (as PlanRequest.model)."""
+    gpu: tuple[str, ...] = ()
+    """GPU keys to search (empty: DEFAULT_GPU, or the --cluster's GPU)."""
+    gpus: int | None = None
+    """Total GPUs of each GPU type (exactly one of gpus, nodes, nodes_range)."""
+    nodes: int | None = None
+    """Nodes of each GPU type."""
+    nodes_range: str | None = None
+    """Node counts to search: A:B doubling, A:B:STEP, or a list 4,8,16."""
+    cluster: str | None = None
+    """Node type (as PlanRequest.cluster)."""
+    gpus_per_node: int | None = None
+    """GPUs per node (as PlanRequest.gpus_per_node)."""
+    space: str = "default"
+    """Search-space preset (default, megatron, fsdp) or TOML file."""
+    tp: str | None = None
+    """TP degrees replacing the space's, e.g. "1,2,4,8"."""
+    pp: str | None = None
+    """PP degrees replacing the space's."""
+    cp: str | None = None
+    """CP degrees replacing the space's."""
+    ep: str | None = None
+    """EP degrees replacing the space's (MoE models), e.g. "1,8"."""
+    etp: str | None = None
+    """Expert TP choices replacing the space's (MoE models), e.g. "tp,1"."""
+    vpp: str | None = None
+    """Virtual pipeline chunks per stage replacing the space's."""
+    mbs: str | None = None
+    """Micro-batch sizes replacing the space's."""
+    recompute: str | None = None
+    """Recompute modes replacing the space's, e.g. "none,selective,full"."""
+    zero: str | None = None
+    """ZeRO stages replacing the space's, e.g. "1,3"."""
+    sp: str | None = None
+    """Sequence-parallelism values replacing the space's, e.g. "true,false"."""
+    dtype: str | None = None
+    """GEMM precisions replacing the space's, e.g. "bf16,fp8"."""
+    framework: str | None = None
+    """Training stacks replacing the space's, e.g. "megatron,fsdp" (compared on the same allocation)."""
+    allow_tp_across_nodes: bool = False
+    """Let TP groups span nodes."""
+    headroom: float | None = None
+    """HBM fraction kept free (None: the space's)."""
+    gbs: int | None = None
+    """Global batch size in sequences (as PlanRequest.gbs)."""
+    tokens_per_batch: str | None = None
+    """Global batch size in tokens, e.g. "4M" (as PlanRequest.tokens_per_batch; not with gbs)."""
+    seq_len: int | None = None
+    """Sequence length (as PlanRequest.seq_len)."""
+    tokens: str | None = None
+    """Training token budget, e.g. "1e12" or "2T" (for time and cost to train)."""
+    price: tuple[str, ...] = ()
+    """GPU=USD per GPU-hour overrides."""
+    objective: str = "time"
+    """time | cost | pareto."""
+    trials: int = 200
+    """Optuna trials to run (added to a resumed study)."""
+    exhaustive: bool = False
+    """Evaluate every valid plan instead of sampling (= mode exhaustive)."""
+    mode: str = "auto"
+    """auto (exhaustive when the space's valid plans fit the exhaustive budget, else Optuna) | exhaustive | optuna."""
+    jobs: int = 0
+    """Processes for exhaustive search (0 = one per CPU core, at most 4)."""
+    seed: int | None = None
+    """Sampler seed."""
+    sampler: str = "tpe"
+    """tpe | nsga2 | random."""
+    storage: str | None = None
+    """Optuna storage URL or journal file."""
+    study_name: str | None = None
+    """Optuna study to create or resume."""
+    resume: bool = False
+    """Finish the study's interrupted run instead of adding trials."""
+    progress: bool = True
+    """Show a progress bar on stderr (terminals only)."""
+    top: int = 10
+    """Plans printed."""
+    hardware_file: tuple[str, ...] = ()
+    """TOML/YAML files adding GPUs/clusters."""
+
+    @classmethod
+    def from_flags(cls, flags: dict) -> SearchRequest:
+        """The request named by a command's parameters (e.g. its ``locals()``; other names are ignored)."""
+        vals = {f.name: flags[f.name] for f in fields(cls) if f.name in flags}
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in vals.items()})
+
+
+
+# ------------------------------------------------------------------------ search dimensions (lists of choices)
+def int_list(name: str, text: str | None) -> list[int] | None:
+    """A search dimension flag as integers: '1,2,4' -> [1, 2, 4]; None stays None."""
+    if text is None:
+        return None
+    try:
+        vals = [int(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise PlannerError(f"{name} {text!r} must be comma-separated integers, e.g. 1,2,4,8.") from None
+    if not vals:
+        raise PlannerError(f"{name} needs at least one value.")
+    return vals
+
+
+def etp_list(text: str | None) -> list[int] | None:
+    """--etp choices of a search: 'tp,1' -> [0, 1] (0 = ETP equal to TP); None stays None."""
+    if text is None:
+        return None
+    vals = [x.strip().lower() for x in text.split(",") if x.strip()]
+    if not vals or not all(v == "tp" or v.isdigit() and int(v) > 0 for v in vals):
+        raise PlannerError(f"--etp {text!r} must list 'tp' and/or positive integers, e.g. tp,1.")
+    return [0 if v == "tp" else int(v) for v in vals]
+
+
+def str_list(text: str | None) -> list[str] | None:
+    """A search dimension flag as strings: 'megatron, fsdp' -> ['megatron', 'fsdp']; None stays None."""
+    return None if text is None else [x.strip() for x in text.split(",") if x.strip()]
+
+
+def bool_list(text: str | None) -> list[bool] | None:
+    """--sp values: 'true,false' -> [True, False]; None stays None."""
+    if text is None:
+        return None
+    table = {"true": True, "on": True, "1": True, "yes": True, "false": False, "off": False, "0": False, "no": False}
+    out = []
+    for x in str_list(text):
+        if x.lower() not in table:
+            raise PlannerError(f"--sp {text!r} must list true/false values, e.g. true,false.")
+        out.append(table[x.lower()])
+    return out
+
+
+def _space(r: SearchRequest):
+    return load_space(r.space).override(
+        tp=int_list("--tp", r.tp), pp=int_list("--pp", r.pp), cp=int_list("--cp", r.cp),
+        vpp=int_list("--vpp", r.vpp), mbs=int_list("--mbs", r.mbs), recompute=str_list(r.recompute),
+        zero=int_list("--zero", r.zero), sequence_parallel=bool_list(r.sp), dtype=str_list(r.dtype),
+        framework=str_list(r.framework), ep=int_list("--ep", r.ep), etp=etp_list(r.etp),
+        allow_tp_across_nodes=True if r.allow_tp_across_nodes else None,
+        memory_headroom=r.headroom)
+
+
+def _hardwares(gpu, cluster: str | None, gpus_per_node: int | None, hardware_file):
+    cat = load_catalogue(tuple(hardware_file))
+    names = gpu or ([None] if cluster else [DEFAULT_GPU])
+    return cat, [cat.resolve(g, cluster, gpus_per_node) for g in names]
+
+
+def _node_range(text: str) -> list[int]:
+    """'4:32' -> 4, 8, 16, 32 (doubling); '4:32:4' -> 4, 8, ..., 32 (step); '8,16,64' -> as listed."""
+    try:
+        if ":" in text:
+            parts = [int(x) for x in text.split(":")]
+            if len(parts) not in (2, 3) or parts[0] <= 0 or parts[1] < parts[0] or (len(parts) == 3 and parts[2] <= 0):
+                raise ValueError
+            if len(parts) == 3:
+                return list(range(parts[0], parts[1] + 1, parts[2]))
+            out, n = [], parts[0]
+            while n <= parts[1]:
+                out.append(n)
+                n *= 2
+            return out
+        vals = [int(x) for x in text.split(",")]
+        if not vals or min(vals) <= 0:
+            raise ValueError
+        return sorted(set(vals))
+    except ValueError:
+        raise PlannerError(f"--nodes-range {text!r} must be A:B (doubling), A:B:STEP or a list like 4,8,16.") from None
+
+
+def _targets(hws, gpus: int | None, nodes: int | None, nodes_range: str | None):
+    given = [x is not None for x in (gpus, nodes, nodes_range)]
+    if sum(given) == 0:
+        raise PlannerError("pass the allocation: --gpus N, --nodes N or --nodes-range A:B.")
+    if sum(given) > 1:
+        raise PlannerError("pass only one of --gpus, --nodes and --nodes-range.")
+    out = []
+    for hw in hws:
+        if gpus is not None:
+            out.append(make_target(hw, gpus))
+        elif nodes is not None:
+            if nodes <= 0:
+                raise PlannerError(f"--nodes must be a positive integer, got {nodes}.")
+            out.append(make_target(hw, nodes * hw.gpus_per_node))
+        else:
+            out += [make_target(hw, n * hw.gpus_per_node) for n in _node_range(nodes_range)]
+    return out
+
+
+def _progress_bar(description: str):
+    """A rich progress bar on stderr (shown only on a terminal) and the callback feeding it."""
+    # deferred: rich's progress display loads only when a search shows one
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   console=console, transient=True, disable=not console.is_terminal)
+    task = bar.add_task(description, total=None)
+
+    def update(done: int, total: int) -> None:
+        bar.update(task, completed=done, total=total)
+
+    return bar, update
+
+
+def jobs_or_default(jobs: int) -> int:
+    """--jobs: 0 = one process per CPU core, at most 4."""
+    if jobs < 0:
+        raise PlannerError(f"--jobs must be >= 0, got {jobs}.")
+    return jobs or max(1, min(4, os.cpu_count() or 1))
+
+
+# ------------------------------------------------------------------------------------------ search
+@dataclass
+class RankedPlans:
+    """What `planner search` prints: the best plans of a search, ranked."""
+
+    model: str
+    """Model name."""
+    search: dict
+    """How the search went (SearchResult.summary(): method, candidates evaluated, feasible, elapsed, batch)."""
+    plans: list[PlanRecord]
+    """The ``top`` best plans, best first."""
+    result: SearchResult = field(repr=False)
+    """Every feasible plan found (``result.records``) and the problem searched (``result.problem``)."""
+
+    @property
+    def best(self) -> PlanRecord:
+        return self.plans[0]
+
+    def to_dict(self) -> dict:
+        """The `planner search --format json` object."""
+        return {"model": self.model, "search": self.search, "plans": [r.to_dict() for r in self.plans]}
+
+
+def run_search(r: SearchRequest) -> RankedPlans:
+    """Build the search problem of ``r`` and run it (with a progress bar when asked); PlannerError when no plan is
+    feasible."""
+    if r.resume and (r.exhaustive or r.mode == "exhaustive"):
+        raise PlannerError("--resume applies to Optuna studies; --exhaustive has nothing to resume (drop one).")
+    if r.resume and not r.study_name:
+        raise PlannerError("--resume needs --study-name (and the --storage) of the interrupted search.")
+    if r.top <= 0:
+        raise PlannerError(f"--top must be a positive integer, got {r.top}")
+    space = _space(r)
+    cat, hws = _hardwares(list(r.gpu), r.cluster, r.gpus_per_node, r.hardware_file)
+    prices = parse_prices(list(r.price), list(cat.gpus))
+    m = resolve_model(r.model)
+    problem = build_problem(m, _targets(hws, r.gpus, r.nodes, r.nodes_range), space, gbs=r.gbs, seq_len=r.seq_len,
+                            tokens=parse_tokens(r.tokens) if r.tokens is not None else None, prices=prices,
+                            tokens_per_batch=parse_batch_tokens(r.tokens_per_batch),
+                            calibration=calibration_option(None))  # as `planner predict` applies it
+    bar, update = _progress_bar("searching") if r.progress else (None, None)
+    if bar is not None:
+        bar.start()
+    try:
+        result = run_engine(problem, r.objective, exhaustive=r.exhaustive, n_trials=r.trials, seed=r.seed,
+                            sampler=r.sampler, storage=r.storage, study_name=r.study_name, progress=update,
+                            jobs=jobs_or_default(r.jobs), resume=r.resume, mode=r.mode, detail=r.top)
+    finally:
+        if bar is not None:
+            bar.stop()
+    if not result.records:
+        raise PlannerError(no_fit_message(result, r.gbs is not None))
+    return RankedPlans(m.name, result.summary(), result.top(r.top), result)
+
+
+def search(**flags) -> RankedPlans:
+    """`planner search` (keywords: the fields of :class:`SearchRequest`, e.g. ``model='llama-13b', gpus=128``)."""
+    unknown = sorted(set(flags) - {f.name for f in fields(SearchRequest)})
+    if "model" not in flags:
+        raise PlannerError("missing required key model, e.g. planner.search(model='llama-13b', gpus=128)")
+    if unknown:
+        raise PlannerError(f"unknown search option(s) {', '.join(unknown)}; allowed: "
+                           + ", ".join(f.name for f in fields(SearchRequest)))
+    return run_search(SearchRequest.from_flags(flags))
+
+
+# ------------------------------------------------------------------------------------------ compare
+@dataclass
+class CompareResult:
+    """What `planner compare` prints: the best plan per GPU type."""
+
+    model: str
+    tokens: float | None
+    """Training token budget (None: not given)."""
+    rows: list[CompareRow]
+    """One per GPU type, in the order asked."""
+    spec: ModelSpec = field(repr=False)
+    """The model compared."""
+
+    @property
+    def best(self) -> list[PlanRecord]:
+        """The best plan of each GPU type where one fits."""
+        return [r.best for r in self.rows if r.best is not None]
+
+    def to_dict(self) -> dict:
+        """The `planner compare --format json` object."""
+        return {"model": self.model, "tokens": self.tokens, "rows": [r.to_dict() for r in self.rows]}
+
+
+def compare(*, model: str, gpu: list[str] | tuple[str, ...] = (), gpus: int | None = None, nodes: int | None = None,
+            tokens: str | float | None = None, price: list[str] | tuple[str, ...] = (), space: str = "default",
+            gbs: int | None = None, tokens_per_batch: str | int | None = None, seq_len: int | None = None,
+            hardware_file: list[str] | tuple[str, ...] = ()) -> CompareResult:
+    """`planner compare`: the best plan per GPU type on ``gpus`` GPUs or ``nodes`` nodes of each."""
+    if (gpus is None) == (nodes is None):
+        raise PlannerError("pass exactly one of --gpus N and --nodes N.")
+    cat, hws = _hardwares(list(gpu), None, None, hardware_file)
+    prices = parse_prices(list(price), list(cat.gpus))
+    tok = _tokens(tokens) if tokens is not None else None
+    m = resolve_model(model)
+    rows = compare_gpus(m, hws, load_space(space), gpus=gpus, nodes=nodes, gbs=gbs, seq_len=seq_len, tokens=tok,
+                        prices=prices, tokens_per_batch=parse_batch_tokens(tokens_per_batch),
+                        calibration=calibration_option(None))  # as `planner predict` applies it
+    return CompareResult(m.name, tok, rows, m)
+
+
+def _tokens(tokens: str | float) -> float:
+    return parse_tokens(tokens) if isinstance(tokens, str) else float(tokens)
+
+
+# ------------------------------------------------------------------------------------------ size
+@dataclass
+class SizeResult:
+    """What `planner size` prints: the smallest (and cheapest) allocation that meets the deadline."""
+
+    model: str
+    tokens: float
+    """Training token budget."""
+    deadline_s: float
+    """Wall-clock limit in seconds."""
+    sizing: SizingResult
+    """The allocations found."""
+    spec: ModelSpec = field(repr=False)
+    """The model sized."""
+    hardwares: list = field(default_factory=list, repr=False)
+    """The GPU types considered (catalogue Hardware)."""
+
+    def to_dict(self) -> dict:
+        """The `planner size --format json` object."""
+        return {"model": self.model, "tokens": self.tokens, "deadline_s": self.deadline_s, **self.sizing.to_dict()}
+
+
+def size(*, model: str, tokens: str | float, deadline: str, gpu: list[str] | tuple[str, ...] = (),
+         max_gpus: int = 16384, budget: float | None = None, price: list[str] | tuple[str, ...] = (),
+         space: str = "default", gbs: int | None = None, tokens_per_batch: str | int | None = None,
+         seq_len: int | None = None, hardware_file: list[str] | tuple[str, ...] = (), jobs: int = 0) -> SizeResult:
+    """`planner size`: the smallest allocation (nodes of which GPU type, of ``gpu`` or SIZE_DEFAULT_GPUS) that trains
+    ``tokens`` before ``deadline`` (e.g. '30d'), and the cheapest; ``jobs`` GPU types at once (0 = per CPU core)."""
+    seconds = parse_deadline(deadline)
+    tok = _tokens(tokens)
+    if max_gpus <= 0:
+        raise PlannerError(f"--max-gpus must be a positive integer, got {max_gpus}.")
+    if budget is not None and not budget > 0:
+        raise PlannerError(f"--budget must be a positive amount of USD, got {budget}.")
+    cat, hws = _hardwares(list(gpu) or list(SIZE_DEFAULT_GPUS), None, None, hardware_file)
+    prices = parse_prices(list(price), list(cat.gpus))
+    m = resolve_model(model)
+    res = size_allocation(m, tok, seconds, hws, load_space(space), max_gpus=max_gpus, budget_usd=budget, gbs=gbs,
+                          seq_len=seq_len, prices=prices, tokens_per_batch=parse_batch_tokens(tokens_per_batch),
+                          jobs=jobs_or_default(jobs), calibration=calibration_option(None))
+    return SizeResult(m.name, tok, seconds, res, m, hws)
