@@ -243,7 +243,7 @@ def size_command(
         from planner.reports.search_report import write_size_report
 
         _write_report(lambda: write_size_report(report, res.sizing, res.spec, res.tokens, res.deadline_s,
-                                                res.hardwares))
+                                                res.hardwares, calibration=res.calibration))
 
 
 def _resume_command() -> str:

@@ -172,3 +172,13 @@ def test_the_searchs_record_of_the_plan_is_the_python_api(api, light):
         assert rec.layer_split == ref.layer_split
         if light:
             assert _figures(ev.detailed(rec)) == _figures(ref), p
+
+
+def test_a_search_reports_breakdown_adds_up_to_the_records_time():
+    from planner.reports.search_report import plan_details
+
+    ranked = planner.search(model="llama-7b", gpus=16, tp="1,2", pp="1,2", progress=False)
+    problem = ranked.result.problem
+    hw = problem.targets[0].hardware
+    (detail,) = plan_details([("#1", ranked.best)], problem.model, lambda r: hw, calibration=problem.calibration)
+    assert sum(detail.categories.values()) == pytest.approx(ranked.best.iteration_time_s, rel=1e-9)

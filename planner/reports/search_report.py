@@ -71,13 +71,14 @@ def category_seconds(breakdown: list) -> dict[str, float]:
 
 
 def plan_details(records: Sequence[tuple[str, PlanRecord]], model: ModelSpec,
-                 hardware_of: Callable[[PlanRecord], Hardware],
-                 cost_model: OperatorCostModel | None = None) -> list[PlanDetail]:
-    """Predict each (label, record) again with ``cost_model`` (default: planner's default)."""
+                 hardware_of: Callable[[PlanRecord], Hardware], cost_model: OperatorCostModel | None = None,
+                 calibration=None) -> list[PlanDetail]:
+    """Predict each (label, record) again with ``cost_model`` (default: planner's default) and the calibration the
+    record was predicted with (its breakdown then adds up to the record's iteration time)."""
     cm = cost_model or default_cost_model()
     out = []
     for label, rec in records:
-        pred = predict(model, rec.to_plan(), hardware_of(rec), cm)
+        pred = predict(model, rec.to_plan(), hardware_of(rec), cm, calibration=calibration)
         out.append(PlanDetail(label, rec, category_seconds(pred.breakdown), list(pred.breakdown),
                               list(pred.warnings)))
     return out
@@ -232,7 +233,7 @@ def search_report_text(md: Path, result, *, top: int = 10, command: str | None =
               "where it gives one.", "", to_markdown(recs),
               _prices(hws, {r.gpu: r.price_usd_per_gpu_hour for r in result.records})]
     details = plan_details([(f"#{r.rank} {r.gpu} {plan_text(r)}", r) for r in recs[:BREAKDOWN_PLANS]], p.model,
-                           _target_lookup(p), cost_model)
+                           _target_lookup(p), cost_model, p.calibration)
     many_gpus = len({t.hardware.gpu.name for t in p.targets}) > 1
     group = (lambda r: f"{r.gpus} x {r.gpu}") if (many_gpus or len(p.targets) > 1) else (lambda r: r.gpu)
     pareto = _pareto(result.records, f"{p.model.name}: every feasible plan found", group)
@@ -300,7 +301,8 @@ def write_compare_report(path: str | os.PathLike, rows: list, model: ModelSpec, 
     parts += ["### Ranked best plans", "", to_markdown(rank(best, "time", None)) if best else "None fits.\n"]
     every = [rec for r in rows for rec in r.result.records]
     details = plan_details([(f"#{i} {b.gpu} {plan_text(b)}", b) for i, b in enumerate(rank(best, "time", None), 1)],
-                           model, _hardware_lookup([r.hardware for r in rows]), cost_model)
+                           model, _hardware_lookup([r.hardware for r in rows]), cost_model,
+                           r0.calibration if r0 is not None else None)
     pareto = _pareto(every, f"{model.name}: every feasible plan per GPU type", lambda r: r.gpu)
     text, images = _assemble(md, parts, pareto, details, "Time breakdown of each GPU type's best plan")
     return _write(md, text, images)
@@ -309,9 +311,10 @@ def write_compare_report(path: str | os.PathLike, rows: list, model: ModelSpec, 
 # -------------------------------------------------------------------------------------------- size
 def write_size_report(path: str | os.PathLike, res, model: ModelSpec, tokens: float, deadline_s: float,
                       hardwares: Sequence[Hardware], *, command: str | None = None,
-                      cost_model: OperatorCostModel | None = None) -> ReportFiles:
+                      cost_model: OperatorCostModel | None = None, calibration=None) -> ReportFiles:
     """Report of `planner size`: the allocations that meet the deadline (smallest, cheapest, smallest
-    per GPU type), their time and cost to train on one plot, and each one's plan breakdown."""
+    per GPU type), their time and cost to train on one plot, and each one's plan breakdown (predicted with
+    ``calibration``, the one the sizing applied)."""
     md = report_path(path)
     allocs = [("smallest", res.smallest)]
     if res.cheapest is not None and res.cheapest.record.key() != res.smallest.record.key():
@@ -342,7 +345,7 @@ def write_size_report(path: str | os.PathLike, res, model: ModelSpec, tokens: fl
     parts += ["### Plans", "", "Numbered as the allocation table above.", "", to_markdown(recs)]
     details = plan_details([(f"#{i} {label}: {a.record.gpus} x {a.record.gpu} {plan_text(a.record)}", a.record)
                             for i, (label, a) in enumerate(allocs, 1)], model, _hardware_lookup(hardwares),
-                           cost_model)
+                           cost_model, calibration)
     pareto = _size_plot(allocs, deadline_s, model)
     text, images = _assemble(md, parts, pareto, details, "Time breakdown of each allocation's plan",
                              "Time and cost to train of the allocations")

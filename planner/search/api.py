@@ -375,6 +375,8 @@ class SizeResult:
     """The model sized."""
     hardwares: list = field(default_factory=list, repr=False)
     """The GPU types considered (catalogue Hardware)."""
+    calibration: object = field(default=None, repr=False)
+    """The calibration the plans were predicted with (planner.calibrate.Calibration; None = uncalibrated)."""
 
     def to_dict(self) -> dict:
         """The `planner size --format json` object."""
@@ -396,7 +398,8 @@ def size(*, model: str, tokens: str | float, deadline: str, gpu: list[str] | tup
     cat, hws = _hardwares(list(gpu) or list(SIZE_DEFAULT_GPUS), None, None, hardware_file)
     prices = parse_prices(list(price), list(cat.gpus))
     m = resolve_model(model)
+    cal = calibration_option(None)  # as `planner predict` applies it
     res = size_allocation(m, tok, seconds, hws, load_space(space), max_gpus=max_gpus, budget_usd=budget, gbs=gbs,
                           seq_len=seq_len, prices=prices, tokens_per_batch=parse_batch_tokens(tokens_per_batch),
-                          jobs=jobs_or_default(jobs), calibration=calibration_option(None))
-    return SizeResult(m.name, tok, seconds, res, m, hws)
+                          jobs=jobs_or_default(jobs), calibration=cal)
+    return SizeResult(m.name, tok, seconds, res, m, hws, cal)
