@@ -96,9 +96,9 @@ plan again (:meth:`Estimate.recalibrated`)."""
 _BEFORE_CALIBRATION, _CALIBRATION = ADJUSTMENTS[:-1], ADJUSTMENTS[-1]
 
 
-def _costed(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph, cost_model: OperatorCostModel,
+def _costed(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph, cost_model: OperatorCostModel
             ) -> OperatorTimes:
-    """Steps 2-3 up to the calibration."""
+    """Steps 2-3 up to the calibration: the cost model's times with every adjustment before it."""
     times = cost_operators(graph, hardware, fp8_block.cost_model_for(plan, cost_model))
     costing = Costing(plan, hardware, graph, None)
     for step in _BEFORE_CALIBRATION:
@@ -108,6 +108,7 @@ def _costed(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph, cost_m
 
 def _calibrated(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph, costed: OperatorTimes,
                 calibration: Calibration | None) -> OperatorTimes:
+    """The last adjustment: ``costed`` with the calibration's scales (itself when uncalibrated)."""
     return _CALIBRATION.apply(Costing(plan, hardware, graph, calibration), costed)
 
 
