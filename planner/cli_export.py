@@ -23,6 +23,7 @@ from planner.export import (
 )
 from planner.prediction import predict
 from planner.requests import PlanRequest
+from planner.search.sizing import parse_tokens
 
 
 def _err(message: str) -> typer.Exit:
@@ -58,8 +59,6 @@ def parse_token_budget(tokens: str | float | None) -> float | None:
     """--tokens as a number: 1e12, 2T, 300B (as planner size/compare)."""
     if tokens is None or (isinstance(tokens, (int, float)) and not isinstance(tokens, bool)):
         return tokens
-    from planner.search.sizing import parse_tokens  # deferred: the search package loads only when --tokens is text
-
     return parse_tokens(tokens)
 
 

@@ -20,6 +20,8 @@ from planner.reports.results import compare_table, emit_records, explain_out, si
 from planner.search.api import RankedPlans, SearchRequest, run_search
 from planner.search.api import compare as compare_gpus
 from planner.search.api import size as size_allocation
+from planner.search.explain import explain_plan
+from planner.search.records import batch_text, rank
 
 
 def _err(message: str) -> typer.Exit:
@@ -106,9 +108,6 @@ def search_command(
 
 def _print_search(ranked: RankedPlans, fmt: str) -> None:
     """The ranked plans in ``fmt``; a table ends with how the search went."""
-    # deferred: the planner.search package (engine, samplers) loads only for search commands
-    from planner.search.records import batch_text
-
     result, problem, s = ranked.result, ranked.result.problem, ranked.search
     recs = ranked.plans
     title = (f"{problem.model.name}: top {len(recs)} of {len(result.records)} distinct feasible plans "
@@ -133,9 +132,6 @@ def _print_search(ranked: RankedPlans, fmt: str) -> None:
 
 def _explain_rank(ranked: RankedPlans, rank: int, fmt: str) -> None:
     """`search --explain N`: the plan ranked N explained, with the calibration the search predicted it with."""
-    # deferred: the planner.search package (engine, samplers) loads only for search commands
-    from planner.search.explain import explain_plan
-
     records, problem = ranked.result.records, ranked.result.problem
     if not 1 <= rank <= len(records):
         raise PlannerError(f"--explain {rank} is not a rank between 1 and {len(records)}.")
@@ -183,9 +179,6 @@ def compare_command(
     report: O.Report = None,
 ) -> None:
     """Best plan per GPU type: time/iteration, tokens/s, $ per Mtoken, time and cost to train."""
-    # deferred: the planner.search package (engine, samplers) loads only for search commands
-    from planner.search.records import rank
-
     if fmt not in FORMATS:
         raise _err(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
     try:

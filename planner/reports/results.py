@@ -17,6 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from planner.formats import PLAN_FIELDS, csv_text, md_rows, plan_row
+from planner.search.explain import render_explanation
 from planner.search.records import (
     flat_record,
     human_duration,
@@ -61,9 +62,6 @@ def explain_rows(ex: dict) -> list[dict]:
 
 def explain_out(result, fmt: str, top: int = 15) -> None:
     """Print an explanation (planner.search.explain.ExplainResult) in ``fmt``."""
-    # deferred: the planner.search package (engine, samplers) loads only for search commands
-    from planner.search.explain import render_explanation
-
     ex = result.to_dict()
     if fmt == "json":
         typer.echo(json.dumps(ex, indent=2))
