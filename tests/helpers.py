@@ -3,6 +3,7 @@ scanner of the static checks (tests/test_faults.py, tests/test_safety.py), a JSO
 ``require_shared`` (the one skip of the data-backed tests)."""
 
 import ast
+import functools
 import json
 import os
 from pathlib import Path
@@ -84,13 +85,22 @@ def cli_flags(plan: dict) -> list[str]:
     return out
 
 
-def run_cli(args: list[str], stdin: str | None = None):
-    """`planner ARGS` in-process (typer's CliRunner): the result, exit code 0 asserted with the output shown."""
-    from typer.testing import CliRunner
+@functools.lru_cache(maxsize=1)
+def _planner_command():
+    """The click command typer builds from planner's app (built once: typer's CliRunner rebuilds it per call)."""
+    from typer.main import get_command
 
     from planner.cli import app
 
-    res = CliRunner().invoke(app, args, input=stdin)
+    return get_command(app)
+
+
+def run_cli(args: list[str], stdin: str | None = None):
+    """`planner ARGS` in-process (click's CliRunner on the command typer builds, as typer's CliRunner invokes it):
+    the result, exit code 0 asserted with the output shown."""
+    from click.testing import CliRunner
+
+    res = CliRunner().invoke(_planner_command(), args, input=stdin)
     assert res.exit_code == 0, (args, res.output)
     return res
 
