@@ -250,7 +250,7 @@ def layer_operators(model: ModelSpec, plan: ParallelPlan, moe: bool = False,
     :func:`costmodel.attention_ops.mla_attention_operators` for the attention block."""
     EB = elem_bytes(plan.dtype)
     t, cp = plan.tp, plan.cp
-    b, s_full = plan.mbs, plan.seq_len
+    b, s_full = plan.micro_batch_size, plan.seq_len
     s = s_full // cp                      # local sequence with context parallelism
     tokens = b * s
     sp_tokens = tokens // t if plan.sp else tokens   # tokens held outside the TP region
@@ -388,7 +388,7 @@ def _zero3_gathers(model: ModelSpec, plan: ParallelPlan, moe: bool) -> list[Op]:
 def _embedding_ops(model: ModelSpec, plan: ParallelPlan) -> list[Op]:
     EB = elem_bytes(plan.dtype)
     t = plan.tp
-    tokens = plan.mbs * plan.seq_len // plan.cp
+    tokens = plan.micro_batch_size * plan.seq_len // plan.cp
     h = model.hidden_size
     v = -(-model.vocab_size // t)
     out = tokens * h * EB
@@ -404,7 +404,7 @@ def _embedding_ops(model: ModelSpec, plan: ParallelPlan) -> list[Op]:
 def _head_ops(model: ModelSpec, plan: ParallelPlan) -> list[Op]:
     EB = elem_bytes(plan.dtype)
     t = plan.tp
-    tokens = plan.mbs * plan.seq_len // plan.cp
+    tokens = plan.micro_batch_size * plan.seq_len // plan.cp
     h = model.hidden_size
     v = -(-model.vocab_size // t)
     sp_tokens = tokens // t if plan.sp else tokens
@@ -575,7 +575,7 @@ def build_graph(model: ModelSpec, plan: ParallelPlan) -> OperatorGraph:
                                  n_moe * model.num_experts * model.expert_params()))
     p2p = None
     if plan.pp > 1:
-        tokens = plan.mbs * plan.seq_len // plan.cp
+        tokens = plan.micro_batch_size * plan.seq_len // plan.cp
         nbytes = tokens * model.hidden_size * elem_bytes(plan.dtype) / (plan.tp if plan.sp else 1)
         stride = plan.tp * plan.cp * plan.dp
         p2p = _p2p("pp.p2p", Phase.PP_COMM, nbytes, stride >= plan.domain, Category.PP_COMM)

@@ -139,7 +139,7 @@ def moe_block_operators(model: ModelSpec, plan: ParallelPlan) -> tuple[list[Op],
     eb = elem_bytes(plan.dtype)
     dtype = plan.dtype
     t, cp = plan.tp, plan.cp
-    tokens = plan.mbs * (plan.seq_len // cp)
+    tokens = plan.micro_batch_size * (plan.seq_len // cp)
     T = tokens // t if plan.sp else tokens
     h = model.hidden_size
     E, k = model.num_experts, model.experts_per_token

@@ -193,8 +193,8 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, iterations: int | None =
     if plan.vpp > 1 and plan.vpp_microbatch_group not in (None, plan.pp):
         # micro-batches not a multiple of PP: Megatron-Core's default group (PP) is refused (schedules.py)
         add("--microbatch-group-size-per-virtual-pipeline-stage", plan.vpp_microbatch_group)
-    add("--micro-batch-size", plan.mbs)
-    add("--global-batch-size", plan.gbs)
+    add("--micro-batch-size", plan.micro_batch_size)
+    add("--global-batch-size", plan.global_batch_size)
     add("--seq-length", plan.seq_len)
     add("--max-position-embeddings", max(model.max_seq_len, plan.seq_len))
     if iterations is not None:
@@ -327,8 +327,8 @@ def nemo_config(model: ModelSpec, plan: ParallelPlan, iterations: int | None = N
     if iterations is not None:
         trainer["max_steps"] = iterations
     m: dict = {
-        "micro_batch_size": plan.mbs,
-        "global_batch_size": plan.gbs,
+        "micro_batch_size": plan.micro_batch_size,
+        "global_batch_size": plan.global_batch_size,
         "tensor_model_parallel_size": plan.tp,
         "pipeline_model_parallel_size": plan.pp,
         "virtual_pipeline_model_parallel_size": plan.vpp if plan.vpp > 1 else None,

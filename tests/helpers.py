@@ -32,7 +32,7 @@ def llama(layers=32, hidden=4096, heads=32, kv=32, ffn=11008, vocab=32000, seq=4
 
 
 def plan(gpus=8, gpn=8, gbs=64, seq=2048, **kw) -> ParallelPlan:
-    return ParallelPlan(gpus=gpus, gpus_per_node=gpn, gbs=gbs, seq_len=seq, **kw)
+    return ParallelPlan(world_size=gpus, gpus_per_node=gpn, global_batch_size=gbs, seq_len=seq, **kw)
 
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -81,7 +81,7 @@ def test_scaled_expert_time_follows_the_gemm_model_in_tokens_per_expert():
 
 
 def _moe_plan(**kw) -> ParallelPlan:
-    return ParallelPlan(gpus=64, gpus_per_node=8, gbs=256, seq_len=4096, pp=4, ep=8, **kw)
+    return ParallelPlan(world_size=64, gpus_per_node=8, global_batch_size=256, seq_len=4096, pp=4, ep=8, **kw)
 
 
 def _times(model, plan, gpu):
@@ -123,7 +123,7 @@ def test_same_die_borrows_and_other_dies_say_so():
 
 def test_dense_graph_is_untouched():
     model = resolve_model("llama-7b")
-    plan = ParallelPlan(gpus=8, gpus_per_node=8, gbs=64, seq_len=4096)
+    plan = ParallelPlan(world_size=8, gpus_per_node=8, global_batch_size=64, seq_len=4096)
     hw, graph, times = _times(model, plan, "h100-sxm")
     assert MK.apply(plan, hw, graph, times) is times
 
