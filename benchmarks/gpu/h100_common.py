@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import gc
+import io
 import os
 import platform
 import signal
@@ -12,23 +13,28 @@ import subprocess
 import sys
 import time
 import types
+from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for costmodel.core.fileio
+from costmodel.core.fileio import atomic_write_text  # noqa: E402
+
 SCRIPT_VERSION = "2026-11-27.3"
 T0 = time.time()
-S = types.SimpleNamespace(args=None, dev=None, log=None)
-"""Run-wide state: parsed arguments, torch device, open log file (set by measure_h100.main)."""
-
+S = types.SimpleNamespace(args=None, dev=None, log=None, log_lines=[])
+"""Run-wide state: parsed arguments, torch device, log file path and its lines (set by measure_h100.main)."""
 
 
 def log(*a):
+    """Print a time-stamped line and rewrite the log file with it (atomically, so a run killed at its time limit
+    leaves a whole file)."""
     msg = " ".join(str(x) for x in a)
     line = f"[{time.time() - T0:7.1f}s] {msg}"
     print(line, flush=True)
     if S.log is not None:
-        S.log.write(line + "\n")
-        S.log.flush()
+        S.log_lines.append(line)
+        atomic_write_text(S.log, "\n".join(S.log_lines) + "\n")
 
 
 def left() -> float:
@@ -36,14 +42,15 @@ def left() -> float:
 
 
 class Rows:
-    """A CSV file written row by row (flushed after each) with a fixed column list."""
+    """A CSV file with a fixed column list, rewritten atomically after each row (a run stopped at its time limit
+    keeps every row measured so far)."""
 
     def __init__(self, path, columns):
-        self.columns = columns
-        self.f = open(path, "w", newline="")
-        self.w = csv.DictWriter(self.f, fieldnames=columns, extrasaction="raise")
+        self.path, self.columns = path, columns
+        self.buf = io.StringIO()
+        self.w = csv.DictWriter(self.buf, fieldnames=columns, extrasaction="raise")
         self.w.writeheader()
-        self.f.flush()
+        atomic_write_text(self.path, self.buf.getvalue())
 
     def add(self, **row):
         out = {}
@@ -52,7 +59,7 @@ class Rows:
                 v = float(f"{v:.6g}")
             out[k] = v
         self.w.writerow(out)
-        self.f.flush()
+        atomic_write_text(self.path, self.buf.getvalue())
 
 
 class Timeout(Exception):

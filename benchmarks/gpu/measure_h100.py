@@ -65,6 +65,7 @@ from h100_common import (
     T0,
     Rows,
     S,
+    atomic_write_text,
     calibrate_sleep,
     cuda,
     env_info,
@@ -92,7 +93,7 @@ def main():
                     "overheads,train,gemm,attention,optimizer,elementwise,compile,ewcompile,graphstep,compile2")
     S.args = ap.parse_args()
     os.makedirs(S.args.out, exist_ok=True)
-    S.log = open(os.path.join(S.args.out, "log.txt"), "w")
+    S.log = os.path.join(S.args.out, "log.txt")
     S.dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     torch.backends.cuda.matmul.allow_tf32 = False
     only = set(filter(None, S.args.only.split(",")))
@@ -107,8 +108,7 @@ def main():
         peak_checks(info)
         log(f"ceilings: copy {info['d2d_copy_GBps_read_plus_write']:.0f} GB/s, "
             f"bf16 matmul 8192^3 {info['matmul_8192_bf16_tflops']:.0f} TFLOP/s")
-    with open(os.path.join(S.args.out, "env.json"), "w") as f:
-        json.dump(info, f, indent=1)
+    atomic_write_text(os.path.join(S.args.out, "env.json"), json.dumps(info, indent=1))
     train_rows = Rows(os.path.join(S.args.out, "train_steps.csv"), TRAIN_COLS)
     ew_rows = Rows(os.path.join(S.args.out, "elementwise.csv"), EW_COLS)
     sections = [("overheads", lambda: section_overheads(S.args.out)),
@@ -140,8 +140,7 @@ def main():
         info["nvidia_smi_end"] = nvidia_smi()
         info["max_memory_allocated_gib"] = torch.cuda.max_memory_allocated() / 2**30
     info["wall_s"] = time.time() - T0
-    with open(os.path.join(S.args.out, "env.json"), "w") as f:
-        json.dump(info, f, indent=1)
+    atomic_write_text(os.path.join(S.args.out, "env.json"), json.dumps(info, indent=1))
     log("done", json.dumps(status))
 
 
