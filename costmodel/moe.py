@@ -33,6 +33,7 @@ expert gate (an h x 1 linear), the shared-expert overlap (--moe-shared-expert-ov
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from costmodel.core.kinds import Category, Phase
 from costmodel.core.specs.model import ModelSpec
@@ -115,129 +116,186 @@ def _act(name: str, phase: Phase, rows: int, width: int, out: int, gated: bool, 
               category=Category.COMPUTE)
 
 
+@dataclass(frozen=True)
+class _Block:
+    """Shapes of one MoE layer on one GPU, one micro-batch (:func:`moe_block_operators`)."""
+
+    tokens: int
+    """b * s / CP: the layer's tokens on this rank (the shared experts' rows)."""
+    T: int
+    """Tokens this rank routes: ``tokens`` / TP with sequence parallelism."""
+    h: int
+    E: int
+    k: int
+    ep: int
+    etp: int
+    e_local: int
+    """Routed experts per EP rank, E / EP."""
+    f_e: int
+    """One expert's FFN width on this rank, expert_ffn / ETP."""
+    up_n: int
+    """Width of the expert up GEMM (x2 gated)."""
+    gated: bool
+    eb: int
+    dtype: str
+    domain: int
+
+    @property
+    def received(self) -> int:
+        """Token copies this rank's experts process (balanced): T x k (x ETP: gathered inside the ETP group)."""
+        return self.T * self.k * self.etp
+
+
+def _block(model: ModelSpec, plan: ParallelPlan) -> _Block:
+    tokens = plan.micro_batch_size * (plan.seq_len // plan.cp)
+    f_e = model.expert_ffn // plan.expert_tp
+    return _Block(tokens=tokens, T=tokens // plan.tp if plan.sp else tokens, h=model.hidden_size,
+                  E=model.num_experts, k=model.experts_per_token, ep=plan.ep, etp=plan.expert_tp,
+                  e_local=model.num_experts // plan.ep, f_e=f_e, up_n=f_e * (2 if model.gated else 1),
+                  gated=model.gated, eb=elem_bytes(plan.dtype), dtype=plan.dtype, domain=plan.domain)
+
+
+def _coll(kind: str, name: str, phase: Phase, nbytes: float, size: int, topo: tuple[int, int]) -> list[Op]:
+    """One EP-communication collective (category EP_COMM); none for a group of one."""
+    if size <= 1:
+        return []
+    return [Op(kind, name, phase, (float(nbytes), size, topo[0], topo[1]), bytes=float(nbytes),
+               category=Category.EP_COMM)]
+
+
+def router_operators(b: _Block) -> list[Op]:
+    """Router (router.py TopKRouter): a replicated h x E linear, plain torch (not TE), so bf16 under fp8; the
+    scoring and top-k over T x E logits, forward and backward."""
+    router_dtype = "bf16" if b.dtype in ("fp8", "fp8-block") else b.dtype
+    n_logits = b.T * b.E
+    return _gemm3("moe.router", b.T, b.E, b.h, router_dtype) + [
+        Op("activation", "moe.router.topk", Phase.FWD, (b.T, b.E, 0), flops=SCORE_FLOPS_PER_LOGIT * n_logits,
+           bytes=float(2 * b.eb * n_logits), category=Category.COMPUTE),
+        Op("activation", "moe.router.topk", Phase.BWD, (b.T, b.E, 0), flops=SCORE_FLOPS_PER_LOGIT * n_logits,
+           bytes=float(3 * b.eb * n_logits), category=Category.COMPUTE)]
+
+
+def allgather_dispatch(b: _Block) -> list[Op]:
+    """MoEAllGatherTokenDispatcher: all-gather of the T x EP x ETP tokens and their routing over the tp_ep group
+    (each rank then keeps its experts' share), reduce-scatter back; backward the mirror image."""
+    g = b.ep * b.etp
+    topo = group_topology(g, 1, b.domain)
+    gathered = b.T * g * b.h * b.eb
+    routing = b.T * g * b.E * (4 + 1)            # routing probs (fp32) and routing map (bool) per token x expert
+    return (_coll("all_gather", "moe.dispatch", Phase.FWD, gathered, g, topo)
+            + _coll("all_gather", "moe.dispatch.routing", Phase.FWD, routing, g, topo)
+            + _coll("reduce_scatter", "moe.combine", Phase.FWD, gathered, g, topo)
+            + _coll("all_gather", "moe.combine", Phase.BWD, gathered, g, topo)
+            + _coll("reduce_scatter", "moe.dispatch", Phase.BWD, gathered, g, topo))
+
+
+def alltoall_dispatch(model: ModelSpec, plan: ParallelPlan, b: _Block) -> list[Op]:
+    """All-to-all dispatch and combine over the EP group (every routed copy of every local token leaves once:
+    T x k x h elements per rank), with ETP > 1 the all-gather / reduce-scatter of the received tokens inside the
+    ETP group; backward the mirror image. The flex dispatcher (DeepEP / HybridEP) is the all-to-all with its
+    bytes deduplicated per destination (:func:`flex_byte_factor`)."""
+    ep_topo = group_topology(b.ep, b.etp, b.domain)
+    etp_topo = group_topology(b.etp, 1, b.domain)
+    a2a = float(b.T * b.k * b.h * b.eb)
+    if plan.moe_dispatcher == "flex":
+        a2a *= flex_byte_factor(model, ep_topo[0])
+    etp_bytes = b.received * b.h * b.eb
+    return (_coll("all_to_all", "moe.dispatch", Phase.FWD, a2a, b.ep, ep_topo)
+            + _coll("all_gather", "moe.dispatch.etp_allgather", Phase.FWD, etp_bytes, b.etp, etp_topo)
+            + _coll("reduce_scatter", "moe.combine.etp_reducescatter", Phase.FWD, etp_bytes, b.etp, etp_topo)
+            + _coll("all_to_all", "moe.combine", Phase.FWD, a2a, b.ep, ep_topo)
+            + _coll("all_to_all", "moe.combine", Phase.BWD, a2a, b.ep, ep_topo)
+            + _coll("all_gather", "moe.combine.etp_reducescatter", Phase.BWD, etp_bytes, b.etp, etp_topo)
+            + _coll("reduce_scatter", "moe.dispatch.etp_allgather", Phase.BWD, etp_bytes, b.etp, etp_topo)
+            + _coll("all_to_all", "moe.dispatch", Phase.BWD, a2a, b.ep, ep_topo))
+
+
+def permute_operators(b: _Block, allgather: bool) -> list[Op]:
+    """Token permute / unpermute (moe_utils.py permute, unpermute) of the routed rows, forward and backward, and
+    with the all-to-all and E/EP > 1 the sort of the received chunks by local expert and back
+    (sort_chunks_by_idxs). With the all-gather each rank permutes its experts' share of the gathered tokens."""
+    rows = b.received if allgather else b.T * b.k
+    ops: list[Op] = []
+    for phase in (Phase.FWD, Phase.BWD):
+        ops.append(_copy("moe.permute", phase, rows, b.h, b.eb))
+        ops.append(_copy("moe.unpermute", phase, rows, b.h, b.eb))
+        if b.e_local > 1 and not allgather:
+            ops.append(_copy("moe.sort_chunks", phase, b.received, b.h, b.eb))
+            ops.append(_copy("moe.unsort_chunks", phase, b.received, b.h, b.eb))
+    return ops
+
+
+def expert_operators(model: ModelSpec, plan: ParallelPlan, b: _Block) -> list[Op]:
+    """The local experts (experts.py): E/EP experts, each (h -> up_n -> h) split over ETP, at the busiest rank's
+    rows per expert m_e = ceil(R / (E/EP) x imbalance) (:func:`routing_imbalance`); GroupedMLP runs one
+    activation over the concatenated rows of all local experts, SequentialMLP one per expert."""
+    m_e = max(1, math.ceil(b.received / b.e_local * routing_imbalance(model, plan)))
+    n = float(b.e_local)
+    ops = _gemm3("moe.expert.up", m_e, b.up_n, b.h, b.dtype, count=n)
+    if plan.moe_grouped_gemm:
+        ops.append(_act("moe.expert.act", Phase.FWD, m_e * b.e_local, b.up_n, b.f_e, b.gated, b.eb))
+        ops.append(_act("moe.expert.act", Phase.BWD, m_e * b.e_local, b.up_n, b.f_e, b.gated, b.eb))
+    else:
+        ops.append(_act("moe.expert.act", Phase.FWD, m_e, b.up_n, b.f_e, b.gated, b.eb, count=n))
+        ops.append(_act("moe.expert.act", Phase.BWD, m_e, b.up_n, b.f_e, b.gated, b.eb, count=n))
+    return ops + _gemm3("moe.expert.down", m_e, b.h, b.f_e, b.dtype, count=n)
+
+
+def shared_expert_operators(model: ModelSpec, plan: ParallelPlan, b: _Block) -> list[Op]:
+    """Shared experts (shared_experts.py SharedExpertMLP): a dense MLP of width ``model.shared_ffn`` on every
+    local token, column/row tensor-parallel like the dense MLP; [] without shared experts."""
+    if not model.shared_ffn:
+        return []
+    t = plan.tp
+    fs = -(-model.shared_ffn // t)
+    fs_up = fs * (2 if b.gated else 1)
+    act = b.tokens * b.h * b.eb
+    tp_topo = group_topology(t, 1, b.domain)
+    return (tp_boundary("moe_shared_up", True, plan, act, tp_topo)
+            + _gemm3("moe.shared.up", b.tokens, fs_up, b.h, b.dtype)
+            + [_act("moe.shared.act", Phase.FWD, b.tokens, fs_up, fs, b.gated, b.eb),
+               _act("moe.shared.act", Phase.BWD, b.tokens, fs_up, fs, b.gated, b.eb)]
+            + _gemm3("moe.shared.down", b.tokens, b.h, fs, b.dtype)
+            + tp_boundary("moe_shared_down", False, plan, act, tp_topo))
+
+
+def overlapped_comm(plan: ParallelPlan, comm: list[Op]) -> list[Op]:
+    """The EP collectives that run under another micro-batch's compute (--overlap-moe-expert-parallel-comm):
+    ``comm``, plus with full recompute (and Megatron-Core's "moe" module recompute, costmodel.selective [MOE])
+    the forward dispatch/combine run again during the backward pass."""
+    overlap = list(comm)
+    if plan.recompute == "full" or (plan.recompute == "selective" and "moe" in plan.recompute_modules):
+        overlap += [Op(o.kind, o.name + ".recompute", Phase.BWD, o.features, o.flops, o.bytes, o.dtype, o.count,
+                       o.category) for o in comm if o.phase is Phase.FWD]
+    return overlap
+
+
 def moe_block_operators(model: ModelSpec, plan: ParallelPlan) -> tuple[list[Op], list[Op]]:
     """(operators, overlapped EP communication) of one MoE layer's MLP part, one micro-batch, one GPU.
 
-    Forward order: router GEMM (T, E, h); scoring + top-k over T x E; permute of the T x k routed token copies;
-    dispatch (alltoall: an all-to-all of T x k x h elements per rank over the EP group; allgather: all-gather of
-    the T x EP x ETP tokens and their routing over the EP x ETP group, each rank then keeps its experts' share);
-    with ETP > 1 (alltoall) the received tokens are all-gathered inside the ETP group; the local experts' chunk
-    sort (E/EP > 1); the expert GEMMs; the mirror image back (chunk sort, ETP reduce-scatter, combine all-to-all /
-    reduce-scatter, unpermute). Backward runs the mirror of each step (combine-grad, then dispatch-grad). Shared
-    experts: a dense MLP of width ``model.shared_ffn`` on every local token, tensor-parallel like the dense MLP.
+    Forward order: router GEMM (T, E, h); scoring + top-k over T x E (:func:`router_operators`); permute of the
+    T x k routed token copies; dispatch (:func:`alltoall_dispatch` / :func:`allgather_dispatch`); the local
+    experts' chunk sort (E/EP > 1; :func:`permute_operators`); the expert GEMMs (:func:`expert_operators`); the
+    mirror image back (chunk sort, ETP reduce-scatter, combine, unpermute). Backward runs the mirror of each
+    step (combine-grad, then dispatch-grad). Shared experts: :func:`shared_expert_operators`.
 
-    Experts per rank: E/EP, each split over ETP. Tokens received per rank R = T x k (x ETP with ETP > 1); rows
-    per local expert m_e = ceil(R / (E/EP) x imbalance) (:func:`routing_imbalance`); one GEMM per local expert
-    (count E/EP, the shape --moe-grouped-gemm also runs; costmodel's kernel-efficiency correction rescales the
-    ``moe.expert.*`` operators). The flex dispatcher (DeepEP / HybridEP) is costed as alltoall with its bytes
-    deduplicated per destination NVLink domain (:func:`flex_byte_factor`).
+    Experts per rank: E/EP, each split over ETP. Tokens received per rank R = T x k (x ETP with ETP > 1); one GEMM
+    per local expert (count E/EP, the shape --moe-grouped-gemm also runs; costmodel.moe_kernels rescales the
+    ``moe.expert.*`` operators of grouped GEMMs).
 
     EP communication has category EP_COMM: in the operators, or, with ``plan.moe_overlap_comm``
     (--overlap-moe-expert-parallel-comm: one micro-batch's all-to-all runs under another's compute), in the
-    overlapped list, where only the part longer than the layer's compute is exposed (as the CP ring).
+    overlapped list (:func:`overlapped_comm`), where only the part longer than the layer's compute is exposed
+    (as the CP ring).
     """
-    eb = elem_bytes(plan.dtype)
-    dtype = plan.dtype
-    t, cp = plan.tp, plan.cp
-    tokens = plan.micro_batch_size * (plan.seq_len // cp)
-    T = tokens // t if plan.sp else tokens
-    h = model.hidden_size
-    E, k = model.num_experts, model.experts_per_token
-    ep, etp = plan.ep, plan.expert_tp
-    e_local = E // ep
-    f_e = model.expert_ffn // etp
-    gated = model.gated
-    up_n = f_e * (2 if gated else 1)
-    dom = plan.domain
+    b = _block(model, plan)
     allgather = plan.moe_dispatcher == "allgather"
-
-    ops: list[Op] = []
-    comm: list[Op] = []   # EP-communication, in order: fwd ones, then bwd ones
-
-    def coll(kind: str, name: str, phase: Phase, nbytes: float, size: int, topo: tuple[int, int]) -> None:
-        if size > 1:
-            comm.append(Op(kind, name, phase, (float(nbytes), size, topo[0], topo[1]), bytes=float(nbytes),
-                           category=Category.EP_COMM))
-
-    # --- router (router.py TopKRouter): a replicated h x E linear; plain torch (not TE), so bf16 under fp8
-    router_dtype = "bf16" if dtype in ("fp8", "fp8-block") else dtype
-    ops += _gemm3("moe.router", T, E, h, router_dtype)
-    n_logits = T * E
-    ops.append(Op("activation", "moe.router.topk", Phase.FWD, (T, E, 0), flops=SCORE_FLOPS_PER_LOGIT * n_logits,
-                  bytes=float(2 * eb * n_logits), category=Category.COMPUTE))
-    ops.append(Op("activation", "moe.router.topk", Phase.BWD, (T, E, 0), flops=SCORE_FLOPS_PER_LOGIT * n_logits,
-                  bytes=float(3 * eb * n_logits), category=Category.COMPUTE))
-
-    # --- dispatch
-    ep_topo = group_topology(ep, etp, dom)
-    etp_topo = group_topology(etp, 1, dom)
-    received = T * k * etp                       # token copies this rank's experts process (balanced)
-    if allgather:
-        g = ep * etp                             # MoEAllGatherTokenDispatcher: the tp_ep group
-        g_topo = group_topology(g, 1, dom)
-        gathered = T * g * h * eb
-        routing = T * g * E * (4 + 1)            # routing probs (fp32) and routing map (bool) per token x expert
-        coll("all_gather", "moe.dispatch", Phase.FWD, gathered, g, g_topo)
-        coll("all_gather", "moe.dispatch.routing", Phase.FWD, routing, g, g_topo)
-        coll("reduce_scatter", "moe.combine", Phase.FWD, gathered, g, g_topo)
-        coll("all_gather", "moe.combine", Phase.BWD, gathered, g, g_topo)
-        coll("reduce_scatter", "moe.dispatch", Phase.BWD, gathered, g, g_topo)
-        permute_rows = received                  # each rank permutes its experts' share of the gathered tokens
-    else:
-        a2a = float(T * k * h * eb)              # every routed copy of every local token leaves once
-        if plan.moe_dispatcher == "flex":        # DeepEP: one copy per destination NVLink domain
-            a2a *= flex_byte_factor(model, ep_topo[0])
-        etp_bytes = received * h * eb
-        coll("all_to_all", "moe.dispatch", Phase.FWD, a2a, ep, ep_topo)
-        coll("all_gather", "moe.dispatch.etp_allgather", Phase.FWD, etp_bytes, etp, etp_topo)
-        coll("reduce_scatter", "moe.combine.etp_reducescatter", Phase.FWD, etp_bytes, etp, etp_topo)
-        coll("all_to_all", "moe.combine", Phase.FWD, a2a, ep, ep_topo)
-        coll("all_to_all", "moe.combine", Phase.BWD, a2a, ep, ep_topo)
-        coll("all_gather", "moe.combine.etp_reducescatter", Phase.BWD, etp_bytes, etp, etp_topo)
-        coll("reduce_scatter", "moe.dispatch.etp_allgather", Phase.BWD, etp_bytes, etp, etp_topo)
-        coll("all_to_all", "moe.dispatch", Phase.BWD, a2a, ep, ep_topo)
-        permute_rows = T * k
-    for phase in (Phase.FWD, Phase.BWD):
-        ops.append(_copy("moe.permute", phase, permute_rows, h, eb))
-        ops.append(_copy("moe.unpermute", phase, permute_rows, h, eb))
-        if e_local > 1 and not allgather:
-            # sort_chunks_by_idxs: received chunks regrouped by local expert, and back before the combine
-            ops.append(_copy("moe.sort_chunks", phase, received, h, eb))
-            ops.append(_copy("moe.unsort_chunks", phase, received, h, eb))
-
-    # --- experts (experts.py): E/EP local experts, each (h -> up_n -> h) split over ETP
-    m_e = max(1, math.ceil(received / e_local * routing_imbalance(model, plan)))
-    ops += _gemm3("moe.expert.up", m_e, up_n, h, dtype, count=float(e_local))
-    if plan.moe_grouped_gemm:  # GroupedMLP: one activation over the concatenated rows of all local experts
-        ops.append(_act("moe.expert.act", Phase.FWD, m_e * e_local, up_n, f_e, gated, eb))
-        ops.append(_act("moe.expert.act", Phase.BWD, m_e * e_local, up_n, f_e, gated, eb))
-    else:                      # SequentialMLP: one per expert
-        ops.append(_act("moe.expert.act", Phase.FWD, m_e, up_n, f_e, gated, eb, count=float(e_local)))
-        ops.append(_act("moe.expert.act", Phase.BWD, m_e, up_n, f_e, gated, eb, count=float(e_local)))
-    ops += _gemm3("moe.expert.down", m_e, h, f_e, dtype, count=float(e_local))
-
-    # --- shared experts (shared_experts.py SharedExpertMLP): TP column/row-parallel like the dense MLP
-    if model.shared_ffn:
-        fs = -(-model.shared_ffn // t)
-        fs_up = fs * (2 if gated else 1)
-        act = tokens * h * eb
-        tp_topo = group_topology(t, 1, dom)
-        ops += tp_boundary("moe_shared_up", True, plan, act, tp_topo)
-        ops += _gemm3("moe.shared.up", tokens, fs_up, h, dtype)
-        ops.append(_act("moe.shared.act", Phase.FWD, tokens, fs_up, fs, gated, eb))
-        ops.append(_act("moe.shared.act", Phase.BWD, tokens, fs_up, fs, gated, eb))
-        ops += _gemm3("moe.shared.down", tokens, h, fs, dtype)
-        ops += tp_boundary("moe_shared_down", False, plan, act, tp_topo)
-
+    comm = allgather_dispatch(b) if allgather else alltoall_dispatch(model, plan, b)
+    ops = (router_operators(b) + permute_operators(b, allgather) + expert_operators(model, plan, b)
+           + shared_expert_operators(model, plan, b))
     if not plan.moe_overlap_comm:
         return ops + comm, []
-    overlap = list(comm)
-    if plan.recompute == "full" or (plan.recompute == "selective" and "moe" in plan.recompute_modules):
-        # full recompute (and Megatron-Core's "moe" module recompute, costmodel.selective [MOE]) re-runs the
-        # forward dispatch/combine during the backward pass
-        overlap += [Op(o.kind, o.name + ".recompute", Phase.BWD, o.features, o.flops, o.bytes, o.dtype, o.count,
-                       o.category) for o in comm if o.phase is Phase.FWD]
-    return ops, overlap
+    return ops, overlapped_comm(plan, comm)
 
 
 def expert_params_per_gpu(model: ModelSpec, plan: ParallelPlan, moe_layers: int) -> float:
