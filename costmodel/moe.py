@@ -58,15 +58,20 @@ def routing_imbalance(model: ModelSpec, plan: ParallelPlan) -> float:
     return rank_imbalance(model, plan)
 
 
-def domain_hit_probability(model: ModelSpec, domains: int) -> float:
-    """Probability that a given one of ``domains`` equal NVLink domains of the EP group holds at least one of a
-    token's k experts, the k drawn uniformly without repetition from E (balanced routing):
+def domain_hit_probability(model: ModelSpec, domains: int, routing: str = "learned") -> float:
+    """Probability that a given one of ``domains`` equal parts of the EP group (NVLink domains, or EP ranks) holds
+    at least one of a token's k experts.
+
+    ``learned`` / ``random`` routing (ParallelPlan.moe_routing): the k drawn uniformly without repetition from E:
     1 - C(E - E/N, k) / C(E, k). With group-limited routing stated in config.json (DeepSeek-V3 ``n_group`` groups,
-    ``topk_group`` of them per token; Megatron-Core --moe-router-num-groups / --moe-router-group-topk) and whole
-    groups per domain (N divides n_group), the token's groups are drawn first: the number j of them in the
-    domain is hypergeometric, and the k experts are drawn from the g E/G experts of its g groups:
-    1 - sum_j P(j) C((g - j) E/G, k) / C(g E/G, k)."""
+    ``topk_group`` of them per token; Megatron-Core --moe-router-num-groups / --moe-router-group-topk, which its
+    forced load balancing keeps: TransformerConfig moe_router_force_load_balancing "supports naive topk and
+    group-limited topk") and whole groups per part (N divides n_group), the token's groups are drawn first: the
+    number j of them in the part is hypergeometric, and the k experts are drawn from the g E/G experts of its g
+    groups: 1 - sum_j P(j) C((g - j) E/G, k) / C(g E/G, k). ``round_robin``: :func:`round_robin_parts` / N."""
     E, k, N = model.num_experts, model.experts_per_token, domains
+    if routing == "round_robin":
+        return round_robin_parts(E, k, N) / N
     G, g = int(model.extra.get("n_group") or 0), int(model.extra.get("topk_group") or 0)
     if 1 < G and 0 < g < G and G % N == 0 and E % G == 0:
         per = E // G
@@ -76,19 +81,40 @@ def domain_hit_probability(model: ModelSpec, domains: int) -> float:
     return 1.0 - math.comb(E - E // N, k) / math.comb(E, k)
 
 
-def flex_byte_factor(model: ModelSpec, domains: int) -> float:
-    """Bytes of the flex (DeepEP) dispatch/combine over the all-to-all's: DeepEP sends each token once to every
-    other NVLink domain holding at least one of its top-k experts and fans it out over NVLink there
-    (deepseek-ai/DeepEP README, "normal kernels ... asymmetric-domain bandwidth forwarding, such as forwarding
-    data from NVLink domain to RDMA domain"; DeepSeek-V3 report, arXiv 2412.19437 sec. 3.2.2: each token is sent
-    by IB once per target node, then forwarded by NVLink to the GPUs hosting its experts). Per token, remote
-    domains hit (N - 1) hit against the all-to-all's k (N - 1) / N remote copies: N hit / k (<= 1), hit from
-    :func:`domain_hit_probability`. Scales the whole message (its network part dominates across domains;
-    tests/test_measured.py checks the scaled all-to-all against DeepEP's measured 2- and 4-node combine); 1 inside
-    one domain."""
-    if domains <= 1 or model.experts_per_token <= 1:
+def round_robin_parts(experts: int, k: int, parts: int) -> float:
+    """Mean number of the ``parts`` equal, contiguous expert ranges (EP ranks or NVLink domains in rank order:
+    Megatron-Core and NeMo AutoModel place experts e E/EP ... on EP rank e) that a token's k experts touch when
+    token t takes experts t k, ..., t k + k - 1 mod E: NeMo AutoModel's FakeBalancedGate
+    (nemo_automodel/components/moe/layers.py @e4581201, noise 0: ``indices = arange(n_tokens * k).view(-1, k) %
+    n_experts``). The starts t k mod E repeat with period E / gcd(E, k); averaged over one period."""
+    size = experts // parts
+    period = experts // math.gcd(experts, k)
+    touched = 0
+    for t in range(period):
+        start = t * k % experts
+        touched += len({((start + j) % experts) // size for j in range(k)})
+    return touched / period
+
+
+def flex_byte_factor(model: ModelSpec, domains: int, ranks: int = 1, routing: str = "learned") -> float:
+    """Bytes of the flex (DeepEP / HybridEP) dispatch/combine over the all-to-all's, which sends every one of a
+    token's k copies (Megatron-Core MoEAlltoAllTokenDispatcher: one row per token-expert pair).
+
+    Across NVLink domains DeepEP sends each token once to every other domain holding at least one of its top-k
+    experts and fans it out over NVLink there (deepseek-ai/DeepEP README, "normal kernels ... asymmetric-domain
+    bandwidth forwarding, such as forwarding data from NVLink domain to RDMA domain"; DeepSeek-V3 report, arXiv
+    2412.19437 sec. 3.2.2: each token is sent by IB once per target node, then forwarded by NVLink to the GPUs
+    hosting its experts): N hit / k of the all-to-all's bytes, hit from :func:`domain_hit_probability` over the
+    ``domains`` (scales the whole message: its network part dominates across domains; tests/test_measured.py
+    checks the scaled all-to-all against DeepEP's measured 2- and 4-node combine). Inside one domain its
+    intranode kernels send a token once to every EP rank holding one of its experts (DeepEP deep_ep/buffer.py
+    get_dispatch_layout: ``num_tokens_per_rank``, ``is_token_in_rank``; the combine reduces per rank the same
+    way): ``ranks`` hit / k, ``ranks`` = the EP group's size. ``routing`` is ParallelPlan.moe_routing."""
+    k = model.experts_per_token
+    parts = domains if domains > 1 else ranks
+    if parts <= 1 or k <= 1:
         return 1.0
-    return min(1.0, domains * domain_hit_probability(model, domains) / model.experts_per_token)
+    return min(1.0, parts * domain_hit_probability(model, parts, routing) / k)
 
 
 def _gemm3(name: str, m: int, n: int, k: int, dtype: str, count: float = 1.0) -> list[Op]:
@@ -198,7 +224,7 @@ def alltoall_dispatch(model: ModelSpec, plan: ParallelPlan, b: _Block) -> list[O
     etp_topo = group_topology(b.etp, 1, b.domain)
     a2a = float(b.T * b.k * b.h * b.eb)
     if plan.moe_dispatcher == "flex":
-        a2a *= flex_byte_factor(model, ep_topo[0])
+        a2a *= flex_byte_factor(model, ep_topo[0], b.ep, plan.moe_routing)
     etp_bytes = b.received * b.h * b.eb
     return (_coll("all_to_all", "moe.dispatch", Phase.FWD, a2a, b.ep, ep_topo)
             + _coll("all_gather", "moe.dispatch.etp_allgather", Phase.FWD, etp_bytes, b.etp, etp_topo)

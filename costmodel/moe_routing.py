@@ -72,11 +72,21 @@ def default_maxvio(model: ModelSpec) -> float:
     return AUX_FREE_MAXVIO if model.extra.get("topk_method") in AUX_FREE_TOPK_METHODS else AUX_LOSS_MAXVIO
 
 
+BALANCED_ROUTINGS = ("random", "round_robin")
+"""ParallelPlan.moe_routing values of benchmark routers that balance the experts by construction: Megatron-Core
+--moe-router-force-load-balancing (random logits: every expert equally likely; the micro-batch's sampling noise
+is left out, see the module docstring) and NeMo AutoModel's fake_balanced_gate (exactly T k / E per expert)."""
+
+
 def expert_imbalance(model: ModelSpec, plan: ParallelPlan) -> float:
-    """Busiest expert's tokens over the mean: ``plan.moe_imbalance`` or 1 + :func:`default_maxvio`, capped at the
-    model's ``capacity_factor`` when it drops tokens (an expert holds at most capacity_factor x the balanced
-    share; Fedus et al. 2021, Switch Transformer, arXiv 2101.03961 sec. 2.2; --moe-expert-capacity-factor)."""
-    imb = float(plan.moe_imbalance) if plan.moe_imbalance is not None else 1.0 + default_maxvio(model)
+    """Busiest expert's tokens over the mean: ``plan.moe_imbalance``, else 1 for the benchmark routers of
+    :data:`BALANCED_ROUTINGS`, else 1 + :func:`default_maxvio`; capped at the model's ``capacity_factor`` when it
+    drops tokens (an expert holds at most capacity_factor x the balanced share; Fedus et al. 2021, Switch
+    Transformer, arXiv 2101.03961 sec. 2.2; --moe-expert-capacity-factor)."""
+    if plan.moe_imbalance is not None:
+        imb = float(plan.moe_imbalance)
+    else:
+        imb = 1.0 if plan.moe_routing in BALANCED_ROUTINGS else 1.0 + default_maxvio(model)
     if model.capacity_factor > 0:
         imb = min(imb, float(model.capacity_factor))
     return imb

@@ -19,7 +19,14 @@ from costmodel.core.specs.framework import ATTENTION_KERNELS, DEFAULT_FRAMEWORK,
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.pipeline_layout import parse_pipeline_layout
-from costmodel.core.specs.plan import DTYPES, MOE_DISPATCHERS, RECOMPUTE_MODES, RECOMPUTE_MODULES, ParallelPlan
+from costmodel.core.specs.plan import (
+    DTYPES,
+    MOE_DISPATCHERS,
+    MOE_ROUTINGS,
+    RECOMPUTE_MODES,
+    RECOMPUTE_MODULES,
+    ParallelPlan,
+)
 from costmodel.core.specs.presets import resolve_model
 
 DEFAULT_BATCH_TOKENS = 4 * 1024 * 1024
@@ -103,6 +110,9 @@ class PlanRequest:
     moe_imbalance: float | None = None
     """Tokens of the busiest expert over the mean (>= 1; 1 = balanced); None = the cost model's documented
     default (costmodel.moe_routing)."""
+    moe_routing: str = "learned"
+    """Which experts a token picks: learned (the router) | random (--moe-router-force-load-balancing) |
+    round_robin (NeMo AutoModel fake_balanced_gate); costmodel.moe_routing."""
     moe_overlap_comm: bool = False
     """Overlap EP dispatch/combine with another micro-batch's compute (--overlap-moe-expert-parallel-comm)."""
     moe_grouped_gemm: bool = True
@@ -133,6 +143,8 @@ class PlanRequest:
             raise PlannerError(f"attention={self.attention!r} must be one of {', '.join(ATTENTION_KERNELS)}")
         if self.moe_dispatcher not in MOE_DISPATCHERS:
             raise PlannerError(f"moe_dispatcher={self.moe_dispatcher!r} must be one of {', '.join(MOE_DISPATCHERS)}")
+        if self.moe_routing not in MOE_ROUTINGS:
+            raise PlannerError(f"moe_routing={self.moe_routing!r} must be one of {', '.join(MOE_ROUTINGS)}")
         if self.moe_imbalance is not None and not (math.isfinite(self.moe_imbalance) and self.moe_imbalance >= 1):
             raise PlannerError(f"moe_imbalance={self.moe_imbalance!r} must be a number >= 1 (tokens of the busiest "
                                "expert over the mean; 1 = perfectly balanced)")
@@ -186,7 +198,8 @@ class PlanRequest:
         """The MoE keyword arguments of ParallelPlan this request sets (none of them for a default request,
         so a dense plan is built exactly as before)."""
         out: dict = {}
-        for key in ("ep", "etp", "moe_dispatcher", "moe_imbalance", "moe_overlap_comm", "moe_grouped_gemm"):
+        for key in ("ep", "etp", "moe_dispatcher", "moe_imbalance", "moe_routing", "moe_overlap_comm",
+                    "moe_grouped_gemm"):
             value = getattr(self, key)
             if value != _DEFAULTS[key]:
                 out[key] = float(value) if key == "moe_imbalance" else value
@@ -212,7 +225,7 @@ _INT_KEYS = {"gpus", "gpus_per_node", "tp", "pp", "cp", "vpp", "mbs", "gbs", "to
 _BOOL_KEYS = {"sequence_parallel", "moe_overlap_comm", "moe_grouped_gemm"}
 _TYPES: dict[str, type | tuple] = {"id": (str, int), "model": (str, dict), "gpu": str, "cluster": str,
                                    "recompute": str, "dtype": str, "framework": str, "attention": str,
-                                   "moe_dispatcher": str}
+                                   "moe_dispatcher": str, "moe_routing": str}
 
 
 def suffixed_number(text: object, suffixes: dict[str, float]) -> float:

@@ -109,10 +109,33 @@ def test_allgather_dispatcher_gathers_tokens_over_ep_x_etp():
     rs = next(o for o in ops if o.name == "moe.combine" and o.phase is Phase.FWD)
     assert rs.kind == "reduce_scatter" and rs.bytes == ag.bytes
     assert not [o for o in ops if o.kind == "all_to_all"]
-    # flex (DeepEP) inside one NVLink domain: the all-to-all's bytes
+    # flex (DeepEP) inside one NVLink domain: one copy per destination EP rank, not per expert (E/EP = 2 experts
+    # per rank: a token's 2 experts share a rank with probability 1/7)
     flex, _ = moe_block_operators(m, dataclasses.replace(p, moe_dispatcher="flex"))
     alltoall, _ = moe_block_operators(m, dataclasses.replace(p, moe_dispatcher="alltoall"))
-    assert flex == alltoall
+    ranks_hit = 4 * (1 - math.comb(6, 2) / math.comb(8, 2))
+    f2a = {o.key(): o for o in alltoall if o.kind == "all_to_all"}
+    for o in (o for o in flex if o.kind == "all_to_all"):
+        assert o.bytes == pytest.approx(next(a for a in f2a.values() if a.name == o.name).bytes * ranks_hit / 2)
+    assert [o for o in flex if o.kind != "all_to_all"] == [o for o in alltoall if o.kind != "all_to_all"]
+
+
+def test_round_robin_routing_reaches_one_rank_per_token_when_aligned():
+    """NeMo AutoModel's fake balanced gate sends token t to experts t k ... t k + k - 1: with k dividing the
+    experts per rank every token's copies land on one rank (DeepSeek-V3 EP64: 4 experts per rank, k 8 -> 2
+    ranks, one node); flex then moves 1/k (2/k) of the all-to-all's bytes."""
+    from costmodel.moe import round_robin_parts
+    assert round_robin_parts(128, 8, 8) == 1.0            # Qwen3-30B EP8: 16 experts per rank
+    assert round_robin_parts(256, 8, 64) == 2.0           # DeepSeek-V3 EP64: 4 per rank
+    assert round_robin_parts(256, 8, 8) == 1.0            # ... and its 8 nodes of 32 experts
+    assert round_robin_parts(12, 8, 4) == pytest.approx((3 + 3 + 4) / 3)   # unaligned: starts 0, 8, 4
+    ds = moe_model(num_experts=256, experts_per_token=8)
+    assert flex_byte_factor(ds, 8, 64, "round_robin") == pytest.approx(1 / 8)
+    assert flex_byte_factor(ds, 1, 64, "round_robin") == pytest.approx(2 / 8)
+    assert flex_byte_factor(ds, 1, 64, "random") == pytest.approx(64 * (1 - math.comb(252, 8) / math.comb(256, 8)) / 8)
+    # the benchmark routers are balanced unless an imbalance is stated
+    assert routing_imbalance(ds, moe_plan(ep=8, moe_imbalance=None, moe_routing="round_robin")) == 1.0
+    assert routing_imbalance(ds, moe_plan(ep=8, moe_imbalance=None, moe_routing="random")) == 1.0
 
 
 def test_flex_deduplicates_tokens_per_destination_domain():

@@ -98,10 +98,22 @@ def moe_refusals(row) -> list[str]:
                    "commit that states it: the expert layout is unknown")
     if "mtp" in notes and "no mtp" not in notes and "with mtp" in notes:
         out.append("multi-token prediction module (MTP) is not modelled")
+    if "'baseline' row of the optimization-history table" in row.text["notes"].lower():
+        out.append("the write-up's unoptimised baseline, which its authors found host-bound (sec. 2: 'large gaps "
+                   "between kernels', the CPU cannot launch kernels as fast as the GPU runs them) before the fusions, "
+                   "CUDA graphs and HybridEP of its history table: planner costs GPU-bound kernels and has no model "
+                   "of CPU launch overhead")
     if row.measured_metric == "tflops_per_gpu" and not any(row.rule(r) for r in TFLOPS_RULES):
         out.append("tflops_per_gpu of a source whose FLOPs formula is not stated (no tflops_mcore_* rule in "
                    "search_spaces/validation/published_sources.toml): give iteration_time_s or tokens_per_s_per_gpu")
     return out
+
+
+def stated_pipeline_layout(row) -> str | None:
+    """The pipeline layout a row's notes quote in Megatron-Core's --pipeline-model-parallel-layout syntax ("PP
+    layout 'Et|(tt|)*30L'": embedding + 1 layer, 30 x 2 layers, loss), or None."""
+    m = re.search(r"layout '([EtL|()*0-9,]+)'", row.text["notes"])
+    return m.group(1) if m else None
 
 
 def ep_from_notes(row) -> int | None:
@@ -191,9 +203,13 @@ def moe_model(row, seq_len: int, notes: list[str]) -> ModelSpec:
         sliding_window_every=2 if window and "alternating" in text else (1 if window else 0),
         attention_sinks="attention sinks" in text, **{k: x for k, x in mla.items() if k != "head_dim"})
     cap = re.search(r"capacity factor ([0-9.]+)", (row.model_name + " " + row.text["notes"]).lower())
+    drop = row.rule("moe_token_drop")
     if cap:
         fields["capacity_factor"] = float(cap.group(1))
         notes.append(f"token dropping with capacity factor {cap.group(1)} (padded to capacity)")
+    elif drop is not None:
+        fields["capacity_factor"] = 1.0
+        notes.append(drop.assumption)
     return ModelSpec(name=row.model_name, num_layers=L, hidden_size=h, num_heads=a, num_kv_heads=kv,
                      ffn_hidden_size=dense_ffn, vocab_size=vocab, max_seq_len=seq_len, head_dim=head_dim,
                      activation=act, norm="rmsnorm", position_embedding="rope", linear_bias=bias, source=row.source,
@@ -248,8 +264,12 @@ def moe_plan_fields(row, tp: int, notes: list[str]) -> dict:
                                                                                  "core_attn)"))
     if balanced_routing(row):
         fields["moe_imbalance"] = 1.0
-        notes.append("forced load balancing (perfectly balanced routing): routing imbalance 1.0")
-    elif "capacity factor" in row.model_name.lower():
+        fields["moe_routing"] = "round_robin" if "fake balanced gate" in row.text["notes"].lower() else "random"
+        notes.append("forced load balancing (perfectly balanced routing): routing imbalance 1.0; "
+                     + ("NeMo AutoModel's fake balanced gate: token t to experts t k ... t k + k - 1 (moe_routing "
+                        "round_robin)" if fields["moe_routing"] == "round_robin" else
+                        "Megatron-Core's random router logits (moe_routing random)"))
+    elif "capacity factor" in row.model_name.lower() or row.rule("moe_token_drop") is not None:
         fields["moe_imbalance"] = 1.0
         notes.append("experts padded to capacity: every expert runs its full capacity (imbalance 1.0)")
     else:

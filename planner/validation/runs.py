@@ -21,7 +21,7 @@ from pathlib import Path
 from costmodel.core.errors import PlannerError
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.model import ModelSpec
-from costmodel.core.specs.pipeline_layout import balanced_pipeline_layout, describe_split
+from costmodel.core.specs.pipeline_layout import balanced_pipeline_layout, describe_split, parse_pipeline_layout
 from costmodel.core.specs.plan import ParallelPlan, account_for_splits
 from planner.requests import PlanRequest
 from planner.validation.moe_rows import (
@@ -34,6 +34,7 @@ from planner.validation.moe_rows import (
     moe_model,
     moe_plan_fields,
     moe_refusals,
+    stated_pipeline_layout,
 )
 from planner.validation.sources import Rule, source_rule
 
@@ -494,6 +495,15 @@ def _pipeline_split(row: RunRow, L: int, pp: int, vpp: int, moe: bool, notes: li
     pipelining (NeMo AutoModel, torchtitan), the pipeline_layout that pipelining builds by default: the layers over
     the PP*VPP virtual stages as evenly as possible, the first ones one more (costmodel.core.specs.pipeline_layout
     balanced_pipeline_layout, AutoModel's generate_hf_model_fqn_per_model_part)."""
+    stated = stated_pipeline_layout(row) if moe else None
+    if stated:
+        layout, virtual = parse_pipeline_layout(stated, pp)
+        if virtual != vpp:
+            raise PlannerError(f"pipeline layout '{stated}' of the notes has {virtual} virtual stages per PP rank, the "
+                               f"row VPP={vpp}")
+        notes.append(f"pipeline layout '{stated}' from the notes (Megatron-Core --pipeline-model-parallel-layout): "
+                     f"{describe_split(layout)} layers per virtual stage")
+        return {"pipeline_layout": layout}
     try:
         return {"layer_split": (_moe_layer_split if moe else _layer_split)(L, pp, vpp, notes)}
     except PlannerError:
