@@ -31,7 +31,7 @@ from costmodel.core.kinds import FEATURES, Category, Phase
 from costmodel.core.specs.framework import attention_kernel, get_framework
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
-from costmodel.moe import expert_params_per_gpu, moe_block_operators
+from costmodel.moe import dispatcher_notes, expert_params_per_gpu, moe_block_operators
 from costmodel.opbuild import coll as _coll
 from costmodel.opbuild import elem_bytes, group_topology, hbm_pass, projection_gemms, recomputed, tp_boundary
 from costmodel.opbuild import gemm as _gemm
@@ -57,7 +57,8 @@ CE_ALLREDUCES = 3
 
 def domain_warnings(plan: ParallelPlan) -> list[str]:
     """Warnings for TP or CP groups that span NVLink domains (their collectives cross the scale-out network on
-    every layer, e.g. TP=8 on 4-GPU Perlmutter nodes)."""
+    every layer, e.g. TP=8 on 4-GPU Perlmutter nodes), and the MoE token dispatcher a plan was given by default
+    (:func:`costmodel.moe.dispatcher_notes`)."""
     out = []
     d = plan.domain
     for name, size, stride in (("TP", plan.tp, 1), ("CP", plan.cp, plan.tp)):
@@ -66,7 +67,7 @@ def domain_warnings(plan: ParallelPlan) -> list[str]:
             out.append(f"{name}={size} groups span {domains} NVLink domains of {d} GPU{'s' * (d > 1)}: their per-layer "
                        f"communication crosses the scale-out network; keep {name}"
                        + (" x TP" if name == "CP" else "") + f" within {d} GPUs if you can")
-    return out
+    return out + dispatcher_notes(plan)
 
 
 @dataclass

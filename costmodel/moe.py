@@ -33,7 +33,7 @@ expert gate (an h x 1 linear), the shared-expert overlap (--moe-shared-expert-ov
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from costmodel.core.kinds import Category, Phase
 from costmodel.core.specs.model import ModelSpec
@@ -327,3 +327,63 @@ def moe_block_operators(model: ModelSpec, plan: ParallelPlan) -> tuple[list[Op],
 def expert_params_per_gpu(model: ModelSpec, plan: ParallelPlan, moe_layers: int) -> float:
     """Routed-expert weights one GPU holds for ``moe_layers`` MoE layers: E/EP experts per layer, each / ETP."""
     return moe_layers * (model.num_experts // plan.ep) * model.expert_params() / plan.expert_tp
+
+
+# ------------------------------------------------------------------------------------------ dispatcher default
+AUTO_DISPATCHER = "auto"
+"""Request value of the token dispatcher that :func:`default_dispatcher` resolves from the framework and the EP
+group's placement."""
+
+DISPATCHER_NOTE_KEY = "moe_dispatcher_default"
+"""``ParallelPlan.extra`` key holding why the dispatcher was chosen when the request left it to the default."""
+
+BIG_DOMAIN = 8
+"""GPUs of an HGX/DGX node's NVLink domain (8 GPUs: H100, H200, B200 data sheets); larger domains are multi-node
+NVLink racks (GB200 / GB300 NVL72), where the recipes run HybridEP even inside the domain."""
+
+
+def default_dispatcher(framework: str, ep: int, etp: int, domain: int) -> tuple[str, str]:
+    """(token dispatcher, why) a framework's published recipes use for an EP group of ``ep`` ranks ``etp`` apart on
+    NVLink domains of ``domain`` GPUs.
+
+    Megatron-Core / NeMo / Megatron-Bridge (framework ``megatron``): the EP group spans several NVLink domains ->
+    ``flex`` (DeepEP, or HybridEP): NVIDIA-NeMo/Megatron-Bridge @067f987d src/megatron/bridge/recipes/deepseek/
+    h100/deepseek_v3.py (1,024 H100, EP64: moe_flex_dispatcher_backend "hybridep"), perf_recipes/deepseek/b200/
+    deepseek_v3.py (EP32 over 4 nodes: "deepep"); NVIDIA/NeMo @8cfedd72 scripts/performance/llm/
+    pretrain_deepseek_v3.py (H100: "flex" with moe_enable_deepep); yanring/Megatron-MoE-ModelZoo Qwen3-235B H100
+    EP32 tables (DeepEP). Inside one domain larger than :data:`BIG_DOMAIN` (NVL72) -> ``flex`` (HybridEP): every
+    GB200 / GB300 Qwen3 and DeepSeek-V3 perf recipe of Megatron-Bridge @067f987d (perf_recipes/qwen/gb200/
+    qwen3_moe.py, perf_recipes/deepseek/common.py: moe_flex_dispatcher_backend "hybridep"). Inside an 8-GPU node ->
+    ``alltoall``: Megatron-Bridge @067f987d perf_recipes/qwen/b200/qwen3_moe.py (Qwen3-235B EP8 bf16 / fp8cs:
+    moe_token_dispatcher_type "alltoall"), NeMo's MixtralConfig (moe_token_dispatcher_type "alltoall").
+    Exceptions exist (Megatron-Bridge's Qwen3-235B H100 EP32 bf16 recipe keeps "alltoall"); state the dispatcher
+    to override. Other stacks (torchtitan, PyTorch FSDP) -> ``alltoall``: torchtitan @b5bcd76c
+    models/common/moe.py LocalTokenDispatcher (all_to_all_single); DeepEP / HybridEP only through overrides."""
+    domains = group_topology(ep, etp, domain)[0]
+    if framework != "megatron":
+        return "alltoall", f"{framework}'s token dispatcher is an all-to-all (torchtitan LocalTokenDispatcher)"
+    if domains > 1:
+        return "flex", (f"EP={ep} spans {domains} NVLink domains of {domain} GPUs: Megatron-Core recipes run the "
+                        "flex dispatcher (DeepEP / HybridEP) across domains")
+    if domain > BIG_DOMAIN:
+        return "flex", (f"EP={ep} inside one {domain}-GPU NVLink domain (multi-node NVLink): Megatron-Core GB200 / "
+                        "GB300 recipes run the flex dispatcher (HybridEP)")
+    return "alltoall", (f"EP={ep} inside one {domain}-GPU NVLink domain: Megatron-Core recipes run the all-to-all "
+                        "dispatcher there")
+
+
+def with_default_dispatcher(plan: ParallelPlan) -> ParallelPlan:
+    """``plan`` with the token dispatcher of :func:`default_dispatcher` and its reason in ``extra`` (a plan built
+    by the search, which does not choose a dispatcher); ``plan`` itself when it has no expert parallelism."""
+    if plan.ep <= 1:
+        return plan
+    chosen, why = default_dispatcher(plan.framework, plan.ep, plan.expert_tp, plan.domain)
+    return replace(plan, moe_dispatcher=chosen, extra={**plan.extra, DISPATCHER_NOTE_KEY: why})
+
+
+def dispatcher_notes(plan: ParallelPlan) -> list[str]:
+    """The note saying which token dispatcher a plan whose request left it to the default was given, and why."""
+    why = plan.extra.get(DISPATCHER_NOTE_KEY) if isinstance(plan.extra, dict) else None
+    if not why or plan.ep <= 1:
+        return []
+    return [f"MoE token dispatcher {plan.moe_dispatcher} assumed ({why}); state --moe-dispatcher to change it"]

@@ -28,6 +28,7 @@ from costmodel.core.specs.plan import (
     ParallelPlan,
 )
 from costmodel.core.specs.presets import resolve_model
+from costmodel.moe import AUTO_DISPATCHER, with_default_dispatcher
 
 DEFAULT_BATCH_TOKENS = 4 * 1024 * 1024
 """Default global batch in tokens when none is given: 4M tokens, the batch of Llama 2
@@ -105,8 +106,10 @@ class PlanRequest:
     """Expert-parallel degree (MoE models; Megatron --expert-model-parallel-size): divides the experts."""
     etp: int | None = None
     """Expert tensor-parallel degree (--expert-tensor-parallel-size); None = TP (Megatron-Core's default)."""
-    moe_dispatcher: str = "alltoall"
-    """MoE token dispatcher: alltoall | allgather | flex (--moe-token-dispatcher-type)."""
+    moe_dispatcher: str = AUTO_DISPATCHER
+    """MoE token dispatcher: alltoall | allgather | flex (--moe-token-dispatcher-type), or auto: the one the
+    framework's recipes run for the EP group's placement (costmodel.moe.default_dispatcher; the prediction's
+    warnings say which and why)."""
     moe_imbalance: float | None = None
     """Tokens of the busiest expert over the mean (>= 1; 1 = balanced); None = the cost model's documented
     default (costmodel.moe_routing)."""
@@ -141,8 +144,9 @@ class PlanRequest:
             raise PlannerError(f"framework={self.framework!r} must be one of {', '.join(FRAMEWORKS)}")
         if self.attention and self.attention not in ATTENTION_KERNELS:
             raise PlannerError(f"attention={self.attention!r} must be one of {', '.join(ATTENTION_KERNELS)}")
-        if self.moe_dispatcher not in MOE_DISPATCHERS:
-            raise PlannerError(f"moe_dispatcher={self.moe_dispatcher!r} must be one of {', '.join(MOE_DISPATCHERS)}")
+        if self.moe_dispatcher not in (*MOE_DISPATCHERS, AUTO_DISPATCHER):
+            raise PlannerError(f"moe_dispatcher={self.moe_dispatcher!r} must be one of {', '.join(MOE_DISPATCHERS)} "
+                               f"or {AUTO_DISPATCHER}")
         if self.moe_routing not in MOE_ROUTINGS:
             raise PlannerError(f"moe_routing={self.moe_routing!r} must be one of {', '.join(MOE_ROUTINGS)}")
         if self.moe_imbalance is not None and not (math.isfinite(self.moe_imbalance) and self.moe_imbalance >= 1):
@@ -191,6 +195,8 @@ class PlanRequest:
                             dtype=self.dtype, layer_split=self.layer_split, nvlink_domain=nvlink_domain,
                             framework=self.framework, attention=self.attention, **self.moe_fields(), **layout,
                             extra=dict(extra or {}))
+        if self.moe_dispatcher == AUTO_DISPATCHER:
+            plan = with_default_dispatcher(plan)
         plan.validate(model)
         return plan
 
@@ -201,7 +207,7 @@ class PlanRequest:
         for key in ("ep", "etp", "moe_dispatcher", "moe_imbalance", "moe_routing", "moe_overlap_comm",
                     "moe_grouped_gemm"):
             value = getattr(self, key)
-            if value != _DEFAULTS[key]:
+            if value != _DEFAULTS[key] and value != AUTO_DISPATCHER:
                 out[key] = float(value) if key == "moe_imbalance" else value
         return out
 

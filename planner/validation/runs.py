@@ -483,7 +483,8 @@ def row_to_inputs(row: RunRow) -> tuple[ModelSpec, ParallelPlan, str, int]:
         sequence_parallel=sp, zero=_zero(row.text["dist_optimizer_or_zero"], notes),
         dtype=_dtype(row.text["precision"], notes),
         **_pipeline_split(row, model.num_layers, pp, vpp, moe, notes),
-        framework=_framework(row.text["framework"], notes, row.text["notes"]), attention=_attention(row, notes))
+        framework=_framework(row.text["framework"], notes, row.text["notes"]), attention=_attention(row, notes),
+        moe_dispatcher="alltoall")  # an MoE row's dispatcher is read from its text (moe_rows.moe_plan_fields)
     plan = request.to_plan(model, gpus_per_node=gpn, extra={"run_id": row.id})
     if moe:
         plan = _moe_plan(row, model, plan, notes)
