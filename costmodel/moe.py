@@ -321,7 +321,23 @@ def moe_block_operators(model: ModelSpec, plan: ParallelPlan) -> tuple[list[Op],
            + shared_expert_operators(model, plan, b))
     if not plan.moe_overlap_comm:
         return ops + comm, []
-    return ops, overlapped_comm(plan, comm)
+    return ops + sm_share_operators(plan), overlapped_comm(plan, comm)
+
+
+SM_SHARE = "moe.overlap_sm_share"
+"""Name of the placeholder operators (forward, backward) whose times costmodel.moe_kernels sets to the compute the
+overlapped flex dispatcher's kernels take from a layer (:func:`sm_share_operators`)."""
+
+
+def sm_share_operators(plan: ParallelPlan) -> list[Op]:
+    """With the flex dispatcher overlapped (--overlap-moe-expert-parallel-comm), its DeepEP / HybridEP kernels hold
+    a fixed number of SMs while they run, which the compute they overlap loses: one placeholder per phase (zero
+    bytes; a key no other operator has), costed by :func:`costmodel.moe_kernels.apply` as that SM share of the
+    phase's overlapped EP communication. [] otherwise (NCCL's all-to-all SMs are not charged)."""
+    if plan.moe_dispatcher != "flex":
+        return []
+    return [Op("residual_add", SM_SHARE, phase, (0,), flops=0.0, bytes=0.0, dtype=plan.dtype,
+               category=Category.COMPUTE) for phase in (Phase.FWD, Phase.BWD)]
 
 
 def expert_params_per_gpu(model: ModelSpec, plan: ParallelPlan, moe_layers: int) -> float:

@@ -50,12 +50,13 @@ import numpy as np
 
 from costmodel.compose import OperatorTimes
 from costmodel.core.fileio import fitted_table_main
-from costmodel.core.kinds import Phase
+from costmodel.core.kinds import Category, Phase
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.plan import ParallelPlan
 from costmodel.cost.measured import MeasuredCostModel
 from costmodel.graph import OperatorGraph
+from costmodel.moe import BIG_DOMAIN, SM_SHARE
 from costmodel.ops import Op
 
 TABLE_PATH = Path(__file__).resolve().parent / "data" / "moe_kernels.json"
@@ -245,16 +246,70 @@ def grouped_gemm_factors(plan: ParallelPlan, hardware: Hardware, ops: list[Op],
                  f"{system['file']} ({system['die']}{src}; forward ratio used for backward)"]
 
 
+# ------------------------------------------------------------------------------------------- overlap SMs
+GPU_SMS = {"h100": 132, "h200": 132, "gh200": 132, "h800": 132, "b200": 148, "gb200": 148, "b300": 160,
+           "gb300": 160}
+"""Streaming multiprocessors per GPU, by catalogue-name prefix: Hopper 132 (shared/data/hardware/gpus.yaml
+``sm_count`` of h200 and gh200; NVIDIA H100 SXM5 data sheet), Blackwell B200 / GB200 148 (gpus.yaml b200, device
+query "Number of SMs: 148"), Blackwell Ultra B300 / GB300 160 (NVIDIA technical blog "Inside NVIDIA Blackwell
+Ultra", 2025: 160 SMs)."""
+
+FLEX_SMS = {"deepep": 20, "hybridep": 32}
+"""SMs the flex dispatcher's kernels hold while they run: DeepEP 20 (deepseek-ai/DeepEP deep_ep/buffer.py
+``num_sms = 20``; Megatron-Core transformer_config.py @d98e8a64 moe_deepep_num_sms, "historical default 20"),
+HybridEP 32 (NVIDIA-NeMo/Megatron-Bridge @067f987d src/megatron/bridge/perf_recipes/_common.py sets
+moe_hybridep_num_sms = 32 for every HybridEP recipe; the DeepSeek-V3 GB200 write-up runs "HybridEP ... 32 SMs").
+HybridEP where the EP group sits inside an NVL72-class domain (costmodel.moe.default_dispatcher), DeepEP elsewhere."""
+
+
+def gpu_sms(gpu: str) -> int | None:
+    """SMs of a catalogue GPU (:data:`GPU_SMS`), None when not listed."""
+    return next((n for prefix, n in sorted(GPU_SMS.items(), key=lambda kv: -len(kv[0])) if gpu.startswith(prefix)),
+                None)
+
+
+def sm_share_times(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph,
+                   times: dict) -> tuple[dict[tuple, float], list[str]]:
+    """({key: seconds} of the ``moe.overlap_sm_share`` placeholders, warnings): per phase, the flex kernels' share
+    of the GPU's SMs (:data:`FLEX_SMS` / :func:`gpu_sms`) times the phase's overlapped EP communication per MoE
+    layer. A layer whose compute c runs beside a collective of t seconds that holds a fraction f of the SMs gets
+    f t of its compute done later: c + f t (while c >= t)."""
+    out: dict[tuple, float] = {}
+    sms = gpu_sms(hardware.gpu.name)
+    for st in graph.distinct_stages():
+        for ph in (o for o in st.layer_ops if o.name == SM_SHARE):
+            if sms is None:
+                out[ph.key()] = 0.0
+                continue
+            backend = "hybridep" if plan.domain > BIG_DOMAIN else "deepep"
+            comm = sum(times[o.key()] * o.count for o in st.layer_overlap_ops
+                       if o.category is Category.EP_COMM and o.phase is ph.phase)
+            out[ph.key()] = FLEX_SMS[backend] / sms * comm / ph.count
+    if not out:
+        return {}, []
+    if sms is None:
+        return out, [f"overlapped flex dispatcher on {hardware.gpu.name}: SM count not listed, the SMs its kernels "
+                     "take from the overlapped compute are not charged"]
+    return out, [f"overlapped EP communication: the flex dispatcher's kernels hold "
+                 f"{FLEX_SMS['hybridep' if plan.domain > BIG_DOMAIN else 'deepep']} of {sms} SMs while they run, "
+                 "charged to the compute they overlap"]
+
+
 def apply(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph, times: OperatorTimes) -> OperatorTimes:
-    """MoE plans with grouped GEMMs: the ``moe.expert*`` operator times (interval ends too) times the ratio of
-    :func:`grouped_gemm_factors`, with its note; ``times`` itself for graphs without routed experts."""
+    """MoE plans: the ``moe.expert*`` operator times (interval ends too) of grouped GEMMs times the ratio of
+    :func:`grouped_gemm_factors`, and the overlapped flex dispatcher's SM share (:func:`sm_share_times`), with
+    their notes; ``times`` itself for graphs without routed experts."""
     if not any(st.expert_params for st in graph.stages):
         return times
     factors, warnings = grouped_gemm_factors(plan, hardware, [o for st in graph.stages for o in st.layer_ops])
-    if not factors and not warnings:
+    scaled = times.scaled(lambda t: {k: v * factors.get(k, 1.0) for k, v in t.items()}) if factors else times
+    share, notes = sm_share_times(plan, hardware, graph, scaled.time_s)
+    if share:
+        scaled = scaled.scaled(lambda t: {k: share.get(k, v) for k, v in t.items()})
+    if not factors and not warnings and not share:
         return times
-    scaled = times.scaled(lambda t: {k: v * factors.get(k, 1.0) for k, v in t.items()})
-    return OperatorTimes(scaled.time_s, scaled.low_s, scaled.high_s, scaled.source, times.warnings + tuple(warnings))
+    return OperatorTimes(scaled.time_s, scaled.low_s, scaled.high_s, scaled.source,
+                         times.warnings + tuple(warnings) + tuple(notes))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -137,3 +137,32 @@ def test_a_key_shared_with_a_dense_operator_is_not_scaled():
     factors, _ = MK.grouped_gemm_factors(plan, hw, [up, twin, other])
     assert up.key() not in factors and factors[other.key()] == MK.ratio_for(MK.system_of("h100-sxm", TABLE),
                                                                             2048, 16)
+
+
+def test_overlapped_flex_dispatcher_takes_its_sms_from_the_compute():
+    """--overlap-moe-expert-parallel-comm with the flex dispatcher: DeepEP's kernels hold 20 of an H100's 132 SMs
+    while they run, so each phase's placeholder costs 20/132 of that phase's overlapped EP communication; none
+    without overlap or with the all-to-all dispatcher."""
+    from costmodel.core.kinds import Category
+    from costmodel.core.specs.catalogue import load_catalogue
+    from costmodel.graph import build_graph
+    from costmodel.layer_split import operator_times
+    from costmodel.moe import SM_SHARE
+    from costmodel.moe_kernels import FLEX_SMS, gpu_sms
+    from planner.predict import default_cost_model
+    from planner.requests import PlanRequest
+
+    req = PlanRequest(model="qwen3-30b-a3b", gpu="h100-sxm", gpus=32, ep=32, mbs=1, gbs=64, moe_dispatcher="flex",
+                      moe_overlap_comm=True)
+    res = req.resolve()
+    graph = build_graph(res.model, res.plan)
+    times = operator_times(res.plan, graph, res.hardware, default_cost_model()).time_s
+    st = graph.distinct_stages()[0]
+    for ph in (o for o in st.layer_ops if o.name == SM_SHARE):
+        comm = sum(times[o.key()] * o.count for o in st.layer_overlap_ops
+                   if o.category is Category.EP_COMM and o.phase is ph.phase)
+        assert comm > 0 and times[ph.key()] == pytest.approx(FLEX_SMS["deepep"] / 132 * comm / ph.count)
+    assert gpu_sms("h100-sxm") == 132 and gpu_sms("gb300") == 160 and gpu_sms("a100-80gb") is None
+    plain = PlanRequest(model="qwen3-30b-a3b", gpu="h100-sxm", gpus=32, ep=32, mbs=1, gbs=64,
+                        moe_dispatcher="alltoall", moe_overlap_comm=True).resolve()
+    assert not [o for o in build_graph(plain.model, plain.plan).stages[0].layer_ops if o.name == SM_SHARE]
