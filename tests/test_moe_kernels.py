@@ -169,12 +169,9 @@ def test_overlapped_flex_dispatcher_takes_its_sms_from_the_compute():
     while they run, so each phase's placeholder costs 20/132 of that phase's overlapped EP communication; none
     without overlap or with the all-to-all dispatcher."""
     from costmodel.core.kinds import Category
-    from costmodel.core.specs.catalogue import load_catalogue
-    from costmodel.graph import build_graph
     from costmodel.layer_split import operator_times
     from costmodel.moe import SM_SHARE
     from costmodel.moe_kernels import FLEX_SMS, gpu_sms
-    from planner.predict import default_cost_model
     from planner.requests import PlanRequest
 
     req = PlanRequest(model="qwen3-30b-a3b", gpu="h100-sxm", gpus=32, ep=32, mbs=1, gbs=64, moe_dispatcher="flex",

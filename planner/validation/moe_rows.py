@@ -96,8 +96,14 @@ def moe_refusals(row) -> list[str]:
     if not row.values.get("ep") and not ep_from_notes(row):
         out.append("EP not stated (the source prints '-') and the notes give no benchmark config of the same "
                    "commit that states it: the expert layout is unknown")
-    if "mtp" in notes and "no mtp" not in notes and "with mtp" in notes:
-        out.append("multi-token prediction module (MTP) is not modelled")
+    if not row.values.get("gbs"):
+        said = next((x.strip() for x in row.text["notes"].split(". ") if "batch size" in x.lower()), "")
+        out.append("GBS not stated" + (f" ({said.rstrip('.')})" if said else "")
+                   + ": the tokens each GPU processes per step, which set its throughput, are unknown")
+    if "dualpipe" in row.text["framework"].lower():
+        out.append("DualPipe schedule (bidirectional pipeline, forward and backward chunks of two micro-batches "
+                   "overlapped with their all-to-all; DeepSeek-V3 report sec. 3.2.1) is not modelled, and its micro-"
+                   "batch size and count are not published")
     if "'baseline' row of the optimization-history table" in row.text["notes"].lower():
         out.append("the write-up's unoptimised baseline, which its authors found host-bound (sec. 2: 'large gaps "
                    "between kernels', the CPU cannot launch kernels as fast as the GPU runs them) before the fusions, "
@@ -196,12 +202,14 @@ def moe_model(row, seq_len: int, notes: list[str]) -> ModelSpec:
     expert = v.get("expert_ffn_hidden") or 0
     dense_ffn = v.get("ffn_hidden") or expert
     window = _int(r"(\d+)-token sliding-window", text) or 0
+    mtp = _int(r"with mtp depth (\d+)", row.model_name.lower()) or 0
     fields = dict(
         num_experts=v.get("num_experts") or 0, experts_per_token=v.get("top_k") or 0, moe_ffn_hidden_size=expert,
         num_shared_experts=v.get("shared_experts") or 0, first_dense_layers=_first_dense(text, row, notes),
         router="sigmoid" if "sigmoid" in text else "softmax", sliding_window=window,
         sliding_window_every=2 if window and "alternating" in text else (1 if window else 0),
-        attention_sinks="attention sinks" in text, **{k: x for k, x in mla.items() if k != "head_dim"})
+        attention_sinks="attention sinks" in text, mtp_layers=mtp,
+        **{k: x for k, x in mla.items() if k != "head_dim"})
     cap = re.search(r"capacity factor ([0-9.]+)", (row.model_name + " " + row.text["notes"]).lower())
     drop = row.rule("moe_token_drop")
     if cap:
@@ -289,9 +297,11 @@ def moe_plan_fields(row, tp: int, notes: list[str]) -> dict:
 # ------------------------------------------------------------------------------------------ FLOPs
 def megatron_flops(model: ModelSpec, global_batch: int, seq_len: int, causal: bool) -> float:
     """FLOPs of one step as Megatron-LM's ``num_floating_point_operations`` (megatron/training/training.py)
-    counts them, for a GQA or MLA MoE model without MTP: 3 (fwd, dgrad, wgrad) x 2 FLOPs per multiply-add over
-    the attention projections, the core attention, the dense layers' MLP (ffn_hidden x 3 for SwiGLU), the routed
-    experts' MLP x top-k and the shared experts' MLP in every MoE layer, and the logits (h x V); no router GEMM.
+    counts them, for a GQA or MLA MoE model: 3 (fwd, dgrad, wgrad) x 2 FLOPs per multiply-add over the attention
+    projections, the core attention, the dense layers' MLP (ffn_hidden x 3 for SwiGLU), the routed experts' MLP x
+    top-k and the shared experts' MLP in every MoE layer, and the logits (h x V); no router GEMM. Multi-token
+    prediction (``model.mtp_layers``, --mtp-num-layers; @d98e8a64): each depth one more layer of the last layer's
+    kind, its norms (3h) and eh_proj (2h x h), and the logits once more.
 
     ``causal``: the 2025+ code (checked at NVIDIA/Megatron-LM @001b00c2) halves the core attention ("causal mask
     (only half of the mask is non-zero)"); the 2024 code (MCore v0.8: ``12 B s L h^2 ((1 + g/a + s/h) q/h +
@@ -300,8 +310,9 @@ def megatron_flops(model: ModelSpec, global_batch: int, seq_len: int, causal: bo
     h, a, s, V = model.hidden_size, model.num_heads, seq_len, model.vocab_size
     ffn_mult = 3 if model.gated else 2
     tokens = global_batch * s
-    n_moe = model.num_moe_layers
-    n_dense = model.num_layers - n_moe
+    mtp = model.mtp_layers
+    n_moe = model.num_moe_layers + mtp * model.is_moe_layer(model.num_layers - 1)
+    n_dense = model.num_layers + mtp - n_moe
     core = 0.5 if causal else 1.0
     if model.is_mla:
         if not causal:
@@ -316,4 +327,4 @@ def megatron_flops(model: ModelSpec, global_batch: int, seq_len: int, causal: bo
         attn = h * (qd + 2 * kvd) + qd * s * core * 2 + qd * h
     mlp = h * (model.ffn_hidden_size * ffn_mult * n_dense
                + (model.expert_ffn * model.experts_per_token + model.shared_ffn) * ffn_mult * n_moe)
-    return 6.0 * tokens * (mlp + attn * model.num_layers + h * V)
+    return 6.0 * tokens * (mlp + attn * (model.num_layers + mtp) + mtp * (3 * h + 2 * h * h) + h * V * (1 + mtp))

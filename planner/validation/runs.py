@@ -197,7 +197,7 @@ def _moe_skip_reason(row: RunRow) -> str:
     try:
         row_to_inputs(row)
     except PlannerError as exc:
-        if str(exc) not in reasons:
+        if not any(str(exc) in r for r in reasons):
             reasons.append(str(exc))
     return "; ".join(reasons)
 
@@ -223,6 +223,9 @@ def map_gpu(gpu: str) -> tuple[str, str]:
         return "b200", ""
     if "h200" in t:
         return "h200", ""
+    if "h800" in t:
+        raise PlannerError(f"GPU {gpu!r}: the H800 (H100 SXM compute with NVLink cut to 400 GB/s and the DeepSeek "
+                           "cluster's 8 x 400 Gb/s InfiniBand) has no hardware-catalogue entry")
     if "h100" in t:
         if "pcie" in t:
             return "h100-pcie", ""
