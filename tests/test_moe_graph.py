@@ -14,7 +14,7 @@ from costmodel.core.specs.model import ModelSpec
 from costmodel.cost.roofline import RooflineCostModel
 from costmodel.graph import build_graph, group_topology, layer_operators
 from costmodel.moe import flex_byte_factor, moe_block_operators, routing_imbalance
-from costmodel.moe_routing import AUX_FREE_MAXVIO, AUX_LOSS_MAXVIO, expected_max_normal
+from costmodel.moe_routing import AUX_FREE_MAXVIO, AUX_LOSS_MAXVIO, MAXVIO_EXPERTS, expected_max_normal
 from tests.helpers import plan
 
 H, E, K, FE, SEQ, MBS = 512, 8, 2, 256, 1024, 2
@@ -168,7 +168,9 @@ def test_imbalance_default_override_and_capacity():
     assert routing_imbalance(m, moe_plan(moe_imbalance=1.0)) == 1.0
     # EP = E: the busiest rank holds the busiest expert alone
     assert routing_imbalance(m, moe_plan(ep=8, moe_imbalance=1.5)) == 1.5
-    assert routing_imbalance(m, moe_plan(ep=8, moe_imbalance=None)) == pytest.approx(1 + AUX_LOSS_MAXVIO)
+    per8 = expected_max_normal(8) / expected_max_normal(MAXVIO_EXPERTS)   # the 64-expert MaxVio over 8 experts
+    assert routing_imbalance(m, moe_plan(ep=8, moe_imbalance=None)) == pytest.approx(1 + AUX_LOSS_MAXVIO * per8)
+    assert 0.30 < AUX_LOSS_MAXVIO * per8 < 0.32
     # EP = 4 (2 experts per rank): independent expert loads, rank = sum of 2, busiest of 4 ranks
     r = 1 + 0.5 * expected_max_normal(4) / (expected_max_normal(8) * math.sqrt(2))
     assert routing_imbalance(m, moe_plan(moe_imbalance=1.5)) == pytest.approx(r) and 1 < r < 1.5
@@ -183,11 +185,16 @@ def test_imbalance_default_override_and_capacity():
 
 def test_default_imbalance_follows_the_router_and_the_ep_split():
     """Default: Wang et al. 2024 Table 2 MaxVio_global per expert (aux-loss 0.52, aux-loss-free 0.04 for
-    DeepSeek-V3's noaux_tc router), taken to the busiest rank; no imbalance without EP."""
+    DeepSeek-V3's noaux_tc router, over 64 experts; for E experts x e(E) / e(64)), taken to the busiest rank; no
+    imbalance without EP."""
     assert expected_max_normal(1) == 0.0 and expected_max_normal(2) == pytest.approx(1 / math.sqrt(math.pi))
     m = moe_model()
     free = moe_model(extra={"topk_method": "noaux_tc"})
-    assert routing_imbalance(free, moe_plan(ep=8, moe_imbalance=None)) == pytest.approx(1 + AUX_FREE_MAXVIO)
+    per8 = expected_max_normal(8) / expected_max_normal(MAXVIO_EXPERTS)
+    assert routing_imbalance(free, moe_plan(ep=8, moe_imbalance=None)) == pytest.approx(1 + AUX_FREE_MAXVIO * per8)
+    big = moe_model(num_experts=64, experts_per_token=2)
+    assert routing_imbalance(big, moe_plan(ep=64, gpus=64, gbs=128, moe_imbalance=None)) == \
+        pytest.approx(1 + AUX_LOSS_MAXVIO)  # the published model's expert count: the published figure
     assert routing_imbalance(m, moe_plan(gpus=2, gbs=4, ep=1, moe_imbalance=None)) == 1.0
     ranks = [routing_imbalance(m, moe_plan(ep=ep, moe_imbalance=None)) for ep in (2, 4, 8)]
     assert 1.0 < ranks[0] < ranks[1] < ranks[2]
