@@ -235,7 +235,9 @@ def _dispatcher(text: str, notes: list[str]) -> str:
         return "alltoall"
     if "allgather" in t or "all-gather" in t:
         return "allgather"
-    notes.append("token dispatcher not stated, assumed alltoall (Megatron-Core's recommended dispatcher for EP)")
+    notes.append("token dispatcher not stated, assumed alltoall (Megatron-Core's recommended dispatcher for EP; "
+                 "NeMo's MixtralConfig moe_token_dispatcher_type 'alltoall', nemo/collections/llm/gpt/model/"
+                 "mixtral.py @8cfedd72)")
     return "alltoall"
 
 

@@ -275,10 +275,9 @@ class ParallelPlan:
                      f"GPUs={self.world_size} (DP = GPUs / (TP*PP*CP))")
         if self.world_size > self.gpus_per_node and self.world_size % self.gpus_per_node != 0:
             p.append(f"GPUs={self.world_size} must be a multiple of gpus_per_node={self.gpus_per_node}")
-        if self.moe_dispatcher not in MOE_DISPATCHERS:
-            p.append(f"moe_dispatcher={self.moe_dispatcher!r} must be one of {', '.join(MOE_DISPATCHERS)}")
-        if self.moe_routing not in MOE_ROUTINGS:
-            p.append(f"moe_routing={self.moe_routing!r} must be one of {', '.join(MOE_ROUTINGS)}")
+        p += [f"{name}={value!r} must be one of {', '.join(choices)}" for name, value, choices in (
+            ("moe_dispatcher", self.moe_dispatcher, MOE_DISPATCHERS), ("moe_routing", self.moe_routing, MOE_ROUTINGS))
+            if value not in choices]
         if self.moe_imbalance is not None and not (isinstance(self.moe_imbalance, (int, float))
                                                    and self.moe_imbalance >= 1.0):
             p.append(f"moe_imbalance={self.moe_imbalance!r} must be >= 1 (busiest expert's tokens over the mean)")
