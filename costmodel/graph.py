@@ -31,7 +31,9 @@ from costmodel.core.kinds import FEATURES, Category, Phase
 from costmodel.core.specs.framework import attention_kernel, get_framework
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
-from costmodel.moe import expert_params_per_gpu, moe_block_operators
+from costmodel.moe import dispatcher_notes, expert_params_per_gpu, moe_block_operators
+from costmodel.mtp import mtp_layer, mtp_params
+from costmodel.mtp_ops import mtp_operators
 from costmodel.opbuild import coll as _coll
 from costmodel.opbuild import elem_bytes, group_topology, hbm_pass, projection_gemms, recomputed, tp_boundary
 from costmodel.opbuild import gemm as _gemm
@@ -57,7 +59,8 @@ CE_ALLREDUCES = 3
 
 def domain_warnings(plan: ParallelPlan) -> list[str]:
     """Warnings for TP or CP groups that span NVLink domains (their collectives cross the scale-out network on
-    every layer, e.g. TP=8 on 4-GPU Perlmutter nodes)."""
+    every layer, e.g. TP=8 on 4-GPU Perlmutter nodes), and the MoE token dispatcher a plan was given by default
+    (:func:`costmodel.moe.dispatcher_notes`)."""
     out = []
     d = plan.domain
     for name, size, stride in (("TP", plan.tp, 1), ("CP", plan.cp, plan.tp)):
@@ -66,7 +69,7 @@ def domain_warnings(plan: ParallelPlan) -> list[str]:
             out.append(f"{name}={size} groups span {domains} NVLink domains of {d} GPU{'s' * (d > 1)}: their per-layer "
                        f"communication crosses the scale-out network; keep {name}"
                        + (" x TP" if name == "CP" else "") + f" within {d} GPUs if you can")
-    return out
+    return out + dispatcher_notes(plan)
 
 
 @dataclass
@@ -474,8 +477,9 @@ def _iteration_ops(model: ModelSpec, plan: ParallelPlan, stage_params: int, firs
         edp = plan.expert_dp
         topo = group_topology(edp, plan.expert_tp * plan.ep, plan.domain)
         ops += _grad_reduction("dp.expert", expert_gpu, edp, topo, plan)
-    if model.tied_embeddings and plan.pp > 1 and (first or last):
-        # Megatron keeps the tied embedding on the first and last stage and all-reduces its gradient.
+    if (model.tied_embeddings or model.mtp_layers) and plan.pp > 1 and (first or last):
+        # Megatron keeps the tied embedding (or the one MTP shares, costmodel.mtp) on the first and last stage and
+        # all-reduces its gradient.
         nbytes = model.vocab_size * model.hidden_size / t * GRAD_REDUCE_BYTES
         topo = group_topology(2, plan.tp * plan.cp * plan.dp * (plan.pp - 1), plan.domain)
         ops.append(_coll("all_reduce", "pp.embedding_grad_allreduce", Phase.DP_COMM, nbytes, 2, topo, Category.PP_COMM))
@@ -545,6 +549,10 @@ def build_graph(model: ModelSpec, plan: ParallelPlan) -> OperatorGraph:
     else:
         layer_ops, overlap = layer_operators(model, plan)
     emb, head = _embedding_ops(model, plan), _head_ops(model, plan)
+    if model.mtp_layers:  # the MTP depths run on the last stage, once per micro-batch (costmodel.mtp_ops)
+        kind = _layer_kind(model, mtp_layer(model))
+        head = head + mtp_operators(model, plan, *layer_operators(model, plan, moe=kind[0], window=kind[1]),
+                                    list(emb), list(head))
     emb += root_unit_ops("embedding", model.embedding_params(), plan)
     head += root_unit_ops("head", model.head_params(), plan)
     stages: list[StageGraph] = []
@@ -562,8 +570,9 @@ def build_graph(model: ModelSpec, plan: ParallelPlan) -> OperatorGraph:
         if first:
             params += model.embedding_params()
         if last:
-            params += model.head_params()
-            if model.tied_embeddings and plan.pp > 1:
+            params += model.head_params() + mtp_params(model)
+            n_moe += model.mtp_layers * model.is_moe_layer(mtp_layer(model))
+            if (model.tied_embeddings or model.mtp_layers) and plan.pp > 1:  # the last stage's embedding copy
                 params += model.vocab_size * model.hidden_size
         key: tuple = (first, last, n_layers, kinds) if varied else (first, last, n_layers)
         if key not in shared:

@@ -38,7 +38,7 @@ from costmodel.core.kinds import COLLECTIVE_KINDS
 from costmodel.cpu_hardware import CPU_GPU_KEY
 from costmodel.layer_split import costed_graph
 from planner import __version__
-from planner.intervals import fit_intervals, lookup, plan_framework, time_residual
+from planner.intervals import fit_intervals, lookup, moe_lookup, plan_framework, time_residual
 from planner.predict import Prediction, default_cost_model, prediction_from_times
 from planner.validation.compare import compare
 from planner.validation.runs import RunRow, default_hardware, load_runs, parallelism_kind, row_to_inputs
@@ -164,10 +164,11 @@ class Calibration:
                     f"applied to {cost_model_name!r}"]
         return []
 
-    def interval_group(self, gpu: str, framework: str) -> tuple[str, dict] | None:
-        """(group key, {n, q_low, q_high}) of the 80 % interval for a plan on ``gpu`` with ``framework``;
-        None when the calibration carries no interval table (planner.intervals.lookup)."""
-        return lookup(self.intervals, gpu, framework)
+    def interval_group(self, gpu: str, framework: str, moe: bool = False) -> tuple[str, dict] | None:
+        """(group key, {n, q_low, q_high}) of the 80 % interval for a plan on ``gpu`` with ``framework`` (``moe``:
+        a mixture-of-experts plan, from the calibration's MoE table); None when the calibration carries no such
+        table (planner.intervals.lookup, moe_lookup)."""
+        return moe_lookup(self.intervals, gpu, framework) if moe else lookup(self.intervals, gpu, framework)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -54,7 +54,8 @@ Attention = Annotated[str, typer.Option(
 Ep = Annotated[int, typer.Option("--ep", help="Expert-parallel degree (MoE models; divides the experts).")]
 Etp = Annotated[Optional[int], typer.Option("--etp", help="Expert tensor-parallel degree (default: --tp).")]
 MoeDispatcher = Annotated[str, typer.Option("--moe-dispatcher", help="MoE token dispatcher: alltoall | allgather "
-                                            "| flex.")]
+                                            "| flex | auto (what the framework's recipes run for the EP group's "
+                                            "placement; the output says which).")]
 MoeImbalance = Annotated[Optional[float], typer.Option(
     "--moe-imbalance", help="Busiest expert's tokens over the mean, >= 1 (default: the cost model's).")]
 MoeOverlapComm = Annotated[bool, typer.Option("--moe-overlap-comm/--no-moe-overlap-comm",

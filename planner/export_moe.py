@@ -80,6 +80,8 @@ def megatron_moe_args(model: ModelSpec, plan: ParallelPlan) -> list[tuple[str, o
         out.append(("--moe-router-force-load-balancing", None))
     if plan.moe_overlap_comm:
         out.append(("--overlap-moe-expert-parallel-comm", None))
+    if model.mtp_layers:  # multi-token prediction depths (costmodel.mtp)
+        out.append(("--mtp-num-layers", model.mtp_layers))
     return out
 
 
@@ -108,7 +110,8 @@ _NEMO_KEYS = {"--multi-latent-attention": "multi_latent_attention", "--q-lora-ra
               "--moe-token-dispatcher-type": "moe_token_dispatcher_type", "--moe-enable-deepep": "moe_enable_deepep",
               "--moe-grouped-gemm": "moe_grouped_gemm",
               "--moe-router-force-load-balancing": "moe_router_force_load_balancing",
-              "--overlap-moe-expert-parallel-comm": "overlap_moe_expert_parallel_comm"}
+              "--overlap-moe-expert-parallel-comm": "overlap_moe_expert_parallel_comm",
+              "--mtp-num-layers": "mtp_num_layers"}
 
 
 def nemo_moe_keys(model: ModelSpec, plan: ParallelPlan) -> dict:

@@ -52,8 +52,9 @@ class Calibrating(CompositionConstants, Protocol):
         """Name the outputs report."""
         ...
 
-    def interval_group(self, gpu: str, framework: str) -> tuple[str, dict] | None:
-        """(group, {n, q_low, q_high}) of the calibration's 80 % interval for this regime; None = none."""
+    def interval_group(self, gpu: str, framework: str, moe: bool = False) -> tuple[str, dict] | None:
+        """(group, {n, q_low, q_high}) of the calibration's 80 % interval for this regime (``moe``: its table for
+        mixture-of-experts plans); None = none."""
         ...
 
 
@@ -177,21 +178,21 @@ def predict(model: ModelSpec, plan: ParallelPlan, hardware: Hardware,
         warnings = warnings + calibration.warnings_for(cost_model.name)
     pred = prediction_from_times(model, plan, hardware, graph, times.time_s, warnings, cost_model.name,
                                  calibration, times.source_counts())
-    found = calibration.interval_group(hardware.gpu.name, plan_framework(plan)) if calibration is not None else None
-    if found is not None and model.is_moe:
-        # the shipped bands come from residuals of dense runs; MoE runs (moe_runs.csv) err differently and are too
-        # few sources for a band of their own (planner.intervals.MIN_GROUP_SOURCES)
-        found = None
-        pred.warnings.append("no 80 % interval for mixture-of-experts plans: the calibration's bands come from dense "
-                             "runs, and the open MoE runs are too few sources for a band of their own (their "
-                             "cross-validated error: reports/validation.md, 'Mixture-of-experts runs')")
+    found = None
+    if calibration is not None:
+        # MoE plans: the calibration's band of MoE runs (planner.intervals.MOE_TABLE), never the dense runs'
+        found = calibration.interval_group(hardware.gpu.name, plan_framework(plan), moe=model.is_moe)
+        if found is None and model.is_moe and calibration.interval_group(hardware.gpu.name, plan_framework(plan)):
+            pred.warnings.append(f"no 80 % interval for mixture-of-experts plans: calibration {calibration.name!r} "
+                                 "has bands of dense runs only (scripts/fit_default_calibration.py adds one from "
+                                 "shared/validation/moe_runs.csv)")
     if found is not None:
         # 80 % interval: percentiles of held-out log(predicted / measured) of published runs of sources the
         # calibration's fold never saw (planner.intervals), for this GPU family / framework group
         key, group = found
         pred.iteration_time_low_s, pred.iteration_time_high_s = time_band(pred.iteration_time_s, group)
         pred.interval = (f"80 % interval from leave-one-source-out residuals of calibration {calibration.name!r} "
-                         f"({key}, n={group['n']})")
+                         f"({'mixture-of-experts runs, ' if model.is_moe else ''}{key}, n={group['n']})")
     elif times.low_s is not None and times.high_s is not None and times.has_interval:
         # the regressors' ensemble intervals, carried through the same composition (each end
         # composes every operator at that end: a conservative band, not a joint quantile)

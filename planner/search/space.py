@@ -27,6 +27,7 @@ from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import DTYPES, RECOMPUTE_MODES, ParallelPlan, uneven_split_problem
 from costmodel.memory import DEFAULT_HEADROOM
+from costmodel.moe import with_default_dispatcher
 from planner.requests import DEFAULT_BATCH_TOKENS, search_batch
 
 INT_DIMS = ("tp", "pp", "cp", "vpp", "mbs")
@@ -572,8 +573,9 @@ def neighbours(c: Candidate, choices: dict[str, list]) -> list[Candidate]:
 def candidate_plan(problem: SearchProblem, c: Candidate) -> ParallelPlan:
     """The ParallelPlan of a candidate (not validated)."""
     t = problem.targets[c.target]
-    return ParallelPlan(world_size=t.world_size, gpus_per_node=t.gpus_per_node,
-                        global_batch_size=problem.global_batch_size, seq_len=problem.seq_len, tp=c.tp, pp=c.pp,
-                        cp=c.cp, vpp=c.vpp, micro_batch_size=c.mbs, recompute=c.recompute,
-                        sequence_parallel=c.sequence_parallel, zero=c.zero, dtype=c.dtype,
-                        nvlink_domain=t.nvlink_domain, framework=c.framework, ep=c.ep, etp=c.etp or None)
+    # the MoE token dispatcher of the framework's recipes for the EP group's placement (costmodel.moe)
+    return with_default_dispatcher(ParallelPlan(
+        world_size=t.world_size, gpus_per_node=t.gpus_per_node, global_batch_size=problem.global_batch_size,
+        seq_len=problem.seq_len, tp=c.tp, pp=c.pp, cp=c.cp, vpp=c.vpp, micro_batch_size=c.mbs, recompute=c.recompute,
+        sequence_parallel=c.sequence_parallel, zero=c.zero, dtype=c.dtype, nvlink_domain=t.nvlink_domain,
+        framework=c.framework, ep=c.ep, etp=c.etp or None))

@@ -93,6 +93,11 @@ class ModelSpec:
     layer; 0 = none)."""
     attention_sinks: bool = False
     """Learned per-head attention-sink logits (gpt-oss): one extra score column per head."""
+    mtp_layers: int = 0
+    """Multi-token-prediction depths trained with the model (DeepSeek-V3 config.json ``num_nextn_predict_layers``,
+    Megatron-Core --mtp-num-layers; costmodel.mtp): each adds a Transformer block like the last layer, a 2h x h
+    projection and one more pass of the shared output head and loss. Not in ``total_params`` (DeepSeek-V3's 671B
+    leaves the 14B MTP module out)."""
     rope_theta: float | None = None
     """RoPE base frequency where stated."""
     source: str = ""
@@ -131,7 +136,8 @@ class ModelSpec:
             if not 0 <= self.first_dense_layers < self.num_layers:
                 problems.append(f"first_dense_layers={self.first_dense_layers!r} must be in [0, num_layers)")
         for name in ("moe_ffn_hidden_size", "num_shared_experts", "shared_expert_ffn_hidden_size", "q_lora_rank",
-                     "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "sliding_window", "sliding_window_every"):
+                     "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "sliding_window", "sliding_window_every",
+                     "mtp_layers"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 problems.append(f"{name}={value!r} must be a non-negative integer")

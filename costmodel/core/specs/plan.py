@@ -16,6 +16,8 @@ NVIDIA/Megatron-LM @002526d81b81 megatron/core/transformer/transformer_config.py
 ["core_attn"]; its later "mhc", "gdn", "gdn_norm_out" belong to layers not modelled). What each re-runs and
 stops storing: costmodel.selective."""
 MOE_DISPATCHERS = ("alltoall", "allgather", "flex")
+MOE_ROUTINGS = ("learned", "random", "round_robin")
+"""How tokens pick their experts (``ParallelPlan.moe_routing``; costmodel.moe_routing describes each)."""
 """Megatron-Core token dispatchers (--moe-token-dispatcher-type): alltoall (NCCL all-to-all over the EP group),
 allgather (all-gather the tokens, each rank keeps its experts' share, reduce-scatter back) and flex (DeepEP /
 HybridEP kernels)."""
@@ -94,6 +96,11 @@ class ParallelPlan:
     moe_imbalance: float | None = None
     """Routing imbalance: tokens routed to the busiest expert over the mean (1.0 = perfectly balanced, e.g.
     --moe-router-force-load-balancing); None = the documented default (``costmodel.moe_routing``)."""
+    moe_routing: str = "learned"
+    """Which experts a token picks (``MOE_ROUTINGS``): ``learned`` (the model's router), ``random`` (Megatron-Core
+    --moe-router-force-load-balancing: random logits, top-k uniformly at random) or ``round_robin`` (NeMo
+    AutoModel fake_balanced_gate: token t to experts t k ... t k + k - 1 mod E). Sets how many EP ranks and
+    NVLink domains a token's copies reach (the flex dispatcher's bytes, costmodel.moe_routing)."""
     moe_overlap_comm: bool = False
     """Overlap the EP dispatch/combine with compute of another micro-batch (Megatron-Core
     --overlap-moe-expert-parallel-comm)."""
@@ -268,8 +275,9 @@ class ParallelPlan:
                      f"GPUs={self.world_size} (DP = GPUs / (TP*PP*CP))")
         if self.world_size > self.gpus_per_node and self.world_size % self.gpus_per_node != 0:
             p.append(f"GPUs={self.world_size} must be a multiple of gpus_per_node={self.gpus_per_node}")
-        if self.moe_dispatcher not in MOE_DISPATCHERS:
-            p.append(f"moe_dispatcher={self.moe_dispatcher!r} must be one of {', '.join(MOE_DISPATCHERS)}")
+        p += [f"{name}={value!r} must be one of {', '.join(choices)}" for name, value, choices in (
+            ("moe_dispatcher", self.moe_dispatcher, MOE_DISPATCHERS), ("moe_routing", self.moe_routing, MOE_ROUTINGS))
+            if value not in choices]
         if self.moe_imbalance is not None and not (isinstance(self.moe_imbalance, (int, float))
                                                    and self.moe_imbalance >= 1.0):
             p.append(f"moe_imbalance={self.moe_imbalance!r} must be >= 1 (busiest expert's tokens over the mean)")
