@@ -40,7 +40,7 @@ from costmodel.graph import GRAD_REDUCE_BYTES, OperatorGraph, StageGraph
 from costmodel.memory import MemoryBreakdown, fits_in_memory, memory_message, memory_per_gpu
 from costmodel.opbuild import HBM_PASS
 from costmodel.ops import Op
-from costmodel.sampling.skew import rank_scale
+from costmodel.straggler import rank_scale
 from costmodel.timeline import PipelineResult, pipeline_time
 
 GIB = 1024**3
@@ -322,7 +322,7 @@ class IterationTail:
 def straggler_wait(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph, times: Times,
                    optimizer_s: Sequence[float]) -> tuple[float, list[str]]:
     """(seconds, warnings): waiting for the slowest rank at the synchronisations of a multi-rank step
-    (costmodel/sampling/skew.py).
+    (measured by costmodel/sampling/skew.py, scaled to n ranks by costmodel.straggler).
 
     Every rank's compute between two synchronisations (TP collectives, pipeline send/recv, the DP
     gradient reduction, the next iteration's first collective after the optimizer) ends when the slowest

@@ -1,10 +1,11 @@
-"""Rank skew (straggler) term: measurement file, CPU hardware figure, timeline wait (issue #4)."""
+"""Rank skew (straggler) term: measurement file, CPU hardware figure, timeline wait."""
 
 import dataclasses
 import math
 
 import pytest
 
+from costmodel import straggler
 from costmodel.core.errors import PlannerError
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.sampling import skew
@@ -16,13 +17,13 @@ from tests.helpers import llama, plan, write_json
                                          (5, 1.1630), (10, 1.5388)])
 def test_expected_max_normal_matches_tables(n, expected):
     # Tippett (1925) / standard order-statistics tables: E[max of n standard normals]
-    assert skew.expected_max_normal(n) == pytest.approx(expected, abs=2e-4)
+    assert straggler.expected_max_normal(n) == pytest.approx(expected, abs=2e-4)
 
 
 def test_rank_scale():
-    assert skew.rank_scale(1, 2) == 0.0
-    assert skew.rank_scale(2, 2) == pytest.approx(1.0)
-    assert skew.rank_scale(4, 2) == pytest.approx(1.0294 * math.sqrt(math.pi), rel=1e-3)
+    assert straggler.rank_scale(1, 2) == 0.0
+    assert straggler.rank_scale(2, 2) == pytest.approx(1.0)
+    assert straggler.rank_scale(4, 2) == pytest.approx(1.0294 * math.sqrt(math.pi), rel=1e-3)
 
 
 def test_pooled_excess_is_ratio_of_sums():
@@ -112,7 +113,7 @@ def test_timeline_adds_excess_of_compute_on_multi_rank_plans_only():
           - predict(model, four, _hw(0.0), cm).iteration_time_s)
     p4 = predict(model, four, _hw(0.1, ranks=2), cm)
     w4 = p4.iteration_time_s - predict(model, four, _hw(0.0), cm).iteration_time_s
-    assert w4 == pytest.approx(w2 * skew.rank_scale(4, 2), rel=1e-6)
+    assert w4 == pytest.approx(w2 * straggler.rank_scale(4, 2), rel=1e-6)
     assert any("rank skew measured on 2 ranks, extrapolated to 4" in w for w in p4.warnings)
 
 
