@@ -177,7 +177,7 @@ def test_cycle_finder_finds_a_cycle():
 
 
 def test_no_import_cycles():
-    # a package's __init__ re-exporting its own submodules is not a cycle in the sense of the issue
+    # a package's __init__ re-exporting its own submodules is not a cycle in the sense of this rule
     # (Python finishes the package first); every other edge counts, deferred imports included
     graph = {m: {t for t, _, _ in edges if not m.startswith(t + ".")} for m, edges in GRAPH.items()}
     assert not _cycles(graph), _cycles(graph)

@@ -35,7 +35,7 @@ is what the slower rank adds to the step), and the recorded time is the mean ove
 median: the times are bimodal, and a step pays the sum of its calls). On this 2-core VM, gloo all-reduces
 of 1 KB-256 KB took
 0.44-0.50 ms back to back but 1.3-2.8 ms after 1-3 ms of GEMM compute, and 1.4-2.0 ms inside the TP
-training workload (perf_counter around every dist.all_reduce, issue #4).
+training workload (perf_counter around every dist.all_reduce).
 """
 
 from __future__ import annotations
@@ -232,8 +232,8 @@ def tensor_form(dist, kind: str) -> str | None:
 
 def _compute_burst(ctx: _Ctx, seconds: float):
     """An untimed GEMM workload of about ``seconds`` on this rank (calibrated once, on warm calls: timing the
-    first calls, as this did before, counted their cold start and made a "2 ms" burst one 0.9 ms GEMM on
-    the CPU, issue #4), the same number of GEMMs on every rank (the mean calibration over the ranks);
+    first calls would count their cold start and make a "2 ms" burst one 0.9 ms GEMM on the CPU), the same
+    number of GEMMs on every rank (the mean calibration over the ranks);
     ``burst.reps`` is that number."""
     torch = ctx.torch
     a = torch.randn(256, 512, device=ctx.dev)
@@ -270,8 +270,8 @@ def _time_after_compute(ctx: _Ctx, fn, member: bool, per_call: float, group_size
     previous call left (a ring all-reduce releases its ranks one message apart). On the 2-core VM a
     512 KiB gloo all-reduce after 5 ms of GEMMs took 1.98 / 2.23 / 2.61 ms with a barrier before each
     burst and 2.27 / 2.69 / 3.17 ms without (three interleaved rounds), against 2.58-2.62 ms per call
-    inside the TP training step of the 4-layer validation model (perf_counter around every all-reduce,
-    issue #4). The per-rank times are summed over the ranks once, after the loop."""
+    inside the TP training step of the 4-layer validation model (perf_counter around every all-reduce).
+    The per-rank times are summed over the ranks once, after the loop."""
     burst = _compute_burst(ctx, float(spec["compute_between_s"]))
     aligned = bool(spec.get("barrier_between", False))
     local = []
