@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -271,6 +272,15 @@ def test_prediction_path_imports_without_torch():
             "bad = [m for m in sys.modules if m.startswith('costmodel.sampling')]; assert not bad, bad")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_tests_import_helpers_not_other_test_modules():
+    # shared test code lives in tests/helpers.py (and tests/fuzzing.py); a test module imported by another one
+    # runs its module-level code twice and couples the two. Strings count: subprocess code imports too.
+    pattern = re.compile(r"(from|import)\s+(tests)?\.?test_\w+")
+    bad = [f"{p.relative_to(ROOT)}:{i}" for p in sorted((ROOT / "tests").glob("*.py"))
+           for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if pattern.search(line)]
+    assert not bad, f"import tests/helpers.py instead of another test module: {bad}"
 
 
 def _has_reason(lines: list[str], i: int) -> bool:

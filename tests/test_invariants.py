@@ -1,6 +1,6 @@
-"""Physical invariants as property tests over random valid plans (issue 15, item 5).
+"""Physical invariants as property tests over random valid plans.
 
-Strategies come from tests/test_properties.py (small GPT/Llama models, valid TP x PP x DP layouts on
+Strategies come from tests/helpers.py (small GPT/Llama models, valid TP x PP x DP layouts on
 a100-80gb / h100-sxm), with the dtype drawn too. Each property names the convention it checks; the FLOP
 convention is the one of costmodel/flops.py (README, "MFU convention").
 """
@@ -27,8 +27,7 @@ from costmodel.flops import (
 from costmodel.graph import build_graph
 from costmodel.ops import Op
 from planner.predict import default_cost_model, mfu_peak_dtype, predict
-from tests.helpers import gpt, llama, plan
-from tests.test_properties import SETTINGS, hardware, setups
+from tests.helpers import SETTINGS, gpt, hardware, llama, plan, setups
 
 DTYPES = ("bf16", "fp16", "fp8", "fp32")
 REL = 1e-9

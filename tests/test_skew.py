@@ -10,7 +10,7 @@ from costmodel.core.errors import PlannerError
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.sampling import skew
 from planner.predict import predict
-from tests.helpers import llama, plan, write_json
+from tests.helpers import cpu_profile_datasets, llama, plan, write_json
 
 
 @pytest.mark.parametrize("n, expected", [(1, 0.0), (2, 1 / math.sqrt(math.pi)), (3, 0.8463), (4, 1.0294),
@@ -52,27 +52,11 @@ def test_load_validates(tmp_path):
         skew.load([tmp_path])
 
 
-def _cpu_datasets():
-    import numpy as np
-
-    from costmodel.datasets.schema import Dataset
-
-    def ds(kind, feats, t):
-        n = len(t)
-        return Dataset(kind, "cpu", np.array(feats, dtype=float), np.array(["fwd"] * n, dtype=object),
-                       np.array(["fp32"] * n, dtype=object), np.array(t), np.zeros(n), np.ones(n), np.arange(n),
-                       {"fingerprint": {"cpu_model": "test CPU", "threads": 1}})
-
-    return {("gemm", "cpu"): ds("gemm", [[256, 256, 256]], [0.001]),
-            ("residual_add", "cpu"): ds("residual_add", [[1_000_000]], [0.001]),
-            ("all_reduce", "cpu"): ds("all_reduce", [[1_000_000, 2, 1, 2]], [0.002])}
-
-
 def test_cpu_hardware_carries_measured_skew(tmp_path):
     from costmodel.cpu_hardware import derive, to_toml
 
-    assert "straggler_excess" not in derive(_cpu_datasets())["clusters"]["cpu-host"]
-    entry = derive(_cpu_datasets(), skew.load([_skew_file(tmp_path)]))
+    assert "straggler_excess" not in derive(cpu_profile_datasets())["clusters"]["cpu-host"]
+    entry = derive(cpu_profile_datasets(), skew.load([_skew_file(tmp_path)]))
     c = entry["clusters"]["cpu-host"]
     assert c["straggler_excess"] == 0.07 and c["straggler_ranks"] == 2 and "straggler_excess" in c["sources"]
     (tmp_path / "hardware.toml").write_text(to_toml(entry))
