@@ -1,5 +1,5 @@
 """Co-run slowdown term: shape choice, per-kind factor, measurement file, CPU hardware figure, prediction
-(issue #4; costmodel/sampling/corun.py)."""
+(costmodel/sampling/corun.py)."""
 
 import dataclasses
 

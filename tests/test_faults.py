@@ -1,4 +1,4 @@
-"""Faults (issue #6): a process killed while writing never leaves a file that later loads half-written.
+"""Faults: a process killed while writing never leaves a file that later loads half-written.
 
 * Every writer in planner/, costmodel/, scripts/ and benchmarks/ goes through costmodel/core/fileio.py (a static
   scan of the source; the sampling journal is the one append-only exception, with torn-line recovery

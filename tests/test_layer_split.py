@@ -1,4 +1,4 @@
-"""Uneven pipeline stages (issue 14 item 1): Megatron-expressible splits, the split chosen by predicted
+"""Uneven pipeline stages: Megatron-expressible splits, the split chosen by predicted
 stage time, its use in predict / search / export, and the refusal for VPP chunks Megatron cannot build."""
 
 from __future__ import annotations

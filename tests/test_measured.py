@@ -246,7 +246,7 @@ def test_collective_regressor_is_not_extrapolated_across_nodes(tmp_path):
     assert any("all_reduce across nodes" in w for w in r.warnings)
 
 
-# ---------------------------------------------------------------------------------------- all-to-all (issue 17)
+# ---------------------------------------------------------------------------------------- all-to-all
 def _a2a(nbytes, ranks, nodes, rpn):
     return Op("all_to_all", "a2a", "fwd", (float(nbytes), ranks, nodes, rpn), bytes=float(nbytes))
 
@@ -335,7 +335,7 @@ def test_all_to_all_across_nodes_against_deepep(shared_data):
         assert len(keys) >= 6 and lo <= q.min() and q.max() <= hi, (nodes, q)
 
 
-# ------------------------------------------------- ring collectives beyond the sampled group sizes (issue 15)
+# ------------------------------------------------- ring collectives beyond the sampled group sizes
 def _coll(kind, per_rank, n):
     """``kind`` over ``n`` GPUs of one NVLink domain with ``per_rank`` bytes per rank (all-gather: the full output
     buffer, reduce-scatter: the full input, all-reduce: the buffer every rank holds; costmodel/core/kinds.py)."""

@@ -418,7 +418,7 @@ def test_llama70b_interleaved_stage_by_hand():
     assert mem.memory_per_gpu(m, p) == b  # repeatable
 
 
-# ---------------------------------------------------------------- capacity as the driver reports it (issue 15)
+# ---------------------------------------------------------------- capacity as the driver reports it
 def test_capacity_is_the_driver_figure_and_the_message_is_consistent():
     from costmodel.core.specs.catalogue import load_catalogue
 
@@ -441,7 +441,7 @@ def test_capacity_is_the_driver_figure_and_the_message_is_consistent():
     assert _gpu(80).hbm_bytes == 80e9
 
 
-# ---------------------------------------------------------------- MoE and MLA (issue 17)
+# ---------------------------------------------------------------- MoE and MLA
 def mixtral(layers: int = 32) -> ModelSpec:
     """Mixtral-8x7B's widths (config.json of mistralai/Mixtral-8x7B-v0.1)."""
     return ModelSpec(name="mixtral-like", num_layers=layers, hidden_size=4096, num_heads=32, num_kv_heads=8,

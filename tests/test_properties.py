@@ -65,7 +65,7 @@ def test_more_layers_never_faster(n, extra, data):
     # pp = 1 so that any layer count is a valid plan. Checked on the analytical cost model only: the
     # measured tree ensembles are piecewise constant and not monotone between their samples (hypothesis
     # finds deeper models predicted ~15 % faster than shallower ones on the default models), an open
-    # finding of issue #6 (monotone constraints in the regressors would fix it).
+    # finding (monotone constraints in the regressors would fix it).
     model, plan, gpu = data.draw(setups(models(layers=n), pp_choices=(1,)))
     bigger = replace(model, num_layers=min(16, n + extra))
     assume(bigger.num_layers > n)

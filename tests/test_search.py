@@ -148,7 +148,7 @@ def test_optuna_within_one_percent_of_exhaustive(cat, roofline, model, gpu, gpus
 
 
 def test_default_search_finds_the_optimum_that_optuna_alone_misses(cat, roofline):
-    """llama3-70b on 512 H100 (every PP up to the layer count since issue #14): Optuna alone ends 2.2 % above the
+    """llama3-70b on 512 H100 (every PP up to the layer count): Optuna alone ends 2.2 % above the
     optimum at seed 0 with 200 or 400 trials (benchmarks/bench_search.py reports its hit rate over seeds); the
     default mode counts the space (<= EXHAUSTIVE_MAX_PLANS valid plans) and evaluates all of it."""
     from planner.search.engine import search
