@@ -5,9 +5,7 @@ tests/fixtures/launchers, each naming its source file and commit). A test fails 
 the model or plan has: QKV bias, norm epsilon, RoPE base and fraction, tied embeddings, sliding window, GQA
 groups, vocabulary, uneven pipeline split."""
 
-import argparse
 import json
-import shlex
 import tomllib
 from pathlib import Path
 
@@ -15,56 +13,20 @@ import pytest
 import yaml
 
 from costmodel.core.specs.catalogue import load_catalogue
-from costmodel.core.specs.hf_config import from_hf_config
 from costmodel.core.specs.plan import ParallelPlan
 from costmodel.core.specs.presets import resolve_model
 from planner.export import export_plan
+from tests.helpers import MEGATRON_ARGUMENTS, hf_model, parse_megatron
 
 FIX = Path(__file__).parent / "fixtures"
 HW = load_catalogue().resolve("a100-80gb")
-MEGATRON = json.loads((FIX / "launchers" / "megatron_arguments.json").read_text())
+MEGATRON = MEGATRON_ARGUMENTS
 NEMO = json.loads((FIX / "launchers" / "nemo_config_keys.json").read_text())
 TITAN = json.loads((FIX / "launchers" / "torchtitan_job_config_keys.json").read_text())
 
 
-def _tuple_type(x: str) -> tuple:
-    """Megatron-LM arguments.py tuple_type: "1,2,3" or "(1,2,3)" -> (1, 2, 3)."""
-    return tuple(int(i) for i in x.strip("()").split(","))
-
-
-def _moe_freq_type(x: str):
-    """Megatron-LM arguments.py moe_freq_type: an integer, or a list expression of digits, brackets, '+', '*'
-    (validated by _eval_pattern's character class, then evaluated)."""
-    if "[" not in x:
-        return int(x)
-    if any(c not in "0123456789,[]()+*" for c in x):
-        raise ValueError(f"Invalid pattern: {x}")
-    return eval(x)
-
-
-def megatron_parser() -> argparse.ArgumentParser:
-    """argparse parser with Megatron-LM's own specs for the flags in the fixture (allow_abbrev=False, as
-    Megatron's parse_args)."""
-    parser = argparse.ArgumentParser(allow_abbrev=False, exit_on_error=False)
-    types = {"int": int, "float": float, "str": str, "tuple": _tuple_type, "moe_freq": _moe_freq_type}
-    for flag, spec in MEGATRON["flags"].items():
-        if "action" in spec:
-            parser.add_argument(flag, action=spec["action"])
-        else:
-            parser.add_argument(flag, type=types[spec["type"]], choices=spec.get("choices"), nargs=spec.get("nargs"))
-    return parser
-
-
-def parse_megatron(text: str) -> argparse.Namespace:
-    argv = shlex.split(text, comments=True)
-    try:
-        return megatron_parser().parse_args(argv)
-    except (argparse.ArgumentError, SystemExit) as exc:  # an unknown flag or a bad value
-        raise AssertionError(f"Megatron-LM's argparse specs refuse {argv}: {exc}") from None
-
-
 def _hf(name):
-    return from_hf_config(FIX / "hf_configs" / f"{name}.json")
+    return hf_model(name)
 
 
 def _plan(gpus=16, tp=2, pp=2, **kw):
