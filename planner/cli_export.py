@@ -12,6 +12,7 @@ import typer
 from costmodel.core.errors import PlannerError
 from costmodel.core.fileio import atomic_write_text
 from planner import cli_options as O
+from planner.advice import memory_advice, plan_keys
 from planner.export import (
     DEFAULT_MAX_WALLTIME_S,
     FORMATS,
@@ -103,8 +104,10 @@ def run_export(request: PlanRequest | dict, to: str, iterations: int | None, tok
     if "slurm" in texts and iterations is not None:
         warnings += slurm_budget(iterations, pred, margin, STARTUP_ALLOWANCE_S, max_walltime_s)[2]
     if not pred.fits_in_memory:
+        advice = memory_advice({"fits_in_memory": False, "memory": pred.memory, "plan": plan_keys(req.plan)},
+                               moe=req.model.is_moe)
         warnings.append(f"predicted memory {pred.memory_gib_per_gpu:.1f} GiB per GPU exceeds the GPU; "
-                        "the exported plan will not fit")
+                        f"the exported plan will not fit: {advice}")
     return texts, warnings, skipped
 
 

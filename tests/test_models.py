@@ -288,8 +288,11 @@ def test_preset_matches_its_fixture_config():
     # The Mistral preset and the hand-copied config.json must describe the same model.
     preset, parsed = get_preset("mistral-7b"), from_hf_config(FIXTURES / "mistral-7b.json")
     for field in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size",
-                  "activation", "norm", "max_seq_len", "rope_theta", "tied_embeddings", "linear_bias"):
+                  "activation", "norm", "rope_theta", "tied_embeddings", "linear_bias"):
         assert getattr(preset, field) == getattr(parsed, field), field
+    # max_seq_len: the preset's is the cited 8192 context (seq_len_source); the config's 32768 positions are kept
+    assert (preset.max_seq_len, parsed.max_seq_len) == (8192, 32768)
+    assert preset.extra["config_max_position_embeddings"] == parsed.max_seq_len
     assert get_preset("gpt-20b").total_params() == from_hf_config(FIXTURES / "gpt-neox-20b.json").total_params()
     assert get_preset("mpt-7b").total_params() == from_hf_config(FIXTURES / "mpt-7b.json").total_params()
 
