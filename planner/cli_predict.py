@@ -15,8 +15,8 @@ from costmodel.core.errors import PlannerError
 from costmodel.core.kinds import describe_cost_sources
 from costmodel.core.specs.framework import attention_kernel
 from costmodel.core.specs.plan import describe_split
-from planner import cli_options as O
 from costmodel.core.specs.presets import resolve_model
+from planner import cli_options as O
 from planner.advice import memory_advice, seq_len_note
 from planner.calibrate import calibration_option
 from planner.formats import PLAN_FIELDS, csv_text, md_rows, prediction_row, shown_warnings

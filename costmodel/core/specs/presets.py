@@ -43,9 +43,9 @@ def default_seq_len(model: ModelSpec) -> tuple[int, str]:
         return model.max_seq_len, f"the preset's pre-training context ({cited})"
     if model.max_seq_len <= COMMON_TRAINING_SEQ_LEN:
         return model.max_seq_len, f"the model's {model.max_seq_len} positions"
-    return COMMON_TRAINING_SEQ_LEN, (f"planner's common training length {COMMON_TRAINING_SEQ_LEN} (Llama 2, DeepSeek-V3 "
-                                     f"and Qwen3 pre-train at 4096; the model's {model.max_seq_len} positions are an "
-                                     "inference limit)")
+    return COMMON_TRAINING_SEQ_LEN, (f"planner's common training length {COMMON_TRAINING_SEQ_LEN} (Llama 2, "
+                                     f"DeepSeek-V3 and Qwen3 pre-train at 4096; the model's {model.max_seq_len} "
+                                     "positions are an inference limit)")
 
 
 def _load_preset(path: Path) -> ModelSpec:
