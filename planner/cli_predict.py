@@ -93,6 +93,12 @@ def run_batch(lines, hardware_files: tuple = (), calibration=None):
             yield {"id": rid, "line": lineno, "error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__}
 
 
+def _notes(req: PlanRequest) -> tuple[str, ...]:
+    """The table's notes on the request: where a defaulted sequence length came from (planner.advice)."""
+    note = seq_len_note(resolve_model(req.model), req.seq_len)
+    return (note,) if note else ()
+
+
 def _render_table(rec: dict, verbose: bool = False, notes: tuple = ()) -> None:
     con = Console()
     p = rec["plan"]
@@ -258,5 +264,4 @@ def register(app: typer.Typer) -> None:
             row = prediction_row(rec)
             sys.stdout.write(csv_text([row]) if fmt == "csv" else md_rows([row]))
         else:
-            note = seq_len_note(resolve_model(req.model), req.seq_len)
-            _render_table(rec, verbose, (note,) if note else ())
+            _render_table(rec, verbose, _notes(req))

@@ -52,7 +52,7 @@ ARCHITECTURE_EXTRA = frozenset({
     "attention_bias", "mlp_bias", "sliding_window", "use_sliding_window", "max_window_layers", "rotary_pct",
     "partial_rotary_factor", "qk_norm", "use_qk_norm", "num_nextn_predict_layers", "rope_scaling",
     "rope_parameters", "gated_activation", "swiglu_limit", "use_parallel_residual", "embedding_layernorm",
-    "clip_qkv",
+    "clip_qkv", "query_pre_attn_scalar", "scale_embeddings",
     # routing (planner.export_moe)
     "norm_topk_prob", "routed_scaling_factor", "topk_method", "n_group", "topk_group", "router_aux_loss_coef",
     "aux_loss_alpha", "seq_aux", "router_jitter_noise", "shared_expert_gate",
@@ -110,6 +110,22 @@ def _window(model: ModelSpec, ex: dict, notes: list[str]) -> tuple[int | None, t
     return window, None
 
 
+def _notes_of_fields(model: ModelSpec, notes: list[str]) -> None:
+    """Notes for the ModelSpec fields no launcher flag expresses (Megatron-LM @000c4ac24f61 has none for them)."""
+    if model.parallel_attention:
+        notes.append("parallel_attention: attention and MLP read the same input and join the residual in one add "
+                     "(Falcon, GPT-J); the launchers build sequential blocks")
+    if model.norms_per_layer != 2:
+        notes.append(f"norms_per_layer: {model.norms_per_layer} norms per block "
+                     + ("(one input norm shared by attention and MLP)" if model.norms_per_layer == 1 else
+                        "(Gemma 2's norms before and after each sub-layer)") + "; the launchers build 2")
+    for name, where in (("attn_logit_softcap", "attention scores"), ("final_logit_softcap", "output logits")):
+        cap = getattr(model, name)
+        if cap:
+            notes.append(f"{name}: the {where} are soft-capped, cap * tanh(x / cap) with cap {cap:g}; no launcher "
+                         "flag sets it")
+
+
 def _notes_of_extras(ex: dict, notes: list[str]) -> None:
     """Notes for the extras no target expresses."""
     if ex.get("use_parallel_residual") is True:
@@ -119,6 +135,9 @@ def _notes_of_extras(ex: dict, notes: list[str]) -> None:
         notes.append("embedding_layernorm: a LayerNorm after the word embedding (BLOOM) has no launcher flag")
     if ex.get("clip_qkv") is not None:
         notes.append(f"clip_qkv: the Q/K/V clamp at +-{ex['clip_qkv']} (MPT) has no launcher flag")
+    if ex.get("scale_embeddings") is True:
+        notes.append("scale_embeddings: the token embeddings are multiplied by sqrt(hidden) (Gemma); no launcher "
+                     "flag sets it")
 
 
 def architecture(model: ModelSpec) -> Architecture:
@@ -137,7 +156,12 @@ def architecture(model: ModelSpec) -> Architecture:
     gate = ex.get("gated_activation") if model.gated else None
     mtp = ex.get("num_nextn_predict_layers")
     mtp = mtp if isinstance(mtp, int) and not isinstance(mtp, bool) and mtp > 0 else 0
+    _notes_of_fields(model, notes)
     _notes_of_extras(ex, notes)
+    scalar = ex.get("query_pre_attn_scalar")
+    if isinstance(scalar, (int, float)) and float(scalar) != float(model.head_dim):
+        notes.append(f"query_pre_attn_scalar: attention scores are scaled by 1/sqrt({scalar:g}), not 1/sqrt(head "
+                     f"dim {model.head_dim}); no launcher flag sets it")
     return Architecture(norm_eps=eps, qkv_bias=qkv_bias, sliding_window=window, window_pattern=pattern,
                         rotary_percent=rotary, qk_norm=ex.get("qk_norm") is True or ex.get("use_qk_norm") is True,
                         mtp_layers=mtp, rope_scaling=scaling, gate=gate if isinstance(gate, str) else None,

@@ -45,7 +45,9 @@ def llama3_unsupported(model: ModelSpec, arch: Architecture) -> list[str]:
         out.append("attention_sinks: learned attention sinks")
     if model.dropout:
         out.append("dropout: torchtitan's models have no dropout")
-    return out + [n for n in arch.notes if n.startswith(("use_parallel_residual", "embedding_layernorm", "clip_qkv"))]
+    return out + [n for n in arch.notes if n.startswith((
+        "use_parallel_residual", "embedding_layernorm", "clip_qkv", "parallel_attention", "norms_per_layer",
+        "attn_logit_softcap", "final_logit_softcap", "scale_embeddings", "query_pre_attn_scalar"))]
 
 
 def refusal(model: ModelSpec, plan: ParallelPlan) -> str | None:

@@ -98,6 +98,10 @@ ROUTES = {
                              ("--window-attn-skip-freq",), ("window_attn_skip_freq",), "window layers"),
     "attention_sinks": (lambda m: m.attention_sinks, ("--softmax-type",), ("softmax_type",), "attention sinks"),
     "rope_theta": (lambda m: m.position_embedding == "rope", ("--rotary-base",), ("rotary_base",), "rope theta"),
+    "parallel_attention": (lambda m: m.parallel_attention, (), (), "parallel_attention"),
+    "norms_per_layer": (lambda m: m.norms_per_layer != 2, (), (), "norms_per_layer"),
+    "attn_logit_softcap": (lambda m: m.attn_logit_softcap > 0, (), (), "attn_logit_softcap"),
+    "final_logit_softcap": (lambda m: m.final_logit_softcap > 0, (), (), "final_logit_softcap"),
 }
 _EPS = ("--norm-epsilon",), ("layernorm_epsilon",), "norm eps"
 EXTRA_ROUTES = {
@@ -152,6 +156,9 @@ EXTRA_ROUTES = {
     "router_jitter_noise": (lambda m: m.is_moe and (m.extra.get("router_jitter_noise") or 0) > 0,
                             ("--moe-input-jitter-eps",), ("moe_input_jitter_eps",), "router_jitter_noise"),
     "shared_expert_gate": (_extra("shared_expert_gate", lambda v: v is True), (), (), "shared_expert_gate"),
+    "query_pre_attn_scalar": (lambda m: float(m.extra.get("query_pre_attn_scalar", m.head_dim)) != m.head_dim, (),
+                              (), "query_pre_attn_scalar"),
+    "scale_embeddings": (_extra("scale_embeddings", lambda v: v is True), (), (), "scale_embeddings"),
 }
 
 
