@@ -185,6 +185,11 @@ def layer_pattern_text(pattern) -> str:
     return "(" + "+".join(f"[{v}]*{n}" for v, n in runs) + ")"
 
 
+def alternating(pattern) -> bool:
+    """The 0/1 layer pattern is 1, 0, 1, 0, ... (a sliding window on every other layer from layer 0)."""
+    return all(v == (i % 2 == 0) for i, v in enumerate(pattern))
+
+
 def describe_architecture(model: ModelSpec, arch: Architecture) -> str:
     """One line naming every architecture field (for launchers that take them from a model definition)."""
     parts = [f"layers {model.num_layers}", f"hidden {model.hidden_size}", f"heads {model.num_heads}",
@@ -200,7 +205,8 @@ def describe_architecture(model: ModelSpec, arch: Architecture) -> str:
     parts.append("bias " + ("all linears" if model.linear_bias else "QKV only" if arch.qkv_bias else "none"))
     parts.append(f"sliding window {arch.sliding_window if arch.sliding_window is not None else 'none'}")
     if arch.window_pattern is not None:
-        parts.append(f"window layers {layer_pattern_text(arch.window_pattern)}")
+        parts.append("window layers " + ("every other from layer 0" if alternating(arch.window_pattern)
+                                         else layer_pattern_text(arch.window_pattern)))
     if arch.qk_norm:
         parts.append("QK norm yes")
     if arch.gate is not None:

@@ -17,7 +17,7 @@ positions). Megatron's quick_gelu is ``x * sigmoid(1.702 x)`` (megatron/training
 from __future__ import annotations
 
 from costmodel.core.specs.model import ModelSpec
-from planner.export_arch import Architecture, architecture, fmt_float, layer_pattern_text
+from planner.export_arch import Architecture, alternating, architecture, fmt_float, layer_pattern_text
 
 MEGATRON_COMMIT = "000c4ac24f61"
 LLAMA3_SCALING = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
@@ -102,9 +102,8 @@ def _attention(model: ModelSpec, arch: Architecture) -> Pairs:
     if arch.sliding_window is not None:  # (left, right) window; right 0 = causal (tuple_type, "4096,0")
         out.append(("--window-size", f"{arch.sliding_window},0"))
         if arch.window_pattern is not None:
-            pattern = arch.window_pattern
-            alternating = all(v == (i % 2 == 0) for i, v in enumerate(pattern))
-            out.append(("--window-attn-skip-freq", 2 if alternating else layer_pattern_text(pattern)))
+            pattern = arch.window_pattern  # Megatron's int N: N - 1 window layers, then a full one (1-based)
+            out.append(("--window-attn-skip-freq", 2 if alternating(pattern) else layer_pattern_text(pattern)))
     return out
 
 

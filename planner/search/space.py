@@ -280,12 +280,12 @@ def build_problem(model: ModelSpec, targets: list[Target], space: SearchSpace, *
     if tokens is not None and not (tokens > 0 and math.isfinite(tokens)):
         raise PlannerError(f"--tokens must be a positive number, got {tokens!r}.")
     notes: tuple[str, ...] = ()
-    if seq_len is None:  # the default length is a choice: say which and why (planner.advice.seq_len_note)
-        notes += (f"seq {seq} is the default for {model.name}: {default_seq_len(model)[1]}; pass --seq-len to "
-                  "search at another length",)
     for dtype in LIMITED_DTYPES:
         space, more = _dtype_space(space, targets, dtype)
         notes += more
+    if seq_len is None:  # the default length is a choice: say which and why (planner.advice.seq_len_note)
+        notes += (f"seq {seq} is the default for {model.name}: {default_seq_len(model)[1]}; pass --seq-len to "
+                  "search at another length",)
     return SearchProblem(model, tuple(targets), space, gbs, seq, tokens, dict(prices or {}), notes, calibration)
 
 
