@@ -26,6 +26,7 @@ from costmodel.attention_ops import (
     mla_replicated_params,
     mla_tp_entry_bytes,
 )
+from costmodel.block_variants import block_variant_ops, final_softcap_ops
 from costmodel.contention import contention_ops
 from costmodel.core.kinds import FEATURES, Category, Phase
 from costmodel.core.specs.framework import attention_kernel, get_framework
@@ -416,6 +417,7 @@ def layer_operators(model: ModelSpec, plan: ParallelPlan, moe: bool = False,
     else:
         ops += _dense_mlp(model, plan, dims)
     ops.append(_residual_add(dims))
+    ops = block_variant_ops(ops, model, dims.sp_tokens, plan.dtype)
 
     if not get_framework(plan.framework).compiled:
         ops += eager_elementwise(ops)  # PyTorch eager: element-wise chains of separate kernels
@@ -478,6 +480,7 @@ def _head_ops(model: ModelSpec, plan: ParallelPlan) -> list[Op]:
     act = tokens * h * EB
     ops += tp_boundary("lm_head", True, plan, act, topo)
     ops += _gemm_fwd_bwd("lm_head", tokens, v, h, plan.dtype)
+    ops += final_softcap_ops(model, tokens, v, plan.dtype)
     # cross-entropy on fp32 logits: read logits, write softmax/grad (4 bytes each)
     ops.append(_mem("cross_entropy", "cross_entropy", Phase.FWD, (tokens, v), 4.0 * 2 * tokens * v, 5.0 * tokens * v))
     ops.append(_mem("cross_entropy", "cross_entropy", Phase.BWD, (tokens, v), 4.0 * 2 * tokens * v, 2.0 * tokens * v))

@@ -15,7 +15,9 @@ from costmodel.core.errors import PlannerError
 from costmodel.core.kinds import describe_cost_sources
 from costmodel.core.specs.framework import attention_kernel
 from costmodel.core.specs.plan import describe_split
+from costmodel.core.specs.presets import resolve_model
 from planner import cli_options as O
+from planner.advice import memory_advice, seq_len_note
 from planner.calibrate import calibration_option
 from planner.formats import PLAN_FIELDS, csv_text, md_rows, prediction_row, shown_warnings
 from planner.models_dir import models_dir_for
@@ -91,7 +93,13 @@ def run_batch(lines, hardware_files: tuple = (), calibration=None):
             yield {"id": rid, "line": lineno, "error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__}
 
 
-def _render_table(rec: dict, verbose: bool = False) -> None:
+def _notes(req: PlanRequest) -> tuple[str, ...]:
+    """The table's notes on the request: where a defaulted sequence length came from (planner.advice)."""
+    note = seq_len_note(resolve_model(req.model), req.seq_len)
+    return (note,) if note else ()
+
+
+def _render_table(rec: dict, verbose: bool = False, notes: tuple = ()) -> None:
     con = Console()
     p = rec["plan"]
     con.print(f"[bold]{p['model']}[/] on {p['gpus']} x {p['gpu']} ({p['cluster']}, {p['gpus_per_node']}/node)  "
@@ -123,10 +131,15 @@ def _render_table(rec: dict, verbose: bool = False) -> None:
     t.add_row(escape("memory per GPU [GiB]"), f"{rec['memory_gib_per_gpu']:.1f} ({fits}; peak on stage {mem['stage']})")
     for part in ("weights", "gradients", "optimizer", "activations", "workspace"):
         t.add_row(escape(f"  {part} [GiB]"), f"{mem[part]:.2f}")
+    advice = memory_advice(rec, moe=p.get("ep") is not None)
     for k, v in rec["exposed_comm_s"].items():
         if v > 0:
             t.add_row(escape(f"exposed {k.upper()} comm [s]"), f"{v:.4g}")
     con.print(t)
+    for note in notes:
+        con.print(f"note: {escape(note)}")
+    if advice:
+        con.print(f"[red]does not fit:[/] {escape(advice)}")
     b = Table(title="Top operators (critical stage, whole iteration)")
     for col, just in (("operator", "left"), ("phase", "left"), ("time [s]", "right"), ("share [%]", "right")):
         b.add_column(escape(col), justify=just)
@@ -251,4 +264,4 @@ def register(app: typer.Typer) -> None:
             row = prediction_row(rec)
             sys.stdout.write(csv_text([row]) if fmt == "csv" else md_rows([row]))
         else:
-            _render_table(rec, verbose)
+            _render_table(rec, verbose, _notes(req))

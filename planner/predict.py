@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Protocol
 
+from costmodel.block_variants import model_warnings
 from costmodel.compose import (
     GIB,
     Composition,
@@ -167,7 +168,7 @@ def predict(model: ModelSpec, plan: ParallelPlan, hardware: Hardware,
     # PP x VPP not dividing the layers: the split with the shortest predicted pipeline that fits is predicted
     plan, graph, times = costed_graph(model, plan, hardware, cost_model,
                                       calibration.scaler(plan) if calibration is not None else None)
-    warnings = skipped + domain_warnings(plan) + list(times.warnings)
+    warnings = skipped + domain_warnings(plan) + model_warnings(model) + list(times.warnings)
     unread = model.extra.get("unread_keys") if isinstance(model.extra, dict) else None
     if unread:
         shown = ", ".join(map(str, unread[:8])) + (f" and {len(unread) - 8} more" if len(unread) > 8 else "")

@@ -27,7 +27,7 @@ from costmodel.core.specs.plan import (
     RECOMPUTE_MODULES,
     ParallelPlan,
 )
-from costmodel.core.specs.presets import resolve_model
+from costmodel.core.specs.presets import default_seq_len, resolve_model
 from costmodel.moe import AUTO_DISPATCHER, with_default_dispatcher
 
 DEFAULT_BATCH_TOKENS = 4 * 1024 * 1024
@@ -79,7 +79,8 @@ class PlanRequest:
     """Global batch size in tokens (the sequences are the multiple of MBS x DP landing nearest it);
     None = DEFAULT_BATCH_TOKENS when gbs is not given either."""
     seq_len: int | None = None
-    """Sequence length in tokens; None = the model's max_seq_len."""
+    """Sequence length in tokens; None = the model's default (costmodel.core.specs.presets.default_seq_len: a
+    preset's cited pre-training context, else min(positions, 4096))."""
     recompute: str = "selective"
     """Activation recomputation: none | selective | full."""
     recompute_modules: tuple[str, ...] = ()
@@ -177,7 +178,7 @@ class PlanRequest:
         """The validated ParallelPlan of this request for ``model`` with nodes of ``gpus_per_node`` GPUs and
         NVLink domains of ``nvlink_domain`` GPUs (0 = the node; filling the default sequence length and
         global batch)."""
-        seq = self.seq_len or model.max_seq_len
+        seq = self.seq_len or default_seq_len(model)[0]
         mp = self.tp * self.pp * self.cp
         dp = self.gpus // mp if mp and self.gpus % mp == 0 else 1
         gbs = self.gbs

@@ -231,3 +231,19 @@ def parse_megatron(text: str) -> argparse.Namespace:
         return megatron_parser().parse_args(argv)
     except (argparse.ArgumentError, SystemExit) as exc:  # an unknown flag or a bad value
         raise AssertionError(f"Megatron-LM's argparse specs refuse {argv}: {exc}") from None
+
+
+TITAN_JOB_CONFIG = json.loads((FIXTURES / "launchers" / "torchtitan_job_config_keys.json").read_text())
+TITAN_MODELS = json.loads((FIXTURES / "launchers" / "torchtitan_models.json").read_text())
+
+
+def check_torchtitan_keys(t: dict) -> None:
+    """Every section and key is torchtitan's (job_config.py at the pinned commit), every choice allowed."""
+    for section, table in t.items():
+        assert section in TITAN_JOB_CONFIG["sections"], section
+        sec = TITAN_JOB_CONFIG["sections"][section]
+        assert set(table) <= set(sec), set(table) - set(sec)
+    for key, allowed in TITAN_JOB_CONFIG["choices"].items():
+        section, name = key.split(".")
+        value = t.get(section, {}).get(name, allowed[0])
+        assert all(v in allowed for v in value) if isinstance(value, list) else value in allowed, (key, value)

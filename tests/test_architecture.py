@@ -33,8 +33,6 @@ LONG_FUNCTIONS_BEING_SPLIT = {
     "planner/cli_search.py::register": 248,   # helper api
     "planner/cli_search.py::search": 103,     # helper api (nested in register, counted inside it, until split)
     "planner/cli_predict.py::register": 82,   # helper api
-    "planner/export.py::megatron_args": 143,  # helper practitioner
-    "planner/export.py::nemo_config": 100,    # helper practitioner
     "costmodel/memory.py::_stage_terms": 97,  # helper mem
 }
 DEFERRED_TAG = "# deferred:"

@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from costmodel.core.errors import PlannerError
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.plan import ParallelPlan
 from costmodel.core.specs.presets import resolve_model
 from planner.export import export_plan
-from tests.helpers import MEGATRON_ARGUMENTS, hf_model, parse_megatron
+from tests.helpers import MEGATRON_ARGUMENTS, TITAN_MODELS, check_torchtitan_keys, hf_model, parse_megatron
 
 FIX = Path(__file__).parent / "fixtures"
 HW = load_catalogue().resolve("a100-80gb")
@@ -53,7 +54,7 @@ def expected(model):
     ex = model.extra
     window = ex.get("sliding_window") if ex.get("use_sliding_window", True) else None
     return {
-        "eps": ex.get("norm_eps"),
+        "eps": next((ex[k] for k in ("norm_eps", "rms_norm_eps", "layer_norm_eps") if k in ex), None),
         "qkv_bias": ex.get("qkv_bias", False),
         "window": window,
         "rotary": ex.get("rotary_pct") or ex.get("partial_rotary_factor"),
@@ -120,16 +121,18 @@ def test_torchtitan_export_keys_and_architecture(case):
     make, plan = CASES[case]
     model = make()
     e = expected(model)
+    if model.is_moe and model.extra.get("model_type") == "mixtral":  # torchtitan has no Mixtral model: one line
+        with pytest.raises(PlannerError, match="torchtitan .* has no model for .*export it --to megatron"):
+            export_plan(model, plan, HW, None, "torchtitan")
+        return
     text = export_plan(model, plan, HW, None, "torchtitan")
     t = tomllib.loads(text)
-    for section, table in t.items():
-        assert section in TITAN["sections"], section
-        assert set(table) <= set(TITAN["sections"][section]), set(table) - set(TITAN["sections"][section])
-    for key, allowed in TITAN["choices"].items():
-        section, name = key.split(".")
-        assert t.get(section, {}).get(name, allowed[0]) in allowed
-    assert t["model"]["name"] == "llama3"
-    assert t["model"]["flavor"] == ("8B" if model.name == "llama3-8b" else model.name)
+    check_torchtitan_keys(t)
+    name = {"deepseek_v3": "deepseek_v3"}.get(model.extra.get("model_type"), "llama3")
+    assert t["model"]["name"] == name
+    flavor = {"llama3-8b": "8B", "deepseek-v3": "671B"}.get(model.name, model.name)
+    assert t["model"]["flavor"] == flavor
+    assert flavor == model.name or flavor in TITAN_MODELS["models"][name]  # a flavor torchtitan registers
     # torchtitan takes the architecture from the flavor: the header names every field for registering one
     arch = next(line for line in text.splitlines() if line.startswith("# Architecture:"))
     for needle in (f"layers {model.num_layers},", f"hidden {model.hidden_size},", f"KV heads {model.num_kv_heads},",

@@ -1,6 +1,7 @@
 """Expert parallelism through the planner layer (issue 17): request keys and flags, the search's EP/ETP
 dimensions, plan records and tables, and the MoE settings of the exports."""
 
+import dataclasses
 import json
 import shlex
 import tomllib
@@ -41,6 +42,10 @@ DSLIKE = ModelSpec(name="ds-test", num_layers=8, hidden_size=1024, num_heads=8, 
                    vocab_size=32000, activation="swiglu", norm="rmsnorm", max_seq_len=4096, num_experts=16,
                    experts_per_token=4, moe_ffn_hidden_size=512, num_shared_experts=2, first_dense_layers=1,
                    router="sigmoid")
+QWEN3_MOE = ModelSpec(name="qwen3-moe-test", num_layers=16, hidden_size=2048, num_heads=32, num_kv_heads=4,
+                      head_dim=128, ffn_hidden_size=6144, vocab_size=151936, activation="swiglu", norm="rmsnorm",
+                      max_seq_len=4096, num_experts=64, experts_per_token=8, moe_ffn_hidden_size=768,
+                      extra={"qk_norm": True})
 DENSE = ModelSpec(name="dense-test", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8,
                   ffn_hidden_size=14336, vocab_size=32000, activation="swiglu", norm="rmsnorm", max_seq_len=4096)
 
@@ -235,13 +240,21 @@ def test_nemo_and_torchtitan_export_moe_keys():
         (16, 4, 8, 1, "flex", True)
     assert m["moe_layer_freq"] == [0] + [1] * 7 and m["moe_shared_expert_intermediate_size"] == 1024
     fsdp = ParallelPlan(world_size=64, gpus_per_node=8, global_batch_size=256, seq_len=4096, tp=2, ep=8, zero=3)
-    text = export_plan(MIXTRAL, fsdp, H100, None, "torchtitan")
-    par = tomllib.loads(text)["parallelism"]  # the header lines are TOML comments
+    with pytest.raises(PlannerError, match="has no model for mixtral-test"):  # torchtitan has no Mixtral model
+        export_plan(MIXTRAL, fsdp, H100, None, "torchtitan")
+    text = export_plan(QWEN3_MOE, fsdp, H100, None, "torchtitan")  # a QK-norm MoE: torchtitan's qwen3 model
+    t = tomllib.loads(text)  # the header lines are TOML comments
+    par = t["parallelism"]
+    assert t["model"]["name"] == "qwen3" and t["model"]["flavor"] == QWEN3_MOE.name
     assert par["expert_parallel_degree"] == 8 and par["data_parallel_shard_degree"] == 32
+    assert "expert_tensor_parallel_degree" not in par  # ETP = TP: torchtitan's default pairing
     assert "borrows data_parallel_shard_degree" not in text  # CP <= EP <= dp_shard x CP holds
-    ddp = export_plan(MIXTRAL, ParallelPlan(world_size=64, gpus_per_node=8, global_batch_size=256, seq_len=4096,
-                                            tp=2, ep=8), H100, None, "torchtitan")
-    assert "borrows data_parallel_shard_degree" in ddp and "mixture-of-experts layers" in ddp
+    etp1 = tomllib.loads(export_plan(QWEN3_MOE, dataclasses.replace(fsdp, etp=1), H100, None, "torchtitan"))
+    assert etp1["parallelism"]["expert_tensor_parallel_degree"] == 1
+    # without ZeRO-3 torchtitan still shards (it refuses DDP next to TP), so EP 8 <= 32 x CP fits
+    sharded = export_plan(QWEN3_MOE, ParallelPlan(world_size=64, gpus_per_node=8, global_batch_size=256,
+                                                  seq_len=4096, tp=2, ep=8), H100, None, "torchtitan")
+    assert "DDP has not supported > 1D parallelism" in sharded
 
 
 # ----------------------------------------------------------------------------- end to end (presets)

@@ -26,6 +26,7 @@ from costmodel.core.specs.framework import DEFAULT_FRAMEWORK, FRAMEWORKS
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import DTYPES, RECOMPUTE_MODES, ParallelPlan, uneven_split_problem
+from costmodel.core.specs.presets import default_seq_len
 from costmodel.memory import DEFAULT_HEADROOM
 from costmodel.moe import with_default_dispatcher
 from planner.requests import DEFAULT_BATCH_TOKENS, search_batch
@@ -261,11 +262,12 @@ def default_global_batch(seq_len: int, world_sizes: list[int] | tuple[int, ...],
 def build_problem(model: ModelSpec, targets: list[Target], space: SearchSpace, *, gbs: int | None = None,
                   seq_len: int | None = None, tokens: float | None = None, prices: dict | None = None,
                   tokens_per_batch: int | None = None, calibration: object = None) -> SearchProblem:
-    """Validate and assemble a :class:`SearchProblem` (defaults: model max_seq_len, ~4M-token batch;
+    """Validate and assemble a :class:`SearchProblem` (defaults: the model's default sequence length
+    (costmodel.core.specs.presets.default_seq_len), ~4M-token batch;
     ``tokens_per_batch`` sets the batch in tokens instead of ``gbs`` sequences)."""
     if not targets:
         raise PlannerError("no GPU type given; pass --gpu (see `planner gpus`).")
-    seq = seq_len or model.max_seq_len
+    seq = seq_len or default_seq_len(model)[0]
     if isinstance(seq, bool) or not isinstance(seq, int) or seq <= 0:
         raise PlannerError(f"--seq-len must be a positive integer, got {seq!r}.")
     if gbs is not None and tokens_per_batch is not None:
@@ -282,6 +284,9 @@ def build_problem(model: ModelSpec, targets: list[Target], space: SearchSpace, *
     for dtype in LIMITED_DTYPES:
         space, more = _dtype_space(space, targets, dtype)
         notes += more
+    if seq_len is None:  # the default length is a choice: say which and why (planner.advice.seq_len_note)
+        notes += (f"seq {seq} is the default for {model.name}: {default_seq_len(model)[1]}; pass --seq-len to "
+                  "search at another length",)
     return SearchProblem(model, tuple(targets), space, gbs, seq, tokens, dict(prices or {}), notes, calibration)
 
 
