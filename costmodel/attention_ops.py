@@ -33,9 +33,14 @@ Conventions
   ``S w - w^2 / 2`` so that w = S gives exactly the causal half, i.e. ``s (w - w^2 / (2 S))`` pairs per head on a
   rank holding s of the S queries. For w << S that is ``s w``: a window layer costs ~``4 b s w heads d`` FLOPs,
   not the causal half of it.
-* Features of a window layer's attention: ``(b, s, w, heads, kv_heads, d, causal=0)``: the kernel visits about w
-  keys per query, i.e. a non-causal s x w attention (what the fitted attention models know how to cost); the
-  FLOPs are the exact band count above. With w >= S the operators are the causal full attention, bit for bit.
+* Features of a window layer's attention: ``(b, s, w_k, heads, kv_heads, d, causal=0)``: a non-causal s x w_k
+  attention (what the fitted attention models know how to cost), w_k = the keys the kernel visits per query
+  (:func:`band_keys`: whole key tiles of :data:`KEY_TILE`, the band of a query tile spanning w + 127 keys); the
+  FLOPs are the exact band count above (the MFU convention). With w >= S the operators are the causal full
+  attention, bit for bit.
+* Attention sinks (gpt-oss: a learned logit per head that joins every row's softmax; Megatron-Bridge runs it as
+  Transformer Engine's ``softmax_type = "learnable"``, NeMo AutoModel as a FlexAttention score modification) add
+  one score per query and head: no matmul, O(s heads) next to the band's O(s w heads d); not costed.
 * MLA core: Q and K heads are ``d_qk = nope + rope`` wide, V and O heads ``d_v = v_head_dim``. FLOPs per pair and
   head: ``2 d_qk + 2 d_v``. The feature ``head_dim`` is ``(d_qk + d_v) / 2``, the width of an equal-dims attention
   with the same FLOPs (``4 * pairs * heads * head_dim``), so a model fitted on equal-dims kernels sees the MLA
@@ -75,6 +80,21 @@ def rope_ops(name: str, tokens: int, heads: int, d: int, dtype: str) -> list[Op]
             _mem("rope", name, Phase.BWD, (tokens, heads, d), nbytes, 3.0 * elems)]
 
 
+KEY_TILE = 128
+"""Keys per tile of the attention kernels that skip whole tiles outside a sliding window: FlashAttention-2
+(Dao-AILab/flash-attention csrc/flash_attn/src/flash_fwd_launch_template.h, run_mha_fwd_hdim64/128: kBlockN
+128 for head dim 64, 64-128 above), FlashAttention-3 (hopper/flash_fwd_launch_template.h run_mha_fwd_hdim64:
+192 x 128 tiles for local attention) and FlexAttention's default sparse block (torch.nn.attention.flex_attention
+``_DEFAULT_SPARSE_BLOCK_SIZE = 128``). The rows of a query tile of 128 see keys [i - w + 1, i + 127]: w + 127
+keys, in whole tiles."""
+
+
+def band_keys(window: int, s_full: int) -> int:
+    """Keys a sliding-window kernel visits per query (masked ones included): the w + KEY_TILE - 1 keys a query tile
+    needs, in whole tiles of :data:`KEY_TILE`, at most the sequence (window 128: 256 keys)."""
+    return min(s_full, KEY_TILE * -(-(window + KEY_TILE - 1) // KEY_TILE))
+
+
 def attention_pairs(s: int, s_full: int, window: int = 0) -> float:
     """Score pairs per head that ``s`` local queries of an ``s_full``-token causal sequence compute: ``0.5 s S``
     for full causal attention (``window`` 0 or >= S), ``s (w - w^2 / (2 S))`` for a sliding window of w keys
@@ -92,8 +112,8 @@ def attention_core_ops(b: int, s: int, s_full: int, heads: int, kv_heads: int, d
     head width ``d``; ``d_v`` = V/O head width when it differs (MLA; 0 = d); ``window`` = sliding-window span in
     keys (0 = full causal). With window 0 (or >= S) and d_v 0 the two operators are exactly those of
     ``graph.layer_operators``' dense attention: features (b, s, S, heads, kv_heads, d, 1), FLOPs
-    ``4 b s S heads d / 2``, bytes of Q, K, V, O. Window < S: features (b, s, w, heads, kv_heads, d, 0) and the
-    band's FLOPs; d_v: feature head_dim (d + d_v) / 2 (module Conventions)."""
+    ``4 b s S heads d / 2``, bytes of Q, K, V, O. Window < S: features (b, s, band_keys(w, S), heads, kv_heads, d,
+    0) and the band's FLOPs; d_v: feature head_dim (d + d_v) / 2 (module Conventions)."""
     eb = elem_bytes(dtype)
     dv = d_v or d
     tokens = b * s
@@ -104,7 +124,7 @@ def attention_core_ops(b: int, s: int, s_full: int, heads: int, kv_heads: int, d
     else:
         feat_d = (d + dv) // 2 if (d + dv) % 2 == 0 else (d + dv) / 2
     if 0 < window < s_full:
-        feat = (b, s, window, heads, kv_heads, feat_d, 0)
+        feat = (b, s, band_keys(window, s_full), heads, kv_heads, feat_d, 0)
     else:
         feat = (b, s, s_full, heads, kv_heads, feat_d, 1)
     if dv == d:

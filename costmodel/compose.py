@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from costmodel.contention import HBM_PASS_PREFIX
 from costmodel.core.calibration import Calibration
@@ -41,7 +42,7 @@ from costmodel.graph import GRAD_REDUCE_BYTES, OperatorGraph, StageGraph
 from costmodel.memory import MemoryBreakdown, fits_in_memory, memory_message, memory_per_gpu
 from costmodel.opbuild import HBM_PASS
 from costmodel.ops import Op
-from costmodel.sampling.skew import rank_scale
+from costmodel.straggler import rank_scale
 from costmodel.timeline import PipelineResult, pipeline_time
 
 GIB = 1024**3
@@ -200,17 +201,33 @@ def _fwd_bwd_time(ops: Sequence[Op], times: Times, bwd: tuple[Phase, ...]) -> tu
     return f, b
 
 
-def layer_and_stage_times(st: StageGraph, times: Times,
-                          overlaps: bool) -> tuple[float, float, float, float, float, float]:
-    """(layer fwd, layer bwd, exposed fwd, exposed bwd, stage-ops fwd, stage-ops bwd) seconds of one micro-batch:
-    a layer's compute plus its exposed overlapped communication, and the stage's once-per-micro-batch ops."""
+class LayerStageTimes(NamedTuple):
+    """One stage's seconds per micro-batch (:func:`layer_and_stage_times`)."""
+
+    layer_fwd_s: float
+    """One layer's forward compute plus its exposed overlapped communication."""
+    layer_bwd_s: float
+    """One layer's backward (and recompute) plus its exposed overlapped communication."""
+    exposed_fwd_s: float
+    """The part of ``layer_fwd_s`` that is overlapped communication left exposed."""
+    exposed_bwd_s: float
+    """The part of ``layer_bwd_s`` that is overlapped communication left exposed."""
+    stage_fwd_s: float
+    """The stage's once-per-micro-batch forward operators (embedding, final norm, LM head, loss)."""
+    stage_bwd_s: float
+    """Their backward."""
+
+
+def layer_and_stage_times(st: StageGraph, times: Times, overlaps: bool) -> LayerStageTimes:
+    """A layer's compute plus its exposed overlapped communication, and the stage's once-per-micro-batch ops,
+    in seconds of one micro-batch."""
     lf, lb = _fwd_bwd_time(st.layer_ops, times, _BWD_RECOMPUTE)
     of, ob = _fwd_bwd_time(st.layer_overlap_ops, times, _BWD)
     # overlapped comm (CP KV ring, ZeRO-3 prefetch) is exposed only beyond the layer's compute
     # (all of it where communication shares the compute cores)
     ef, eb = (max(0.0, of - lf), max(0.0, ob - lb)) if overlaps else (of, ob)
     sf, sb = _fwd_bwd_time(st.stage_ops, times, _BWD_RECOMPUTE)
-    return (lf + ef, lb + eb, ef, eb, sf, sb)
+    return LayerStageTimes(lf + ef, lb + eb, ef, eb, sf, sb)
 
 
 def stage_times(graph: OperatorGraph, times: Times, hardware: Hardware) -> StageTimes:
@@ -221,8 +238,9 @@ def stage_times(graph: OperatorGraph, times: Times, hardware: Hardware) -> Stage
     for st in graph.stages:
         got = memo.get(st.signature) if st.signature else None
         if got is None:
-            lf, lb, ef, eb, sf, sb = layer_and_stage_times(st, times, overlaps)
-            got = (st.layers * lf + sf, st.layers * lb + sb, ef, eb)
+            lt = layer_and_stage_times(st, times, overlaps)
+            got = (st.layers * lt.layer_fwd_s + lt.stage_fwd_s, st.layers * lt.layer_bwd_s + lt.stage_bwd_s,
+                   lt.exposed_fwd_s, lt.exposed_bwd_s)
             if st.signature:
                 memo[st.signature] = got
         fwd.append(got[0])
@@ -281,7 +299,7 @@ class IterationTail:
 def straggler_wait(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph, times: Times,
                    optimizer_s: Sequence[float]) -> tuple[float, list[str]]:
     """(seconds, warnings): waiting for the slowest rank at the synchronisations of a multi-rank step
-    (costmodel/sampling/skew.py).
+    (measured by costmodel/sampling/skew.py, scaled to n ranks by costmodel.straggler).
 
     Every rank's compute between two synchronisations (TP collectives, pipeline send/recv, the DP
     gradient reduction, the next iteration's first collective after the optimizer) ends when the slowest

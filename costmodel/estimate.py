@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from costmodel import fp8_block, moe_kernels
+from costmodel.block_variants import model_warnings
 from costmodel.compose import (
     Composition,
     Metrics,
@@ -152,8 +153,8 @@ class Estimate:
     composition: Composition | None
     """Stage times, pipeline, iteration tail and breakdown (None in mode time)."""
     input_warnings: tuple[str, ...] = ()
-    """Notes on the inputs: model-config keys not read, a calibration not applied, groups spanning NVLink domains
-    (none in mode time)."""
+    """Notes on the inputs: model-config keys not read, a calibration not applied, groups spanning NVLink domains,
+    model blocks costed approximately (none in mode time)."""
     cost_warnings: tuple[str, ...] = ()
     """Notes of the cost model, the adjustments and the calibration, in order (none in mode time)."""
 
@@ -206,7 +207,7 @@ def _composed(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, graph: O
                         metrics(model, plan, hardware, t), None)
     times = _calibrated(plan, hardware, graph, costed, calibration)
     comp = compose(model, plan, hardware, graph, times.time_s, calibration)
-    inputs = tuple(_unread_keys(model) + skipped + domain_warnings(plan))
+    inputs = tuple(_unread_keys(model) + skipped + domain_warnings(plan) + model_warnings(model))
     notes = costed.warnings + (tuple(calibration.warnings_for(cost_model)) if calibration is not None else ())
     return Estimate(model, plan, hardware, graph, cost_model, costed, calibration, times, comp.iteration_time_s,
                     comp.metrics, comp, inputs, notes)

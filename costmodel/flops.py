@@ -31,6 +31,9 @@ unchanged, bit for bit):
 * **Sliding-window layers** attend, per query, to the keys of its band: w - w^2 / (2 s) on average for a window
   w < s (the band of a causal s x s matrix, counted as the causal half s/2 of a full layer is), s/2 when w >= s.
   Attention sinks add one score column per head and no GEMM: not counted.
+* **Multi-token prediction** (DeepSeek-V3's MTP depths, ``ModelSpec.mtp_layers``): each depth is counted as one
+  more layer of the last layer's kind plus its 2h -> h projection and one more pass of the output head
+  (:func:`mtp_forward_flops`), as Megatron-LM's counter does; the per-token sums below include them.
 * Hardware FLOPs follow the same per-layer sums with the FlashAttention backward factor and full recomputation as
   above, plus the forward GEMMs of Megatron-Core's ``--recompute-modules`` (:func:`recomputed_module_flops_per_token`);
   the published-convention FLOPs count the full band (s keys, or w on sliding layers).
@@ -106,9 +109,24 @@ def layer_forward_flops(model: ModelSpec, seq_len: int, layer: int, causal: bool
 
 
 def _layer_sums(model: ModelSpec, seq_len: int, causal: bool = True) -> tuple[float, float]:
-    """(GEMM, attention-core) forward FLOPs per token summed over all layers."""
+    """(GEMM, attention-core) forward FLOPs per token summed over all layers, and over the multi-token-prediction
+    depths (:func:`mtp_forward_flops`)."""
     per_layer = [layer_forward_flops(model, seq_len, i, causal) for i in range(model.num_layers)]
-    return sum(g for g, _ in per_layer), sum(a for _, a in per_layer)
+    gemm, attn = sum(g for g, _ in per_layer), sum(a for _, a in per_layer)
+    if model.mtp_layers:
+        mtp_gemm, mtp_attn = mtp_forward_flops(model, seq_len, causal)
+        gemm, attn = gemm + mtp_gemm, attn + mtp_attn
+    return gemm, attn
+
+
+def mtp_forward_flops(model: ModelSpec, seq_len: int, causal: bool = True) -> tuple[float, float]:
+    """(GEMM, attention-core) forward FLOPs per token of the multi-token-prediction depths (costmodel.mtp): per depth
+    a layer of the last layer's kind, the 2h -> h ``eh_proj`` and one more output head (2 h V), as Megatron-LM's
+    num_floating_point_operations counts them (@d98e8a64: the MTP depth as one more layer, "MTP eh proj", logits
+    "(mtp_num_layers + 1)"; its 3h norm term is element-wise work, left out as every norm is here)."""
+    gemm, attn = layer_forward_flops(model, seq_len, model.num_layers - 1, causal)
+    h = model.hidden_size
+    return model.mtp_layers * (gemm + 2.0 * 2 * h * h + 2.0 * h * model.vocab_size), model.mtp_layers * attn
 
 
 def model_flops_per_iteration(model: ModelSpec, global_batch: int, seq_len: int) -> float:

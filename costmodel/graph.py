@@ -26,12 +26,15 @@ from costmodel.attention_ops import (
     mla_replicated_params,
     mla_tp_entry_bytes,
 )
+from costmodel.block_variants import block_variant_ops, final_softcap_ops
 from costmodel.contention import contention_ops
 from costmodel.core.kinds import FEATURES, Category, Phase
 from costmodel.core.specs.framework import attention_kernel, get_framework
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
-from costmodel.moe import expert_params_per_gpu, moe_block_operators
+from costmodel.moe import dispatcher_notes, expert_params_per_gpu, moe_block_operators
+from costmodel.mtp import mtp_layer, mtp_params
+from costmodel.mtp_ops import mtp_operators
 from costmodel.opbuild import coll as _coll
 from costmodel.opbuild import elem_bytes, group_topology, hbm_pass, projection_gemms, recomputed, tp_boundary
 from costmodel.opbuild import gemm as _gemm
@@ -57,7 +60,8 @@ CE_ALLREDUCES = 3
 
 def domain_warnings(plan: ParallelPlan) -> list[str]:
     """Warnings for TP or CP groups that span NVLink domains (their collectives cross the scale-out network on
-    every layer, e.g. TP=8 on 4-GPU Perlmutter nodes)."""
+    every layer, e.g. TP=8 on 4-GPU Perlmutter nodes), and the MoE token dispatcher a plan was given by default
+    (:func:`costmodel.moe.dispatcher_notes`)."""
     out = []
     d = plan.domain
     for name, size, stride in (("TP", plan.tp, 1), ("CP", plan.cp, plan.tp)):
@@ -66,7 +70,7 @@ def domain_warnings(plan: ParallelPlan) -> list[str]:
             out.append(f"{name}={size} groups span {domains} NVLink domains of {d} GPU{'s' * (d > 1)}: their per-layer "
                        f"communication crosses the scale-out network; keep {name}"
                        + (" x TP" if name == "CP" else "") + f" within {d} GPUs if you can")
-    return out
+    return out + dispatcher_notes(plan)
 
 
 @dataclass
@@ -241,6 +245,161 @@ def eager_elementwise(ops: list[Op]) -> list[Op]:
     return out
 
 
+@dataclass(frozen=True)
+class _LayerDims:
+    """Local shapes of one transformer layer on one GPU for one micro-batch."""
+
+    eb: int
+    """Bytes per activation element (plan.dtype)."""
+    b: int
+    s_full: int
+    """Sequence length of the whole sample."""
+    s: int
+    """Local sequence with context parallelism."""
+    tokens: int
+    sp_tokens: int
+    """Tokens held outside the TP region (split by TP with sequence parallelism)."""
+    h: int
+    d: int
+    heads: int
+    kv_heads: int
+    """Local KV heads (replicated when TP > KV heads)."""
+    f: int
+    """Local FFN width."""
+    tp_topo: tuple[int, int]
+    act: int
+    """Bytes of the full [s, b, h] activation inside the TP region."""
+
+    @property
+    def norm_bytes(self) -> int:
+        return self.sp_tokens * self.h * self.eb
+
+
+def _layer_dims(model: ModelSpec, plan: ParallelPlan) -> _LayerDims:
+    eb = elem_bytes(plan.dtype)
+    t = plan.tp
+    b, s_full = plan.micro_batch_size, plan.seq_len
+    s = s_full // plan.cp
+    tokens = b * s
+    h = model.hidden_size
+    return _LayerDims(eb=eb, b=b, s_full=s_full, s=s, tokens=tokens, sp_tokens=tokens // t if plan.sp else tokens,
+                      h=h, d=model.head_dim, heads=model.num_heads // t, kv_heads=max(1, model.num_kv_heads // t),
+                      f=model.ffn_hidden_size // t, tp_topo=group_topology(t, 1, plan.domain), act=tokens * h * eb)
+
+
+def _norm_ops(name: str, dims: _LayerDims, rms: int) -> list[Op]:
+    """Forward and backward of one layer norm / RMSNorm over the tokens held outside the TP region."""
+    n, h = dims.sp_tokens, dims.h
+    return [_mem("norm", name, Phase.FWD, (n, h, rms), 2 * dims.norm_bytes, 8.0 * n * h),
+            _mem("norm", name, Phase.BWD, (n, h, rms), 4 * dims.norm_bytes, 16.0 * n * h)]
+
+
+def _residual_add(dims: _LayerDims) -> Op:
+    n = dims.sp_tokens * dims.h
+    return _mem("residual_add", "residual_add", Phase.FWD, (n,), 3 * dims.norm_bytes, n)
+
+
+def _flash_attention(dims: _LayerDims) -> list[Op]:
+    """Causal flash attention, one fused kernel per direction."""
+    b, s, s_full, heads, kv_heads, d = dims.b, dims.s, dims.s_full, dims.heads, dims.kv_heads, dims.d
+    attn_feat = (b, s, s_full, heads, kv_heads, d, 1)
+    # FLOPs of causal flash attention on this rank: QK^T and PV over the visible half of the s x S matrix.
+    attn_flops = 4.0 * b * s * s_full * heads * d * 0.5
+    qkvo_bytes = dims.eb * dims.tokens * (2 * heads + 2 * kv_heads) * d
+    # Backward: dQ, dK, dV plus the recomputed scores: 2.5x the forward matmul FLOPs (FlashAttention-2
+    # paper, Dao 2023 §3.1 counts 5 matmuls backward vs 2 forward).
+    return [_mem("attention_fwd", "attention", Phase.FWD, attn_feat, qkvo_bytes, attn_flops),
+            _mem("attention_bwd", "attention", Phase.BWD, attn_feat, 2 * qkvo_bytes, 2.5 * attn_flops)]
+
+
+def _mha_attention(model: ModelSpec, plan: ParallelPlan, dims: _LayerDims, window: int) -> list[Op]:
+    """Multi-/grouped-query attention from the TP entry to the attention core: QKV projections, RoPE, core."""
+    tokens, heads, kv_heads, d, eb = dims.tokens, dims.heads, dims.kv_heads, dims.d, dims.eb
+    ops = tp_boundary("qkv", True, plan, dims.act, dims.tp_topo)
+    ops += projection_gemms("qkv", tokens, dims.h, (("q", heads * d), ("k", kv_heads * d), ("v", kv_heads * d)),
+                            get_framework(plan.framework).separate_projections, plan.dtype)
+    if model.position_embedding == "rope":
+        rope_elems = tokens * (heads + kv_heads) * d
+        ops.append(_mem("rope", "rope", Phase.FWD, (tokens, heads + kv_heads, d), 2 * rope_elems * eb,
+                        3.0 * rope_elems))
+        ops.append(_mem("rope", "rope", Phase.BWD, (tokens, heads + kv_heads, d), 2 * rope_elems * eb,
+                        3.0 * rope_elems))
+    if attention_kernel(plan) == "unfused":
+        ops += unfused_attention(dims.b, dims.s, dims.s_full, heads, d, plan.dtype, model.dropout,
+                                 plan.recompute == "selective" and "core_attn" in selective_modules(plan))
+    elif window:
+        ops += attention_core_ops(dims.b, dims.s, dims.s_full, heads, kv_heads, d, plan.dtype, window=window)
+    else:
+        ops += _flash_attention(dims)
+    return ops
+
+
+def _attention_block(model: ModelSpec, plan: ParallelPlan, dims: _LayerDims, window: int) -> tuple[list[Op], list[Op]]:
+    """(operators, overlapped communication) of the attention block: norm, attention (multi-head latent
+    attention for MLA models), the context-parallel KV ring, the output projection and the residual add."""
+    ops = _norm_ops("attn_norm", dims, _rms(model))
+    overlap: list[Op] = []
+    if model.is_mla:
+        # multi-head latent attention (costmodel.attention_ops: Megatron-Core MLASelfAttention), its TP entry
+        # gathers the compressed latents instead of [s, b, h]
+        ops.extend(tp_boundary("qkv", True, plan, mla_tp_entry_bytes(model, plan), dims.tp_topo))
+        ops += mla_attention_operators(model, plan, window)
+        nope, rope_d, v_d = mla_dims(model)
+        kv_width = dims.heads * (nope + rope_d + v_d)   # every local head has its own K (nope + rope) and V
+    else:
+        ops += _mha_attention(model, plan, dims, window)
+        kv_width = 2 * dims.kv_heads * dims.d
+    cp = plan.cp
+    if cp > 1:
+        # ring attention (Megatron CP): cp-1 KV-chunk exchanges forward, and K/V plus dK/dV backward,
+        # each overlapped with the attention compute of the previous chunk.
+        kv_chunk = dims.eb * dims.tokens * kv_width
+        cross = group_topology(cp, plan.tp, plan.domain)[0] > 1
+        overlap.append(_p2p("cp.kv_exchange", Phase.FWD, kv_chunk, cross, Category.CP_COMM, count=cp - 1))
+        overlap.append(_p2p("cp.kv_exchange", Phase.BWD, 2 * kv_chunk, cross, Category.CP_COMM, count=cp - 1))
+    if not model.is_mla:  # MLA's output projection is in mla_attention_operators
+        ops += _gemm_fwd_bwd("attn_out", dims.tokens, dims.h, dims.heads * dims.d, plan.dtype)
+    ops += tp_boundary("attn_out", False, plan, dims.act, dims.tp_topo)
+    ops.append(_residual_add(dims))
+    return ops, overlap
+
+
+def _dense_mlp(model: ModelSpec, plan: ParallelPlan, dims: _LayerDims) -> list[Op]:
+    """The dense MLP from the TP entry to the TP exit: up (and gate) projection, activation, down projection."""
+    tokens, f, eb = dims.tokens, dims.f, dims.eb
+    separate = get_framework(plan.framework).separate_projections
+    ops = tp_boundary("mlp_up", True, plan, dims.act, dims.tp_topo)
+    up_n = f * (2 if model.gated else 1)
+    ops += projection_gemms("mlp_up", tokens, dims.h, (("w1", f), ("w3", f)) if model.gated else (("w1", f),),
+                            separate and model.gated, plan.dtype)
+    act_in = tokens * up_n
+    act_out = tokens * f
+    ops.append(_mem("activation", f"act.{model.activation}", Phase.FWD, (tokens, up_n, int(model.gated)),
+                    eb * (act_in + act_out), 8.0 * act_in))
+    ops.append(_mem("activation", f"act.{model.activation}", Phase.BWD, (tokens, up_n, int(model.gated)),
+                    eb * (2 * act_in + act_out), 16.0 * act_in))
+    ops += _gemm_fwd_bwd("mlp_down", tokens, dims.h, f, plan.dtype)
+    ops += tp_boundary("mlp_down", False, plan, dims.act, dims.tp_topo)
+    return ops
+
+
+def _recompute_ops(ops: list[Op], model: ModelSpec, plan: ParallelPlan, dims: _LayerDims, moe: bool) -> list[Op]:
+    """The operators the backward pass re-runs under the plan's recomputation."""
+    fw = get_framework(plan.framework)
+    if plan.recompute == "full":
+        return recomputed(ops)
+    # selective recompute of the attention core costs nothing extra here: FlashAttention's backward
+    # kernel recomputes the scores itself (its cost is inside attention_bwd).
+    if plan.recompute == "selective" and fw.selective_recompute == "op":
+        sac = op_sac_recompute(ops, dims.tokens, dims.h, dims.heads * dims.d, dims.kv_heads * dims.d, dims.f,
+                               model.gated, plan.dtype)
+        # an MoE layer has no dense MLP matmul to re-run (its experts' element-wise ops are in the list)
+        return [o for o in sac if not o.name.startswith("mlp_")] if moe else sac
+    if plan.recompute == "selective" and plan.recompute_modules:  # Megatron-Core --recompute-modules
+        return module_recompute_ops(ops, model, plan, moe)
+    return []
+
+
 def layer_operators(model: ModelSpec, plan: ParallelPlan, moe: bool = False,
                     window: int = 0) -> tuple[list[Op], list[Op]]:
     """(operators, overlapped communication) for one transformer layer and one micro-batch: with ``moe`` an MoE
@@ -248,121 +407,26 @@ def layer_operators(model: ModelSpec, plan: ParallelPlan, moe: bool = False,
     ``window`` > 0: the layer attends over a sliding window of that many keys
     (:func:`costmodel.attention_ops.attention_core_ops`). MLA models (``model.is_mla``) get
     :func:`costmodel.attention_ops.mla_attention_operators` for the attention block."""
-    EB = elem_bytes(plan.dtype)
-    t, cp = plan.tp, plan.cp
-    b, s_full = plan.micro_batch_size, plan.seq_len
-    s = s_full // cp                      # local sequence with context parallelism
-    tokens = b * s
-    sp_tokens = tokens // t if plan.sp else tokens   # tokens held outside the TP region
-    h, d = model.hidden_size, model.head_dim
-    heads = model.num_heads // t
-    kv_heads = max(1, model.num_kv_heads // t)       # KV heads are replicated when TP > kv heads
-    f = model.ffn_hidden_size // t
-    dtype = plan.dtype
-    gpn = plan.domain
-    tp_topo = group_topology(t, 1, gpn)
-    act = tokens * h * EB                      # full [s, b, h] activation inside the TP region
-    separate = get_framework(plan.framework).separate_projections
-
-    ops: list[Op] = []
-    overlap: list[Op] = []
-
-    def tp_enter(name: str) -> None:
-        ops.extend(tp_boundary(name, True, plan, act, tp_topo))
-
-    def tp_exit(name: str) -> None:
-        ops.extend(tp_boundary(name, False, plan, act, tp_topo))
-
-    norm_bytes = sp_tokens * h * EB
-    rms = _rms(model)
-    # --- attention block
-    ops.append(_mem("norm", "attn_norm", Phase.FWD, (sp_tokens, h, rms), 2 * norm_bytes, 8.0 * sp_tokens * h))
-    ops.append(_mem("norm", "attn_norm", Phase.BWD, (sp_tokens, h, rms), 4 * norm_bytes, 16.0 * sp_tokens * h))
-    if model.is_mla:
-        # multi-head latent attention (costmodel.attention_ops: Megatron-Core MLASelfAttention), its TP entry
-        # gathers the compressed latents instead of [s, b, h]
-        ops.extend(tp_boundary("qkv", True, plan, mla_tp_entry_bytes(model, plan), tp_topo))
-        ops += mla_attention_operators(model, plan, window)
-        nope, rope_d, v_d = mla_dims(model)
-        kv_width = heads * (nope + rope_d + v_d)   # every local head has its own K (nope + rope) and V
-    else:
-        tp_enter("qkv")
-        ops += projection_gemms("qkv", tokens, h, (("q", heads * d), ("k", kv_heads * d), ("v", kv_heads * d)),
-                                separate, dtype)
-        if model.position_embedding == "rope":
-            rope_elems = tokens * (heads + kv_heads) * d
-            ops.append(_mem("rope", "rope", Phase.FWD, (tokens, heads + kv_heads, d), 2 * rope_elems * EB,
-                            3.0 * rope_elems))
-            ops.append(_mem("rope", "rope", Phase.BWD, (tokens, heads + kv_heads, d), 2 * rope_elems * EB,
-                            3.0 * rope_elems))
-        if attention_kernel(plan) == "unfused":
-            ops += unfused_attention(b, s, s_full, heads, d, dtype, model.dropout,
-                                     plan.recompute == "selective" and "core_attn" in selective_modules(plan))
-        elif window:
-            ops += attention_core_ops(b, s, s_full, heads, kv_heads, d, dtype, window=window)
-        else:
-            attn_feat = (b, s, s_full, heads, kv_heads, d, 1)
-            # FLOPs of causal flash attention on this rank: QK^T and PV over the visible half of the s x S matrix.
-            attn_flops = 4.0 * b * s * s_full * heads * d * 0.5
-            qkvo_bytes = EB * tokens * (2 * heads + 2 * kv_heads) * d
-            ops.append(_mem("attention_fwd", "attention", Phase.FWD, attn_feat, qkvo_bytes, attn_flops))
-            # Backward: dQ, dK, dV plus the recomputed scores: 2.5x the forward matmul FLOPs (FlashAttention-2
-            # paper, Dao 2023 §3.1 counts 5 matmuls backward vs 2 forward).
-            ops.append(_mem("attention_bwd", "attention", Phase.BWD, attn_feat, 2 * qkvo_bytes, 2.5 * attn_flops))
-        kv_width = 2 * kv_heads * d
-    if cp > 1:
-        # ring attention (Megatron CP): cp-1 KV-chunk exchanges forward, and K/V plus dK/dV backward,
-        # each overlapped with the attention compute of the previous chunk.
-        kv_chunk = EB * tokens * kv_width
-        cross = group_topology(cp, t, gpn)[0] > 1
-        overlap.append(_p2p("cp.kv_exchange", Phase.FWD, kv_chunk, cross, Category.CP_COMM, count=cp - 1))
-        overlap.append(_p2p("cp.kv_exchange", Phase.BWD, 2 * kv_chunk, cross, Category.CP_COMM, count=cp - 1))
-    if not model.is_mla:  # MLA's output projection is in mla_attention_operators
-        ops += _gemm_fwd_bwd("attn_out", tokens, h, heads * d, dtype)
-    tp_exit("attn_out")
-    ops.append(_mem("residual_add", "residual_add", Phase.FWD, (sp_tokens * h,), 3 * norm_bytes, sp_tokens * h))
-    # --- MLP block
-    ops.append(_mem("norm", "mlp_norm", Phase.FWD, (sp_tokens, h, rms), 2 * norm_bytes, 8.0 * sp_tokens * h))
-    ops.append(_mem("norm", "mlp_norm", Phase.BWD, (sp_tokens, h, rms), 4 * norm_bytes, 16.0 * sp_tokens * h))
+    dims = _layer_dims(model, plan)
+    ops, overlap = _attention_block(model, plan, dims, window)
+    ops += _norm_ops("mlp_norm", dims, _rms(model))
     if moe:
         moe_ops, moe_overlap = moe_block_operators(model, plan)
         ops += moe_ops
         overlap += moe_overlap
     else:
-        tp_enter("mlp_up")
-        up_n = f * (2 if model.gated else 1)
-        ops += projection_gemms("mlp_up", tokens, h, (("w1", f), ("w3", f)) if model.gated else (("w1", f),),
-                                separate and model.gated, dtype)
-        act_in = tokens * up_n
-        act_out = tokens * f
-        ops.append(_mem("activation", f"act.{model.activation}", Phase.FWD, (tokens, up_n, int(model.gated)),
-                        EB * (act_in + act_out), 8.0 * act_in))
-        ops.append(_mem("activation", f"act.{model.activation}", Phase.BWD, (tokens, up_n, int(model.gated)),
-                        EB * (2 * act_in + act_out), 16.0 * act_in))
-        ops += _gemm_fwd_bwd("mlp_down", tokens, h, f, dtype)
-        tp_exit("mlp_down")
-    ops.append(_mem("residual_add", "residual_add", Phase.FWD, (sp_tokens * h,), 3 * norm_bytes, sp_tokens * h))
+        ops += _dense_mlp(model, plan, dims)
+    ops.append(_residual_add(dims))
+    ops = block_variant_ops(ops, model, dims.sp_tokens, plan.dtype)
 
     if not get_framework(plan.framework).compiled:
         ops += eager_elementwise(ops)  # PyTorch eager: element-wise chains of separate kernels
     if not moe:
-        ops += fsdp2_copies(model, plan, dtype)
-
-    # --- recomputation (backward pass re-runs forward operators)
-    if plan.recompute == "full":
-        ops += recomputed(ops)
-    # selective recompute of the attention core costs nothing extra here: FlashAttention's backward
-    # kernel recomputes the scores itself (its cost is inside attention_bwd).
-    elif plan.recompute == "selective" and get_framework(plan.framework).selective_recompute == "op":
-        sac = op_sac_recompute(ops, tokens, h, heads * d, kv_heads * d, f, model.gated, dtype)
-        # an MoE layer has no dense MLP matmul to re-run (its experts' element-wise ops are in the list)
-        ops += [o for o in sac if not o.name.startswith("mlp_")] if moe else sac
-    elif plan.recompute == "selective" and plan.recompute_modules:  # Megatron-Core --recompute-modules
-        ops += module_recompute_ops(ops, model, plan, moe)
-
+        ops += fsdp2_copies(model, plan, plan.dtype)
+    ops += _recompute_ops(ops, model, plan, dims, moe)
     if plan.zero == 3:
         overlap += _zero3_gathers(model, plan, moe)
-    ops += contention_ops(overlap, dtype)  # the overlapped collectives' HBM traffic (costmodel.contention)
+    ops += contention_ops(overlap, plan.dtype)  # the overlapped collectives' HBM traffic (costmodel.contention)
     return ops, overlap
 
 
@@ -416,6 +480,7 @@ def _head_ops(model: ModelSpec, plan: ParallelPlan) -> list[Op]:
     act = tokens * h * EB
     ops += tp_boundary("lm_head", True, plan, act, topo)
     ops += _gemm_fwd_bwd("lm_head", tokens, v, h, plan.dtype)
+    ops += final_softcap_ops(model, tokens, v, plan.dtype)
     # cross-entropy on fp32 logits: read logits, write softmax/grad (4 bytes each)
     ops.append(_mem("cross_entropy", "cross_entropy", Phase.FWD, (tokens, v), 4.0 * 2 * tokens * v, 5.0 * tokens * v))
     ops.append(_mem("cross_entropy", "cross_entropy", Phase.BWD, (tokens, v), 4.0 * 2 * tokens * v, 2.0 * tokens * v))
@@ -474,8 +539,9 @@ def _iteration_ops(model: ModelSpec, plan: ParallelPlan, stage_params: int, firs
         edp = plan.expert_dp
         topo = group_topology(edp, plan.expert_tp * plan.ep, plan.domain)
         ops += _grad_reduction("dp.expert", expert_gpu, edp, topo, plan)
-    if model.tied_embeddings and plan.pp > 1 and (first or last):
-        # Megatron keeps the tied embedding on the first and last stage and all-reduces its gradient.
+    if (model.tied_embeddings or model.mtp_layers) and plan.pp > 1 and (first or last):
+        # Megatron keeps the tied embedding (or the one MTP shares, costmodel.mtp) on the first and last stage and
+        # all-reduces its gradient.
         nbytes = model.vocab_size * model.hidden_size / t * GRAD_REDUCE_BYTES
         topo = group_topology(2, plan.tp * plan.cp * plan.dp * (plan.pp - 1), plan.domain)
         ops.append(_coll("all_reduce", "pp.embedding_grad_allreduce", Phase.DP_COMM, nbytes, 2, topo, Category.PP_COMM))
@@ -545,6 +611,10 @@ def build_graph(model: ModelSpec, plan: ParallelPlan) -> OperatorGraph:
     else:
         layer_ops, overlap = layer_operators(model, plan)
     emb, head = _embedding_ops(model, plan), _head_ops(model, plan)
+    if model.mtp_layers:  # the MTP depths run on the last stage, once per micro-batch (costmodel.mtp_ops)
+        kind = _layer_kind(model, mtp_layer(model))
+        head = head + mtp_operators(model, plan, *layer_operators(model, plan, moe=kind[0], window=kind[1]),
+                                    list(emb), list(head))
     emb += root_unit_ops("embedding", model.embedding_params(), plan)
     head += root_unit_ops("head", model.head_params(), plan)
     stages: list[StageGraph] = []
@@ -562,8 +632,9 @@ def build_graph(model: ModelSpec, plan: ParallelPlan) -> OperatorGraph:
         if first:
             params += model.embedding_params()
         if last:
-            params += model.head_params()
-            if model.tied_embeddings and plan.pp > 1:
+            params += model.head_params() + mtp_params(model)
+            n_moe += model.mtp_layers * model.is_moe_layer(mtp_layer(model))
+            if (model.tied_embeddings or model.mtp_layers) and plan.pp > 1:  # the last stage's embedding copy
                 params += model.vocab_size * model.hidden_size
         key: tuple = (first, last, n_layers, kinds) if varied else (first, last, n_layers)
         if key not in shared:

@@ -45,8 +45,10 @@ def balanced_layer_split(graph: OperatorGraph, times: Times, hardware: Hardware,
     if p == 1:
         return (num_layers,)
     overlaps = hardware.cluster.comm_overlaps_compute
-    lf, lb, _, _, f0, b0 = layer_and_stage_times(graph.stages[0], times, overlaps)
-    *_, fl, bl = layer_and_stage_times(graph.stages[-1], times, overlaps)
+    first_st = layer_and_stage_times(graph.stages[0], times, overlaps)
+    last_st = layer_and_stage_times(graph.stages[-1], times, overlaps)
+    lf, lb, f0, b0 = first_st.layer_fwd_s, first_st.layer_bwd_s, first_st.stage_fwd_s, first_st.stage_bwd_s
+    fl, bl = last_st.stage_fwd_s, last_st.stage_bwd_s
     t, e0, el = lf + lb, f0 + b0, fl + bl
     scored: list[tuple[float, int, int, int]] = []
     for mid in ([] if num_layers % v else [0] if p == 2 else range(v, num_layers // (p - 2) + 1, v)):

@@ -65,6 +65,7 @@ from costmodel.moe_memory import (
     moe_mlp_activation_bytes,
     selective_cuts,
 )
+from costmodel.mtp import mtp_activation_bytes, mtp_param_parts_per_gpu
 
 # ----------------------------------------------------------------------------- constants
 BYTES_PARAM = 2.0
@@ -254,7 +255,8 @@ def stage_params(model: ModelSpec, plan: ParallelPlan) -> list[float]:
     if model.is_moe or model.is_mla:
         out = [d + e for d, e, _ in _stage_param_parts(model, plan)]
         out[0] += _embedding_params_per_gpu(model, plan.tp)
-        out[-1] += _head_params_per_gpu(model, plan.tp, plan.pp)
+        out[-1] += _head_params_per_gpu(model, plan.tp, plan.pp) + sum(
+            mtp_param_parts_per_gpu(model, plan, padded_vocab(model, plan.tp)))
         return out
     per_layer = layer_params_per_gpu(model, plan.tp)
     layers = plan.stage_layers(model.num_layers)
@@ -480,6 +482,8 @@ def _stage_terms(model: ModelSpec, plan: ParallelPlan, flash_attention: bool) ->
         if i == pp - 1:
             params += head
             unit = max(unit, head)
+            mtp_dense, mtp_expert = mtp_param_parts_per_gpu(model, plan, padded_vocab(model, plan.tp))
+            params, expert = params + mtp_dense, expert + mtp_expert  # the MTP depths (costmodel.mtp)
         # Weights: ZeRO-3 shards them; with prefetch two gathered units are live ([FSDP-NOTES]).
         weights = b_param * (params / shard + 2 * unit) if zero >= 3 else b_param * params
         # Gradients: ZeRO-2/3 shard them; one unit's unsharded gradients exist before its reduce-scatter.
@@ -522,7 +526,9 @@ def _stage_terms(model: ModelSpec, plan: ParallelPlan, flash_attention: bool) ->
         if i == pp - 1:
             # The loss is computed and its backward starts right after the last chunk's forward:
             # one micro-batch of head activations ([KORTHIKANTI] Sec. 4.3 counts them once).
-            act += last_extra
+            act += last_extra + mtp_activation_bytes(
+                model, plan, act_moe if model.is_moe_layer(model.num_layers - 1) else act_layer, last_extra,
+                _act_bytes(plan))
         out.append((weights, grads, opt, act, inflight))
     return out
 

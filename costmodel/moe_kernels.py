@@ -1,16 +1,21 @@
-"""Grouped expert GEMMs as a fused-MoE kernel runs them, from aiconfigurator's measured fused-MoE forwards.
+"""Grouped expert GEMMs on a training basis, and the SMs an overlapped flex dispatcher takes from the compute.
 
 The operator graph costs an MoE layer's experts as one GEMM-activation-GEMM chain per local expert
 (``moe.expert.up`` / ``moe.expert.act`` / ``moe.expert.down``, ``count`` = local experts, GEMM ``m`` = tokens
-per expert), i.e. as Megatron's SequentialMLP runs them: one kernel per expert and GEMM. With grouped GEMMs
-(``--moe-grouped-gemm``, the plan's ``moe_grouped_gemm``) one kernel covers every local expert, so:
+per expert), i.e. as Megatron's SequentialMLP runs them: one kernel per expert and GEMM, each costed by the dense
+GEMM models of the GPU's die. With grouped GEMMs (``--moe-grouped-gemm``, the plan's ``moe_grouped_gemm``) one
+kernel covers every local expert, and their times are multiplied by a grouped-GEMM efficiency
+(:func:`training_factor`, cost source "derived"):
 
+* from ``M_COMPUTE_BOUND`` tokens per expert the expert GEMMs are compute bound and a training grouped GEMM runs
+  as the dense GEMMs of its groups' shapes (DeepGEMM's grouped vs dense tables; the DeepSeek-V3 GB200 write-up's
+  multi-stream cuBLAS grouped GEMM): efficiency 1;
 * with many local experts and few tokens each, the per-kernel floors of the chain (launch, tile quantisation,
-  weight loads one expert at a time) are paid once instead of once per expert: the grouped kernel is faster;
-* with one or two local experts it is slower than the plain GEMMs (fixed routing/permute/finalize work that
-  the per-expert chain leaves out, less-tuned tiles).
+  weight loads one expert at a time) are paid once instead of once per expert: faster than the chain, by the
+  ratio the fused-MoE measurements below give (capped at 1; the fused kernel's extra routing / permute / finalize
+  work, which makes it slower than the plain GEMMs with one or two local experts, is an inference kernel's).
 
-This module measures that ratio on the GPUs where the data exist: ``aiconfigurator/moe/*_bf16_moe__trtllm*.csv``
+The fused-MoE ratio is measured on the GPUs where the data exist: ``aiconfigurator/moe/*_bf16_moe__trtllm*.csv``
 (TRT-LLM CUTLASS fused MoE, forward only, balanced routing, no router GEMM, no shared experts, no
 communication; see shared/data/aiconfigurator/PROVENANCE.md). Per row the *composed* forward is built from the
 same shapes with the cost model planner predicts with (the measured regressors, roofline where none):
@@ -26,7 +31,8 @@ with fewer routed tokens than experts (m < 1, not every expert busy) are left ou
 Applied by :func:`apply` (one of :data:`costmodel.estimate.ADJUSTMENTS`, after the framework's kernels)
 to the times of every operator named ``moe.expert*`` (forward, backward and recomputed: the backward runs the
 same grouped kernels on the same groups; no measurement exists, so the forward ratio is used) of plans with
-grouped GEMMs, where the GPU's die has data; elsewhere the times are unchanged and the prediction says so. Not used:
+grouped GEMMs, below ``M_COMPUTE_BOUND`` tokens per expert only where the GPU's die has data (elsewhere the dense
+chain, and the prediction says so). Not used:
 
 * A100: its table is SGLang's Triton ``fused_moe`` (an inference kernel; Megatron's grouped GEMM is CUTLASS/
   cuBLAS), 2-3x slower than the GEMMs at large m (Mixtral 8x7B shape: 77 TFLOP/s), and run gated for the
@@ -50,12 +56,13 @@ import numpy as np
 
 from costmodel.compose import OperatorTimes
 from costmodel.core.fileio import fitted_table_main
-from costmodel.core.kinds import Phase
+from costmodel.core.kinds import Category, CostSource, Phase
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.plan import ParallelPlan
 from costmodel.cost.measured import MeasuredCostModel
 from costmodel.graph import OperatorGraph
+from costmodel.moe import BIG_DOMAIN, SM_SHARE
 from costmodel.ops import Op
 
 TABLE_PATH = Path(__file__).resolve().parent / "data" / "moe_kernels.json"
@@ -221,40 +228,134 @@ def ratio_for(system: dict, tokens_per_expert: float, local_experts: float) -> f
     return float(np.interp(math.log(max(tokens_per_expert, 1.0)), [math.log(x) for x in xs], ys))
 
 
+M_WEIGHT_BOUND = 256
+"""Tokens per expert up to which a grouped kernel's advantage is the per-expert floors it pays once (launch, tile
+quantisation, weight loads one expert at a time: the weight-load-bound regime of :data:`M_EDGES`), which a
+training stack's grouped GEMM (Transformer Engine GroupedLinear, CUTLASS grouped_gemm) amortises as the fused
+inference kernel does: the measured fused-MoE ratio, capped at 1, applies up to here."""
+M_COMPUTE_BOUND = 1024
+"""Tokens per expert from which every expert GEMM is compute bound (:data:`M_EDGES`) and a training grouped GEMM
+runs as fast as the dense GEMM of one group's shape: grouped efficiency 1. deepseek-ai/DeepGEMM README (Feb 2025,
+H800, FP8 1x128 / 128x128 blocks, the same kernel family for both tables): contiguous grouped GEMMs at 4,096
+tokens per group 1,288 TFLOP/s (N 4096, K 7168) and 1,093 (N 7168, K 2048) against normal GEMMs of M 4096 with the
+same N, K 1,304 and 1,025 (ratios 0.99, 1.07); NVIDIA/Megatron-LM DeepSeek-V3 GB200 write-up @eb0783b6 sec. 1:
+MXFP8 grouped GEMM as multi-stream cuBLAS GEMMs "basically equivalent to a highly optimized Grouped GEMM". The
+fused inference kernel's ratio below 1 there (0.75-0.96 on Blackwell) is an inference kernel's (routing,
+permute and finalize fused, forward only), not a training grouped GEMM's."""
+
+
+def training_factor(system: dict | None, tokens_per_expert: float, local_experts: float) -> float:
+    """Grouped-GEMM efficiency on a training basis, relative to the dense GEMM chain of the same die: 1 from
+    :data:`M_COMPUTE_BOUND` tokens per expert (and wherever the die has no fused-MoE measurement); up to
+    :data:`M_WEIGHT_BOUND` the measured fused-MoE ratio (:func:`ratio_for`) capped at 1 (a training stack can
+    always run the per-expert chain: SequentialMLP, multi-stream cuBLAS); between, linear in log(tokens per
+    expert) from the capped ratio at M_WEIGHT_BOUND to 1."""
+    m = tokens_per_expert
+    if system is None or m >= M_COMPUTE_BOUND:
+        return 1.0
+    if m <= M_WEIGHT_BOUND:
+        return min(1.0, ratio_for(system, m, local_experts))
+    low = min(1.0, ratio_for(system, M_WEIGHT_BOUND, local_experts))
+    w = math.log(m / M_WEIGHT_BOUND) / math.log(M_COMPUTE_BOUND / M_WEIGHT_BOUND)
+    return low + (1.0 - low) * w
+
+
 def grouped_gemm_factors(plan: ParallelPlan, hardware: Hardware, ops: list[Op],
                          table: dict | None = None) -> tuple[dict[tuple, float], list[str]]:
-    """({Op.key(): factor} for the expert operators of ``ops``, warnings); empty without grouped GEMMs or
-    expert operators. A key shared with a non-expert operator is left unscaled (one cost per key)."""
+    """({Op.key(): factor} for the expert operators of ``ops``, warnings): the training-basis grouped-GEMM
+    efficiency (:func:`training_factor`) of the plan's expert group; empty without grouped GEMMs or expert
+    operators. A key shared with a non-expert operator is left unscaled (one cost per key)."""
     experts = [o for o in ops if o.name.startswith(EXPERT_PREFIX)]
     groups = {(float(o.features[0]), float(o.count)) for o in experts if o.name == UP_GEMM and o.phase is Phase.FWD}
     if not groups or not plan.moe_grouped_gemm:
         return {}, []
     table = table or load_table()
     system = system_of(hardware.gpu.name, table)
-    if system is None:
-        return {}, [f"grouped expert GEMMs on {hardware.gpu.name}: no fused-MoE measurement on its die, costed as "
-                    "one GEMM chain per expert"]
     shared = {o.key() for o in ops if not o.name.startswith(EXPERT_PREFIX)}
     # one expert group per plan (every MoE layer routes the same tokens): its tokens per expert and local
     # experts, from the forward up GEMM (the grouped activation's rows are all groups' rows together)
     m, local = max(groups)
-    factor = ratio_for(system, m, local)
+    factor = training_factor(system, m, local)
     out = {o.key(): factor for o in experts if o.key() not in shared}
+    basis = (f"grouped expert GEMMs on a training basis: the dense GEMM models of {hardware.gpu.name} per expert "
+             f"({m:.0f} tokens per expert, {local:.0f} local experts) x grouped efficiency {factor:.2f}")
+    if m >= M_COMPUTE_BOUND:
+        return out, [basis + f" (compute bound from {M_COMPUTE_BOUND} tokens per expert: DeepGEMM's grouped vs "
+                     "dense GEMMs)"]
+    if system is None:
+        return out, [basis + f" (no fused-MoE measurement on its die for the per-expert floors below "
+                     f"{M_COMPUTE_BOUND} tokens per expert)"]
     src = "" if system["measured_on"] == hardware.gpu.name else f", borrowed from {system['measured_on']} (same die)"
-    return out, [f"grouped expert GEMMs scaled by the measured fused-MoE / per-expert-GEMM ratio of "
-                 f"{system['file']} ({system['die']}{src}; forward ratio used for backward)"]
+    return out, [basis + f" (per-expert floors from the measured fused-MoE / per-expert-GEMM ratio of "
+                 f"{system['file']}, {system['die']}{src}, capped at 1; forward ratio used for backward)"]
+
+
+# ------------------------------------------------------------------------------------------- overlap SMs
+GPU_SMS = {"h100": 132, "h200": 132, "gh200": 132, "h800": 132, "b200": 148, "gb200": 148, "b300": 160,
+           "gb300": 160}
+"""Streaming multiprocessors per GPU, by catalogue-name prefix: Hopper 132 (shared/data/hardware/gpus.yaml
+``sm_count`` of h200 and gh200; NVIDIA H100 SXM5 data sheet), Blackwell B200 / GB200 148 (gpus.yaml b200, device
+query "Number of SMs: 148"), Blackwell Ultra B300 / GB300 160 (NVIDIA technical blog "Inside NVIDIA Blackwell
+Ultra", 2025: 160 SMs)."""
+
+FLEX_SMS = {"deepep": 20, "hybridep": 32}
+"""SMs the flex dispatcher's kernels hold while they run: DeepEP 20 (deepseek-ai/DeepEP deep_ep/buffer.py
+``num_sms = 20``; Megatron-Core transformer_config.py @d98e8a64 moe_deepep_num_sms, "historical default 20"),
+HybridEP 32 (NVIDIA-NeMo/Megatron-Bridge @067f987d src/megatron/bridge/perf_recipes/_common.py sets
+moe_hybridep_num_sms = 32 for every HybridEP recipe; the DeepSeek-V3 GB200 write-up runs "HybridEP ... 32 SMs").
+HybridEP where the EP group sits inside an NVL72-class domain (costmodel.moe.default_dispatcher), DeepEP elsewhere."""
+
+
+def gpu_sms(gpu: str) -> int | None:
+    """SMs of a catalogue GPU (:data:`GPU_SMS`), None when not listed."""
+    return next((n for prefix, n in sorted(GPU_SMS.items(), key=lambda kv: -len(kv[0])) if gpu.startswith(prefix)),
+                None)
+
+
+def sm_share_times(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph,
+                   times: dict) -> tuple[dict[tuple, float], list[str]]:
+    """({key: seconds} of the ``moe.overlap_sm_share`` placeholders, warnings): per phase, the flex kernels' share
+    of the GPU's SMs (:data:`FLEX_SMS` / :func:`gpu_sms`) times the phase's overlapped EP communication per MoE
+    layer. A layer whose compute c runs beside a collective of t seconds that holds a fraction f of the SMs gets
+    f t of its compute done later: c + f t (while c >= t)."""
+    out: dict[tuple, float] = {}
+    sms = gpu_sms(hardware.gpu.name)
+    for st in graph.distinct_stages():
+        for ph in (o for o in st.layer_ops if o.name == SM_SHARE):
+            if sms is None:
+                out[ph.key()] = 0.0
+                continue
+            backend = "hybridep" if plan.domain > BIG_DOMAIN else "deepep"
+            comm = sum(times[o.key()] * o.count for o in st.layer_overlap_ops
+                       if o.category is Category.EP_COMM and o.phase is ph.phase)
+            out[ph.key()] = FLEX_SMS[backend] / sms * comm / ph.count
+    if not out:
+        return {}, []
+    if sms is None:
+        return out, [f"overlapped flex dispatcher on {hardware.gpu.name}: SM count not listed, the SMs its kernels "
+                     "take from the overlapped compute are not charged"]
+    return out, [f"overlapped EP communication: the flex dispatcher's kernels hold "
+                 f"{FLEX_SMS['hybridep' if plan.domain > BIG_DOMAIN else 'deepep']} of {sms} SMs while they run, "
+                 "charged to the compute they overlap"]
 
 
 def apply(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph, times: OperatorTimes) -> OperatorTimes:
-    """MoE plans with grouped GEMMs: the ``moe.expert*`` operator times (interval ends too) times the ratio of
-    :func:`grouped_gemm_factors`, with its note; ``times`` itself for graphs without routed experts."""
+    """MoE plans: the ``moe.expert*`` operator times (interval ends too) of grouped GEMMs times the ratio of
+    :func:`grouped_gemm_factors`, and the overlapped flex dispatcher's SM share (:func:`sm_share_times`), with
+    their notes; ``times`` itself for graphs without routed experts."""
     if not any(st.expert_params for st in graph.stages):
         return times
     factors, warnings = grouped_gemm_factors(plan, hardware, [o for st in graph.stages for o in st.layer_ops])
-    if not factors and not warnings:
+    scaled = times.scaled(lambda t: {k: v * factors.get(k, 1.0) for k, v in t.items()}) if factors else times
+    share, notes = sm_share_times(plan, hardware, graph, scaled.time_s)
+    if share:
+        scaled = scaled.scaled(lambda t: {k: share.get(k, v) for k, v in t.items()})
+    if not factors and not warnings and not share:
         return times
-    scaled = times.scaled(lambda t: {k: v * factors.get(k, 1.0) for k, v in t.items()})
-    return OperatorTimes(scaled.time_s, scaled.low_s, scaled.high_s, scaled.source, times.warnings + tuple(warnings))
+    # the grouped expert GEMMs: the dense GEMM regressors through the grouped efficiency (a recorded derivation)
+    source = {**scaled.source, **{k: CostSource.DERIVED for k in factors if k in scaled.source}}
+    return OperatorTimes(scaled.time_s, scaled.low_s, scaled.high_s, source,
+                         times.warnings + tuple(warnings) + tuple(notes))
 
 
 def main(argv: list[str] | None = None) -> int:

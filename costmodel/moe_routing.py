@@ -8,7 +8,8 @@ Two steps:
 1. Expert level. ``V`` = max over experts of routed tokens / mean - 1, the MaxVio of Wang et al. 2024
    ("Auxiliary-Loss-Free Load Balancing Strategy for Mixture-of-Experts", arXiv 2408.15664, eq. 4):
    ``plan.moe_imbalance - 1`` where the user states it, else a published figure (:data:`AUX_LOSS_MAXVIO`,
-   :data:`AUX_FREE_MAXVIO`), capped at the model's capacity factor when it drops tokens.
+   :data:`AUX_FREE_MAXVIO`, measured over 64 experts) carried to the model's expert count by step 2's assumption
+   (:func:`default_maxvio`), capped at the model's capacity factor when it drops tokens.
 2. Rank level. A rank holds n = E/EP experts and its load is their sum, so what the step time sees is the max over
    the EP ranks of those sums, not the busiest expert. Assumption (stated, not measured): the experts' loads are
    independent, normally distributed about the mean with relative spread s. The busiest of E experts then sits
@@ -66,17 +67,35 @@ def expected_max_normal(n: int) -> float:
     return total * dx
 
 
+MAXVIO_EXPERTS = 64
+"""Routed experts of the models the published MaxVio figures were measured on (Wang et al. 2024, arXiv 2408.15664,
+sec. 4.1: DeepSeekMoE, 64 routed experts, 6 of them per token, at 1B and 3B)."""
+
+
 def default_maxvio(model: ModelSpec) -> float:
-    """The published MaxVio for the model's router: :data:`AUX_FREE_MAXVIO` for an auxiliary-loss-free router,
-    else :data:`AUX_LOSS_MAXVIO`."""
-    return AUX_FREE_MAXVIO if model.extra.get("topk_method") in AUX_FREE_TOPK_METHODS else AUX_LOSS_MAXVIO
+    """The published MaxVio for the model's router, for its number of experts: :data:`AUX_FREE_MAXVIO` for an
+    auxiliary-loss-free router, else :data:`AUX_LOSS_MAXVIO`, both measured over :data:`MAXVIO_EXPERTS` experts.
+    Under the module's assumption (independent normal expert loads of relative spread s) a MaxVio V over N experts
+    is s e(N), so the same router over E experts has V e(E) / e(N): 0.31 instead of 0.52 over Mixtral's 8."""
+    v = AUX_FREE_MAXVIO if model.extra.get("topk_method") in AUX_FREE_TOPK_METHODS else AUX_LOSS_MAXVIO
+    return v * expected_max_normal(model.num_experts) / expected_max_normal(MAXVIO_EXPERTS)
+
+
+BALANCED_ROUTINGS = ("random", "round_robin")
+"""ParallelPlan.moe_routing values of benchmark routers that balance the experts by construction: Megatron-Core
+--moe-router-force-load-balancing (random logits: every expert equally likely; the micro-batch's sampling noise
+is left out, see the module docstring) and NeMo AutoModel's fake_balanced_gate (exactly T k / E per expert)."""
 
 
 def expert_imbalance(model: ModelSpec, plan: ParallelPlan) -> float:
-    """Busiest expert's tokens over the mean: ``plan.moe_imbalance`` or 1 + :func:`default_maxvio`, capped at the
-    model's ``capacity_factor`` when it drops tokens (an expert holds at most capacity_factor x the balanced
-    share; Fedus et al. 2021, Switch Transformer, arXiv 2101.03961 sec. 2.2; --moe-expert-capacity-factor)."""
-    imb = float(plan.moe_imbalance) if plan.moe_imbalance is not None else 1.0 + default_maxvio(model)
+    """Busiest expert's tokens over the mean: ``plan.moe_imbalance``, else 1 for the benchmark routers of
+    :data:`BALANCED_ROUTINGS`, else 1 + :func:`default_maxvio`; capped at the model's ``capacity_factor`` when it
+    drops tokens (an expert holds at most capacity_factor x the balanced share; Fedus et al. 2021, Switch
+    Transformer, arXiv 2101.03961 sec. 2.2; --moe-expert-capacity-factor)."""
+    if plan.moe_imbalance is not None:
+        imb = float(plan.moe_imbalance)
+    else:
+        imb = 1.0 if plan.moe_routing in BALANCED_ROUTINGS else 1.0 + default_maxvio(model)
     if model.capacity_factor > 0:
         imb = min(imb, float(model.capacity_factor))
     return imb

@@ -40,10 +40,10 @@ class PredictResult(Prediction):
 
 def moe_plan_keys(plan) -> dict:
     """The MoE layout of a plan as JSON keys (ep, etp, expert_dp, moe_dispatcher, moe_imbalance: None = the
-    cost model's default, moe_overlap_comm, moe_grouped_gemm)."""
+    cost model's default, moe_routing, moe_overlap_comm, moe_grouped_gemm)."""
     return {"ep": plan.ep, "etp": plan.etp, "expert_dp": plan.expert_dp, "moe_dispatcher": plan.moe_dispatcher,
-            "moe_imbalance": plan.moe_imbalance, "moe_overlap_comm": plan.moe_overlap_comm,
-            "moe_grouped_gemm": plan.moe_grouped_gemm}
+            "moe_imbalance": plan.moe_imbalance, "moe_routing": plan.moe_routing,
+            "moe_overlap_comm": plan.moe_overlap_comm, "moe_grouped_gemm": plan.moe_grouped_gemm}
 
 
 def _plan_record(res, pred: Prediction) -> dict:

@@ -38,13 +38,17 @@ from costmodel.core.kinds import COLLECTIVE_KINDS
 from costmodel.cpu_hardware import CPU_GPU_KEY
 from costmodel.estimate import Estimate, estimate
 from planner import __version__
-from planner.intervals import fit_intervals, lookup, plan_framework, time_residual
+from planner.intervals import fit_intervals, lookup, moe_lookup, plan_framework, time_residual
 from planner.prediction import Prediction, prediction
 from planner.validation.compare import compare
 from planner.validation.runs import RunRow, default_hardware, load_runs, parallelism_kind, row_to_inputs
 
 SCHEMA_VERSION = 1
-DEFAULT_DIR = Path("calibrations")
+USER_DIR = "<user config>"
+"""``out_dir`` of :func:`calibrate_files` that means the user's calibration directory (:func:`calibration_dir`)."""
+LEGACY_DIR = Path("calibrations")
+"""Where `planner calibrate` wrote before calibrations lived in the user's config directory (relative to the
+directory it ran in): a name found only there is reported with the path to pass."""
 CV_SCHEMES = ("kfold", "model", "kind", "source")
 DEFAULT_NAME = "default"
 """Name of the shipped default calibration (search_spaces/calibration/default.json)."""
@@ -164,10 +168,11 @@ class Calibration:
                     f"applied to {cost_model_name!r}"]
         return []
 
-    def interval_group(self, gpu: str, framework: str) -> tuple[str, dict] | None:
-        """(group key, {n, q_low, q_high}) of the 80 % interval for a plan on ``gpu`` with ``framework``;
-        None when the calibration carries no interval table (planner.intervals.lookup)."""
-        return lookup(self.intervals, gpu, framework)
+    def interval_group(self, gpu: str, framework: str, moe: bool = False) -> tuple[str, dict] | None:
+        """(group key, {n, q_low, q_high}) of the 80 % interval for a plan on ``gpu`` with ``framework`` (``moe``:
+        a mixture-of-experts plan, from the calibration's MoE table); None when the calibration carries no such
+        table (planner.intervals.lookup, moe_lookup)."""
+        return moe_lookup(self.intervals, gpu, framework) if moe else lookup(self.intervals, gpu, framework)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -227,16 +232,30 @@ def load_calibration(path: str | Path) -> Calibration:
     return _check(data, str(path))
 
 
-def resolve_calibration(ref: str | Path, directory: str | Path = DEFAULT_DIR) -> Calibration:
-    """``ref`` is a path to a calibration file, or a NAME saved as ``<directory>/<NAME>.json``."""
+def calibration_dir() -> Path:
+    """The user's calibration directory: ``$XDG_CONFIG_HOME/planner/calibrations``, ``~/.config/planner/
+    calibrations`` when XDG_CONFIG_HOME is unset or not absolute (XDG Base Directory Specification 0.8:
+    "If $XDG_CONFIG_HOME is either not set or empty, a default equal to $HOME/.config should be used"; relative
+    paths "should be ignored")."""
+    base = os.environ.get("XDG_CONFIG_HOME", "")
+    root = Path(base) if base and Path(base).is_absolute() else Path.home() / ".config"
+    return root / "planner" / "calibrations"
+
+
+def resolve_calibration(ref: str | Path, directory: str | Path | None = None) -> Calibration:
+    """``ref`` is a path to a calibration file, or a NAME saved as ``<directory>/<NAME>.json`` (default: the user's
+    calibration directory, :func:`calibration_dir`), so a name works from any working directory."""
     ref_s = str(ref)
     path = Path(ref_s)
     if path.is_file() or ref_s.endswith(".json") or os.sep in ref_s or "/" in ref_s:
         return load_calibration(path)
-    candidate = Path(directory) / f"{ref_s}.json"
+    candidate = Path(directory if directory is not None else calibration_dir()) / f"{ref_s}.json"
     if not candidate.is_file():
-        raise PlannerError(f"calibration {ref_s!r} not found as a file or as {candidate}; "
-                           "pass a calibration file path or a name saved by planner calibrate.")
+        legacy = LEGACY_DIR / f"{ref_s}.json"
+        hint = (f"; {legacy} exists (written by an older planner): pass --calibration {legacy} or move it to "
+                f"{candidate.parent}" if directory is None and legacy.is_file() else
+                "; pass a calibration file path or a name saved by planner calibrate")
+        raise PlannerError(f"calibration {ref_s!r} not found as a file or as {candidate}{hint}.")
     return load_calibration(candidate)
 
 
@@ -248,7 +267,7 @@ def default_calibration_path() -> Path:
     return Path(search_spaces.__file__).resolve().parent / "calibration" / f"{DEFAULT_NAME}.json"
 
 
-def calibration_option(ref: str | Path | None, directory: str | Path = DEFAULT_DIR) -> Calibration | None:
+def calibration_option(ref: str | Path | None, directory: str | Path | None = None) -> Calibration | None:
     """``--calibration``: None (not given) = the shipped default calibration when it exists, 'none' = no
     calibration, else a path or NAME as :func:`resolve_calibration`."""
     if ref is None:
@@ -256,17 +275,19 @@ def calibration_option(ref: str | Path | None, directory: str | Path = DEFAULT_D
         return load_calibration(path) if path.is_file() else None
     if str(ref).strip().lower() == "none":
         return None
-    if str(ref) == DEFAULT_NAME and not (Path(directory) / f"{DEFAULT_NAME}.json").is_file():
+    own = Path(directory if directory is not None else calibration_dir()) / f"{DEFAULT_NAME}.json"
+    if str(ref) == DEFAULT_NAME and not own.is_file():
         return load_calibration(default_calibration_path())
     return resolve_calibration(ref, directory)
 
 
-def save_calibration(cal: Calibration, directory: str | Path = DEFAULT_DIR) -> Path:
-    """Write ``<directory>/<name>.json`` atomically (temporary file + rename); returns the path."""
+def save_calibration(cal: Calibration, directory: str | Path | None = None) -> Path:
+    """Write ``<directory>/<name>.json`` atomically (temporary file + rename; default directory: the user's,
+    :func:`calibration_dir`); returns the path."""
     if not NAME_RE.match(cal.name):
         raise PlannerError(f"calibration name {cal.name!r} must be letters, digits, '_', '.' or '-' "
                            "(starting with a letter or digit); choose another --name.")
-    directory = Path(directory)
+    directory = Path(directory if directory is not None else calibration_dir())
     try:
         directory.mkdir(parents=True, exist_ok=True)
         text = json.dumps(cal.to_dict(), indent=2, allow_nan=False) + "\n"
@@ -550,10 +571,11 @@ def fit_calibration(runs: Sequence[PreparedRun], name: str, constants: Sequence[
 
 
 def calibrate_files(paths: Sequence[str | Path], name: str, constants: Sequence[str] | str | None = None, *,
-                    out_dir: str | Path | None = DEFAULT_DIR, cv: str = "kfold", folds: int = 5, seed: int = 0,
+                    out_dir: str | Path | None = USER_DIR, cv: str = "kfold", folds: int = 5, seed: int = 0,
                     tiers: Sequence[str] | None = None, cost_model=None, hardware_fn: Callable | None = None
                     ) -> tuple[Calibration, Path | None]:
-    """Load run files, fit and cross-validate, save ``<out_dir>/<name>.json`` (skipped when out_dir is None)."""
+    """Load run files, fit and cross-validate, save ``<out_dir>/<name>.json`` (``USER_DIR``: the user's
+    calibration directory, :func:`calibration_dir`; None: not saved)."""
     if not paths:
         raise PlannerError("no run files: pass --runs FILE (repeatable) with measured runs.")
     names = parse_constants(constants)
@@ -564,5 +586,5 @@ def calibrate_files(paths: Sequence[str | Path], name: str, constants: Sequence[
     fitted_on = [{"file": str(p), "sha256": file_sha256(p), "run_ids": [r.id for r in rows if id(r) in used]}
                  for p, rows in per_file]
     cal = fit_calibration(runs, name, names, cv=cv, folds=folds, seed=seed, fitted_on=fitted_on, skipped=skipped)
-    path = save_calibration(cal, out_dir) if out_dir is not None else None
+    path = None if out_dir is None else save_calibration(cal, None if out_dir == USER_DIR else out_dir)
     return cal, path

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from costmodel.core.errors import PlannerError
-from planner.calibrate import CONSTANTS, calibrate_files
+from planner.calibrate import CONSTANTS, USER_DIR, calibrate_files, calibration_dir
 from planner.cli_options import ModelsDir
 from planner.formats import csv_text, md_rows
 
@@ -86,8 +86,14 @@ def render_table(cal, path: Path | None) -> str:
     for w in cal.warnings:
         con.print(f"warning: {escape(w)}")
     if path is not None:
-        con.print(f"wrote {path}  (use: planner predict/validate --calibration {cal.name})")
+        con.print(f"wrote {path}  (use: planner predict/validate --calibration {_ref(cal.name, path)})")
     return buf.getvalue()
+
+
+def _ref(name: str, path: Path) -> str:
+    """What --calibration takes for a calibration saved at ``path``: its name in the user's directory, else the
+    path."""
+    return name if Path(path).parent.resolve() == calibration_dir().resolve() else str(path)
 
 
 def register(app: typer.Typer) -> None:
@@ -99,8 +105,9 @@ def register(app: typer.Typer) -> None:
         constants: Annotated[str | None, typer.Option(
             "--constants", help="Comma-separated constants to fit (default all): compute_scale, comm_scale, "
                                 "overlap_efficiency, iteration_overhead_s.")] = None,
-        out: Annotated[Path, typer.Option("--out", help="Directory to write the calibration to.")] = Path(
-            "calibrations"),
+        out: Annotated[Optional[Path], typer.Option(
+            "--out", help="Directory to write the calibration to (default: $XDG_CONFIG_HOME/planner/calibrations, "
+                          "~/.config/planner/calibrations, where --calibration NAME finds it).")] = None,
         cv: Annotated[str, typer.Option("--cv", help="Cross-validation: kfold, model (leave one model out), "
                                                      "kind (leave one parallelism kind out) or source (leave one "
                                                      "source, the run id prefix, out; also fits the 80 % interval "
@@ -119,7 +126,10 @@ def register(app: typer.Typer) -> None:
             raise PlannerError(f"unknown --format {fmt!r}: use one of {', '.join(FORMATS)}.")
         if folds < 2:
             raise PlannerError(f"--folds {folds} is too small: use 2 or more.")
-        cal, path = calibrate_files(runs, name, constants, out_dir=out, cv=cv, folds=folds, seed=seed, tiers=tier)
+        cal, path = calibrate_files(runs, name, constants, out_dir=USER_DIR if out is None else out, cv=cv,
+                                    folds=folds, seed=seed, tiers=tier)
+        if fmt == "csv":  # the table and md outputs name the file, the JSON has "path"
+            typer.echo(f"wrote {path}  (use: --calibration {_ref(cal.name, path)})", err=True)
         if fmt == "json":
             typer.echo(json.dumps({**cal.to_dict(), "path": str(path)}, indent=2))
         elif fmt == "csv":

@@ -12,6 +12,7 @@ import typer
 from costmodel.core.errors import PlannerError
 from costmodel.core.fileio import atomic_write_text
 from planner import cli_options as O
+from planner.advice import memory_advice, plan_keys
 from planner.export import (
     DEFAULT_MAX_WALLTIME_S,
     FORMATS,
@@ -19,6 +20,8 @@ from planner.export import (
     TARGET_FILES,
     export_targets,
     iterations_for_tokens,
+    join_targets,
+    skipped_targets,
     slurm_budget,
 )
 from planner.prediction import predict
@@ -75,9 +78,9 @@ def out_directory(out: str) -> str:
 
 def run_export(request: PlanRequest | dict, to: str, iterations: int | None, tokens: float | str | None,
                margin: float, job_name: str, cpus_per_task: int | None, hardware_files: tuple = (),
-               max_walltime: str | float | None = None) -> tuple[dict[str, str], list[str]]:
+               max_walltime: str | float | None = None) -> tuple[dict[str, str], list[str], dict[str, str]]:
     """Check the export options, then predict and export the plan (a PlanRequest or its batch-line dict).
-    Returns ({target: text}, warnings); raises PlannerError on bad input."""
+    Returns ({target: text}, warnings, {target left out of --to all: why}); raises PlannerError on bad input."""
 
     if to not in FORMATS:  # before the (slower) prediction
         raise PlannerError(f"--to {to!r} is not one of {', '.join(FORMATS)}")
@@ -95,13 +98,16 @@ def run_export(request: PlanRequest | dict, to: str, iterations: int | None, tok
     pred = predict(req.model, req.plan, req.hardware)
     texts = export_targets(req.model, req.plan, req.hardware, pred, to, iterations=iterations, margin=margin,
                            job_name=job_name, cpus_per_task=cpus_per_task, max_walltime_s=max_walltime_s)
-    warnings = []
+    skipped = skipped_targets(req.model, req.plan, to)
+    warnings = [f"{name} not written: {why}" for name, why in skipped.items()]
     if "slurm" in texts and iterations is not None:
         warnings += slurm_budget(iterations, pred, margin, STARTUP_ALLOWANCE_S, max_walltime_s)[2]
     if not pred.fits_in_memory:
+        advice = memory_advice({"fits_in_memory": False, "memory": pred.memory, "plan": plan_keys(req.plan)},
+                               moe=req.model.is_moe)
         warnings.append(f"predicted memory {pred.memory_gib_per_gpu:.1f} GiB per GPU exceeds the GPU; "
-                        "the exported plan will not fit")
-    return texts, warnings
+                        f"the exported plan will not fit: {advice}")
+    return texts, warnings, skipped
 
 
 def register(app: typer.Typer) -> None:
@@ -131,15 +137,14 @@ def export_command(
                                    "--to megatron")
         if out is not None and to == "all":
             out_directory(out)
-        texts, warnings = run_export(req, to, iterations, tokens, margin, job_name, cpus_per_task,
-                                     tuple(hardware_file), max_walltime)
+        texts, warnings, skipped = run_export(req, to, iterations, tokens, margin, job_name, cpus_per_task,
+                                              tuple(hardware_file), max_walltime)
     except PlannerError as exc:
         raise _err(str(exc)) from None
     for w in warnings:
         typer.echo(f"warning: {w}", err=True)
     if out is None:
-        text = texts[to] if to != "all" else "\n".join(
-            f"# ======================== {name} ========================\n{t}" for name, t in texts.items())
+        text = texts[to] if to != "all" else join_targets(texts, skipped)
         typer.echo(text, nl=False)
         return
     paths = {name: os.path.join(out, TARGET_FILES[name]) for name in texts} if to == "all" else {to: out}

@@ -81,9 +81,12 @@ PLAN_OPTIONS: tuple[PlanOption, ...] = (
     PlanOption("attention", str, "Attention kernel: fused | flash2 | unfused (default: the framework's)."),
     PlanOption("ep", int, "Expert-parallel degree (MoE models; divides the experts)."),
     PlanOption("etp", Optional[int], "Expert tensor-parallel degree (default: --tp)."),
-    PlanOption("moe_dispatcher", str, "MoE token dispatcher: alltoall | allgather | flex."),
+    PlanOption("moe_dispatcher", str, "MoE token dispatcher: alltoall | allgather | flex | auto (what the "
+               "framework's recipes run for the EP group's placement; the output says which)."),
     PlanOption("moe_imbalance", Optional[float], "Busiest expert's tokens over the mean, >= 1 (default: the cost "
                "model's)."),
+    PlanOption("moe_routing", str, "Which experts a token picks: learned (the router) | random (forced load "
+               "balancing) | round_robin."),
     PlanOption("moe_overlap_comm", bool, "Overlap EP dispatch/combine with compute.",
                ("--moe-overlap-comm/--no-moe-overlap-comm",)),
     PlanOption("moe_grouped_gemm", bool, "Local experts as one grouped GEMM (off: one GEMM per expert).",

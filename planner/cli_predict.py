@@ -14,7 +14,9 @@ from rich.table import Table
 from costmodel.core.errors import PlannerError
 from costmodel.core.kinds import describe_cost_sources
 from costmodel.core.specs.plan import describe_split
+from costmodel.core.specs.presets import resolve_model
 from planner import cli_options as O
+from planner.advice import memory_advice, seq_len_note
 from planner.api import predict_request
 from planner.calibrate import calibration_option
 from planner.formats import PLAN_FIELDS, csv_text, md_rows, prediction_row, shown_warnings
@@ -56,7 +58,13 @@ def run_batch(lines, hardware_files: tuple = (), calibration=None):
             yield {"id": rid, "line": lineno, "error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__}
 
 
-def _render_table(rec: dict, verbose: bool = False) -> None:
+def _notes(req: PlanRequest) -> tuple[str, ...]:
+    """The table's notes on the request: where a defaulted sequence length came from (planner.advice)."""
+    note = seq_len_note(resolve_model(req.model), req.seq_len)
+    return (note,) if note else ()
+
+
+def _render_table(rec: dict, verbose: bool = False, notes: tuple = ()) -> None:
     con = Console()
     p = rec["plan"]
     con.print(f"[bold]{p['model']}[/] on {p['gpus']} x {p['gpu']} ({p['cluster']}, {p['gpus_per_node']}/node)  "
@@ -68,6 +76,11 @@ def _render_table(rec: dict, verbose: bool = False) -> None:
                  if p.get("ep") is not None else "") +
               f"[dim](cost model: {describe_cost_sources(rec.get('cost_sources') or {}, rec['cost_model'])})[/]")
     con.print(_metrics_table(rec))
+    for note in notes:
+        con.print(f"note: {escape(note)}")
+    advice = memory_advice(rec, moe=p.get("ep") is not None)
+    if advice:
+        con.print(f"[red]does not fit:[/] {escape(advice)}")
     for table in _operator_tables(rec["breakdown"]):
         con.print(table)
     con.print(f"fitted models: {escape(rec.get('models_dir') or 'none for this GPU (roofline)')}")
@@ -185,7 +198,7 @@ def predict_command(
         row = prediction_row(rec)
         sys.stdout.write(csv_text([row]) if fmt == "csv" else md_rows([row]))
     else:
-        _render_table(rec, verbose)
+        _render_table(rec, verbose, _notes(req))
 
 
 def _predict_batch(batch: str, fmt: str, hw_files: tuple, cal) -> None:

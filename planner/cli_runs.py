@@ -22,12 +22,12 @@ EXAMPLE = ("planner runs import --from megatron train.log --model llama-7b --gpu
 
 
 def import_runs(logs: list[Path], framework: str, layout: Layout, skip: int, out: Path | None, append: bool,
-                id_prefix: str | None) -> tuple[str, list[str]]:
+                id_prefix: str | None, from_iteration: int | None = None) -> tuple[str, list[str]]:
     """(run-file CSV text, notes for stderr) for ``logs``; PlannerError (one line) on bad input."""
     from costmodel.core.specs.presets import resolve_model  # deferred: presets load only when importing
 
     missing = layout.missing()
-    summaries = [read_log(p, framework, skip) for p in logs]
+    summaries = [read_log(p, framework, skip, from_iteration) for p in logs]
     if "--gbs" in missing and all("gbs" in s.medians for s in summaries):
         missing.remove("--gbs")  # Megatron and NeMo print the global batch size
     if missing:
@@ -50,8 +50,10 @@ def import_runs(logs: list[Path], framework: str, layout: Layout, skip: int, out
                          "calibrate predict the row's model")
         rows.append(row)
         value = float(row["measured_value"])
+        where = f"; measured on {s.segment}" if s.segment else ""
         notes.append(f"{s.path.name}: {row['id']} {row['measured_metric']} = {value:.6g} (median of "
-                     f"{len(s.used)} lines; {len(s.lines) - len(s.used)} warm-up lines skipped)")
+                     f"{len(s.used)} lines, iterations {s.used[0].first}-{s.used[-1].iteration}; "
+                     f"{len(s.lines) - len(s.used)} lines before them skipped{where})")
     return to_csv(rows, existing), notes
 
 
@@ -87,6 +89,9 @@ def register(app: typer.Typer) -> None:
         skip: Annotated[int, typer.Option(
             "--skip", help=f"Warm-up iterations left out (default {DEFAULT_SKIP}); the median of the rest is used.")
         ] = DEFAULT_SKIP,
+        from_iteration: Annotated[Optional[int], typer.Option(
+            "--from-iteration", help="Measure from this iteration on (default: the whole run after --skip, or "
+                                     "its final constant-batch segment after a batch-size ramp-up).")] = None,
         out: Annotated[Optional[Path], typer.Option("--out", help="Run CSV to write (default: stdout).")] = None,
         fmt: Annotated[str, typer.Option(
             "--format", help="Without --out: csv (the run file) | json | md | table; --out always writes csv.")
@@ -106,7 +111,7 @@ def register(app: typer.Typer) -> None:
         layout = Layout(model=model, gpu=gpu, gpus=gpus, tp=tp, pp=pp, mbs=mbs, gbs=gbs, seq_len=seq_len,
                         dtype=dtype, cp=cp, vpp=vpp, gpus_per_node=gpus_per_node, recompute=recompute,
                         sequence_parallel=sequence_parallel, zero=zero, interconnect=interconnect)
-        text, notes = import_runs(logs, framework, layout, skip, out, append, id_prefix)
+        text, notes = import_runs(logs, framework, layout, skip, out, append, id_prefix, from_iteration)
         for note in notes:
             typer.echo(note, err=True)
         if out is None:

@@ -14,8 +14,9 @@ Sources:
   FSDP keys from NeMo ``examples/nlp/language_modeling/tuning/conf/megatron_gpt_finetuning_config.yaml``;
   precision strings from NeMo ``nemo/collections/nlp/parts/megatron_trainer_builder.py``
   (``precision in [16, '16', 'bf16', '16-mixed', 'bf16-mixed']``).
-* torchtitan: ``torchtitan/config/job_config.py`` (pytorch/torchtitan, commit 000204a4a8bf), dataclasses
-  ``Training``, ``Parallelism``, ``ActivationCheckpoint``, ``Model``.
+* torchtitan: ``torchtitan/config/job_config.py`` (pytorch/torchtitan, commit 028a455c1e3c), dataclasses
+  ``Training``, ``Parallelism``, ``ActivationCheckpoint``, ``Model``, ``Compile``, ``Debug``; its model registry
+  (:mod:`planner.export_titan_models`).
 * torchrun: ``torch/distributed/run.py`` (``--nproc-per-node``, ``--rdzv-backend``, ``--rdzv-endpoint``,
   ``--rdzv-id``).
 """
@@ -25,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import shlex
 from typing import TYPE_CHECKING
 
 import yaml
@@ -34,12 +36,14 @@ from costmodel.core.errors import PlannerError
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan, account_for
-from planner.export_arch import architecture, fmt_float, header, is_uneven
-from planner.export_moe import megatron_mla_args, megatron_moe_args, nemo_moe_keys
+from planner.export_arch import architecture, header, is_uneven, note_lines
+from planner.export_megatron import megatron_arch_args, nemo_arch_keys
+from planner.export_moe import megatron_mla_args, megatron_moe_args, megatron_router_args, nemo_moe_keys
 from planner.export_torchtitan import dump_toml, export_torchtitan, torchtitan_config, torchtitan_model_parts
+from planner.export_torchtitan import refusal as torchtitan_refusal
 
-__all__ = ["FORMATS", "TARGET_FILES", "dump_toml", "export_plan", "export_targets", "megatron_args", "nemo_config",
-           "torchtitan_config", "torchtitan_model_parts"]
+__all__ = ["FORMATS", "TARGET_FILES", "arg_lines", "dump_toml", "export_plan", "export_targets", "join_targets",
+           "megatron_args", "nemo_config", "skipped_targets", "torchtitan_config", "torchtitan_model_parts"]
 
 if TYPE_CHECKING:  # planner.prediction pulls in the cost model; exports only read a finished Prediction
     from planner.prediction import Prediction
@@ -144,149 +148,133 @@ def megatron_layout(plan: ParallelPlan) -> str:
 
 
 # --------------------------------------------------------------------------------------- Megatron-LM
-def megatron_args(model: ModelSpec, plan: ParallelPlan, iterations: int | None = None,
-                  hardware: Hardware | None = None) -> tuple[list[str], list[str]]:
-    """Megatron-LM ``pretrain_gpt.py`` arguments for the plan, and notes on what they cannot express.
+Pairs = list[tuple[str, object]]
 
-    Flag names: NVIDIA/Megatron-LM megatron/training/arguments.py (commit 000c4ac24f61).
-    """
-    a: list[str] = []
-    notes: list[str] = []
-    arch = architecture(model)
 
-    def add(flag: str, value=None) -> None:
-        a.append(flag)
-        if value is not None:
-            a.append(str(value))
-
-    # parallel layout (_add_distributed_args, _add_training_args)
-    add("--tensor-model-parallel-size", plan.tp)
-    add("--pipeline-model-parallel-size", plan.pp)
-    add("--context-parallel-size", plan.cp)
-    if plan.sp:
-        add("--sequence-parallel")
-    for flag, value in megatron_mla_args(model) + megatron_moe_args(model, plan):  # planner.export_moe
-        add(flag, value)
+def _pipeline_args(model: ModelSpec, plan: ParallelPlan) -> Pairs:
+    """Uneven splits, interleaving and the micro-batch group (_add_distributed_args, validate_args)."""
+    out: Pairs = []
     uneven = is_uneven(plan)
     layout = plan.pipeline_layout is not None
     flags = account_for(plan.layer_split, plan.vpp) if uneven and not layout else None
     if layout:  # layers per virtual stage: only the layout expresses them (it also sets VPP: validate_args)
-        add("--pipeline-model-parallel-layout", megatron_layout(plan))
+        out.append(("--pipeline-model-parallel-layout", megatron_layout(plan)))
     elif flags is not None and any(n % plan.vpp for n in plan.layer_split):
         # chunks of a stage differ in size: only the account-for options build this split
         if flags[0]:
-            add("--account-for-embedding-in-pipeline-split")
+            out.append(("--account-for-embedding-in-pipeline-split", None))
         if flags[1]:
-            add("--account-for-loss-in-pipeline-split")
+            out.append(("--account-for-loss-in-pipeline-split", None))
     elif uneven:
         fl = _uneven_first_last(plan.layer_split)
         if fl is not None:
-            add("--decoder-first-pipeline-num-layers", fl[0])
-            add("--decoder-last-pipeline-num-layers", fl[1])
+            out += [("--decoder-first-pipeline-num-layers", fl[0]), ("--decoder-last-pipeline-num-layers", fl[1])]
         else:  # unequal middle stages: only the layout expresses them (it also sets VPP: validate_args)
-            add("--pipeline-model-parallel-layout", megatron_layout(plan))
+            out.append(("--pipeline-model-parallel-layout", megatron_layout(plan)))
     if plan.vpp > 1 and not layout and not (uneven and _uneven_first_last(plan.layer_split) is None):
         if uneven:  # validate_args: uneven PP needs --num-virtual-stages-per-pipeline-rank
-            add("--num-virtual-stages-per-pipeline-rank", plan.vpp)
+            out.append(("--num-virtual-stages-per-pipeline-rank", plan.vpp))
         else:
-            add("--num-layers-per-virtual-pipeline-stage", model.num_layers // (plan.pp * plan.vpp))
+            out.append(("--num-layers-per-virtual-pipeline-stage", model.num_layers // (plan.pp * plan.vpp)))
     if plan.vpp > 1 and plan.vpp_microbatch_group not in (None, plan.pp):
         # micro-batches not a multiple of PP: Megatron-Core's default group (PP) is refused (schedules.py)
-        add("--microbatch-group-size-per-virtual-pipeline-stage", plan.vpp_microbatch_group)
-    add("--micro-batch-size", plan.micro_batch_size)
-    add("--global-batch-size", plan.global_batch_size)
-    add("--seq-length", plan.seq_len)
-    add("--max-position-embeddings", max(model.max_seq_len, plan.seq_len))
+        out.append(("--microbatch-group-size-per-virtual-pipeline-stage", plan.vpp_microbatch_group))
+    return out
+
+
+def _training_args(model: ModelSpec, plan: ParallelPlan, iterations: int | None) -> Pairs:
+    """Batch, sequence, recomputation (_add_training_args; selective takes no --recompute-method, validate_args)."""
+    out: Pairs = [("--micro-batch-size", plan.micro_batch_size), ("--global-batch-size", plan.global_batch_size),
+                  ("--seq-length", plan.seq_len), ("--max-position-embeddings", max(model.max_seq_len, plan.seq_len))]
     if iterations is not None:
-        add("--train-iters", iterations)
-
-    # architecture (_add_network_size_args)
-    add("--num-layers", model.num_layers)
-    add("--hidden-size", model.hidden_size)
-    add("--num-attention-heads", model.num_heads)
-    if model.num_kv_heads != model.num_heads:
-        add("--group-query-attention")
-        add("--num-query-groups", model.num_kv_heads)
-    if model.head_dim * model.num_heads != model.hidden_size:
-        add("--kv-channels", model.head_dim)
-    add("--ffn-hidden-size", model.ffn_hidden_size)
-    if model.activation == "swiglu":
-        add("--swiglu")
-    elif model.activation == "squared_relu":
-        add("--squared-relu")
-    elif model.activation == "relu":
-        notes.append("activation relu has no Megatron-LM flag (default is gelu); set it in a custom spec")
-    add("--normalization", "RMSNorm" if model.norm == "rmsnorm" else "LayerNorm")
-    if model.position_embedding == "alibi":
-        notes.append("ALiBi position embeddings have no Megatron-LM --position-embedding-type choice")
-    else:
-        add("--position-embedding-type",
-            {"rope": "rope", "learned": "learned_absolute", "none": "none"}[model.position_embedding])
-        if model.position_embedding == "rope" and model.rope_theta is not None:
-            add("--rotary-base", int(model.rope_theta))
-        elif model.position_embedding == "rope":
-            notes.append("the model's source states no RoPE base; Megatron's default --rotary-base 10000 applies")
-        if arch.rotary_percent is not None:
-            add("--rotary-percent", fmt_float(arch.rotary_percent))
-    if arch.norm_eps is not None:
-        add("--norm-epsilon", fmt_float(arch.norm_eps))
-    else:
-        notes.append("the model's source states no norm epsilon; Megatron's default --norm-epsilon 1e-5 applies")
-    if arch.sliding_window is not None:  # (left, right) window; right 0 = causal (tuple_type, "4096,0")
-        add("--window-size", f"{arch.sliding_window},0")
-    if not model.tied_embeddings:
-        add("--untie-embeddings-and-output-weights")
-    if not model.linear_bias:
-        add("--disable-bias-linear")
-        if arch.qkv_bias:
-            add("--add-qkv-bias")
-    # _add_tokenizer_args: read by NullTokenizer; a real tokenizer (--tokenizer-type ...) sets the vocabulary
-    add("--vocab-size", model.vocab_size)
-    notes += arch.notes
-    if not model.dropout:  # Megatron's defaults are 0.1 (_add_regularization_args)
-        add("--attention-dropout", 0.0)
-        add("--hidden-dropout", 0.0)
-
-    # recomputation (_add_training_args; selective takes no --recompute-method, validate_args)
+        out.append(("--train-iters", iterations))
     if plan.recompute == "full":
-        add("--recompute-granularity", "full")
-        add("--recompute-method", "uniform")
-        add("--recompute-num-layers", 1)
+        out += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", 1)]
     elif plan.recompute == "selective":
-        add("--recompute-granularity", "selective")
+        out.append(("--recompute-granularity", "selective"))
         if plan.recompute_modules:  # _add_training_args --recompute-modules (nargs='*'; default core_attn)
-            add("--recompute-modules", " ".join(plan.recompute_modules))
+            out.append(("--recompute-modules", list(plan.recompute_modules)))
+    return out
 
-    # data-parallel sharding: ZeRO-1 = distributed optimizer; ZeRO-2/3 = Megatron-FSDP, whose required
-    # flags are --use-megatron-fsdp, --data-parallel-sharding-strategy, --no-gradient-accumulation-fusion,
-    # --use-distributed-optimizer, --ckpt-format fsdp_dtensor (Megatron-FSDP user guide).
+
+def _sharding_args(plan: ParallelPlan) -> Pairs:
+    """ZeRO-1 = distributed optimizer; ZeRO-2/3 = Megatron-FSDP, whose required flags are --use-megatron-fsdp,
+    --data-parallel-sharding-strategy, --no-gradient-accumulation-fusion, --use-distributed-optimizer,
+    --ckpt-format fsdp_dtensor (Megatron-FSDP user guide)."""
+    out: Pairs = []
     if plan.zero >= 1:
-        add("--use-distributed-optimizer")
+        out.append(("--use-distributed-optimizer", None))
     if plan.zero >= 2:
-        add("--use-megatron-fsdp")
-        add("--data-parallel-sharding-strategy", "optim_grads" if plan.zero == 2 else "optim_grads_params")
-        add("--no-gradient-accumulation-fusion")
-        add("--ckpt-format", "fsdp_dtensor")
+        out += [("--use-megatron-fsdp", None),
+                ("--data-parallel-sharding-strategy", "optim_grads" if plan.zero == 2 else "optim_grads_params"),
+                ("--no-gradient-accumulation-fusion", None), ("--ckpt-format", "fsdp_dtensor")]
     if plan.overlap_grad_reduce:
-        add("--overlap-grad-reduce")
+        out.append(("--overlap-grad-reduce", None))
     # validate_args: --overlap-param-gather needs the distributed optimizer and --overlap-grad-reduce
     if plan.overlap_param_gather and plan.zero >= 1 and plan.overlap_grad_reduce:
-        add("--overlap-param-gather")
+        out.append(("--overlap-param-gather", None))
+    return out
 
-    # precision (_add_mixed_precision_args, _add_transformer_engine_args)
-    if plan.dtype == "fp16":
-        add("--fp16")
-    else:
-        add("--bf16")
+
+def _precision_args(plan: ParallelPlan, hardware: Hardware | None, notes: list[str]) -> Pairs:
+    """_add_mixed_precision_args, _add_transformer_engine_args."""
+    out: Pairs = [("--fp16", None)] if plan.dtype == "fp16" else [("--bf16", None)]
     if plan.dtype == "fp8":
-        add("--fp8-format", "hybrid")
+        out.append(("--fp8-format", "hybrid"))
     if plan.dtype == fp8_block.DTYPE:  # --fp8-recipe choices tensorwise, delayed, mxfp8, blockwise (arguments.py
         # _add_transformer_engine_args, NVIDIA/Megatron-LM @307dcf37); e4m3 as Megatron's blockwise/mxfp8 examples
         recipe = fp8_block.megatron_recipe(hardware.gpu.name if hardware is not None else None)
-        add("--fp8-format", "e4m3")
-        add("--fp8-recipe", recipe)
+        out += [("--fp8-format", "e4m3"), ("--fp8-recipe", recipe)]
         notes.append(f"--fp8-recipe {recipe}: " + fp8_block.RECIPE_NOTES[recipe])
-    return a, notes
+    return out
+
+
+def megatron_pairs(model: ModelSpec, plan: ParallelPlan, iterations: int | None = None,
+                   hardware: Hardware | None = None) -> tuple[Pairs, list[str]]:
+    """(flag, value / None / list) pairs of :func:`megatron_args` and its notes."""
+    pairs: Pairs = [("--tensor-model-parallel-size", plan.tp), ("--pipeline-model-parallel-size", plan.pp),
+                    ("--context-parallel-size", plan.cp)]
+    if plan.sp:
+        pairs.append(("--sequence-parallel", None))
+    pairs += megatron_mla_args(model) + megatron_moe_args(model, plan)  # planner.export_moe
+    notes = megatron_router_args(model)[1]
+    pairs += _pipeline_args(model, plan) + _training_args(model, plan, iterations)
+    arch_pairs, arch_notes = megatron_arch_args(model)  # planner.export_megatron
+    pairs += arch_pairs
+    notes += arch_notes
+    pairs += _sharding_args(plan) + _precision_args(plan, hardware, notes)
+    return pairs, notes
+
+
+def megatron_args(model: ModelSpec, plan: ParallelPlan, iterations: int | None = None,
+                  hardware: Hardware | None = None) -> tuple[list[str], list[str]]:
+    """Megatron-LM ``pretrain_gpt.py`` arguments for the plan (a flag, then its values as separate tokens), and
+    notes on what they cannot express.
+
+    Flag names: NVIDIA/Megatron-LM megatron/training/arguments.py (commit 000c4ac24f61).
+    """
+    pairs, notes = megatron_pairs(model, plan, iterations, hardware)
+    return [token for flag, value in pairs for token in (flag, *_values(value))], notes
+
+
+def _values(value) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        return [str(v) for v in value]
+    return [str(value)]
+
+
+def arg_lines(tokens: list[str]) -> list[str]:
+    """One line per flag with its values, every token quoted for a POSIX shell (shlex.quote), so the lines paste
+    into bash and read back with ``shlex.split`` (a flag's values follow it until the next ``--`` token)."""
+    lines: list[list[str]] = []
+    for token in tokens:
+        if token.startswith("--") or not lines:
+            lines.append([token])
+        else:
+            lines[-1].append(token)
+    return [" ".join(shlex.quote(t) for t in line) for line in lines]
 
 
 def _needs_single_connection(plan: ParallelPlan) -> bool:
@@ -296,7 +284,7 @@ def _needs_single_connection(plan: ParallelPlan) -> bool:
 
 def export_megatron(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, prediction: "Prediction | None",
                     iterations: int | None = None) -> str:
-    """Comment header plus one flag (and its value) per line; ``shlex.split(text, comments=True)`` reads it."""
+    """Comment header plus one flag (and its values) per line; ``shlex.split(text, comments=True)`` reads it."""
     args, notes = megatron_args(model, plan, iterations, hardware)
     lines = header("Megatron-LM pretrain_gpt.py flags", model, plan, hardware, prediction)
     lines.append("# Flag names checked against NVIDIA/Megatron-LM megatron/training/arguments.py "
@@ -306,22 +294,102 @@ def export_megatron(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, pr
         lines.append("# Megatron asserts CUDA_DEVICE_MAX_CONNECTIONS=1 with TP/CP > 1 on pre-Blackwell GPUs.")
     if plan.zero >= 2:
         lines.append("# Megatron-FSDP: unset CUDA_DEVICE_MAX_CONNECTIONS (Megatron-FSDP user guide).")
-    lines += [f"# NOTE: {n}." for n in notes]
-    i = 0
-    while i < len(args):
-        if i + 1 < len(args) and not args[i + 1].startswith("--"):
-            lines.append(f"{args[i]} {args[i + 1]}")
-            i += 2
-        else:
-            lines.append(args[i])
-            i += 1
+    lines += note_lines(notes)
+    lines += arg_lines(args)
     return "\n".join(lines) + "\n"
 
 
 # ---------------------------------------------------------------------------------------------- NeMo
+def _nemo_architecture(model: ModelSpec, m: dict, notes: list[str]) -> None:
+    """Architecture keys: megatron_gpt's own names, then the TransformerConfig fields NeMo passes on."""
+    act = {"gelu": "gelu", "swiglu": "swiglu", "squared_relu": "squared-relu"}.get(model.activation)
+    if act is None:
+        notes.append(f"activation: {model.activation} is not among NeMo's activation options; set it by hand")
+    else:
+        m["activation"] = act
+    pos = {"rope": "rope", "learned": "learned_absolute", "alibi": "alibi"}.get(model.position_embedding)
+    if pos is None:
+        notes.append(f"position_embedding: {model.position_embedding!r} is not among NeMo's options; set it by hand")
+    else:
+        m["position_embedding_type"] = pos
+    arch = architecture(model)
+    if model.position_embedding == "rope":
+        # NeMo megatron_gpt_model.py: GPTModel(rotary_base=self.cfg.get('rotary_base', 10000),
+        # rotary_percent=self.cfg.get('rotary_percentage', 1.0))
+        if model.rope_theta is not None:
+            m["rotary_base"] = int(model.rope_theta)
+        else:
+            notes.append("rope_theta: the model's source states no RoPE base; NeMo's default rotary_base 10000 applies")
+        if arch.rotary_percent is not None:
+            m["rotary_percentage"] = arch.rotary_percent
+    # layernorm_epsilon and window_size are TransformerConfig fields, which NeMo's build_transformer_config
+    # copies from the model config; qkv_bias -> add_qkv_bias (megatron_base_model.py)
+    if arch.norm_eps is not None:
+        m["layernorm_epsilon"] = arch.norm_eps
+    else:
+        notes.append("norm_eps: the model's source states no norm epsilon; NeMo's layernorm_epsilon default applies")
+    if arch.qkv_bias:
+        m["qkv_bias"] = True
+    if arch.sliding_window is not None:
+        m["window_size"] = [arch.sliding_window, 0]  # (left, right); NeMo's MistralConfig7B: [4096, 0]
+    keys, key_notes = nemo_arch_keys(model)  # planner.export_megatron
+    m.update(keys)
+    notes += key_notes
+    gate_notes = megatron_arch_args(model)[1]
+    notes += [n for n in gate_notes if n.startswith(("gated_activation", "rope_scaling"))] + list(arch.notes)
+    notes.append(f"vocab_size: the vocabulary ({model.vocab_size} tokens) comes from model.tokenizer: use the model's "
+                 "own")
+    if not model.dropout:
+        m["hidden_dropout"] = 0.0
+        m["attention_dropout"] = 0.0
+
+
+def _nemo_pipeline(plan: ParallelPlan, m: dict) -> None:
+    if plan.vpp > 1 and plan.vpp_microbatch_group != plan.pp:
+        # micro-batches not a multiple of PP: Megatron-Core's default group (PP) is refused (schedules.py)
+        m["microbatch_group_size_per_vp_stage"] = plan.vpp_microbatch_group
+    if plan.pipeline_layout is not None:  # TransformerConfig.pipeline_model_parallel_layout
+        m["pipeline_model_parallel_layout"] = megatron_layout(plan)
+    elif is_uneven(plan):
+        # Megatron-Core TransformerConfig fields (transformer_config.py), which NeMo's model config passes on
+        fl = _uneven_first_last(plan.layer_split)
+        flags = account_for(plan.layer_split, plan.vpp)
+        if flags is not None and any(n % plan.vpp for n in plan.layer_split):
+            m["account_for_embedding_in_pipeline_split"] = bool(flags[0])
+            m["account_for_loss_in_pipeline_split"] = bool(flags[1])
+        elif fl is not None:
+            m["num_layers_in_first_pipeline_stage"], m["num_layers_in_last_pipeline_stage"] = fl
+        else:
+            m["pipeline_model_parallel_layout"] = megatron_layout(plan)
+
+
+def _nemo_training(plan: ParallelPlan, m: dict, notes: list[str]) -> None:
+    """Recomputation, precision and the optimizer's sharding."""
+    m["activations_checkpoint_granularity"] = None if plan.recompute == "none" else plan.recompute
+    m["activations_checkpoint_method"] = "uniform" if plan.recompute == "full" else None
+    m["activations_checkpoint_num_layers"] = 1 if plan.recompute == "full" else None
+    if plan.recompute_modules:  # Megatron-Core TransformerConfig.recompute_modules, passed on as window_size
+        m["recompute_modules"] = list(plan.recompute_modules)
+    if plan.dtype == "fp8":
+        m.update({"transformer_engine": True, "fp8": True, "fp8_hybrid": True})
+    if plan.dtype == fp8_block.DTYPE:
+        m.update({"transformer_engine": True, "fp8": True, "fp8_e4m3": True})
+        notes.append("block-scaled FP8: set the Transformer Engine recipe (Megatron --fp8-recipe blockwise on Hopper, "
+                     "mxfp8 on Blackwell) in the NeMo recipe; this config sets only fp8 / fp8_e4m3")
+    if plan.zero >= 2:  # torch FSDP: 'grad' shards gradients + optimizer states, 'full' also parameters
+        m.update({"fsdp": True, "fsdp_sharding_strategy": "grad" if plan.zero == 2 else "full"})
+        m["optim"] = {"name": "fused_adam"}
+        notes.append("FSDP shards the optimizer states itself, so optim.name stays fused_adam")
+    elif plan.zero == 1:
+        m["optim"] = {"name": "distributed_fused_adam", "overlap_grad_sync": plan.overlap_grad_reduce,
+                      "overlap_param_sync": plan.overlap_param_gather}
+    else:
+        m["optim"] = {"name": "fused_adam"}
+
+
 def nemo_config(model: ModelSpec, plan: ParallelPlan, iterations: int | None = None) -> tuple[dict, list[str]]:
     """NeMo megatron_gpt config fragment (trainer + model) and notes on what it cannot express."""
-    notes: list[str] = []
+    notes: list[str] = megatron_router_args(model)[1]
     trainer = {"num_nodes": plan.num_nodes, "devices": plan.gpus_per_node,
                "precision": "16-mixed" if plan.dtype == "fp16" else "bf16-mixed"}
     if iterations is not None:
@@ -347,77 +415,9 @@ def nemo_config(model: ModelSpec, plan: ParallelPlan, iterations: int | None = N
         "share_embeddings_and_output_weights": model.tied_embeddings,
         **nemo_moe_keys(model, plan),
     }
-    if plan.vpp > 1 and plan.vpp_microbatch_group != plan.pp:
-        # micro-batches not a multiple of PP: Megatron-Core's default group (PP) is refused (schedules.py)
-        m["microbatch_group_size_per_vp_stage"] = plan.vpp_microbatch_group
-    act = {"gelu": "gelu", "swiglu": "swiglu", "squared_relu": "squared-relu"}.get(model.activation)
-    if act is None:
-        notes.append(f"activation {model.activation} is not among NeMo's activation options; set it by hand")
-    else:
-        m["activation"] = act
-    pos = {"rope": "rope", "learned": "learned_absolute", "alibi": "alibi"}.get(model.position_embedding)
-    if pos is None:
-        notes.append(f"position embedding {model.position_embedding!r} is not among NeMo's options; set it by hand")
-    else:
-        m["position_embedding_type"] = pos
-    arch = architecture(model)
-    if model.position_embedding == "rope":
-        # NeMo megatron_gpt_model.py: GPTModel(rotary_base=self.cfg.get('rotary_base', 10000),
-        # rotary_percent=self.cfg.get('rotary_percentage', 1.0))
-        if model.rope_theta is not None:
-            m["rotary_base"] = int(model.rope_theta)
-        else:
-            notes.append("the model's source states no RoPE base; NeMo's default rotary_base 10000 applies")
-        if arch.rotary_percent is not None:
-            m["rotary_percentage"] = arch.rotary_percent
-    # layernorm_epsilon and window_size are TransformerConfig fields, which NeMo's build_transformer_config
-    # copies from the model config; qkv_bias -> add_qkv_bias (megatron_base_model.py)
-    if arch.norm_eps is not None:
-        m["layernorm_epsilon"] = arch.norm_eps
-    else:
-        notes.append("the model's source states no norm epsilon; NeMo's layernorm_epsilon default applies")
-    if arch.qkv_bias:
-        m["qkv_bias"] = True
-    if arch.sliding_window is not None:
-        m["window_size"] = [arch.sliding_window, 0]  # (left, right); NeMo's MistralConfig7B: [4096, 0]
-    notes += arch.notes
-    notes.append(f"the vocabulary ({model.vocab_size} tokens) comes from model.tokenizer: use the model's own")
-    if not model.dropout:
-        m["hidden_dropout"] = 0.0
-        m["attention_dropout"] = 0.0
-    if plan.pipeline_layout is not None:  # TransformerConfig.pipeline_model_parallel_layout
-        m["pipeline_model_parallel_layout"] = megatron_layout(plan)
-    elif is_uneven(plan):
-        # Megatron-Core TransformerConfig fields (transformer_config.py), which NeMo's model config passes on
-        fl = _uneven_first_last(plan.layer_split)
-        flags = account_for(plan.layer_split, plan.vpp)
-        if flags is not None and any(n % plan.vpp for n in plan.layer_split):
-            m["account_for_embedding_in_pipeline_split"] = bool(flags[0])
-            m["account_for_loss_in_pipeline_split"] = bool(flags[1])
-        elif fl is not None:
-            m["num_layers_in_first_pipeline_stage"], m["num_layers_in_last_pipeline_stage"] = fl
-        else:
-            m["pipeline_model_parallel_layout"] = megatron_layout(plan)
-    m["activations_checkpoint_granularity"] = None if plan.recompute == "none" else plan.recompute
-    m["activations_checkpoint_method"] = "uniform" if plan.recompute == "full" else None
-    m["activations_checkpoint_num_layers"] = 1 if plan.recompute == "full" else None
-    if plan.recompute_modules:  # Megatron-Core TransformerConfig.recompute_modules, passed on as window_size
-        m["recompute_modules"] = list(plan.recompute_modules)
-    if plan.dtype == "fp8":
-        m.update({"transformer_engine": True, "fp8": True, "fp8_hybrid": True})
-    if plan.dtype == fp8_block.DTYPE:
-        m.update({"transformer_engine": True, "fp8": True, "fp8_e4m3": True})
-        notes.append("block-scaled FP8: set the Transformer Engine recipe (Megatron --fp8-recipe blockwise on Hopper, "
-                     "mxfp8 on Blackwell) in the NeMo recipe; this config sets only fp8 / fp8_e4m3")
-    if plan.zero >= 2:  # torch FSDP: 'grad' shards gradients + optimizer states, 'full' also parameters
-        m.update({"fsdp": True, "fsdp_sharding_strategy": "grad" if plan.zero == 2 else "full"})
-        m["optim"] = {"name": "fused_adam"}
-        notes.append("FSDP shards the optimizer states itself, so optim.name stays fused_adam")
-    elif plan.zero == 1:
-        m["optim"] = {"name": "distributed_fused_adam", "overlap_grad_sync": plan.overlap_grad_reduce,
-                      "overlap_param_sync": plan.overlap_param_gather}
-    else:
-        m["optim"] = {"name": "fused_adam"}
+    _nemo_architecture(model, m, notes)
+    _nemo_pipeline(plan, m)
+    _nemo_training(plan, m, notes)
     return {"trainer": trainer, "model": m}, notes
 
 
@@ -430,7 +430,7 @@ def export_nemo(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, predic
     if model.is_moe:
         lines.append("# MoE keys: NeMo-Framework-Launcher conf/training/mixtral (num_moe_experts, moe_router_topk, "
                      "expert_model_parallel_size, ...) and Megatron-Core TransformerConfig fields (export_moe.py).")
-    lines += [f"# NOTE: {n}." for n in notes]
+    lines += note_lines(notes)
     return "\n".join(lines) + "\n" + yaml.safe_dump(cfg, sort_keys=False, default_flow_style=False)
 
 
@@ -466,19 +466,10 @@ def export_slurm(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, predi
     if _needs_single_connection(plan):
         lines.append("export CUDA_DEVICE_MAX_CONNECTIONS=1  # Megatron asserts it with TP/CP > 1 (arguments.py)")
     args, notes = megatron_args(model, plan, iterations, hardware)
-    lines += [f"# NOTE: {n}." for n in notes]
+    lines += note_lines(notes)
     cmd = (f'srun torchrun --nnodes "$SLURM_NNODES" --nproc-per-node {plan.gpus_per_node} '
            f'--rdzv-id "$SLURM_JOB_ID" --rdzv-backend c10d --rdzv-endpoint "$head_node:{RDZV_PORT}" pretrain_gpt.py')
-    parts = [cmd]
-    i = 0
-    while i < len(args):
-        if i + 1 < len(args) and not args[i + 1].startswith("--"):
-            parts.append(f"{args[i]} {args[i + 1]}")
-            i += 2
-        else:
-            parts.append(args[i])
-            i += 1
-    lines.append(" \\\n    ".join(parts))
+    lines.append(" \\\n    ".join([cmd] + arg_lines(args)))
     return "\n".join(lines) + "\n"
 
 
@@ -509,8 +500,21 @@ def export_plan(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, predic
                            max_walltime_s)
     if fmt != "all":
         return texts[fmt]
-    return "\n".join(f"# ======================== {name} ========================\n{text}"
-                     for name, text in texts.items())
+    return join_targets(texts, skipped_targets(model, plan, fmt))
+
+
+def join_targets(texts: dict[str, str], skipped: dict[str, str]) -> str:
+    """The texts of ``--to all`` one after another under banner comments; a target left out says why."""
+    return "\n".join(f"# ======================== {name} ========================\n"
+                     + (texts[name] if name in texts else f"# not written: {skipped[name]}.\n")
+                     for name in TARGET_FILES if name in texts or name in skipped)
+
+
+def skipped_targets(model: ModelSpec, plan: ParallelPlan, fmt: str) -> dict[str, str]:
+    """{target: why} for the targets ``fmt == 'all'`` leaves out: torchtitan when it has no model for the MoE
+    architecture or cannot run the plan (:func:`planner.export_torchtitan.refusal`)."""
+    why = torchtitan_refusal(model, plan) if fmt == "all" else None
+    return {} if why is None else {"torchtitan": why}
 
 
 def export_targets(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, prediction: "Prediction | None",
@@ -538,4 +542,5 @@ def export_targets(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, pre
         "slurm": lambda: export_slurm(model, plan, hardware, prediction, iterations, margin, job_name, cpus_per_task,
                                       max_walltime_s=max_walltime_s),
     }
-    return {name: make() for name, make in makers.items() if fmt in (name, "all")}
+    skipped = skipped_targets(model, plan, fmt)
+    return {name: make() for name, make in makers.items() if fmt in (name, "all") and name not in skipped}

@@ -12,6 +12,11 @@ scatter within a source, so that the band also holds for runs of a source the ta
 Groups, most specific first: ``gpu_family=F,framework=W``, ``framework=W``, ``gpu_family=F``, ``pooled``;
 the first with at least :data:`MIN_GROUP_RUNS` residuals is used, and the interval states which and how
 many. GPU families are NVIDIA's / AMD's architecture names of the catalogue GPUs (vendor data sheets).
+
+Mixture-of-experts plans err differently from dense ones (their own validation file, moe_runs.csv), so a
+calibration carries a second table for them under ``intervals[MOE_TABLE]`` (:func:`moe_lookup`): the same
+groups over the residuals of the MoE runs predicted by that calibration, which was fitted on dense runs only
+and so has seen none of them.
 """
 
 from __future__ import annotations
@@ -107,6 +112,15 @@ def lookup(table: Mapping | None, gpu: str, framework: str) -> tuple[str, dict] 
         if g is not None and g["n"] >= need and (key == "pooled" or g.get("sources", 0) >= MIN_GROUP_SOURCES):
             return key, g
     return None
+
+
+MOE_TABLE = "moe"
+"""Key of a calibration's interval table for mixture-of-experts plans (inside its ``intervals``)."""
+
+
+def moe_lookup(table: Mapping | None, gpu: str, framework: str) -> tuple[str, dict] | None:
+    """:func:`lookup` in the mixture-of-experts table of a calibration's ``intervals``; None without one."""
+    return lookup((table or {}).get(MOE_TABLE), gpu, framework)
 
 
 def covers(group: Mapping, residual: float) -> bool:

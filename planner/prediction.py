@@ -105,15 +105,16 @@ def prediction(est: Estimate, warnings: Sequence[str] | None = None) -> Predicti
     if warnings is not None:
         return _from_estimate(est, warnings)
     pred = _from_estimate(est, est.warnings)
-    cal = est.calibration
-    found = cal.interval_group(est.hardware.gpu.name, plan_framework(est.plan)) if cal is not None else None
-    if found is not None and est.model.is_moe:
-        # the shipped bands come from residuals of dense runs; MoE runs (moe_runs.csv) err differently and are too
-        # few sources for a band of their own (planner.intervals.MIN_GROUP_SOURCES)
-        found = None
-        pred.warnings.append("no 80 % interval for mixture-of-experts plans: the calibration's bands come from dense "
-                             "runs, and the open MoE runs are too few sources for a band of their own (their "
-                             "cross-validated error: reports/validation.md, 'Mixture-of-experts runs')")
+    cal, model = est.calibration, est.model
+    found = None
+    if cal is not None:
+        # MoE plans: the calibration's band of MoE runs (planner.intervals.MOE_TABLE), never the dense runs'
+        framework = plan_framework(est.plan)
+        found = cal.interval_group(est.hardware.gpu.name, framework, moe=model.is_moe)
+        if found is None and model.is_moe and cal.interval_group(est.hardware.gpu.name, framework):
+            pred.warnings.append(f"no 80 % interval for mixture-of-experts plans: calibration {cal.name!r} "
+                                 "has bands of dense runs only (scripts/fit_default_calibration.py adds one from "
+                                 "shared/validation/moe_runs.csv)")
     spread = est.spread() if found is None else None
     if found is not None and cal is not None:
         # 80 % interval: percentiles of held-out log(predicted / measured) of published runs of sources the
@@ -121,7 +122,7 @@ def prediction(est: Estimate, warnings: Sequence[str] | None = None) -> Predicti
         key, group = found
         pred.iteration_time_low_s, pred.iteration_time_high_s = time_band(pred.iteration_time_s, group)
         pred.interval = (f"80 % interval from leave-one-source-out residuals of calibration {cal.name!r} "
-                         f"({key}, n={group['n']})")
+                         f"({'mixture-of-experts runs, ' if model.is_moe else ''}{key}, n={group['n']})")
     elif spread is not None:
         pred.iteration_time_low_s, pred.iteration_time_high_s = spread
         pred.interval = ("ensemble spread of the operator regressors, not an 80 % interval "

@@ -20,8 +20,16 @@ from costmodel.core.specs.framework import ATTENTION_KERNELS, DEFAULT_FRAMEWORK,
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.pipeline_layout import parse_pipeline_layout
-from costmodel.core.specs.plan import DTYPES, MOE_DISPATCHERS, RECOMPUTE_MODES, RECOMPUTE_MODULES, ParallelPlan
-from costmodel.core.specs.presets import resolve_model
+from costmodel.core.specs.plan import (
+    DTYPES,
+    MOE_DISPATCHERS,
+    MOE_ROUTINGS,
+    RECOMPUTE_MODES,
+    RECOMPUTE_MODULES,
+    ParallelPlan,
+)
+from costmodel.core.specs.presets import default_seq_len, resolve_model
+from costmodel.moe import AUTO_DISPATCHER, with_default_dispatcher
 
 DEFAULT_BATCH_TOKENS = 4 * 1024 * 1024
 """Default global batch in tokens when none is given: 4M tokens, the batch of Llama 2
@@ -72,7 +80,8 @@ class PlanRequest:
     """Global batch size in tokens (the sequences are the multiple of MBS x DP landing nearest it), an integer or
     text such as '4M' or '16e6'; None = DEFAULT_BATCH_TOKENS when gbs is not given either."""
     seq_len: int | None = None
-    """Sequence length in tokens; None = the model's max_seq_len."""
+    """Sequence length in tokens; None = the model's default (costmodel.core.specs.presets.default_seq_len: a
+    preset's cited pre-training context, else min(positions, 4096))."""
     recompute: str = "selective"
     """Activation recomputation: none | selective | full."""
     recompute_modules: tuple[str, ...] = ()
@@ -99,11 +108,16 @@ class PlanRequest:
     """Expert-parallel degree (MoE models; Megatron --expert-model-parallel-size): divides the experts."""
     etp: int | None = None
     """Expert tensor-parallel degree (--expert-tensor-parallel-size); None = TP (Megatron-Core's default)."""
-    moe_dispatcher: str = "alltoall"
-    """MoE token dispatcher: alltoall | allgather | flex (--moe-token-dispatcher-type)."""
+    moe_dispatcher: str = AUTO_DISPATCHER
+    """MoE token dispatcher: alltoall | allgather | flex (--moe-token-dispatcher-type), or auto: the one the
+    framework's recipes run for the EP group's placement (costmodel.moe.default_dispatcher; the prediction's
+    warnings say which and why)."""
     moe_imbalance: float | None = None
     """Tokens of the busiest expert over the mean (>= 1; 1 = balanced); None = the cost model's documented
     default (costmodel.moe_routing)."""
+    moe_routing: str = "learned"
+    """Which experts a token picks: learned (the router) | random (--moe-router-force-load-balancing) |
+    round_robin (NeMo AutoModel fake_balanced_gate); costmodel.moe_routing."""
     moe_overlap_comm: bool = False
     """Overlap EP dispatch/combine with another micro-batch's compute (--overlap-moe-expert-parallel-comm)."""
     moe_grouped_gemm: bool = True
@@ -132,8 +146,11 @@ class PlanRequest:
             raise PlannerError(f"framework={self.framework!r} must be one of {', '.join(FRAMEWORKS)}")
         if self.attention and self.attention not in ATTENTION_KERNELS:
             raise PlannerError(f"attention={self.attention!r} must be one of {', '.join(ATTENTION_KERNELS)}")
-        if self.moe_dispatcher not in MOE_DISPATCHERS:
-            raise PlannerError(f"moe_dispatcher={self.moe_dispatcher!r} must be one of {', '.join(MOE_DISPATCHERS)}")
+        if self.moe_dispatcher not in (*MOE_DISPATCHERS, AUTO_DISPATCHER):
+            raise PlannerError(f"moe_dispatcher={self.moe_dispatcher!r} must be one of {', '.join(MOE_DISPATCHERS)} "
+                               f"or {AUTO_DISPATCHER}")
+        if self.moe_routing not in MOE_ROUTINGS:
+            raise PlannerError(f"moe_routing={self.moe_routing!r} must be one of {', '.join(MOE_ROUTINGS)}")
         if self.moe_imbalance is not None and not (math.isfinite(self.moe_imbalance) and self.moe_imbalance >= 1):
             raise PlannerError(f"moe_imbalance={self.moe_imbalance!r} must be a number >= 1 (tokens of the busiest "
                                "expert over the mean; 1 = perfectly balanced)")
@@ -162,7 +179,7 @@ class PlanRequest:
         """The validated ParallelPlan of this request for ``model`` with nodes of ``gpus_per_node`` GPUs and
         NVLink domains of ``nvlink_domain`` GPUs (0 = the node; filling the default sequence length and
         global batch)."""
-        seq = self.seq_len or model.max_seq_len
+        seq = self.seq_len or default_seq_len(model)[0]
         mp = self.tp * self.pp * self.cp
         dp = self.gpus // mp if mp and self.gpus % mp == 0 else 1
         gbs = self.gbs
@@ -180,6 +197,8 @@ class PlanRequest:
                             dtype=self.dtype, layer_split=self.layer_split, nvlink_domain=nvlink_domain,
                             framework=self.framework, attention=self.attention, **self.moe_fields(), **layout,
                             extra=dict(extra or {}))
+        if self.moe_dispatcher == AUTO_DISPATCHER:
+            plan = with_default_dispatcher(plan)
         plan.validate(model)
         return plan
 
@@ -187,9 +206,10 @@ class PlanRequest:
         """The MoE keyword arguments of ParallelPlan this request sets (none of them for a default request,
         so a dense plan is built exactly as before)."""
         out: dict = {}
-        for key in ("ep", "etp", "moe_dispatcher", "moe_imbalance", "moe_overlap_comm", "moe_grouped_gemm"):
+        for key in ("ep", "etp", "moe_dispatcher", "moe_imbalance", "moe_routing", "moe_overlap_comm",
+                    "moe_grouped_gemm"):
             value = getattr(self, key)
-            if value != _DEFAULTS[key]:
+            if value != _DEFAULTS[key] and value != AUTO_DISPATCHER:
                 out[key] = float(value) if key == "moe_imbalance" else value
         return out
 
@@ -213,7 +233,7 @@ _INT_KEYS = {"gpus", "gpus_per_node", "tp", "pp", "cp", "vpp", "mbs", "gbs", "to
 _BOOL_KEYS = {"sequence_parallel", "moe_overlap_comm", "moe_grouped_gemm"}
 _TYPES: dict[str, type | tuple] = {"id": (str, int), "model": (str, dict), "gpu": str, "cluster": str,
                                    "recompute": str, "dtype": str, "framework": str, "attention": str,
-                                   "moe_dispatcher": str}
+                                   "moe_dispatcher": str, "moe_routing": str}
 
 
 def suffixed_number(text: object, suffixes: dict[str, float]) -> float:

@@ -92,6 +92,9 @@ class LogSummary:
     """The lines after warm-up."""
     skip: int
     medians: dict = field(default_factory=dict)
+    segment: str = ""
+    """The part of the log measured, in words, when not the whole run (the final constant-batch segment after a
+    batch-size ramp-up, or the iterations from --from-iteration on)."""
 
     @property
     def metric(self) -> str:
@@ -209,12 +212,20 @@ LINE_FORMATS = {
 }
 
 
-def read_log(path: str | Path, framework: str, skip: int = DEFAULT_SKIP) -> LogSummary:
-    """Parse one log; PlannerError (one line, with the fix) when it has no usable line after warm-up."""
+def read_log(path: str | Path, framework: str, skip: int = DEFAULT_SKIP,
+             from_iteration: int | None = None) -> LogSummary:
+    """Parse one log; PlannerError (one line, with the fix) when it has no usable line after warm-up.
+
+    A log whose global batch changes (batch-size ramp-up) is measured on its final constant-batch segment: the lines
+    whose window starts after the first line that prints the final batch (the window of that line may still hold
+    iterations of the previous batch). ``from_iteration`` N instead uses the lines whose window starts at N or
+    later (their batch must then be constant)."""
     if framework not in PARSERS:
         raise PlannerError(f"--from {framework!r} is not one of {', '.join(FRAMEWORKS)}")
     if skip < 0:
         raise PlannerError(f"--skip {skip} must be 0 or more iterations")
+    if from_iteration is not None and from_iteration < 1:
+        raise PlannerError(f"--from-iteration {from_iteration} must be an iteration number, 1 or more")
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
@@ -224,19 +235,36 @@ def read_log(path: str | Path, framework: str, skip: int = DEFAULT_SKIP) -> LogS
     if not lines:
         raise PlannerError(f"{path}: no {framework} iteration lines found (expected {LINE_FORMATS[framework]}); "
                            "check --from")
-    used = [ln for ln in lines if ln.first > skip]
+    start, segment = _segment_start(lines, from_iteration)
+    used = [ln for ln in lines if ln.first > skip and ln.first >= start]
     if not used:
-        raise PlannerError(f"{path}: all {len(lines)} iteration lines (up to iteration {lines[-1].iteration}) "
-                           f"average over the first {skip} warm-up iterations; lower --skip or log a longer run")
+        raise PlannerError(f"{path}: no iteration line in {segment or 'the run'} after the first {skip} warm-up "
+                           f"iterations (the log ends at iteration {lines[-1].iteration}); lower --skip or "
+                           "--from-iteration, or log a longer run")
+    gbs = {ln.values["gbs"] for ln in used if "gbs" in ln.values}
+    if len(gbs) > 1:
+        raise PlannerError(f"{path}: the global batch size changes from iteration {from_iteration} on "
+                           f"({sorted(gbs)}); pass a later --from-iteration, after the ramp-up")
     keys = sorted({k for ln in used for k in ln.values if k != "gbs"})
     medians = {k: statistics.median(ln.values[k] for ln in used if k in ln.values) for k in keys}
-    gbs = {ln.values["gbs"] for ln in lines if "gbs" in ln.values}
-    if len(gbs) > 1:
-        raise PlannerError(f"{path}: the global batch size changes during the run ({sorted(gbs)}: batch-size "
-                           "ramp-up); import a log of a constant batch")
     if gbs:
         medians["gbs"] = gbs.pop()
-    return LogSummary(path, framework, lines, used, skip, medians)
+    return LogSummary(path, framework, lines, used, skip, medians, segment)
+
+
+def _segment_start(lines: list, from_iteration: int | None) -> tuple[int, str]:
+    """(first iteration a used line's window may start at, the segment in words; "" for the whole run)."""
+    if from_iteration is not None:
+        return from_iteration, f"the iterations from {from_iteration} on (--from-iteration)"
+    batches = [(ln.iteration, ln.values["gbs"]) for ln in lines if "gbs" in ln.values]
+    if len({b for _, b in batches}) <= 1:
+        return 1, ""
+    final = batches[-1][1]
+    changed = max(i for i, (_, b) in enumerate(batches) if b != final)
+    first_final = batches[changed + 1][0]  # the first line that prints the final batch
+    ramp = " -> ".join(str(b) for b in dict.fromkeys(b for _, b in batches))
+    return first_final + 1, (f"the final constant-batch segment (global batch {final} from iteration "
+                             f"{first_final + 1}, after the batch-size ramp-up {ramp})")
 
 
 # ----------------------------------------------------------------------------------- the run row
@@ -301,9 +329,10 @@ def run_row(summary: LogSummary, layout: Layout, row_id: str) -> dict:
     med = summary.medians
     seen = [f"{k} {_fmt(med[k])}" for k in ("tflops_per_gpu", "mfu_pct", "tokens_per_s_per_gpu")
             if k in med and k != summary.metric]
+    after = f"; measured on {summary.segment}" if summary.segment else ""
     notes = (f"TIER={tier}; imported by `planner runs import --from {summary.framework}`: median of "
              f"{len(summary.used)} of {len(summary.lines)} logged lines (iterations {summary.used[0].first}-"
-             f"{summary.used[-1].iteration}; the first {summary.skip} iterations skipped as warm-up)"
+             f"{summary.used[-1].iteration}; the first {summary.skip} iterations skipped as warm-up{after})"
              + (f"; also printed (framework's own FLOP count): {', '.join(seen)}" if seen else "")
              + (f"; not stated: {', '.join(gaps)}" if gaps else ""))
     sp = layout.sequence_parallel

@@ -6,7 +6,8 @@ Fits DEFAULT_CONSTANTS (``--constants`` to choose others of ``planner.calibrate.
 runs of the run file (found through
 ``costmodel.core.paths``: ``$PLANNER_DATA_DIR`` or ``../shared``; never copied into the repository), judges
 them by leave-one-source-out cross-validation (each source predicted by constants fitted on the other
-sources), derives the 80 % interval table from those held-out residuals (``planner.intervals``) and writes
+sources), derives the 80 % interval table from those held-out residuals (``planner.intervals``), adds the band of
+mixture-of-experts plans from ``moe_runs.csv`` beside the run file (:func:`moe_band`) and writes
 ``search_spaces/calibration/default.json`` atomically. The file records the run file's SHA-256, the run
 ids, the planner version, this command, how many rows and sources each constant rests on (rows whose
 prediction moves with it) and the cross-validated figures overall and per source.
@@ -28,11 +29,12 @@ from planner.calibrate import (
     calibrate_files,
     default_calibration_path,
     error_stats,
+    file_sha256,
     identity,
     prepare_runs,
     save_calibration,
 )
-from planner.intervals import covers, held_out_coverage
+from planner.intervals import MOE_TABLE, covers, fit_intervals, held_out_coverage, plan_framework, time_residual
 from planner.validation.report import RUN_FILE_NAME
 from planner.validation.runs import load_runs
 
@@ -76,6 +78,35 @@ def loso_summary(per_run: list[dict]) -> dict:
             "uncalibrated": error_stats([p["before"] for p in per_run])}
 
 
+MOE_RUN_FILE = "moe_runs.csv"
+"""The mixture-of-experts run file beside the published runs (its MOE_README.md describes it)."""
+
+
+def moe_band(cal, path: Path) -> tuple[dict, dict]:
+    """(interval table, provenance) for mixture-of-experts plans: residuals of the MoE runs predicted with ``cal``
+    (fitted on dense runs only, so every MoE run is held out), per group as planner.intervals.fit_intervals, and
+    the coverage each MoE source gets from the other MoE sources' residuals only (planner.intervals
+    held_out_coverage)."""
+    runs, _ = prepare_runs(load_runs(path))
+    records = [{"source": r.row.prefix, "gpu": r.hardware.gpu.name, "framework": plan_framework(r.plan),
+                "residual": time_residual(r.row.measured_metric, r.predicted_value(cal), r.row.measured_value)}
+               for r in runs]
+    flags = [None if b is None else covers(b[1], rec["residual"])
+             for rec, b in zip(records, held_out_coverage(records))]
+    sources = sorted({rec["source"] for rec in records})
+
+    def coverage(idx: list[int]) -> float | None:
+        got = [flags[i] for i in idx if flags[i] is not None]
+        return sum(got) / len(got) if got else None
+
+    prov = {"runs_file": f"../shared/validation/{path.name}", "runs_sha256": file_sha256(path), "n": len(records),
+            "held_out_coverage": coverage(list(range(len(records)))),
+            "per_source": {s: {"n": sum(rec["source"] == s for rec in records),
+                               "coverage": coverage([i for i, rec in enumerate(records) if rec["source"] == s])}
+                           for s in sources}}
+    return fit_intervals(records), prov
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=Path, default=None, help="run file (default: shared/validation/published_runs.csv)")
@@ -116,6 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     if after > before:
         cal.warnings.append(f"leave-one-source-out MAPE with these constants ({after:.1f} %) is higher than "
                             f"uncalibrated ({before:.1f} %): the constants do not generalise across sources")
+    moe_file = runs_file.parent / MOE_RUN_FILE
+    if moe_file.is_file():  # the band of mixture-of-experts plans (planner.intervals.MOE_TABLE)
+        cal.intervals[MOE_TABLE], cal.provenance["moe_intervals"] = moe_band(cal, moe_file)
     path = save_calibration(cal, args.out)
     o = loso["overall"]
     print(f"wrote {path}: {len(runs)} runs; leave-one-source-out MAPE {o['mape_pct']:.1f} %, bias "
@@ -124,6 +158,10 @@ def main(argv: list[str] | None = None) -> int:
         cov = "-" if b["interval_coverage"] is None else f"{100 * b['interval_coverage']:.0f} %"
         print(f"  {s:12s} n={b['n']:3d} MAPE {b['mape_pct']:6.1f} %  bias {b['bias_pct']:+7.1f} %  coverage {cov}")
     print("constants: " + ", ".join(f"{k}={v:.4g}" for k, v in cal.constants.items()))
+    if MOE_TABLE in cal.intervals:
+        m = cal.provenance["moe_intervals"]
+        print(f"mixture-of-experts band: {m['n']} runs of {moe_file.name}, held-out coverage "
+              f"{100 * (m['held_out_coverage'] or 0):.0f} %")
     for w in cal.warnings:
         print(f"warning: {w}")
     return 0

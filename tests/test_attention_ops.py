@@ -128,7 +128,9 @@ def test_window_flops_count_the_band():
     exact = sum(min(w, p + 1) for p in range(s))
     assert fwd.flops == pytest.approx(4.0 * b * heads * d * exact, rel=w / (2 * exact) + 1e-12)
     assert fwd.flops == pytest.approx(4.0 * b * s * w * heads * d, rel=w / (2 * s) + 1e-12)  # w << s: no halving
-    assert fwd.features == (b, s, w, heads, heads, d, 0)
+    # the kernel visits whole key tiles: a query tile of 128 rows needs w + 127 keys, 2 tiles of 128 for w = 128
+    assert fwd.features == (b, s, 256, heads, heads, d, 0) and ao.band_keys(w, s) == 256
+    assert ao.band_keys(4096, s) == 4224 and ao.band_keys(4096, 4200) == 4200 and ao.band_keys(1, s) == 128
     assert bwd.flops == pytest.approx(2.5 * fwd.flops) and bwd.features == fwd.features
     # continuous into full causal attention and increasing in the window
     near = ao.attention_core_ops(b, s, s, heads, heads, d, "bf16", window=s - 1)[0]
@@ -157,4 +159,4 @@ def test_mla_core_takes_the_window():
     m = dsv3_like()
     p = mkplan(tp=1)
     core = [o for o in ao.mla_attention_operators(m, p, window=512) if o.kind == "attention_fwd"][0]
-    assert core.features[2] == 512 and core.features[6] == 0
+    assert core.features[2] == ao.band_keys(512, p.seq_len) == 640 and core.features[6] == 0

@@ -2,9 +2,8 @@
 
 import importlib.util
 import json
+import time
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -16,18 +15,91 @@ def _bench():
     return mod
 
 
-@pytest.mark.parametrize("name", ["catalogue_cached_s", "roofline_cached_s", "memory_per_gpu_s",
-                                  "pipeline_closed_form_s"])
-def test_each_timed_piece_runs_and_returns_seconds(name):
+def test_per_call_is_the_median_mean_time_of_one_call():
     bench = _bench()
-    fn = {n: f for n, _, _, f in bench.BUDGETS}[name]
-    t = fn()
-    assert isinstance(t, float) and 0 < t < 60
+    calls = []
+
+    def sleep_2ms():
+        calls.append(1)
+        time.sleep(0.002)
+
+    t = bench._per_call(sleep_2ms, 10, rounds=3)
+    assert len(calls) == 1 + 3 * 10  # one warm-up call, then rounds x n timed ones
+    assert 0.002 <= t < 0.01  # per call (sleep overshoots a little), not per round (>= 0.02 s)
 
 
-def test_measured_cost_model_piece_returns_cold_and_warm_seconds():
-    cold, warm = _bench().measured_cost_model()
-    assert 0 < warm and 0 < cold < 600
+def _recorder(monkeypatch, owner, attr):
+    """Replace ``owner.attr`` by a wrapper that records each call's arguments and calls the original."""
+    real = getattr(owner, attr)
+    calls = []
+
+    def wrapper(*args, **kwargs):
+        calls.append((args, kwargs))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, attr, wrapper)
+    return calls
+
+
+def _capture_per_call(monkeypatch, bench):
+    """Make ``bench._per_call`` return 0.125 and keep what it was asked to time."""
+    seen = {}
+
+    def per_call(fn, n, rounds=5):
+        seen.update(fn=fn, n=n)
+        return 0.125
+
+    monkeypatch.setattr(bench, "_per_call", per_call)
+    return seen
+
+
+def test_timed_pieces_call_what_they_name(monkeypatch):
+    # each piece hands _per_call a function that runs the named operation on the named input, and reports
+    # what _per_call measured
+    from costmodel import memory, timeline
+    from costmodel.core.specs import catalogue
+    from costmodel.cost.roofline import RooflineCostModel
+
+    bench = _bench()
+    seen = _capture_per_call(monkeypatch, bench)
+    pieces = {n: f for n, _, _, f in bench.BUDGETS}
+
+    cat = _recorder(monkeypatch, catalogue, "load_catalogue")
+    assert pieces["catalogue_cached_s"]() == 0.125 and seen["n"] == 100
+    seen["fn"]()
+    assert cat == [((), {})]
+
+    roof = _recorder(monkeypatch, RooflineCostModel, "predict")
+    assert pieces["roofline_cached_s"]() == 0.125
+    seen["fn"]()
+    (args, _), = roof
+    assert len(args[1]) == 92 and args[2].gpu.name == "h100-sxm"  # 62 compute + 30 all-reduce operators
+
+    mem = _recorder(monkeypatch, memory, "memory_per_gpu")
+    assert pieces["memory_per_gpu_s"]() == 0.125 and seen["n"] == 500
+    seen["fn"]()
+    (args, _), = mem
+    assert args[0].name == "llama-70b" and (args[1].tp, args[1].pp, args[1].vpp, args[1].world_size) == (8, 8, 2, 256)
+
+    pipe = _recorder(monkeypatch, timeline, "pipeline_time")
+    assert pieces["pipeline_closed_form_s"]() == 0.125 and seen["n"] == 2000
+    seen["fn"]()
+    (args, _), = pipe
+    assert (len(args[0]), args[2], args[3]) == (8, 64, 4)  # 8 stages, 64 micro-batches, VPP 4
+
+
+def test_measured_cost_model_piece_times_a_cold_load_and_a_warm_predict(monkeypatch):
+    from costmodel.cost.measured import MeasuredCostModel
+
+    bench = _bench()
+    seen = _capture_per_call(monkeypatch, bench)
+    calls = _recorder(monkeypatch, MeasuredCostModel, "predict")
+    t0 = time.perf_counter()
+    cold, warm = bench.measured_cost_model()
+    assert 0 < cold <= time.perf_counter() - t0 and warm == 0.125
+    assert len(calls) == 1 and len(calls[0][0][1]) == 62  # the cold run predicts the 62 operators once
+    seen["fn"]()
+    assert len(calls) == 2 and calls[1][0][1] == calls[0][0][1]  # the warm one predicts the same again
 
 
 def test_a_missed_budget_fails_the_run_and_is_named(tmp_path, monkeypatch, capsys):

@@ -215,7 +215,8 @@ def test_cli_calibrate_predict_validate(roofline_default, synthetic_runs, tmp_pa
                               "--constants", "compute_scale,iteration_overhead_s", "--folds", "3"])
     assert res.exit_code == 0, res.output
     assert "compute_scale" in res.output and "held-out (kfold, 3 folds)" in res.output
-    assert (tmp_path / "calibrations" / "cli.json").is_file()
+    assert (C.calibration_dir() / "cli.json").is_file()  # the user's config directory, not the working one
+    assert "wrote " + str(C.calibration_dir() / "cli.json") in res.output
     res = runner.invoke(app, ["calibrate", "--runs", str(synthetic_runs), "--name", "cli2", "--out", "cal",
                               "--format", "json", "--cv", "kind", "--constants", "compute_scale"])
     assert res.exit_code == 0, res.output
@@ -233,7 +234,7 @@ def test_cli_calibrate_predict_validate(roofline_default, synthetic_runs, tmp_pa
     assert calibrated["iteration_time_s"] > plain["iteration_time_s"] * cal.compute_scale * 0.99
 
     res = runner.invoke(app, ["validate", "--runs", str(synthetic_runs), "--format", "json",
-                              "--calibration", "calibrations/cli.json"])
+                              "--calibration", str(C.calibration_dir() / "cli.json")])
     assert res.exit_code == 0, res.output
     after = next(s for s in json.loads(res.output)["summaries"] if s["group"] == "overall")
     res = runner.invoke(app, ["validate", "--runs", str(synthetic_runs), "--format", "json", "--cv", "none"])
@@ -255,3 +256,26 @@ def test_cli_errors_are_one_line(roofline_default, synthetic_runs, tmp_path, mon
         assert exc.value.code == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("error:") and "\n" not in err, err
+
+
+def test_calibration_dir_follows_xdg_and_names_resolve_from_anywhere(tmp_path, monkeypatch):
+    """$XDG_CONFIG_HOME/planner/calibrations, else ~/.config/planner/calibrations (a relative XDG value is ignored,
+    as the XDG Base Directory Specification says); a NAME resolves there from any working directory."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    assert C.calibration_dir() == tmp_path / "xdg" / "planner" / "calibrations"
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    for value in ("", "relative/dir"):
+        monkeypatch.setenv("XDG_CONFIG_HOME", value)
+        assert C.calibration_dir() == tmp_path / "home" / ".config" / "planner" / "calibrations"
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    saved = C.save_calibration(C.identity({"compute_scale": 1.1}, name="mine"))
+    assert saved == C.calibration_dir() / "mine.json"
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    assert C.resolve_calibration("mine").constants["compute_scale"] == 1.1
+    assert C.resolve_calibration(str(saved)).name == "mine"  # a path still works
+    legacy = tmp_path / "work" / "calibrations"
+    legacy.mkdir()
+    C.save_calibration(C.identity(name="old"), legacy)
+    with pytest.raises(PlannerError, match=r"calibrations/old.json exists .*pass --calibration calibrations/old.json"):
+        C.resolve_calibration("old")

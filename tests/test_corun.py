@@ -1,5 +1,5 @@
 """Co-run slowdown term: shape choice, per-kind factor, measurement file, CPU hardware figure, prediction
-(issue #4; costmodel/sampling/corun.py)."""
+(costmodel/sampling/corun.py)."""
 
 import dataclasses
 
@@ -10,7 +10,7 @@ from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.sampling import corun
 from costmodel.sampling.plan import Sample, expand, load_plan
 from planner.prediction import predict
-from tests.helpers import llama, plan, write_json
+from tests.helpers import cpu_profile_datasets, llama, plan, write_json
 
 
 def test_pick_shapes_spreads_over_sizes_per_kind_and_direction():
@@ -54,10 +54,9 @@ def test_load_validates(tmp_path):
 
 def test_cpu_hardware_carries_measured_corun(tmp_path):
     from costmodel.cpu_hardware import derive, to_toml
-    from tests.test_skew import _cpu_datasets
 
-    assert "corun_slowdown" not in derive(_cpu_datasets())["clusters"]["cpu-host"]
-    entry = derive(_cpu_datasets(), None, corun.load([_corun_file(tmp_path)]))
+    assert "corun_slowdown" not in derive(cpu_profile_datasets())["clusters"]["cpu-host"]
+    entry = derive(cpu_profile_datasets(), None, corun.load([_corun_file(tmp_path)]))
     c = entry["clusters"]["cpu-host"]
     assert c["corun_slowdown"] == {"gemm": 1.03, "residual_add": 1.4} and c["corun_ranks"] == 2
     assert "corun_slowdown" in c["sources"] and "residual_add 1.40" in c["notes"]

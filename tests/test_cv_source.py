@@ -179,6 +179,12 @@ def test_shipped_default_calibration_has_provenance():
     assert set(prov["constant_support"]) == set(cal.constants)
     assert cal.fitted_on[0]["run_ids"] and cal.cv["scheme"] == "source"
     assert cal.intervals["groups"]["pooled"]["n"] >= I.MIN_GROUP_RUNS
+    # the band of mixture-of-experts plans: residuals of moe_runs.csv under this (dense-fitted) calibration, with
+    # the coverage each MoE source got from the other MoE sources' residuals alone
+    moe, mprov = cal.intervals[I.MOE_TABLE], prov["moe_intervals"]
+    assert moe["groups"]["pooled"]["n"] == mprov["n"] >= I.MIN_GROUP_RUNS
+    assert 0.7 <= mprov["held_out_coverage"] <= 0.9 and mprov["runs_file"].endswith("moe_runs.csv")
+    assert I.moe_lookup(cal.intervals, "h100-sxm", "megatron")[0] == "pooled"
 
 
 def test_predict_applies_default_and_calibration_none():

@@ -145,19 +145,35 @@ def test_nemo_yaml_fsdp_gpt():
 
 # ------------------------------------------------------------------------------------------ torchtitan
 def test_torchtitan_toml_pipeline():
-    t = tomllib.loads(export_plan(LLAMA, P_MEGATRON, HW, None, "torchtitan", iterations=500))
+    text = export_plan(LLAMA, P_MEGATRON, HW, None, "torchtitan", iterations=500)
+    t = tomllib.loads(text)
     assert t == {
         # LLAMA is Llama 3 8B's architecture: torchtitan's own flavor builds it
         "model": {"name": "llama3", "flavor": "8B"},
         # with PP: local batch = GBS / DP = 128 / 8, cut into micro-batches of MBS
         "training": {"local_batch_size": 16, "global_batch_size": 128, "seq_len": 4096, "steps": 500,
                      "mixed_precision_param": "bfloat16"},
-        "parallelism": {"data_parallel_replicate_degree": 8, "data_parallel_shard_degree": 1,
+        # torchtitan refuses DDP next to TP/PP ("DDP has not supported > 1D parallelism"): FSDP over the DP ranks
+        "parallelism": {"data_parallel_replicate_degree": 1, "data_parallel_shard_degree": 8,
                         "tensor_parallel_degree": 2, "pipeline_parallel_degree": 4, "context_parallel_degree": 1,
                         "pipeline_parallel_schedule": "Interleaved1F1B", "pipeline_parallel_microbatch_size": 2,
                         "pipeline_parallel_layers_per_stage": 4},
         "activation_checkpoint": {"mode": "full"},
+        # the plan is costed as Megatron (fused kernels): compiled, as --framework torchtitan is costed
+        "compile": {"enable": True, "components": ["model", "loss"]},
     }
+    assert "# NOTE: torchtitan has no ZeRO-1 and runs DDP only without other parallelism" in text
+    # torchtitan's llama3 (at the pinned commit) applies Llama 3.1 RoPE scaling, which this Llama 3 model lacks
+    assert "# NOTE: rope_scaling: torchtitan's llama3 8B flavor has 'llama3 x8.0'" in text
+    assert "predict with --framework torchtitan" in text
+
+
+def test_torchtitan_compile_follows_the_costed_framework():
+    """--framework torchtitan is costed with fused (compiled) element-wise kernels, torchtitan-eager without."""
+    for framework, compiled in (("torchtitan", True), ("torchtitan-eager", False)):
+        text = export_plan(LLAMA, dataclasses.replace(P_MEGATRON, framework=framework), HW, None, "torchtitan")
+        assert tomllib.loads(text)["compile"]["enable"] is compiled
+        assert "predict with --framework torchtitan" not in text
 
 
 def test_torchtitan_toml_fsdp():
@@ -170,10 +186,11 @@ def test_torchtitan_toml_fsdp():
         "parallelism": {"data_parallel_replicate_degree": 1, "data_parallel_shard_degree": 16,
                         "tensor_parallel_degree": 1, "pipeline_parallel_degree": 1, "context_parallel_degree": 1},
         "activation_checkpoint": {"mode": "selective", "selective_ac_option": "op"},
+        "compile": {"enable": True, "components": ["model", "loss"]},
     }
     assert "fp16" in text  # the unsupported fp16 is named in a comment
     fp8 = tomllib.loads(export_plan(LLAMA, dataclasses.replace(P_MEGATRON, dtype="fp8"), HW, None, "torchtitan"))
-    assert fp8["model"]["converters"] == ["float8"]
+    assert fp8["model"]["converters"] == ["quantize.linear.float8"]  # torchtitan/components/quantization/float8.py
 
 
 # ----------------------------------------------------------------------------------------------- Slurm

@@ -1,4 +1,4 @@
-"""Faults (issue #6): a process killed while writing never leaves a file that later loads half-written.
+"""Faults: a process killed while writing never leaves a file that later loads half-written.
 
 * Every writer in planner/, costmodel/, scripts/ and benchmarks/ goes through costmodel/core/fileio.py (a static
   scan of the source; the sampling journal is the one append-only exception, with torn-line recovery
@@ -20,12 +20,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from costmodel.core.errors import PlannerError
-from costmodel.datasets.schema import Dataset, load_dataset, save_dataset
-from tests.helpers import python_sources
+from costmodel.datasets.schema import load_dataset, save_dataset
+from tests.helpers import python_sources, synthetic, three_row_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 SCANNED = ("planner", "costmodel", "scripts", "benchmarks")
@@ -70,19 +69,13 @@ def test_scanner_finds_direct_writes():
 
 
 # ------------------------------------------------------------------ SIGKILL during atomic writes
-def _tiny_ds(scale: float = 1.0) -> Dataset:
-    raw = np.array([[64, 64, 64], [128, 64, 32], [256, 128, 64]], dtype=float)
-    return Dataset("gemm", "cpu", raw, ["fwd"] * 3, ["fp32"] * 3, scale * np.array([1e-4, 2e-4, 3e-4]),
-                   meta={"sources": [{"path": "synthetic", "sha256": "0" * 64}]})
-
-
 WRITERS = {
     # name: (python that writes version `v` of the file at `path`, python that loads it and prints a token)
     "report": ("from costmodel.core.fileio import atomic_write_text; "
                "atomic_write_text(path, f'# report v{v}\\n' * 20000)",
                "print(open(path, encoding='utf-8').read().splitlines()[0])"),
-    "dataset": ("from tests.test_faults import _tiny_ds; from costmodel.datasets.schema import save_dataset; "
-                "save_dataset(_tiny_ds(v), path)",
+    "dataset": ("from tests.helpers import three_row_dataset; from costmodel.datasets.schema import save_dataset; "
+                "save_dataset(three_row_dataset(v), path)",
                 "from costmodel.datasets.schema import load_dataset; print(load_dataset(path).time_s[0])"),
     "calibration": ("from planner.calibrate import identity, save_calibration; import pathlib; "
                     "c = identity({'iteration_overhead_s': float(v)}, name='c'); "
@@ -140,7 +133,7 @@ def test_sigkill_mid_write_keeps_the_old_file(tmp_path, kind, moment):
 def test_loaders_ignore_leftover_temporary_files(tmp_path):
     from costmodel.fit import dataset_dirs_to_datasets
 
-    save_dataset(_tiny_ds(), tmp_path / "gemm.csv")
+    save_dataset(three_row_dataset(), tmp_path / "gemm.csv")
     killed = _py(WRITERS["dataset"][0], tmp_path / "norm.csv", 3, kill_at="replace")
     assert killed.returncode == -signal.SIGKILL
     assert any(p.name.endswith(".tmp") for p in tmp_path.iterdir())
@@ -150,9 +143,9 @@ def test_loaders_ignore_leftover_temporary_files(tmp_path):
 
 # ------------------------------------------------------------------ crash between two atomic writes
 def test_dataset_with_a_stale_sidecar_is_refused(tmp_path):
-    p = save_dataset(_tiny_ds(1.0), tmp_path / "gemm.csv")
+    p = save_dataset(three_row_dataset(1.0), tmp_path / "gemm.csv")
     old_side = p.with_suffix(".json").read_text()
-    save_dataset(_tiny_ds(2.0), p)
+    save_dataset(three_row_dataset(2.0), p)
     p.with_suffix(".json").write_text(old_side)  # as if killed after the CSV's rename, before the sidecar's
     with pytest.raises(PlannerError, match="does not match its sidecar"):
         load_dataset(p)
@@ -163,7 +156,6 @@ def test_model_files_with_a_stale_sidecar_are_refused(tmp_path):
     from costmodel.regressors.base import sidecar_path
     from costmodel.regressors.loading import load_regressor
     from costmodel.regressors.runtime import RuntimeRegressor
-    from tests.test_regressors import synthetic
 
     _, X, y = synthetic(60, 0)
     path = tmp_path / "m.json"

@@ -13,7 +13,7 @@ import pytest
 from costmodel.datasets.schema import save_dataset
 from costmodel.regressors.artifacts import SHIPPED_MODELS_DIR
 from planner.models_dir import fit_output_dir, models_dir_for, user_models_dir
-from tests.test_regressors import _tiny_dataset
+from tests.helpers import tiny_dataset
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -32,7 +32,7 @@ def fitted(tmp_path_factory):
     """`planner fit` of one tiny CPU GEMM profile with no --out, HOME and XDG_CACHE_HOME in a temporary folder."""
     root = tmp_path_factory.mktemp("fit")
     profile = root / "profile"
-    save_dataset(_tiny_dataset(), profile / "gemm_cpu.csv")
+    save_dataset(tiny_dataset(), profile / "gemm_cpu.csv")
     env = {**os.environ, "HOME": str(root / "home"), "XDG_CACHE_HOME": str(root / "xdg")}
     env.pop("PLANNER_MODELS_DIR", None)
     before = _snapshot(SHIPPED_MODELS_DIR)

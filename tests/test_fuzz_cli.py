@@ -1,4 +1,4 @@
-"""Fuzzing the CLI (issue 6, item 3): malformed batch files and every flag of every command set to bad
+"""Fuzzing the CLI: malformed batch files and every flag of every command set to bad
 values; the machinery and its rules are in tests/fuzzing.py and tests/test_fuzz.py's docstring."""
 
 
@@ -18,17 +18,16 @@ from tests.fuzzing import (  # noqa: F401
     _dumps,
     _mutate_bytes,
     _report,
+    cli_runner,
 )
 
 
 # ------------------------------------------------------------------------------------ the CLI
-def test_fuzz_cli_batch_file(tmp_path):
+def test_fuzz_cli_batch_file(tmp_path, monkeypatch):
     """The CLI on mangled batch files / flags: exit 0 or 2, never a traceback."""
-    from typer.testing import CliRunner
-
     from planner.cli import app
 
-    runner = CliRunner()
+    runner = cli_runner(monkeypatch)
     rng = random.Random(SEED + 7)
     base = (_dumps(BATCH_BASE) + "\n").encode()
     failures: list = []
@@ -53,6 +52,8 @@ def test_fuzz_cli_batch_file(tmp_path):
 
 
 # ------------------------------------------------------------------------ every flag of every command
+SMALL_SPACE = str(FIXTURES / "space_small.toml")
+"""A four-plan search space: a valid size / compare command line searches it in milliseconds."""
 CLI_BASE = {
     "predict": ["--model", "llama-7b", "--gpu", "a100-80gb", "--gpus", "16", "--tp", "2", "--pp", "2", "--gbs", "64"],
     "gpus": [], "models": [],
@@ -60,8 +61,9 @@ CLI_BASE = {
     "search": ["--model", "llama-7b", "--gpu", "a100-80gb", "--gpus", "16", "--trials", "3", "--tp", "1,2", "--pp",
                "1", "--cp", "1", "--vpp", "1", "--mbs", "1", "--seed", "1", "--no-progress"],
     "explain": ["--model", "llama-7b", "--gpu", "a100-80gb", "--gpus", "16", "--tp", "2"],
-    "compare": ["--model", "llama-7b", "--gpu", "a100-80gb", "--gpus", "16", "--space", "megatron"],
-    "size": ["--model", "llama-7b", "--tokens", "1B", "--deadline", "30d", "--gpu", "a100-80gb", "--max-gpus", "64"],
+    "compare": ["--model", "llama-7b", "--gpu", "a100-80gb", "--gpus", "16", "--space", SMALL_SPACE],
+    "size": ["--model", "llama-7b", "--tokens", "1B", "--deadline", "30d", "--gpu", "a100-80gb", "--max-gpus", "64",
+             "--space", SMALL_SPACE],
     "export": ["--model", "llama-7b", "--gpu", "a100-80gb", "--gpus", "16", "--tp", "2", "--to", "megatron"],
     "calibrate": ["--runs", str(FIXTURES / "runs_small.csv"), "--name", "fz"],
     "costmodel report": [],
@@ -97,12 +99,10 @@ def test_fuzz_every_cli_flag(tmp_path, monkeypatch):
     """Every option of every command, one at a time, set to each bad value on an otherwise valid command
     line (flags: added alone and given a stray value): exit 0 or 2, never a traceback, within the command's
     call budget (CLI_CALL_BUDGET)."""
-    from typer.testing import CliRunner
-
     from planner.cli import app
 
     monkeypatch.chdir(tmp_path)  # outputs such as --out abc land here
-    runner = CliRunner()
+    runner = cli_runner(monkeypatch)
     failures: list = []
     leaves = _cli_leaves()
     assert {name for name, _ in leaves} == set(CLI_BASE), "a new command needs a CLI_BASE entry"

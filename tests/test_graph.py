@@ -1,3 +1,9 @@
+import csv
+import difflib
+import io
+import os
+from pathlib import Path
+
 import pytest
 
 from costmodel.flops import forward_flops_per_token_layer
@@ -107,32 +113,76 @@ def test_norm_feature_rms_follows_model_norm():
         assert norms and all(o.features[2] == rms for o in norms)
 
 
-def _graph_digest(model, p) -> str:
-    """Digest of every operator (kind, name, phase, features, FLOPs, bytes, dtype, count, category) and stage field
-    of ``build_graph(model, p)``."""
-    import hashlib
+GOLDEN_DIR = Path(__file__).parent / "fixtures" / "graph_golden"
+UPDATE_ENV = "PLANNER_UPDATE_GOLDEN"
+GOLDEN_COLUMNS = ("stage", "list", "kind", "name", "phase", "features", "flops", "bytes", "dtype", "count", "category")
 
+
+def _num(x) -> str:
+    """Exact text of a number: integers as integers, floats by their shortest round-trip repr."""
+    return str(int(x)) if isinstance(x, int) or (isinstance(x, float) and x.is_integer() and abs(x) < 2**53) \
+        else repr(float(x))
+
+
+def _op_row(stage, where: str, o) -> list[str]:
+    return [str(stage), where, o.kind, o.name, o.phase.value, " x ".join(_num(f) for f in o.features), _num(o.flops),
+            _num(o.bytes), o.dtype, _num(o.count), o.category.value if o.category else ""]
+
+
+def operator_table(model, p) -> str:
+    """``build_graph(model, p)`` as CSV: per stage one ``fields`` row (layers, parameters, signature) and one row per
+    operator of its layer / stage / iteration / overlapped lists, in list order; then the pipeline send (p2p)."""
     g = build_graph(model, p)
-    rows: list = []
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(GOLDEN_COLUMNS)
     for st in g.stages:
-        rows.append((st.index, st.layers, st.params, st.signature))
-        for lst in (st.layer_ops, st.stage_ops, st.iteration_ops, st.layer_overlap_ops):
-            rows.append(tuple((o.kind, o.name, o.phase.value, o.features, o.flops, o.bytes, o.dtype, o.count,
-                               o.category.value if o.category else None) for o in lst))
-    rows.append(None if g.p2p is None else (g.p2p.key(), g.p2p.count))
-    return hashlib.sha256(repr(rows).encode()).hexdigest()[:16]
+        w.writerow([st.index, "fields", "", f"layers={st.layers} params={st.params} expert_params={st.expert_params} "
+                    f"signature={st.signature!r}", "", "", "", "", "", "", ""])
+        for where, ops in (("layer", st.layer_ops), ("stage", st.stage_ops), ("iteration", st.iteration_ops),
+                           ("overlap", st.layer_overlap_ops)):
+            for o in ops:
+                w.writerow(_op_row(st.index, where, o))
+    if g.p2p is not None:
+        w.writerow(_op_row("", "p2p", g.p2p))
+    return out.getvalue()
 
 
-@pytest.mark.parametrize("model,p,digest", [
-    (llama(layers=8, kv=8, ffn=14336), plan(gpus=32, gbs=64, seq=4096, tp=2, pp=2, cp=2), "777fde8d2091e6ed"),
-    (llama(layers=10, kv=8), plan(gpus=16, gpn=4, gbs=32, tp=2, pp=4, zero=3, recompute="full"), "b861a489c30e537c"),
-    (gpt(layers=12, hidden=2048, heads=16), plan(gpus=8, gbs=16, tp=2, pp=2, zero=0, sequence_parallel=False),
-     "74bc5abbb26cc38f"),
+@pytest.mark.parametrize("name,model,p", [
+    ("llama_tp2_pp2_cp2", llama(layers=8, kv=8, ffn=14336), plan(gpus=32, gbs=64, seq=4096, tp=2, pp=2, cp=2)),
+    ("llama_tp2_pp4_zero3_full_recompute", llama(layers=10, kv=8),
+     plan(gpus=16, gpn=4, gbs=32, tp=2, pp=4, zero=3, recompute="full")),
+    ("gpt_tp2_pp2_no_sp_zero0", gpt(layers=12, hidden=2048, heads=16),
+     plan(gpus=8, gbs=16, tp=2, pp=2, zero=0, sequence_parallel=False)),
 ])
-def test_dense_graphs_unchanged_by_moe(model, p, digest):
-    """Dense graphs are those of before the MoE graph (digests computed at 30f1e97, the commit before it, and
-    unchanged by it): the MoE, MLA and sliding-window branches leave dense models alone. A deliberate change of the
-    dense operators updates these digests: the first two moved once, when the overlapped collectives' HBM traffic
-    (costmodel.contention: the CP ring, ZeRO-3 gathers) and the ZeRO-3 root unit (costmodel.zero3) were added."""
+def test_dense_graph_matches_its_operator_table(name, model, p):
+    """Every operator of three dense graphs (GQA + CP ring; ZeRO-3 with full recompute and 4-GPU nodes; GPT without
+    sequence parallelism), one CSV row each in tests/fixtures/graph_golden/NAME.csv. The MoE, MLA and
+    sliding-window branches must leave dense graphs alone; a deliberate change of the dense operators is
+    regenerated with
+
+        PLANNER_UPDATE_GOLDEN=1 python -m pytest tests/test_graph.py -k operator_table
+
+    and reviewed in ``git diff tests/fixtures/graph_golden`` (one changed row per changed operator)."""
     p.validate(model)
-    assert _graph_digest(model, p) == digest
+    path = GOLDEN_DIR / f"{name}.csv"
+    table = operator_table(model, p)
+    if os.environ.get(UPDATE_ENV) == "1":
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(table, encoding="utf-8")
+        pytest.skip(f"{UPDATE_ENV}=1: wrote {path.relative_to(GOLDEN_DIR.parents[2])}")
+    expected = path.read_text(encoding="utf-8")
+    if table != expected:
+        diff = difflib.unified_diff(expected.splitlines(), table.splitlines(), f"{path.name} (golden)",
+                                    f"{path.name} (now)", lineterm="", n=0)
+        pytest.fail("operator table differs from the golden (regenerate with "
+                    f"{UPDATE_ENV}=1 if the change is deliberate):\n" + "\n".join(list(diff)[:60]))
+
+
+def test_operator_table_shows_every_field():
+    # the golden is only as good as the table: a change of any operator field changes its row
+    m, p = llama(layers=4, kv=8), plan(gpus=4, gbs=8, tp=2, pp=2)
+    rows = list(csv.DictReader(io.StringIO(operator_table(m, p))))
+    qkv = next(r for r in rows if r["name"] == "qkv" and r["phase"] == "fwd")
+    assert qkv["kind"] == "gemm" and qkv["features"] == "2048 x 3072 x 4096" and qkv["count"] == "1"
+    assert {r["list"] for r in rows} == {"fields", "layer", "stage", "iteration", "p2p"}

@@ -1,6 +1,6 @@
-"""Physical invariants as property tests over random valid plans (issue 15, item 5).
+"""Physical invariants as property tests over random valid plans.
 
-Strategies come from tests/test_properties.py (small GPT/Llama models, valid TP x PP x DP layouts on
+Strategies come from tests/helpers.py (small GPT/Llama models, valid TP x PP x DP layouts on
 a100-80gb / h100-sxm), with the dtype drawn too. Each property names the convention it checks; the FLOP
 convention is the one of costmodel/flops.py (README, "MFU convention").
 """
@@ -28,8 +28,7 @@ from costmodel.flops import (
 from costmodel.graph import build_graph
 from costmodel.ops import Op
 from planner.prediction import predict
-from tests.helpers import gpt, llama, plan
-from tests.test_properties import SETTINGS, hardware, setups
+from tests.helpers import SETTINGS, gpt, hardware, llama, plan, setups
 
 DTYPES = ("bf16", "fp16", "fp8", "fp32")
 REL = 1e-9
@@ -62,9 +61,9 @@ def test_hardware_flops_within_the_peak_of_the_dtype(s):
 
 
 def test_long_context_hardware_flops_within_peak():
-    """Issue 15: llama3-8b, 64 H100, TP2 CP8, 131,072 tokens reported 1,051 hardware TFLOP/s (peak 989):
-    MFU counted the full s x s attention and HFU an attention recompute the FlashAttention backward
-    already contains."""
+    """llama3-8b, 64 H100, TP2 CP8, 131,072 tokens: model FLOP/s <= hardware FLOP/s <= the bf16 peak (989 TFLOP/s),
+    so neither counts the full s x s attention or an attention recompute the FlashAttention backward already
+    contains."""
     from costmodel.core.specs.plan import ParallelPlan
     from costmodel.core.specs.presets import get_preset
 
@@ -204,9 +203,9 @@ def test_a_gpu_at_least_as_fast_on_every_spec_predicts_no_slower(s):
 
 
 def test_gpt_125m_fsdp_on_both_a100s_shares_one_basis():
-    """Issue 15's example: GPT-3 125M (12 x 768, 12 heads), FSDP (ZeRO-3) on 8 GPUs was 0.318 s on a100-40gb (roofline
-    with median efficiencies) and 0.184 s on a100-80gb (measured). a100-40gb now borrows a100-80gb's measured models:
-    no faster, and slower by at most the HBM ratio (every operator scales by at most 2,039 / 1,555), and it says so."""
+    """GPT-3 125M (12 x 768, 12 heads), FSDP (ZeRO-3) on 8 GPUs: a100-40gb borrows a100-80gb's measured models (not
+    the roofline with median efficiencies), so it is no faster, and slower by at most the HBM ratio (every operator
+    scales by at most 2,039 / 1,555), and it says so."""
     model, p = gpt(layers=12, hidden=768, heads=12), plan(gbs=64, zero=3)
     strong, weak = predict(model, p, _on_node("a100-80gb")), predict(model, p, _on_node("a100-40gb"))
     ratio = _on_node("a100-80gb").gpu.hbm_bw_gbs / _on_node("a100-40gb").gpu.hbm_bw_gbs

@@ -1,4 +1,4 @@
-"""Uneven pipeline stages (issue 14 item 1): Megatron-expressible splits, the split chosen by predicted
+"""Uneven pipeline stages: Megatron-expressible splits, the split chosen by predicted
 stage time, its use in predict / search / export, and the refusal for VPP chunks Megatron cannot build."""
 
 from __future__ import annotations
@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import shlex
 import tomllib
+from dataclasses import replace
 
 import pytest
 import yaml
@@ -23,8 +24,9 @@ from planner.cli import app
 from planner.export import megatron_args, nemo_config, torchtitan_config
 from planner.prediction import predict
 from planner.requests import build_request
+from planner.search.objective import Evaluator
 from planner.search.records import display_rows
-from planner.search.space import SearchSpace, build_problem, factorizations, make_target
+from planner.search.space import SearchSpace, build_problem, enumerate_candidates, factorizations, make_target
 
 LLAMA405 = {"model": "llama3-405b", "gpu": "h100-sxm", "gpus": 16384, "tp": 8, "pp": 16, "mbs": 1, "gbs": 2048,
             "seq_len": 8192}
@@ -197,7 +199,14 @@ def test_search_space_keeps_pps_that_do_not_divide_the_layers():
     target = make_target(r.hardware, 14336)  # 8 x 7 x 256: PP 7, 8, 14 and 16 all divide it
     assert {f[1] for f in factorizations(r.model, target, space)} == {7, 8, 14, 16}
     problem = build_problem(r.model, [target], space, gbs=2048, seq_len=8192)
-    assert problem is not None
+    assert {(c.pp, c.vpp) for c in enumerate_candidates(problem)} == {(p, v) for p in (7, 8, 14, 16) for v in (1, 2)}
+    # PP 14 x VPP 2 = 28 chunks for 126 layers: the search costs it with a Megatron-expressible uneven split
+    full = build_problem(r.model, [target], replace(space, recompute=("full",)), gbs=2048, seq_len=8192)
+    (cand,) = [c for c in enumerate_candidates(full) if (c.pp, c.vpp) == (14, 2)]
+    ev = Evaluator(full).evaluate(cand)
+    assert ev.status == "ok", ev.reason
+    split = tuple(ev.record.layer_split)
+    assert _megatron_ok(split, 126, 14, 2) and len(set(split)) > 1
 
 
 def test_search_table_shows_the_split():

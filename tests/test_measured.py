@@ -10,14 +10,13 @@ import numpy as np
 import pytest
 
 from costmodel.core.specs.catalogue import load_catalogue
-from costmodel.core.specs.hardware import ClusterSpec, GPUSpec, Hardware
 from costmodel.cost.measured import MeasuredCostModel
 from costmodel.ops import Op
-from tests.test_regressors import _tiny_dataset
+from tests.helpers import TEST_CPU as CPU
+from tests.helpers import gemm_op as gemm
+from tests.helpers import tiny_dataset
 
 REPO = Path(__file__).resolve().parent.parent
-CPU = Hardware(GPUSpec("cpu", "test CPU", {"fp32": 1.0, "bf16": 1.0}, 16, 50, 0, "cpu-node"),
-               ClusterSpec("cpu-node", "test node", "cpu", 1, 10, 5, 10, 5))
 
 
 @pytest.fixture(scope="module")
@@ -25,12 +24,8 @@ def cpu_models(tmp_path_factory):
     from costmodel.fit import fit_all
 
     out = tmp_path_factory.mktemp("models")
-    fit_all({("gemm", "cpu"): _tiny_dataset()}, out, quick=True, log=lambda s: None)
+    fit_all({("gemm", "cpu"): tiny_dataset()}, out, quick=True, log=lambda s: None)
     return out
-
-
-def gemm(m, n, k, phase="fwd", dtype="fp32"):
-    return Op("gemm", "g", phase, (m, n, k), flops=2.0 * m * n * k, dtype=dtype)
 
 
 def test_predicts_with_interval_and_method(cpu_models):
@@ -119,7 +114,7 @@ def test_loads_without_torch(cpu_models):
             "        if name.split('.')[0] == 'torch': raise ImportError('torch hidden')\n"
             "sys.meta_path.insert(0, Block())\n"
             "from costmodel.cost.measured import MeasuredCostModel\n"
-            "from tests.test_measured import CPU, gemm\n"
+            "from tests.helpers import TEST_CPU as CPU, gemm_op as gemm\n"
             f"r = MeasuredCostModel({str(cpu_models)!r}).predict([gemm(128, 128, 128)], CPU)\n"
             "assert r.method == ['xgboost:cpu/gemm'], r.method\nassert 'torch' not in sys.modules\nprint('ok')")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
@@ -251,7 +246,7 @@ def test_collective_regressor_is_not_extrapolated_across_nodes(tmp_path):
     assert any("all_reduce across nodes" in w for w in r.warnings)
 
 
-# ---------------------------------------------------------------------------------------- all-to-all (issue 17)
+# ---------------------------------------------------------------------------------------- all-to-all
 def _a2a(nbytes, ranks, nodes, rpn):
     return Op("all_to_all", "a2a", "fwd", (float(nbytes), ranks, nodes, rpn), bytes=float(nbytes))
 
@@ -340,7 +335,7 @@ def test_all_to_all_across_nodes_against_deepep(shared_data):
         assert len(keys) >= 6 and lo <= q.min() and q.max() <= hi, (nodes, q)
 
 
-# ------------------------------------------------- ring collectives beyond the sampled group sizes (issue 15)
+# ------------------------------------------------- ring collectives beyond the sampled group sizes
 def _coll(kind, per_rank, n):
     """``kind`` over ``n`` GPUs of one NVLink domain with ``per_rank`` bytes per rank (all-gather: the full output
     buffer, reduce-scatter: the full input, all-reduce: the buffer every rank holds; costmodel/core/kinds.py)."""

@@ -395,16 +395,30 @@ def test_workspace_and_fit():
     assert mem.fits_in_memory(b, _gpu(total_gb + 0.01), headroom=0.0)
 
 
-def test_memory_per_gpu_is_finite_and_repeatable():
-    # its speed: benchmarks/bench_components.py (memory_per_gpu_s)
+def test_llama70b_interleaved_stage_by_hand():
+    # llama-70b shape, TP 8 x PP 8 x DP 4, VPP 2, 32 micro-batches, ZeRO-1 (its speed:
+    # benchmarks/bench_components.py memory_per_gpu_s). Parameters of the first stage on one GPU, by hand:
+    # a layer's QKV h(a + 2 a_kv)d, output h^2 and SwiGLU 3hf over TP, plus two RMSNorms (replicated):
+    # (8192 * 10240 + 8192**2 + 3 * 8192 * 28672) / 8 + 2 * 8192 = 106,971,136; 10 layers; the embedding of the
+    # vocabulary padded to 128 x TP (129,024 rows) over TP: 129024 * 8192 / 8 = 132,120,576.
     m = llama(layers=80, h=8192, a=64, kv=8, f=28672)
     p = plan(m, tp=8, pp=8, dp=4, vpp=2, m=32)
-    first = mem.memory_per_gpu(m, p)
-    assert math.isfinite(first.total) and first.total > 0
-    assert mem.memory_per_gpu(m, p) == first
+    b = mem.memory_per_gpu(m, p)
+    params = 10 * 106_971_136 + 132_120_576
+    assert b.stage == 0
+    assert b.weights == 2 * params and b.gradients == 4 * params  # bf16 weights, fp32 main gradients
+    assert b.optimizer == 12 * params / 4  # fp32 master + Adam m, v sharded over DP = 4 (ZeRO-1)
+    # the first stage of the interleaved 1F1B schedule holds p + (p - 1) / v micro-batches in flight
+    # (Korthikanti et al. 2022, sec. 4.2.3: p (1 + (p - 1) / (p v))): 8 + 7 / 2; activations scale with them
+    # against VPP 1 (p = 8)
+    assert b.inflight_microbatches == 11.5
+    flat = mem.memory_per_gpu(m, plan(m, tp=8, pp=8, dp=4, vpp=1, m=32))
+    assert flat.inflight_microbatches == 8 and b.activations == pytest.approx(flat.activations * 11.5 / 8)
+    assert b.total == b.weights + b.gradients + b.optimizer + b.activations + b.workspace
+    assert mem.memory_per_gpu(m, p) == b  # repeatable
 
 
-# ---------------------------------------------------------------- capacity as the driver reports it (issue 15)
+# ---------------------------------------------------------------- capacity as the driver reports it
 def test_capacity_is_the_driver_figure_and_the_message_is_consistent():
     from costmodel.core.specs.catalogue import load_catalogue
 
@@ -427,7 +441,7 @@ def test_capacity_is_the_driver_figure_and_the_message_is_consistent():
     assert _gpu(80).hbm_bytes == 80e9
 
 
-# ---------------------------------------------------------------- MoE and MLA (issue 17)
+# ---------------------------------------------------------------- MoE and MLA
 def mixtral(layers: int = 32) -> ModelSpec:
     """Mixtral-8x7B's widths (config.json of mistralai/Mixtral-8x7B-v0.1)."""
     return ModelSpec(name="mixtral-like", num_layers=layers, hidden_size=4096, num_heads=32, num_kv_heads=8,

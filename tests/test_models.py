@@ -73,6 +73,22 @@ EXPECTED = {
                          ffn_hidden_size=2880, moe_ffn_hidden_size=2880, num_experts=128, experts_per_token=4,
                          linear_bias=True, attention_sinks=True, sliding_window=128, sliding_window_every=2,
                          activation="swiglu", vocab_size=201088, max_seq_len=131072, rope_theta=150000.0),
+    # dense families of issue 27 (sources: fixtures/hf_configs/README.md)
+    "qwen3-4b": dict(num_layers=36, hidden_size=2560, num_heads=32, num_kv_heads=8, head_dim=128,
+                     ffn_hidden_size=9728, vocab_size=151936, activation="swiglu", norm="rmsnorm",
+                     tied_embeddings=True, linear_bias=False, max_seq_len=40960, rope_theta=1e6, norms_per_layer=2),
+    "gemma-2-9b": dict(num_layers=42, hidden_size=3584, num_heads=16, num_kv_heads=8, head_dim=256,
+                       ffn_hidden_size=14336, vocab_size=256000, activation="swiglu", norm="rmsnorm",
+                       tied_embeddings=True, linear_bias=False, max_seq_len=8192, rope_theta=10000.0,
+                       norms_per_layer=4, sliding_window=4096, sliding_window_every=2, attn_logit_softcap=50.0,
+                       final_logit_softcap=30.0, parallel_attention=False),
+    "falcon-7b-instruct": dict(num_layers=32, hidden_size=4544, num_heads=71, num_kv_heads=1, head_dim=64,
+                               ffn_hidden_size=18176, vocab_size=65024, activation="gelu", norm="layernorm",
+                               position_embedding="rope", tied_embeddings=True, linear_bias=False,
+                               max_seq_len=2048, rope_theta=10000.0, parallel_attention=True, norms_per_layer=1),
+    "falcon-40b-instruct": dict(num_layers=60, hidden_size=8192, num_heads=128, num_kv_heads=8, head_dim=64,
+                                ffn_hidden_size=32768, vocab_size=65024, activation="gelu", norm="layernorm",
+                                tied_embeddings=True, parallel_attention=True, norms_per_layer=2),
 }
 
 
@@ -254,7 +270,8 @@ MOE_PRESETS = ("mixtral-8x7b", "mixtral-8x22b", "qwen3-30b-a3b", "qwen3-235b-a22
 def test_preset_list():
     names = preset_names()
     assert set(names) == {"llama-7b", "llama-13b", "llama-70b", "llama3-8b", "llama3-70b", "llama3-405b",
-                          "gpt-20b", "llemma-7b", "gpt3-175b", "mpt-7b", "mpt-30b", "mistral-7b"} | set(MOE_PRESETS)
+                          "gpt-20b", "llemma-7b", "gpt3-175b", "mpt-7b", "mpt-30b", "mistral-7b", "qwen3-4b",
+                          "gemma-2-9b", "falcon-7b", "falcon-40b"} | set(MOE_PRESETS)
     assert names.index("llama-7b") < names.index("llama-13b")
 
 
@@ -284,12 +301,43 @@ def test_preset_values_from_public_configs():
     assert (g3.num_layers, g3.hidden_size, g3.head_dim, g3.ffn_hidden_size) == (96, 12288, 128, 4 * 12288)
 
 
+def test_new_dense_families_match_published_counts():
+    """Gemma 2 report (arXiv 2408.00118) Table 2: 9B non-embedding 8,324,201,984 (layers and the final norm);
+    its embedding count uses the 256,128-entry tokenizer, config.json's vocab_size is 256,000. Qwen3-4B model card:
+    4.0B total, 3.6B non-embedding. Falcon model cards: 7B and 40B (nominal); exactly, the sum of FalconForCausalLM's
+    module shapes (word_embeddings V x h tied to lm_head; per layer query_key_value h x (q + 2 kv), dense q x h,
+    dense_h_to_4h, dense_4h_to_h, LayerNorm weight + bias per norm; ln_f)."""
+    gemma = from_hf_config(FIXTURES / "gemma-2-9b.json")
+    assert gemma.non_embedding_params() + gemma.head_params() == 8_324_201_984
+    assert gemma.embedding_params() == 256_000 * 3584
+    qwen = from_hf_config(FIXTURES / "qwen3-4b.json")
+    assert qwen.total_params() / 1e9 == pytest.approx(4.0, rel=0.01)
+    assert qwen.non_embedding_params() / 1e9 == pytest.approx(3.6, rel=0.015)
+
+    def falcon_modules(h, layers, heads, kv, norms, vocab=65024):
+        d = h // heads
+        layer = h * (heads + 2 * kv) * d + heads * d * h + 2 * h * 4 * h + norms * 2 * h
+        return vocab * h + layers * layer + 2 * h
+    f7 = from_hf_config(FIXTURES / "falcon-7b-instruct.json")
+    f40 = from_hf_config(FIXTURES / "falcon-40b-instruct.json")
+    assert f7.total_params() == falcon_modules(4544, 32, 71, 1, 1) == 6_921_720_704
+    assert f40.total_params() == falcon_modules(8192, 60, 128, 8, 2) == 41_303_293_952
+    assert f7.total_params() / 1e9 == pytest.approx(7, rel=0.02)
+    assert f40.total_params() / 1e9 == pytest.approx(40, rel=0.04)
+    for preset, fixture in (("gemma-2-9b", "gemma-2-9b"), ("qwen3-4b", "qwen3-4b"),
+                            ("falcon-7b", "falcon-7b-instruct"), ("falcon-40b", "falcon-40b-instruct")):
+        assert get_preset(preset).total_params() == from_hf_config(FIXTURES / f"{fixture}.json").total_params()
+
+
 def test_preset_matches_its_fixture_config():
     # The Mistral preset and the hand-copied config.json must describe the same model.
     preset, parsed = get_preset("mistral-7b"), from_hf_config(FIXTURES / "mistral-7b.json")
     for field in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size",
-                  "activation", "norm", "max_seq_len", "rope_theta", "tied_embeddings", "linear_bias"):
+                  "activation", "norm", "rope_theta", "tied_embeddings", "linear_bias"):
         assert getattr(preset, field) == getattr(parsed, field), field
+    # max_seq_len: the preset's is the cited 8192 context (seq_len_source); the config's 32768 positions are kept
+    assert (preset.max_seq_len, parsed.max_seq_len) == (8192, 32768)
+    assert preset.extra["config_max_position_embeddings"] == parsed.max_seq_len
     assert get_preset("gpt-20b").total_params() == from_hf_config(FIXTURES / "gpt-neox-20b.json").total_params()
     assert get_preset("mpt-7b").total_params() == from_hf_config(FIXTURES / "mpt-7b.json").total_params()
 
@@ -459,7 +507,7 @@ def test_qwen_moe_layer_pattern():
 def test_deepseek_mla_and_router():
     v3 = from_hf_config(FIXTURES / "deepseek-v3.json")
     assert (v3.is_mla, v3.router, v3.shared_ffn) == (True, "sigmoid", 2048)
-    assert "num_nextn_predict_layers" in v3.extra["unread_keys"]          # MTP module: not modelled, warned
+    assert v3.mtp_layers == 1 and "num_nextn_predict_layers" not in v3.extra["unread_keys"]  # MTP: costmodel.mtp
     lite = from_hf_config(FIXTURES / "deepseek-v2-lite.json")
     assert (lite.q_lora_rank, lite.router, lite.shared_ffn) == (0, "softmax", 2 * 1408)  # q_lora_rank null
     assert from_hf_config({**_cfg("deepseek-v3"), "n_shared_experts": None}).num_shared_experts == 0

@@ -1,6 +1,7 @@
 """Expert parallelism through the planner layer (issue 17): request keys and flags, the search's EP/ETP
 dimensions, plan records and tables, and the MoE settings of the exports."""
 
+import dataclasses
 import json
 import shlex
 import tomllib
@@ -41,6 +42,10 @@ DSLIKE = ModelSpec(name="ds-test", num_layers=8, hidden_size=1024, num_heads=8, 
                    vocab_size=32000, activation="swiglu", norm="rmsnorm", max_seq_len=4096, num_experts=16,
                    experts_per_token=4, moe_ffn_hidden_size=512, num_shared_experts=2, first_dense_layers=1,
                    router="sigmoid")
+QWEN3_MOE = ModelSpec(name="qwen3-moe-test", num_layers=16, hidden_size=2048, num_heads=32, num_kv_heads=4,
+                      head_dim=128, ffn_hidden_size=6144, vocab_size=151936, activation="swiglu", norm="rmsnorm",
+                      max_seq_len=4096, num_experts=64, experts_per_token=8, moe_ffn_hidden_size=768,
+                      extra={"qk_norm": True})
 DENSE = ModelSpec(name="dense-test", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8,
                   ffn_hidden_size=14336, vocab_size=32000, activation="swiglu", norm="rmsnorm", max_seq_len=4096)
 
@@ -235,13 +240,21 @@ def test_nemo_and_torchtitan_export_moe_keys():
         (16, 4, 8, 1, "flex", True)
     assert m["moe_layer_freq"] == [0] + [1] * 7 and m["moe_shared_expert_intermediate_size"] == 1024
     fsdp = ParallelPlan(world_size=64, gpus_per_node=8, global_batch_size=256, seq_len=4096, tp=2, ep=8, zero=3)
-    text = export_plan(MIXTRAL, fsdp, H100, None, "torchtitan")
-    par = tomllib.loads(text)["parallelism"]  # the header lines are TOML comments
+    with pytest.raises(PlannerError, match="has no model for mixtral-test"):  # torchtitan has no Mixtral model
+        export_plan(MIXTRAL, fsdp, H100, None, "torchtitan")
+    text = export_plan(QWEN3_MOE, fsdp, H100, None, "torchtitan")  # a QK-norm MoE: torchtitan's qwen3 model
+    t = tomllib.loads(text)  # the header lines are TOML comments
+    par = t["parallelism"]
+    assert t["model"]["name"] == "qwen3" and t["model"]["flavor"] == QWEN3_MOE.name
     assert par["expert_parallel_degree"] == 8 and par["data_parallel_shard_degree"] == 32
+    assert "expert_tensor_parallel_degree" not in par  # ETP = TP: torchtitan's default pairing
     assert "borrows data_parallel_shard_degree" not in text  # CP <= EP <= dp_shard x CP holds
-    ddp = export_plan(MIXTRAL, ParallelPlan(world_size=64, gpus_per_node=8, global_batch_size=256, seq_len=4096,
-                                            tp=2, ep=8), H100, None, "torchtitan")
-    assert "borrows data_parallel_shard_degree" in ddp and "mixture-of-experts layers" in ddp
+    etp1 = tomllib.loads(export_plan(QWEN3_MOE, dataclasses.replace(fsdp, etp=1), H100, None, "torchtitan"))
+    assert etp1["parallelism"]["expert_tensor_parallel_degree"] == 1
+    # without ZeRO-3 torchtitan still shards (it refuses DDP next to TP), so EP 8 <= 32 x CP fits
+    sharded = export_plan(QWEN3_MOE, ParallelPlan(world_size=64, gpus_per_node=8, global_batch_size=256,
+                                                  seq_len=4096, tp=2, ep=8), H100, None, "torchtitan")
+    assert "DDP has not supported > 1D parallelism" in sharded
 
 
 # ----------------------------------------------------------------------------- end to end (presets)
@@ -265,8 +278,10 @@ def test_grouped_gemm_key_and_flag_change_only_the_expert_operators(tmp_path):
     assert PlanRequest.from_dict({"model": "llama-13b", "gpu": "h100-sxm", "gpus": 8}).moe_fields() == {}
     with pytest.raises(PlannerError, match="moe_grouped_gemm=1 must be true or false"):
         PlanRequest.from_dict({"model": "llama-13b", "gpu": "h100-sxm", "gpus": 8, "moe_grouped_gemm": 1})
+    # 8 local experts of 128 tokens each: grouped GEMMs pay the per-expert floors once (costmodel.moe_kernels; from
+    # 1,024 tokens per expert a training grouped GEMM runs as the per-expert GEMMs and the flag changes nothing)
     args = ["predict", "--model", "mixtral-8x7b", "--gpu", "h100-sxm", "--gpus", "64", "--tp", "1", "--pp", "4",
-            "--ep", "8", "--seq-len", "4096", "--format", "json"]
+            "--ep", "1", "--seq-len", "512", "--format", "json"]
     recs = []
     for flag in ("--moe-grouped-gemm", "--no-moe-grouped-gemm"):
         r = runner.invoke(app, args + [flag])
@@ -276,11 +291,12 @@ def test_grouped_gemm_key_and_flag_change_only_the_expert_operators(tmp_path):
     on, off = ({(b["operator"], b["phase"]): b["time_s"] for b in rec["breakdown"]} for rec in recs)
     assert on.keys() == off.keys()
     moved = {k[0] for k in on if off[k] != pytest.approx(on[k], rel=1e-9)}
-    moved.discard("pipeline_bubble+p2p")     # the bubble follows the stage times
+    moved.discard("pipeline_bubble+p2p")     # the bubble follows the stage times, and so does what of the
+    moved -= {"dp.grad_reduce (exposed)", "dp.param_allgather (exposed)"}  # DP communication the backward hides
     assert "moe.expert.up" in moved and all(name.startswith("moe.expert") for name in moved), moved
     f = tmp_path / "b.jsonl"
-    f.write_text(json.dumps({"model": "mixtral-8x7b", "gpu": "h100-sxm", "gpus": 64, "pp": 4, "ep": 8,
-                             "seq_len": 4096, "moe_grouped_gemm": False}) + "\n")
+    f.write_text(json.dumps({"model": "mixtral-8x7b", "gpu": "h100-sxm", "gpus": 64, "pp": 4, "ep": 1,
+                             "seq_len": 512, "moe_grouped_gemm": False}) + "\n")
     line = json.loads(runner.invoke(app, ["predict", "--batch", str(f)]).output)
     assert line["plan"]["moe_grouped_gemm"] is False and line["iteration_time_s"] == recs[1]["iteration_time_s"]
 
@@ -327,16 +343,27 @@ def test_megatron_and_nemo_export_mla_flags_of_deepseek_v3():
     assert "--multi-latent-attention" not in _flags(export_plan(MIXTRAL, p8, H100, None, "megatron"))
 
 
-def test_moe_prediction_gets_no_dense_interval_band():
-    """The shipped 80 % bands come from dense runs: an MoE plan does not get one (and says why); a dense plan does."""
+def test_moe_prediction_gets_the_band_of_moe_runs_never_the_dense_one():
+    """The shipped calibration carries a band of MoE runs (scripts/fit_default_calibration.py: residuals of
+    moe_runs.csv, every run held out from the dense fit): an MoE plan gets that band and says so; a dense plan the
+    dense band; a calibration with dense bands only gives an MoE plan none, and says why."""
+    import dataclasses
+
     from costmodel.core.specs.presets import resolve_model as resolve
     from planner.calibrate import calibration_option
+    from planner.intervals import MOE_TABLE, time_band
     from planner.prediction import predict
 
     hw = load_catalogue().resolve("h100-sxm")
     cal = calibration_option(None)
     moe = predict(resolve("mixtral-8x7b"), ParallelPlan(64, 8, 128, 4096, pp=4, ep=8), hw, calibration=cal)
+    assert moe.interval.startswith("80 % interval") and "mixture-of-experts runs" in moe.interval
+    band = cal.intervals[MOE_TABLE]["groups"]["pooled"]
+    assert (moe.iteration_time_low_s, moe.iteration_time_high_s) == pytest.approx(
+        time_band(moe.iteration_time_s, band))
+    dense = predict(resolve("llama3-8b"), ParallelPlan(64, 8, 128, 4096, tp=2), hw, calibration=cal)
+    assert dense.interval.startswith("80 % interval") and "mixture-of-experts" not in dense.interval
+    dense_only = dataclasses.replace(cal, intervals={k: v for k, v in cal.intervals.items() if k != MOE_TABLE})
+    moe = predict(resolve("mixtral-8x7b"), ParallelPlan(64, 8, 128, 4096, pp=4, ep=8), hw, calibration=dense_only)
     assert not moe.interval.startswith("80 % interval")
     assert any("no 80 % interval for mixture-of-experts" in w for w in moe.warnings)
-    dense = predict(resolve("llama3-8b"), ParallelPlan(64, 8, 128, 4096, tp=2), hw, calibration=cal)
-    assert dense.interval.startswith("80 % interval")

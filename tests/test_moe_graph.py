@@ -14,7 +14,7 @@ from costmodel.core.specs.model import ModelSpec
 from costmodel.cost.roofline import RooflineCostModel
 from costmodel.graph import build_graph, group_topology, layer_operators
 from costmodel.moe import flex_byte_factor, moe_block_operators, routing_imbalance
-from costmodel.moe_routing import AUX_FREE_MAXVIO, AUX_LOSS_MAXVIO, expected_max_normal
+from costmodel.moe_routing import AUX_FREE_MAXVIO, AUX_LOSS_MAXVIO, MAXVIO_EXPERTS, expected_max_normal
 from tests.helpers import plan
 
 H, E, K, FE, SEQ, MBS = 512, 8, 2, 256, 1024, 2
@@ -109,10 +109,33 @@ def test_allgather_dispatcher_gathers_tokens_over_ep_x_etp():
     rs = next(o for o in ops if o.name == "moe.combine" and o.phase is Phase.FWD)
     assert rs.kind == "reduce_scatter" and rs.bytes == ag.bytes
     assert not [o for o in ops if o.kind == "all_to_all"]
-    # flex (DeepEP) inside one NVLink domain: the all-to-all's bytes
+    # flex (DeepEP) inside one NVLink domain: one copy per destination EP rank, not per expert (E/EP = 2 experts
+    # per rank: a token's 2 experts share a rank with probability 1/7)
     flex, _ = moe_block_operators(m, dataclasses.replace(p, moe_dispatcher="flex"))
     alltoall, _ = moe_block_operators(m, dataclasses.replace(p, moe_dispatcher="alltoall"))
-    assert flex == alltoall
+    ranks_hit = 4 * (1 - math.comb(6, 2) / math.comb(8, 2))
+    f2a = {o.key(): o for o in alltoall if o.kind == "all_to_all"}
+    for o in (o for o in flex if o.kind == "all_to_all"):
+        assert o.bytes == pytest.approx(next(a for a in f2a.values() if a.name == o.name).bytes * ranks_hit / 2)
+    assert [o for o in flex if o.kind != "all_to_all"] == [o for o in alltoall if o.kind != "all_to_all"]
+
+
+def test_round_robin_routing_reaches_one_rank_per_token_when_aligned():
+    """NeMo AutoModel's fake balanced gate sends token t to experts t k ... t k + k - 1: with k dividing the
+    experts per rank every token's copies land on one rank (DeepSeek-V3 EP64: 4 experts per rank, k 8 -> 2
+    ranks, one node); flex then moves 1/k (2/k) of the all-to-all's bytes."""
+    from costmodel.moe import round_robin_parts
+    assert round_robin_parts(128, 8, 8) == 1.0            # Qwen3-30B EP8: 16 experts per rank
+    assert round_robin_parts(256, 8, 64) == 2.0           # DeepSeek-V3 EP64: 4 per rank
+    assert round_robin_parts(256, 8, 8) == 1.0            # ... and its 8 nodes of 32 experts
+    assert round_robin_parts(12, 8, 4) == pytest.approx((3 + 3 + 4) / 3)   # unaligned: starts 0, 8, 4
+    ds = moe_model(num_experts=256, experts_per_token=8)
+    assert flex_byte_factor(ds, 8, 64, "round_robin") == pytest.approx(1 / 8)
+    assert flex_byte_factor(ds, 1, 64, "round_robin") == pytest.approx(2 / 8)
+    assert flex_byte_factor(ds, 1, 64, "random") == pytest.approx(64 * (1 - math.comb(252, 8) / math.comb(256, 8)) / 8)
+    # the benchmark routers are balanced unless an imbalance is stated
+    assert routing_imbalance(ds, moe_plan(ep=8, moe_imbalance=None, moe_routing="round_robin")) == 1.0
+    assert routing_imbalance(ds, moe_plan(ep=8, moe_imbalance=None, moe_routing="random")) == 1.0
 
 
 def test_flex_deduplicates_tokens_per_destination_domain():
@@ -145,7 +168,9 @@ def test_imbalance_default_override_and_capacity():
     assert routing_imbalance(m, moe_plan(moe_imbalance=1.0)) == 1.0
     # EP = E: the busiest rank holds the busiest expert alone
     assert routing_imbalance(m, moe_plan(ep=8, moe_imbalance=1.5)) == 1.5
-    assert routing_imbalance(m, moe_plan(ep=8, moe_imbalance=None)) == pytest.approx(1 + AUX_LOSS_MAXVIO)
+    per8 = expected_max_normal(8) / expected_max_normal(MAXVIO_EXPERTS)   # the 64-expert MaxVio over 8 experts
+    assert routing_imbalance(m, moe_plan(ep=8, moe_imbalance=None)) == pytest.approx(1 + AUX_LOSS_MAXVIO * per8)
+    assert 0.30 < AUX_LOSS_MAXVIO * per8 < 0.32
     # EP = 4 (2 experts per rank): independent expert loads, rank = sum of 2, busiest of 4 ranks
     r = 1 + 0.5 * expected_max_normal(4) / (expected_max_normal(8) * math.sqrt(2))
     assert routing_imbalance(m, moe_plan(moe_imbalance=1.5)) == pytest.approx(r) and 1 < r < 1.5
@@ -160,11 +185,16 @@ def test_imbalance_default_override_and_capacity():
 
 def test_default_imbalance_follows_the_router_and_the_ep_split():
     """Default: Wang et al. 2024 Table 2 MaxVio_global per expert (aux-loss 0.52, aux-loss-free 0.04 for
-    DeepSeek-V3's noaux_tc router), taken to the busiest rank; no imbalance without EP."""
+    DeepSeek-V3's noaux_tc router, over 64 experts; for E experts x e(E) / e(64)), taken to the busiest rank; no
+    imbalance without EP."""
     assert expected_max_normal(1) == 0.0 and expected_max_normal(2) == pytest.approx(1 / math.sqrt(math.pi))
     m = moe_model()
     free = moe_model(extra={"topk_method": "noaux_tc"})
-    assert routing_imbalance(free, moe_plan(ep=8, moe_imbalance=None)) == pytest.approx(1 + AUX_FREE_MAXVIO)
+    per8 = expected_max_normal(8) / expected_max_normal(MAXVIO_EXPERTS)
+    assert routing_imbalance(free, moe_plan(ep=8, moe_imbalance=None)) == pytest.approx(1 + AUX_FREE_MAXVIO * per8)
+    big = moe_model(num_experts=64, experts_per_token=2)
+    assert routing_imbalance(big, moe_plan(ep=64, gpus=64, gbs=128, moe_imbalance=None)) == \
+        pytest.approx(1 + AUX_LOSS_MAXVIO)  # the published model's expert count: the published figure
     assert routing_imbalance(m, moe_plan(gpus=2, gbs=4, ep=1, moe_imbalance=None)) == 1.0
     ranks = [routing_imbalance(m, moe_plan(ep=ep, moe_imbalance=None)) for ep in (2, 4, 8)]
     assert 1.0 < ranks[0] < ranks[1] < ranks[2]

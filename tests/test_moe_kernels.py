@@ -97,23 +97,48 @@ def test_compose_scales_only_expert_operators_of_grouped_gemm_plans():
     out = MK.apply(plan, hw, graph, times)
     ops = {o.key(): o for st in graph.stages for o in st.layer_ops}
     up = next(o for o in ops.values() if o.name == "moe.expert.up" and o.phase is Phase.FWD)
-    factor = MK.ratio_for(MK.system_of("h100-sxm", TABLE), up.features[0], up.count)
-    assert factor != 1.0
+    factor = MK.training_factor(MK.system_of("h100-sxm", TABLE), up.features[0], up.count)
+    assert factor == 1.0 and up.features[0] >= MK.M_COMPUTE_BOUND   # Mixtral EP8: 16,384 tokens on one expert
+    small = replace(plan, ep=1, micro_batch_size=1)                    # 8 local experts, 1,024 tokens each
+    hw, graph_s, times_s = _times(model, small, "h100-sxm")
+    assert MK.apply(small, hw, graph_s, times_s).time_s == times_s.time_s
+    tiny = ParallelPlan(world_size=64, gpus_per_node=8, global_batch_size=256, seq_len=512, pp=4, ep=1)
+    hw, graph, times = _times(model, tiny, "h100-sxm")                # 128 tokens per expert: floors
+    out = MK.apply(tiny, hw, graph, times)
+    ops = {o.key(): o for st in graph.stages for o in st.layer_ops}
+    up = next(o for o in ops.values() if o.name == "moe.expert.up" and o.phase is Phase.FWD)
+    factor = MK.training_factor(MK.system_of("h100-sxm", TABLE), up.features[0], up.count)
+    assert factor == min(1.0, MK.ratio_for(MK.system_of("h100-sxm", TABLE), up.features[0], up.count)) < 1.0
     for k, v in times.time_s.items():
         expert = k in ops and ops[k].name.startswith("moe.expert")
         assert out.time_s[k] == (v * factor if expert else v)
         if times.low_s is not None and out.low_s is not None:
             assert out.low_s[k] == (times.low_s[k] * factor if expert else times.low_s[k])
-    assert any("fused-MoE" in w for w in out.warnings)
+    assert any("fused-MoE" in w and "training basis" in w for w in out.warnings)
+    assert all(out.source[k] == "derived" for k in ops if ops[k].name.startswith("moe.expert") and k in out.source)
     # without grouped GEMMs (SequentialMLP: one GEMM chain per expert, what the graph costs) nothing changes
     plan_seq = replace(plan, moe_grouped_gemm=False)
     hw, graph, times = _times(model, plan_seq, "h100-sxm")
     assert MK.apply(plan_seq, hw, graph, times) is times
 
 
+def test_training_factor_is_one_when_compute_bound_and_capped_below():
+    """Training basis: 1 from M_COMPUTE_BOUND tokens per expert (DeepGEMM grouped = dense), the measured fused
+    ratio capped at 1 up to M_WEIGHT_BOUND, continuous and between the two in between."""
+    sys_ = MK.system_of("b200", TABLE)
+    for local in (1, 2, 16, 64):
+        ms = np.geomspace(8, 8192, 60)
+        f = np.array([MK.training_factor(sys_, m, local) for m in ms])
+        assert np.all(f <= 1.0) and np.all(f[ms >= MK.M_COMPUTE_BOUND] == 1.0)
+        assert np.all(np.abs(np.diff(f)) < 0.2)
+    assert MK.training_factor(sys_, 16, 1) == 1.0          # one local expert: the fused kernel's extra work
+    assert MK.training_factor(sys_, 16, 64) == MK.ratio_for(sys_, 16, 64) < 0.5
+    assert MK.training_factor(None, 16, 64) == 1.0
+
+
 def test_same_die_borrows_and_other_dies_say_so():
     model = resolve_model("mixtral-8x7b")
-    plan = _moe_plan()
+    plan = ParallelPlan(world_size=64, gpus_per_node=8, global_batch_size=256, seq_len=512, pp=4, ep=1)
     hw, graph, times = _times(model, plan, "gh200")
     assert any("borrowed from h100-sxm" in w for w in MK.apply(plan, hw, graph, times).warnings)
     hw, graph, times = _times(model, plan, "a100-80gb")
@@ -135,5 +160,31 @@ def test_a_key_shared_with_a_dense_operator_is_not_scaled():
     twin = replace(up, name="moe.shared.up", count=1.0)
     other = Op("gemm", "moe.expert.down", Phase.FWD, (2048, 1024, 2048), count=16.0)
     factors, _ = MK.grouped_gemm_factors(plan, hw, [up, twin, other])
-    assert up.key() not in factors and factors[other.key()] == MK.ratio_for(MK.system_of("h100-sxm", TABLE),
-                                                                            2048, 16)
+    assert up.key() not in factors and factors[other.key()] == MK.training_factor(MK.system_of("h100-sxm", TABLE),
+                                                                                  2048, 16)
+
+
+def test_overlapped_flex_dispatcher_takes_its_sms_from_the_compute():
+    """--overlap-moe-expert-parallel-comm with the flex dispatcher: DeepEP's kernels hold 20 of an H100's 132 SMs
+    while they run, so each phase's placeholder costs 20/132 of that phase's overlapped EP communication; none
+    without overlap or with the all-to-all dispatcher."""
+    from costmodel.core.kinds import Category
+    from costmodel.estimate import estimate
+    from costmodel.moe import SM_SHARE
+    from costmodel.moe_kernels import FLEX_SMS, gpu_sms
+    from planner.requests import PlanRequest
+
+    req = PlanRequest(model="qwen3-30b-a3b", gpu="h100-sxm", gpus=32, ep=32, mbs=1, gbs=64, moe_dispatcher="flex",
+                      moe_overlap_comm=True)
+    res = req.resolve()
+    est = estimate(res.model, res.plan, res.hardware, cost_model=default_cost_model())
+    graph, times = est.graph, est.costed.time_s
+    st = graph.distinct_stages()[0]
+    for ph in (o for o in st.layer_ops if o.name == SM_SHARE):
+        comm = sum(times[o.key()] * o.count for o in st.layer_overlap_ops
+                   if o.category is Category.EP_COMM and o.phase is ph.phase)
+        assert comm > 0 and times[ph.key()] == pytest.approx(FLEX_SMS["deepep"] / 132 * comm / ph.count)
+    assert gpu_sms("h100-sxm") == 132 and gpu_sms("gb300") == 160 and gpu_sms("a100-80gb") is None
+    plain = PlanRequest(model="qwen3-30b-a3b", gpu="h100-sxm", gpus=32, ep=32, mbs=1, gbs=64,
+                        moe_dispatcher="alltoall", moe_overlap_comm=True).resolve()
+    assert not [o for o in build_graph(plain.model, plain.plan).stages[0].layer_ops if o.name == SM_SHARE]

@@ -1,9 +1,9 @@
-"""Property-based tests over random valid models and plans (issue 6, item 2).
+"""Property-based tests over random valid models and plans.
 
 Hypothesis draws small dense transformers (GPT- or Llama-style, 2..16 layers, hidden a multiple of
 64 up to 2048) and valid layouts on 'a100-80gb' / 'h100-sxm' (GPUs = TP x PP x DP with each factor
 in {1, 2, 4, 8}, MBS 1..4, GBS = MBS x DP x k). Every property is checked on 200 examples
-(``EXAMPLES``) with the default cost model (the shipped regressors, roofline where none exists).
+(``tests.helpers.EXAMPLES``) with the default cost model (the shipped regressors, roofline where none exists).
 """
 
 from __future__ import annotations
@@ -11,14 +11,12 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import replace
-from functools import lru_cache
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.hf_config import from_hf_config
 from costmodel.core.specs.plan import ParallelPlan
 from costmodel.cost.base import CostResult, OperatorCostModel
@@ -28,61 +26,10 @@ from costmodel.graph import build_graph
 from costmodel.memory import _embedding_params_per_gpu, _head_params_per_gpu, layer_params_per_gpu, stage_params
 from planner.cli_predict import run_batch
 from planner.prediction import predict
-from tests.helpers import gpt, llama
+from tests.helpers import GPUS, SETTINGS, gpt, hardware, models, setups
 
-EXAMPLES = 200
-SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-"""derandomize: the same examples on every run (a failure reproduces; results are seed-free)."""
-GPUS = ("a100-80gb", "h100-sxm")
-POW2 = (1, 2, 4, 8)
 REL = 1e-12
 ROOFLINE = RooflineCostModel()
-
-
-@lru_cache(maxsize=None)
-def hardware(gpu: str):
-    return load_catalogue().resolve(gpu)
-
-
-def _divisors(n: int, cap: int | None = None) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0 and (cap is None or d <= cap)]
-
-
-@st.composite
-def models(draw, layers=None, family=None):
-    """A small dense model; heads divide hidden/64 (head_dim a multiple of 64), KV heads divide heads."""
-    hidden = 64 * draw(st.integers(1, 32))
-    heads = draw(st.sampled_from(_divisors(hidden // 64)))
-    kv = draw(st.sampled_from(_divisors(heads)))
-    ffn = 64 * draw(st.integers(2, 128))
-    vocab = draw(st.integers(1000, 60000))
-    n = layers if layers is not None else draw(st.integers(2, 16))
-    fam = family or draw(st.sampled_from(("gpt", "llama")))
-    seq = draw(st.sampled_from((128, 256, 512, 1024, 2048)))
-    if fam == "gpt":
-        return gpt(layers=n, hidden=hidden, heads=heads, vocab=vocab, seq=seq, ffn_hidden_size=ffn)
-    return llama(layers=n, hidden=hidden, heads=heads, kv=kv, ffn=ffn, vocab=vocab, seq=seq)
-
-
-@st.composite
-def setups(draw, model_strategy=None, pp_choices=POW2, min_dp=1):
-    """(model, plan, gpu) with a valid plan: TP among the powers of 2 dividing heads and FFN."""
-    model = draw(model_strategy if model_strategy is not None else models())
-    tp = draw(st.sampled_from([t for t in POW2 if model.num_heads % t == 0 and model.ffn_hidden_size % t == 0
-                               and (model.num_kv_heads % t == 0 or t % model.num_kv_heads == 0)]))
-    pp = draw(st.sampled_from([p for p in pp_choices if model.num_layers % p == 0] or [1]))
-    dp = draw(st.sampled_from([d for d in POW2 if d >= min_dp]))
-    mbs = draw(st.integers(1, 4))
-    k = draw(st.integers(1, 8))
-    gpu = draw(st.sampled_from(GPUS))
-    gpus = tp * pp * dp
-    plan = ParallelPlan(world_size=gpus, gpus_per_node=min(hardware(gpu).cluster.gpus_per_node, gpus),
-                        global_batch_size=mbs * dp * k, seq_len=model.max_seq_len, tp=tp, pp=pp,
-                        micro_batch_size=mbs, recompute=draw(st.sampled_from(("none", "selective", "full"))),
-                        zero=draw(st.sampled_from((0, 1, 2, 3))))
-    assume(not plan.problems(model))
-    return model, plan, gpu
 
 
 def _with(plan: ParallelPlan, **kw) -> ParallelPlan:
@@ -118,7 +65,7 @@ def test_more_layers_never_faster(n, extra, data):
     # pp = 1 so that any layer count is a valid plan. Checked on the analytical cost model only: the
     # measured tree ensembles are piecewise constant and not monotone between their samples (hypothesis
     # finds deeper models predicted ~15 % faster than shallower ones on the default models), an open
-    # finding of issue #6 (monotone constraints in the regressors would fix it).
+    # finding (monotone constraints in the regressors would fix it).
     model, plan, gpu = data.draw(setups(models(layers=n), pp_choices=(1,)))
     bigger = replace(model, num_layers=min(16, n + extra))
     assume(bigger.num_layers > n)

@@ -172,11 +172,13 @@ def test_request_key_and_cli_flag_reach_the_plan_and_its_json():
 
 
 def test_megatron_and_nemo_exports_carry_the_modules():
+    from costmodel.core.specs.catalogue import load_catalogue
     from planner.export import export_plan, nemo_config
-    from tests.test_export_fields import HW, _hf, _plan, parse_megatron
+    from tests.helpers import hf_model, parse_megatron, plan
 
-    model = _hf("deepseek-v3")
-    p = _plan(gpus=64, tp=1, pp=1, ep=64, moe_imbalance=1.0, recompute_modules=("moe_act", "layernorm"))
+    HW = load_catalogue().resolve("a100-80gb")
+    model = hf_model("deepseek-v3")
+    p = plan(gpus=64, tp=1, pp=1, ep=64, moe_imbalance=1.0, recompute_modules=("moe_act", "layernorm"))
     a = parse_megatron(export_plan(model, p, HW, None, "megatron"))
     assert a.recompute_granularity == "selective" and a.recompute_modules == ["moe_act", "layernorm"]
     d = parse_megatron(export_plan(model, dataclasses.replace(p, recompute_modules=()), HW, None, "megatron"))

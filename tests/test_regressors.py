@@ -8,22 +8,13 @@ from sklearn.base import clone
 from sklearn.model_selection import GroupKFold, cross_validate
 
 from costmodel.core.kinds import FEATURES
-from costmodel.datasets.schema import Dataset
 from costmodel.regressors import REGISTRY, register
 from costmodel.regressors.features import CPU_NOMINAL, build_features, feature_names
 from costmodel.regressors.loading import load_regressor
 from costmodel.regressors.selection import select, shape_groups
+from tests.helpers import synthetic, tiny_dataset
 
 SMALL = {"forest": dict(n_estimators=15, max_depth=5), "boosted": dict(n_estimators=30, max_depth=4)}
-
-
-def synthetic(n=300, seed=0):
-    """GEMM-like data: time = roofline / efficiency(shape) with a smooth efficiency, > 0."""
-    rng = np.random.default_rng(seed)
-    raw = 2.0 ** rng.integers(6, 12, size=(n, 3))
-    X = build_features("gemm", raw, "bf16", False, CPU_NOMINAL)
-    eff = 0.2 + 0.6 / (1 + np.exp(-(np.log2(raw).sum(1) - 27) / 3))
-    return raw, X, X[:, -1] / eff * 10
 
 
 @pytest.fixture(params=sorted(REGISTRY))
@@ -109,16 +100,10 @@ def test_select_picks_a_candidate():
     assert s.cv["mape"] == min(c["mape"] for c in s.candidates)
 
 
-def _tiny_dataset(gpu="cpu", seed=0) -> Dataset:
-    raw, X, y = synthetic(120, seed)
-    return Dataset("gemm", gpu, raw, ["fwd"] * len(y), ["fp32"] * len(y), y,
-                   meta={"sources": [{"path": "synthetic", "sha256": "0" * 64}]})
-
-
 def test_fit_pipeline_deterministic(tmp_path):
     from costmodel.fit import fit_all
 
-    ds = {("gemm", "cpu"): _tiny_dataset()}
+    ds = {("gemm", "cpu"): tiny_dataset()}
     a, b = tmp_path / "a", tmp_path / "b"
     fit_all(ds, a, quick=True, log=lambda s: None)
     fit_all(ds, b, quick=True, log=lambda s: None)
@@ -131,7 +116,7 @@ def test_fit_pipeline_deterministic(tmp_path):
 def test_fit_pipeline_skips_small(tmp_path):
     from costmodel.fit import fit_all
 
-    ds = _tiny_dataset().select(np.arange(10))
+    ds = tiny_dataset().select(np.arange(10))
     idx = fit_all({("gemm", "cpu"): ds}, tmp_path, quick=True, log=lambda s: None)
     assert "gemm.fwd" in idx["skipped"]["cpu"] and "10 samples" in idx["skipped"]["cpu"]["gemm.fwd"]
 
@@ -139,7 +124,7 @@ def test_fit_pipeline_skips_small(tmp_path):
 def test_report_formats(tmp_path):
     from costmodel.fit import fit_all, render_report
 
-    fit_all({("gemm", "cpu"): _tiny_dataset()}, tmp_path, quick=True, log=lambda s: None)
+    fit_all({("gemm", "cpu"): tiny_dataset()}, tmp_path, quick=True, log=lambda s: None)
     for fmt in ("table", "json", "md"):
         text = render_report(tmp_path, fmt)
         assert "gemm" in text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -81,6 +82,48 @@ def test_bad_logs_are_one_line_errors(tmp_path):
         read_log(LOGS / "nemo_llama2-7b.log", "deepspeed")
 
 
+def _megatron_line(it: int, ms: float, gbs: int) -> str:
+    """One Megatron-LM training_log line (megatron/training/training.py @001b00c2)."""
+    return (f" [2026-01-01 00:00:00.000000] iteration {it:8d}/{80:8d} | consumed samples: {it * gbs:12d} | "
+            f"elapsed time per iteration (ms): {ms:.1f} | global batch size: {gbs:5d} | loss scale: 1.0 |")
+
+
+# --rampup-batch-size 16 16 ...: batch 16, then 32, then the final 64 (a line's window may straddle a change)
+RAMP = "\n".join(_megatron_line(it, ms, gbs) for it, ms, gbs in (
+    (1, 9000.0, 16), (10, 1500.0, 16), (20, 1000.0, 16), (30, 1900.0, 32), (40, 2000.0, 32), (50, 3500.0, 64),
+    (60, 4000.0, 64), (70, 4100.0, 64), (80, 3900.0, 64)))
+
+
+def test_ramp_up_log_is_measured_on_its_final_constant_batch(tmp_path):
+    (tmp_path / "ramp.log").write_text(RAMP + "\n")
+    s = read_log(tmp_path / "ramp.log", "megatron")
+    # the line at 50 is the first printing 64, but its window (41-50) may hold batch-32 iterations: left out
+    assert [ln.iteration for ln in s.used] == [60, 70, 80] and s.medians["gbs"] == 64
+    assert s.medians["iteration_time_s"] == pytest.approx(4.0)
+    assert "final constant-batch segment (global batch 64 from iteration 51" in s.segment
+    assert "16 -> 32 -> 64" in s.segment
+    f = read_log(tmp_path / "ramp.log", "megatron", from_iteration=61)
+    assert [ln.iteration for ln in f.used] == [70, 80] and "from 61 on" in f.segment
+    with pytest.raises(PlannerError, match="changes from iteration 21 on .*later --from-iteration"):
+        read_log(tmp_path / "ramp.log", "megatron", from_iteration=21)
+    (tmp_path / "short.log").write_text(RAMP.rsplit("\n", 3)[0] + "\n")  # ends at the first batch-64 line
+    with pytest.raises(PlannerError, match="no iteration line in the final constant-batch segment"):
+        read_log(tmp_path / "short.log", "megatron")
+
+
+def test_ramp_up_import_says_which_segment(tmp_path):
+    (tmp_path / "ramp.log").write_text(RAMP + "\n")
+    res = _planner("runs", "import", "--from", "megatron", str(tmp_path / "ramp.log"), *GPT3, "--format", "json")
+    assert res.returncode == 0, res.stderr
+    assert "measured on the final constant-batch segment (global batch 64 from iteration 51" in res.stderr
+    row = json.loads(res.stdout)[0]
+    assert row["gbs"] in (64, "64") and float(row["measured_value"]) == 4.0
+    assert "measured on the final constant-batch segment" in row["notes"]
+    res = _planner("runs", "import", "--from", "megatron", str(tmp_path / "ramp.log"), *GPT3, "--from-iteration", "61",
+                   "--format", "json")
+    assert res.returncode == 0 and "iterations 61-80" in res.stderr and "(--from-iteration)" in res.stderr
+
+
 def test_missing_layout_is_refused_naming_the_flags(tmp_path):
     res = _planner("runs", "import", "--from", "megatron", str(LOGS / "megatron_gpt3-175b_full.log"),
                    "--model", "gpt3-175b", "--gpus", "64")
@@ -93,7 +136,7 @@ def test_missing_layout_is_refused_naming_the_flags(tmp_path):
     assert res.returncode == 2 and "prints global batch size 64" in res.stderr
 
 
-def test_import_validate_calibrate_loop(tmp_path):
+def test_import_validate_calibrate_loop(tmp_path, user_config_dir):
     runs = tmp_path / "runs.csv"
     for log, extra in (("megatron_gpt3-175b_full.log", ["--recompute", "full", "--no-sequence-parallel"]),
                        ("megatron_gpt3-175b_selective.log", ["--recompute", "selective", "--sequence-parallel"])):
@@ -116,4 +159,10 @@ def test_import_validate_calibrate_loop(tmp_path):
     cal = _planner("calibrate", "--runs", str(runs), "--name", "mine", "--constants", "compute_scale",
                    "--format", "json", cwd=tmp_path)
     assert cal.returncode == 0, cal.stderr
-    assert (tmp_path / "calibrations" / "mine.json").is_file()
+    saved = user_config_dir / "planner" / "calibrations" / "mine.json"  # $XDG_CONFIG_HOME (tests/conftest.py)
+    assert saved.is_file() and not (tmp_path / "calibrations").exists()
+    assert json.loads(cal.stdout)["path"] == str(saved)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    val = _planner("validate", "--runs", str(runs), "--format", "json", "--calibration", "mine", cwd=elsewhere)
+    assert val.returncode == 0, val.stderr  # the name is found from any working directory

@@ -148,7 +148,7 @@ def test_optuna_within_one_percent_of_exhaustive(cat, roofline, model, gpu, gpus
 
 
 def test_default_search_finds_the_optimum_that_optuna_alone_misses(cat, roofline):
-    """llama3-70b on 512 H100 (every PP up to the layer count since issue #14): Optuna alone ends 2.2 % above the
+    """llama3-70b on 512 H100 (every PP up to the layer count): Optuna alone ends 2.2 % above the
     optimum at seed 0 with 200 or 400 trials (benchmarks/bench_search.py reports its hit rate over seeds); the
     default mode counts the space (<= EXHAUSTIVE_MAX_PLANS valid plans) and evaluates all of it."""
     from planner.search.engine import search
@@ -322,10 +322,32 @@ def test_cli_search_formats():
     assert "time to train" in table and "Per stage" in table
 
 
+def _plan_key(p: dict) -> tuple:
+    return tuple(p[k] for k in ("gpu", "gpus", "tp", "pp", "dp", "cp", "vpp", "mbs", "recompute", "zero"))
+
+
 def test_cli_search_optuna_and_pareto():
-    out = _ok(["search", "--model", "llama-13b", "--nodes", "2", "--gpu", "a100-80gb", "--gpu", "h100-sxm", *SMALL,
-               "--trials", "20", "--seed", "3", "--objective", "pareto", "--no-progress"])
-    assert "Pareto" in out
+    import json
+
+    args = ["search", "--model", "llama-13b", "--nodes", "2", "--gpu", "a100-80gb", "--gpu", "h100-sxm", *SMALL,
+            "--trials", "20", "--seed", "3", "--objective", "pareto", "--no-progress"]
+    assert "Pareto" in _ok(args + ["--mode", "optuna"])
+    got = json.loads(_ok(args + ["--mode", "optuna", "--format", "json"]))
+    assert got["search"]["method"] == "optuna-tpe" and got["search"]["trials"] == 20
+    plans = got["plans"]
+    assert {p["gpu"] for p in plans} == {"a100-80gb", "h100-sxm"}
+
+    def dominated(p):
+        return any(q["iteration_time_s"] <= p["iteration_time_s"] and q["usd_per_mtoken"] <= p["usd_per_mtoken"]
+                   and (q["iteration_time_s"], q["usd_per_mtoken"]) != (p["iteration_time_s"], p["usd_per_mtoken"])
+                   for q in plans)
+
+    # the flagged front is exactly the plans no other found plan beats on both time and cost
+    assert [p["pareto"] for p in plans] == [not dominated(p) for p in plans] and any(p["pareto"] for p in plans)
+    # every plan the study found carries the prediction the exhaustive search makes of it
+    every = {_plan_key(p): p for p in json.loads(_ok(args + ["--mode", "exhaustive", "--format", "json"]))["plans"]}
+    for p in plans:
+        assert p["iteration_time_s"] == every[_plan_key(p)]["iteration_time_s"]
 
 
 def test_cli_explain():

@@ -1,28 +1,29 @@
-"""Rank skew (straggler) term: measurement file, CPU hardware figure, timeline wait (issue #4)."""
+"""Rank skew (straggler) term: measurement file, CPU hardware figure, timeline wait."""
 
 import dataclasses
 import math
 
 import pytest
 
+from costmodel import straggler
 from costmodel.core.errors import PlannerError
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.sampling import skew
 from planner.prediction import predict
-from tests.helpers import llama, plan, write_json
+from tests.helpers import cpu_profile_datasets, llama, plan, write_json
 
 
 @pytest.mark.parametrize("n, expected", [(1, 0.0), (2, 1 / math.sqrt(math.pi)), (3, 0.8463), (4, 1.0294),
                                          (5, 1.1630), (10, 1.5388)])
 def test_expected_max_normal_matches_tables(n, expected):
     # Tippett (1925) / standard order-statistics tables: E[max of n standard normals]
-    assert skew.expected_max_normal(n) == pytest.approx(expected, abs=2e-4)
+    assert straggler.expected_max_normal(n) == pytest.approx(expected, abs=2e-4)
 
 
 def test_rank_scale():
-    assert skew.rank_scale(1, 2) == 0.0
-    assert skew.rank_scale(2, 2) == pytest.approx(1.0)
-    assert skew.rank_scale(4, 2) == pytest.approx(1.0294 * math.sqrt(math.pi), rel=1e-3)
+    assert straggler.rank_scale(1, 2) == 0.0
+    assert straggler.rank_scale(2, 2) == pytest.approx(1.0)
+    assert straggler.rank_scale(4, 2) == pytest.approx(1.0294 * math.sqrt(math.pi), rel=1e-3)
 
 
 def test_pooled_excess_is_ratio_of_sums():
@@ -51,27 +52,11 @@ def test_load_validates(tmp_path):
         skew.load([tmp_path])
 
 
-def _cpu_datasets():
-    import numpy as np
-
-    from costmodel.datasets.schema import Dataset
-
-    def ds(kind, feats, t):
-        n = len(t)
-        return Dataset(kind, "cpu", np.array(feats, dtype=float), np.array(["fwd"] * n, dtype=object),
-                       np.array(["fp32"] * n, dtype=object), np.array(t), np.zeros(n), np.ones(n), np.arange(n),
-                       {"fingerprint": {"cpu_model": "test CPU", "threads": 1}})
-
-    return {("gemm", "cpu"): ds("gemm", [[256, 256, 256]], [0.001]),
-            ("residual_add", "cpu"): ds("residual_add", [[1_000_000]], [0.001]),
-            ("all_reduce", "cpu"): ds("all_reduce", [[1_000_000, 2, 1, 2]], [0.002])}
-
-
 def test_cpu_hardware_carries_measured_skew(tmp_path):
     from costmodel.cpu_hardware import derive, to_toml
 
-    assert "straggler_excess" not in derive(_cpu_datasets())["clusters"]["cpu-host"]
-    entry = derive(_cpu_datasets(), skew.load([_skew_file(tmp_path)]))
+    assert "straggler_excess" not in derive(cpu_profile_datasets())["clusters"]["cpu-host"]
+    entry = derive(cpu_profile_datasets(), skew.load([_skew_file(tmp_path)]))
     c = entry["clusters"]["cpu-host"]
     assert c["straggler_excess"] == 0.07 and c["straggler_ranks"] == 2 and "straggler_excess" in c["sources"]
     (tmp_path / "hardware.toml").write_text(to_toml(entry))
@@ -112,7 +97,7 @@ def test_timeline_adds_excess_of_compute_on_multi_rank_plans_only():
           - predict(model, four, _hw(0.0), cm).iteration_time_s)
     p4 = predict(model, four, _hw(0.1, ranks=2), cm)
     w4 = p4.iteration_time_s - predict(model, four, _hw(0.0), cm).iteration_time_s
-    assert w4 == pytest.approx(w2 * skew.rank_scale(4, 2), rel=1e-6)
+    assert w4 == pytest.approx(w2 * straggler.rank_scale(4, 2), rel=1e-6)
     assert any("rank skew measured on 2 ranks, extrapolated to 4" in w for w in p4.warnings)
 
 

@@ -236,8 +236,10 @@ def test_shipped_source_rules_are_checked():
     shipped = S.load_sources(S.sources_file())
     assert NARAY21_TABLE1 in shipped["NARAY21"].sources
     assert set(shipped["NARAY21"].rules) == set(S.RULES) - {"no_gradient_accumulation", "tflops_mcore_full_attention",
-                                                            "tflops_mcore_causal"}
+                                                            "tflops_mcore_causal", "moe_token_drop"}
     assert set(shipped["MOE-MOEZOO"].rules) == {"tflops_mcore_causal"}
+    assert set(shipped["MOE-NEMO25"].rules) == {"moe_token_drop"}
+    assert set(shipped["MOE-MLMDSV3"].rules) == {"tflops_mcore_causal"}
     assert "no_gradient_accumulation" in shipped["MLM-SEP20"].rules
     assert shipped["TORCHTITAN"].rules == {}
     rule = {"assumption": "a", "citation": "c"}

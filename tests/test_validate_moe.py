@@ -19,7 +19,7 @@ ACCEPTED = {"MOE-MLMREADME-001", "MOE-MOEZOO-001", "MOE-MOEZOO-002", "MOE-MOEZOO
             "MOE-MOEZOO-015", *(f"MOE-MOEZOO-{i:03d}" for i in range(16, 20)), "MOE-MOEZOO-023",
             "MOE-MOEZOO-020", "MOE-MOEZOO-021", "MOE-MOEZOO-022", "MOE-MOEZOO-024",
             *(f"MOE-AUTOMODEL-{i:03d}" for i in range(1, 6)), "MOE-NEMO25-001", "MOE-NEMO25-002", "MOE-NEMO25-003",
-            "MOE-NEMO25-004"}
+            "MOE-NEMO25-004", "MOE-MLMDSV3-002"}
 """Rows of moe_runs.csv the reader maps (every other row states why it is refused)."""
 
 
@@ -50,10 +50,21 @@ def test_every_moe_row_maps_or_states_a_reason(moe_rows):
         plan = V.row_to_inputs(moe_rows[run_id])[1]
         assert plan.pipeline_layout == (2,) * 29 + (1,) * 3 and plan.layer_split is None and plan.pp == pp
     assert "GBS not stated" in reason["MOE-TORCHTITAN-001"]
-    dsv3 = reason["MOE-DSV3REPORT-001"]
-    assert "MTP" in dsv3 and "H800" in dsv3
-    # no tflops_mcore_* rule for the DeepSeek-V3 GB200 write-up: its TFLOP/s formula is not stated
-    assert "FLOPs formula is not stated" in reason["MOE-MLMDSV3-001"]
+    dsv3 = reason["MOE-DSV3REPORT-001"]  # its MTP depth is modelled; what is missing is the GPU and the schedule
+    assert "DualPipe" in dsv3 and "H800" in dsv3 and "MTP" not in dsv3
+    assert moe_model(moe_rows["MOE-DSV3REPORT-001"], 4096, []).mtp_layers == 1
+    assert "Local batch size is 10" in reason["MOE-TORCHTITAN-001"]
+    # the DeepSeek-V3 GB200 write-up: its baseline is refused as host-bound (the source says so), its final row runs
+    # the layout written in the notes ('Et|(tt|)*30L': embedding + 1 layer, 30 x 2 layers, loss) on PP8 x VPP4
+    assert "host-bound" in reason["MOE-MLMDSV3-001"] and "FLOPs formula" not in reason["MOE-MLMDSV3-001"]
+    plan = V.row_to_inputs(moe_rows["MOE-MLMDSV3-002"])[1]
+    assert plan.pipeline_layout == (1,) + (2,) * 30 + (0,) and (plan.pp, plan.vpp) == (8, 4)
+    assert plan.moe_dispatcher == "flex" and plan.moe_routing == "random" and plan.dtype == "fp8-block"
+    # NeMo's Mixtral performance recipes drop tokens at capacity 1 (source rule moe_token_drop): balanced experts
+    nemo_model, nemo_plan, _, _ = V.row_to_inputs(moe_rows["MOE-NEMO25-001"])
+    assert nemo_plan.moe_imbalance == 1.0 and nemo_model.capacity_factor == 1.0
+    # NeMo AutoModel's fake balanced gate: round-robin experts
+    assert V.row_to_inputs(moe_rows["MOE-AUTOMODEL-002"])[1].moe_routing == "round_robin"
 
 
 @pytest.mark.parametrize("run_id,preset", [
@@ -181,7 +192,7 @@ def test_cli_cross_validates_the_moe_file(shared_validation):
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)
     assert data["cv"] == "source" and {f["held_out"][0] for f in data["folds"]} == \
-        {"MOE-AUTOMODEL", "MOE-MLMREADME", "MOE-MOEZOO", "MOE-NEMO25"}
+        {"MOE-AUTOMODEL", "MOE-MLMDSV3", "MOE-MLMREADME", "MOE-MOEZOO", "MOE-NEMO25"}
     done = [r for r in data["rows"] if not r["skip_reason"]]
     assert {r["id"] for r in done} == ACCEPTED
     assert all(r["predicted"] > 0 and r["layout"]["ep"] > 1 for r in done)

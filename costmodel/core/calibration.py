@@ -48,7 +48,8 @@ class Calibration(Protocol):
         """Notes on applying the calibration on top of the cost model named ``cost_model_name``."""
         ...
 
-    def interval_group(self, gpu: str, framework: str) -> tuple[str, dict] | None:
+    def interval_group(self, gpu: str, framework: str, moe: bool = False) -> tuple[str, dict] | None:
         """(group, {n, q_low, q_high}) of the calibration's 80 % interval for plans on ``gpu`` run by ``framework``
-        (log residuals of held-out runs, planner.intervals); None = no interval table."""
+        (log residuals of held-out runs, planner.intervals; ``moe``: its table for mixture-of-experts plans);
+        None = no such table."""
         ...

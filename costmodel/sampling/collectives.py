@@ -35,7 +35,7 @@ is what the slower rank adds to the step), and the recorded time is the mean ove
 median: the times are bimodal, and a step pays the sum of its calls). On this 2-core VM, gloo all-reduces
 of 1 KB-256 KB took
 0.44-0.50 ms back to back but 1.3-2.8 ms after 1-3 ms of GEMM compute, and 1.4-2.0 ms inside the TP
-training workload (perf_counter around every dist.all_reduce, issue #4).
+training workload (perf_counter around every dist.all_reduce).
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -231,8 +232,8 @@ def tensor_form(dist, kind: str) -> str | None:
 
 def _compute_burst(ctx: _Ctx, seconds: float):
     """An untimed GEMM workload of about ``seconds`` on this rank (calibrated once, on warm calls: timing the
-    first calls, as this did before, counted their cold start and made a "2 ms" burst one 0.9 ms GEMM on
-    the CPU, issue #4), the same number of GEMMs on every rank (the mean calibration over the ranks);
+    first calls would count their cold start and make a "2 ms" burst one 0.9 ms GEMM on the CPU), the same
+    number of GEMMs on every rank (the mean calibration over the ranks);
     ``burst.reps`` is that number."""
     torch = ctx.torch
     a = torch.randn(256, 512, device=ctx.dev)
@@ -269,8 +270,8 @@ def _time_after_compute(ctx: _Ctx, fn, member: bool, per_call: float, group_size
     previous call left (a ring all-reduce releases its ranks one message apart). On the 2-core VM a
     512 KiB gloo all-reduce after 5 ms of GEMMs took 1.98 / 2.23 / 2.61 ms with a barrier before each
     burst and 2.27 / 2.69 / 3.17 ms without (three interleaved rounds), against 2.58-2.62 ms per call
-    inside the TP training step of the 4-layer validation model (perf_counter around every all-reduce,
-    issue #4). The per-rank times are summed over the ranks once, after the loop."""
+    inside the TP training step of the 4-layer validation model (perf_counter around every all-reduce).
+    The per-rank times are summed over the ranks once, after the loop."""
     burst = _compute_burst(ctx, float(spec["compute_between_s"]))
     aligned = bool(spec.get("barrier_between", False))
     local = []
@@ -411,26 +412,41 @@ def worker(argv: list[str] | None = None) -> int:
         return 2
 
 
-def _worker(a) -> int:
-    plan = load_plan(a.plan)
-    spec = plan.collectives
-    kinds = _kinds(spec, a.ops.split(",") if a.ops else None)
-    gpu = check_device(a.device, a.gpu_name)
-    dtype = spec.get("dtype", "bf16" if a.device == "cuda" else "fp32")
-    ctx = _Ctx(a.device, dtype)
-    dist = ctx.dist
-    sizes = message_sizes(spec.get("bytes", [1 << 20]))
+@dataclass
+class _Sweep:
+    """What every rank samples: the same list of (kind, bytes, ranks, group) on every rank."""
+
+    ctx: _Ctx
+    kinds: list[str]
+    dtype: str
+    impl: dict
+    """Collective kind -> the torch.distributed API that runs it (:func:`_probe_impl`)."""
+    unsupported: dict
+    """Collective kind -> why this backend cannot run it."""
+    samples: list[tuple]
+
+    def key(self, kind: str, b: int, ranks: list[int]) -> str:
+        nodes, rpn = topology(ranks, self.ctx.hosts)
+        return f"{kind}|fwd|{self.dtype}|{self.impl.get(kind, kind)}|{b}|{len(ranks)}|{nodes}|{rpn}"
+
+
+def _group_pairs(ctx: _Ctx, spec: dict) -> tuple[list[int], dict, list[int]]:
+    """(group sizes sampled, size -> process group (None = the world), send_recv partners of rank 0: one on its
+    host and one on another, where there are)."""
     group_sizes, too_big = resolve_group_sizes(spec.get("group_sizes", ["world"]), ctx.world)
     if too_big and ctx.rank == 0:
         print(f"note: group sizes {too_big} exceed the {ctx.world} launched ranks and are not sampled "
               f"(launch with --nproc {max(too_big)} to sample them)", file=sys.stderr, flush=True)
-    groups = {g: (None if g == ctx.world else dist.new_group(list(range(g)))) for g in group_sizes}
+    groups = {g: (None if g == ctx.world else ctx.dist.new_group(list(range(g)))) for g in group_sizes}
     same = [r for r in range(1, ctx.world) if ctx.hosts[r] == ctx.hosts[0]]
     other = [r for r in range(1, ctx.world) if ctx.hosts[r] != ctx.hosts[0]]
-    partners = [p[0] for p in (same, other) if p]
-    impl, unsupported = _probe_impl(ctx, kinds)
+    return group_sizes, groups, [p[0] for p in (same, other) if p]
 
-    # the same sample list on every rank: (kind, bytes, ranks, group)
+
+def _sweep(ctx: _Ctx, spec: dict, kinds: list[str], dtype: str) -> _Sweep:
+    sizes = message_sizes(spec.get("bytes", [1 << 20]))
+    group_sizes, groups, partners = _group_pairs(ctx, spec)
+    impl, unsupported = _probe_impl(ctx, kinds)
     samples = []
     for kind in kinds:
         if kind in unsupported:
@@ -440,29 +456,30 @@ def _worker(a) -> int:
         for ranks, group in pairs:
             for b in sizes:
                 samples.append((kind, b, ranks, group))
+    return _Sweep(ctx, kinds, dtype, impl, unsupported, samples)
 
-    def key(kind, b, ranks):
-        nodes, rpn = topology(ranks, ctx.hosts)
-        return f"{kind}|fwd|{dtype}|{impl.get(kind, kind)}|{b}|{len(ranks)}|{nodes}|{rpn}"
 
-    fp = fingerprint(a.device, ctx.torch.get_num_threads())
-    fp.update(backend=ctx.backend, world_size=ctx.world, nodes=len(set(ctx.hosts)))
-    ident = {**identity(fp), "backend": ctx.backend}
+def _open_journals(sw: _Sweep, out: Path, ident: dict, resume: bool) -> tuple[dict[str, Journal], list[tuple]]:
+    """(rank 0's journal per kind, the samples no journal holds yet: the same list on every rank)."""
     journals: dict[str, Journal] = {}
     todo_flags: list = [None]
-    if ctx.rank == 0:
-        out = Path(a.out)
-        journals = {k: Journal(out / JOURNAL_DIR / f"{k}.jsonl", k, ident, not a.no_resume) for k in kinds}
-        todo_flags = [[key(k, b, r) not in journals[k] for k, b, r, _ in samples]]
-    dist.broadcast_object_list(todo_flags, src=0)
-    todo = [s for s, flag in zip(samples, todo_flags[0]) if flag]
-    bar = progress_bar(ctx.rank == 0 and not a.no_progress)
+    if sw.ctx.rank == 0:
+        journals = {k: Journal(out / JOURNAL_DIR / f"{k}.jsonl", k, ident, resume) for k in sw.kinds}
+        todo_flags = [[sw.key(k, b, r) not in journals[k] for k, b, r, _ in sw.samples]]
+    sw.ctx.dist.broadcast_object_list(todo_flags, src=0)
+    return journals, [s for s, flag in zip(sw.samples, todo_flags[0]) if flag]
+
+
+def _measure(sw: _Sweep, todo: list[tuple], journals: dict[str, Journal], spec: dict, progress: bool) -> None:
+    """Time every sample of ``todo``; rank 0 journals each as it finishes."""
+    ctx = sw.ctx
+    bar = progress_bar(ctx.rank == 0 and progress)
     after_compute = float(spec.get("compute_between_s", 0) or 0) > 0
     with bar:
-        task = bar.add_task("collectives", total=len(samples), completed=len(samples) - len(todo))
+        task = bar.add_task("collectives", total=len(sw.samples), completed=len(sw.samples) - len(todo))
         for kind, b, ranks, group in todo:
             bar.update(task, description=f"{kind} {len(ranks)} ranks {b} B")
-            times, exact = _time(ctx, kind, b, ranks, group, spec, impl)
+            times, exact = _time(ctx, kind, b, ranks, group, spec, sw.impl)
             if ctx.rank == 0:
                 arr = np.asarray(times)
                 p10, p50, p90 = np.percentile(arr, [10, 50, 90])
@@ -470,42 +487,66 @@ def _worker(a) -> int:
                 # step pays their sum, so the expected (mean) time is recorded, else the median
                 center = float(arr.mean()) if after_compute else float(p50)
                 nodes, rpn = topology(ranks, ctx.hosts)
-                journals[kind].append({"key": key(kind, b, ranks), "status": "ok", "features":
+                journals[kind].append({"key": sw.key(kind, b, ranks), "status": "ok", "features":
                                        [exact, len(ranks), nodes, rpn], "time_s": center,
-                                       "spread_s": float(p90 - p10), "repeats": len(times), "dtype": dtype,
-                                       "direction": "fwd", "impl": impl.get(kind, kind),
+                                       "spread_s": float(p90 - p10), "repeats": len(times), "dtype": sw.dtype,
+                                       "direction": "fwd", "impl": sw.impl.get(kind, kind),
                                        "unix_time": round(time.time(), 3)})
             bar.advance(task)
-    _sync_skew(ctx, spec, Path(a.out), ident, fp, not a.no_resume)
-    _corun(ctx, plan, spec, Path(a.out), ident, fp, not a.no_resume)
+
+
+def _save_datasets(sw: _Sweep, journals: dict[str, Journal], plan, spec: dict, gpu, device: str, fp: dict,
+                   out: Path) -> None:
+    """Rank 0: one dataset per kind from its journal (in sample order), then close the journals."""
+    ctx = sw.ctx
+    for kind in sw.kinds:
+        found = [journals[kind].records.get(sw.key(k, b, r)) for k, b, r, _ in sw.samples if k == kind]
+        recs = [r for r in found if r is not None]
+        journals[kind].close()
+        if not recs:
+            continue
+        impl = sw.impl.get(kind, kind)
+        meta = {"fingerprint": fp,
+                "sources": [{"path": f"harness:{plan.path.name}", "sha256": plan.sha256,
+                             "rows_in": len(recs), "rows_kept": len(recs), "filters": [],
+                             "journal": f"{kind}.jsonl"}],
+                "notes": (f"Measured by costmodel.sampling.collectives over torch.distributed ({ctx.backend}, "
+                          f"{impl}): median over repeats of the per-call time maxed over "
+                          "ranks; bytes in the nccl-tests convention." +
+                          (" send_recv = half a ping-pong round trip." if kind == "send_recv" else "")),
+                "sampling": {"plan": plan.name, "device": device, "backend": ctx.backend,
+                             "impl": impl, "unsupported": sw.unsupported,
+                             "collectives": {k: v for k, v in spec.items() if k != "ops"}}}
+        ds = Dataset(kind, gpu, np.array([r["features"] for r in recs], dtype=float),
+                     np.array(["fwd"] * len(recs), dtype=object), np.array([sw.dtype] * len(recs), dtype=object),
+                     np.array([r["time_s"] for r in recs]), np.array([r["spread_s"] for r in recs]),
+                     np.array([r["repeats"] for r in recs], dtype=float), np.arange(len(recs)), meta)
+        save_dataset(ds, out / f"{kind}.csv")
+    if sw.unsupported:
+        print("collectives not supported here: " + "; ".join(f"{k}: {v}" for k, v in sw.unsupported.items()),
+              file=sys.stderr, flush=True)
+
+
+def _worker(a) -> int:
+    plan = load_plan(a.plan)
+    spec = plan.collectives
+    kinds = _kinds(spec, a.ops.split(",") if a.ops else None)
+    gpu = check_device(a.device, a.gpu_name)
+    dtype = spec.get("dtype", "bf16" if a.device == "cuda" else "fp32")
+    ctx = _Ctx(a.device, dtype)
+    sw = _sweep(ctx, spec, kinds, dtype)
+    fp = fingerprint(a.device, ctx.torch.get_num_threads())
+    fp.update(backend=ctx.backend, world_size=ctx.world, nodes=len(set(ctx.hosts)))
+    ident = {**identity(fp), "backend": ctx.backend}
+    out = Path(a.out)
+    journals, todo = _open_journals(sw, out, ident, not a.no_resume)
+    _measure(sw, todo, journals, spec, not a.no_progress)
+    _sync_skew(ctx, spec, out, ident, fp, not a.no_resume)
+    _corun(ctx, plan, spec, out, ident, fp, not a.no_resume)
     if ctx.rank == 0:
-        for kind in kinds:
-            found = [journals[kind].records.get(key(k, b, r)) for k, b, r, _ in samples if k == kind]
-            recs = [r for r in found if r is not None]
-            journals[kind].close()
-            if not recs:
-                continue
-            meta = {"fingerprint": fp,
-                    "sources": [{"path": f"harness:{plan.path.name}", "sha256": plan.sha256,
-                                 "rows_in": len(recs), "rows_kept": len(recs), "filters": [],
-                                 "journal": f"{kind}.jsonl"}],
-                    "notes": (f"Measured by costmodel.sampling.collectives over torch.distributed ({ctx.backend}, "
-                              f"{impl.get(kind, kind)}): median over repeats of the per-call time maxed over "
-                              "ranks; bytes in the nccl-tests convention." +
-                              (" send_recv = half a ping-pong round trip." if kind == "send_recv" else "")),
-                    "sampling": {"plan": plan.name, "device": a.device, "backend": ctx.backend,
-                                 "impl": impl.get(kind, kind), "unsupported": unsupported,
-                                 "collectives": {k: v for k, v in spec.items() if k != "ops"}}}
-            ds = Dataset(kind, gpu, np.array([r["features"] for r in recs], dtype=float),
-                         np.array(["fwd"] * len(recs), dtype=object), np.array([dtype] * len(recs), dtype=object),
-                         np.array([r["time_s"] for r in recs]), np.array([r["spread_s"] for r in recs]),
-                         np.array([r["repeats"] for r in recs], dtype=float), np.arange(len(recs)), meta)
-            save_dataset(ds, Path(a.out) / f"{kind}.csv")
-        if unsupported:
-            print("collectives not supported here: " + "; ".join(f"{k}: {v}" for k, v in unsupported.items()),
-                  file=sys.stderr, flush=True)
-    dist.barrier()
-    dist.destroy_process_group()
+        _save_datasets(sw, journals, plan, spec, gpu, a.device, fp, out)
+    ctx.dist.barrier()
+    ctx.dist.destroy_process_group()
     return 0
 
 

@@ -26,7 +26,7 @@ after an untimed cold-cache sweep where the plan sets ``flush_mb``, else warm ba
 
 which ``planner fit`` writes into the CPU cluster as ``corun_slowdown`` (costmodel/cpu_hardware.py) and
 the predictor multiplies into that kind's operator times when a plan puts more than one rank on a node
-(planner/predict.py). Both sides are timed the same way, so the ratio carries over to the operator samples.
+(costmodel/compose.py). Both sides are timed the same way, so the ratio carries over to the operator samples.
 """
 
 from __future__ import annotations

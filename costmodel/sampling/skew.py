@@ -1,10 +1,10 @@
-"""Rank skew: how much longer a synchronous step runs than its average rank (issue #4).
+"""Rank skew: how much longer a synchronous step runs than its average rank.
 
 Ranks that synchronise (a TP all-reduce, a pipeline send/recv, the DP gradient reduction) all wait
 for the slowest: between two synchronisations the step pays E[max over ranks] of the compute segment,
 while an operator sampled in one process measures its mean. On a GPU node the difference is small;
 on a shared CPU VM it is not (2 vCPUs running identical GEMMs on this machine differ by 2-17 % in
-speed from moment to moment, issue #4), and every multi-process run was predicted too fast.
+speed from moment to moment), so a prediction without it is too fast for every multi-process run.
 
 Measured by the collective worker (``costmodel.sampling.collectives``), on the ranks it runs, when
 the plan's ``[collectives]`` table has ``skew_segments_s`` (segment lengths) and ``skew_seconds``
@@ -17,9 +17,9 @@ and each length gets an equal share of the budget. Recorded: per length and pool
 
 which ``planner fit`` writes into the CPU cluster as ``straggler_excess`` (costmodel/cpu_hardware.py)
 and the timeline adds as a wait of ``excess x`` the compute between synchronisations
-(planner/predict.py). For more ranks than measured the excess is scaled by the expected maximum of
-n standard normals relative to the measured count (:func:`expected_max_normal`): the assumption that
-rank speeds vary independently and normally, stated in the prediction's warnings.
+(costmodel.compose.straggler_wait). For more ranks than measured the excess is scaled by the expected maximum
+of n standard normals relative to the measured count (:func:`costmodel.straggler.rank_scale`): the assumption
+that rank speeds vary independently and normally, stated in the prediction's warnings.
 """
 
 from __future__ import annotations
@@ -36,30 +36,6 @@ from costmodel.core.errors import PlannerError
 
 SKEW_FILE = "sync_skew.json"
 FORMAT = 1
-
-
-def expected_max_normal(n: int) -> float:
-    """E[max of n independent standard normals] (Tippett 1925, Biometrika 17: 364-387, Table; e_2 = 1/sqrt(pi)).
-
-    Numerical integral of x * n * phi(x) * Phi(x)^(n-1) on [-12, 12]; 0 for n = 1.
-    """
-    n = int(n)
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
-    if n == 1:
-        return 0.0
-    x = np.linspace(-12.0, 12.0, 48001)
-    phi = np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
-    cdf = 0.5 * (1.0 + np.array([math.erf(v / math.sqrt(2.0)) for v in x]))
-    y = x * n * phi * cdf ** (n - 1)
-    return float(np.sum((y[1:] + y[:-1]) * 0.5 * np.diff(x)))
-
-
-def rank_scale(n: int, measured_ranks: int) -> float:
-    """Excess for ``n`` synchronising ranks relative to the ``measured_ranks`` it was measured on."""
-    if n <= 1:
-        return 0.0
-    return expected_max_normal(n) / expected_max_normal(max(2, measured_ranks))
 
 
 def pooled_excess(per_length: list[dict]) -> float:

@@ -15,7 +15,7 @@ import time
 import warnings
 from collections import Counter
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from costmodel.core.errors import Interrupted, PlannerError
 from costmodel.cost.base import OperatorCostModel
@@ -254,6 +254,172 @@ def _HAS_SET_CONSTRAINT() -> bool:
     return hasattr(optuna.trial.Trial, "set_constraint")
 
 
+def _check_budget(n_trials: int, seed: int | None) -> None:
+    if isinstance(n_trials, bool) or not isinstance(n_trials, int) or n_trials < 0:
+        raise PlannerError(f"--trials must be a non-negative integer, got {n_trials!r}.")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32):
+        raise PlannerError(f"--seed must be an integer from 0 to {2**32 - 1} (numpy's seed range), got {seed!r}.")
+
+
+def _open_study(problem: SearchProblem, objective: str, storage: str | None, study_name: str | None,
+                sampler: str, seed: int | None) -> MirroredStudy:
+    """The study of this search, refused when ``study_name`` in ``storage`` was created for another problem."""
+    multi = objective == "pareto"
+    directions = ["minimize", "minimize"] if multi else ["minimize"]
+    mirror = MirroredStudy(open_storage(storage), study_name, directions, _make_sampler(sampler, seed, multi))
+    meta = mirror.attrs_study
+    ident = json.dumps({**problem.describe(), "objective": objective}, sort_keys=True)
+    old = meta.user_attrs.get("planner_problem")
+    if old is None:
+        meta.set_user_attr("planner_problem", ident)
+    elif old != ident:
+        raise PlannerError(f"study {study_name!r} in {storage} was created for a different search (model, GPUs, "
+                           "space, batch or objective); use another --study-name or repeat the original flags.")
+    return mirror
+
+
+class _Phases(NamedTuple):
+    """This run's trials, by study-wide counts of finished trials (so a resumed run picks up where the killed
+    one was): the sampler proposes until the study has ``tpe_until`` finished trials, local search
+    (:func:`_polish`) until it has ``until``."""
+
+    finished: int
+    """Finished trials of the study before this run."""
+    tpe_until: int
+    until: int
+
+    @property
+    def trials(self) -> int:
+        return max(0, self.until - self.finished)
+
+    @property
+    def sampled(self) -> int:
+        return max(0, self.tpe_until - self.finished)
+
+
+def _plan_phases(mirror: MirroredStudy, choices: dict, n_trials: int, multi: bool, resume: bool,
+                 storage: str | None, seed: int | None, sampler: str) -> _Phases:
+    """The phases of a new run of ``n_trials`` (recorded in the study for ``--resume``), or with ``resume``
+    those the study's latest run had left."""
+    import optuna  # deferred: Optuna takes about half a second to import
+
+    meta = mirror.attrs_study
+    finished = len(mirror.local.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
+    if resume:
+        run = meta.user_attrs.get(RUN_ATTR)
+        if not isinstance(run, dict) or storage is None:
+            raise PlannerError("--resume needs an existing study in --storage with --study-name that an earlier "
+                               "`planner search` run started; none was found.")
+        if run.get("seed") != seed or run.get("sampler") != sampler:
+            raise PlannerError(f"--resume must repeat the interrupted run's --seed {run.get('seed')} and --sampler "
+                               f"{run.get('sampler')} (got --seed {seed}, --sampler {sampler}).")
+        return _Phases(finished, int(run["tpe_until"]), int(run["until"]))
+    share = MOE_POLISH_FRACTION if "ep" in choices else POLISH_FRACTION
+    polish = 0 if multi or n_trials < 40 else int(n_trials * share)
+    phases = _Phases(finished, finished + n_trials - polish, finished + n_trials)
+    if storage is not None:
+        meta.set_user_attr(RUN_ATTR, {"tpe_until": phases.tpe_until, "until": phases.until, "seed": seed,
+                                      "sampler": sampler})
+    return phases
+
+
+def _trial_objective(study, ev: Evaluator, choices: dict, objective: str):
+    """The function Optuna calls per trial: evaluate the proposed candidate, record its constraint, status and
+    record in the trial's user attributes; a rejected one scores INFEASIBLE_VALUE. Honours FAULT_ENV."""
+    import optuna  # deferred: Optuna takes about half a second to import
+
+    multi = objective == "pareto"
+    use_set_constraint = _HAS_SET_CONSTRAINT()
+    who = owner()
+    kill_at = _fault_point()
+
+    def obj(trial):
+        trial.set_user_attr(OWNER_ATTR, who)
+        if kill_at is not None and len(study.get_trials(deepcopy=False, states=(
+                optuna.trial.TrialState.COMPLETE,))) + 1 >= kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)  # fault injection: die mid-trial (tests only)
+        e = ev.evaluate(suggest_candidate(trial, choices))
+        trial.set_user_attr("constraint", [e.violation])
+        if use_set_constraint:
+            trial.set_constraint("plan", e.violation)
+        trial.set_user_attr("status", e.status)
+        if e.record is None:
+            trial.set_user_attr("reason", e.reason)
+            bad = INFEASIBLE_VALUE * (1.0 + e.violation)
+            return (bad, bad) if multi else bad
+        trial.set_user_attr("record", e.record.to_dict())
+        vals = objective_values(e.record, objective)
+        return vals if multi else vals[0]
+
+    return obj
+
+
+def _run_phases(mirror: MirroredStudy, obj, choices: dict, phases: _Phases, ev: Evaluator,
+                progress: Progress | None) -> int:
+    """Run the sampler's then the local search's trials; the number run. Ctrl-C stops after the running trial
+    and raises :class:`Interrupted` (resumable when the study is stored)."""
+    study = mirror.local
+    done = [0]
+    stop = InterruptFlag()
+
+    def tick(study_, trial_):
+        done[0] += 1
+        mirror.after_trial(study_, trial_)
+        if stop.hit:
+            study_.stop()
+        if progress is not None:
+            progress(done[0], phases.trials)
+
+    if not (choices and phases.trials):
+        return 0
+    polish = phases.trials - phases.sampled
+    with stop:
+        if phases.sampled:
+            study.optimize(obj, n_trials=phases.sampled, callbacks=[tick], gc_after_trial=False)
+        left = _polish(study, obj, choices, polish, tick, ev, stop) if polish and not stop.hit else 0
+        if left and not stop.hit:
+            study.optimize(obj, n_trials=left, callbacks=[tick], gc_after_trial=False)
+        mirror.flush()
+    if stop.hit:
+        raise Interrupted("resume with --resume" if mirror.remote is not None else "", resumable=(
+            mirror.remote is not None))
+    return done[0]
+
+
+class _Tally(NamedTuple):
+    """The completed trials of a study, per distinct plan."""
+
+    records: list[PlanRecord]
+    """The feasible plans, each from the lowest trial number that found it."""
+    distinct: int
+    """Distinct candidates evaluated."""
+    status: Counter
+    """Distinct candidates per outcome."""
+    reasons: Counter
+    """Rejection reasons of the distinct rejected candidates."""
+
+
+def _tally(complete: list) -> _Tally:
+    recs, status, reasons = [], Counter(), Counter()
+    seen = set()
+    for t in complete:
+        key = tuple(sorted(t.params.items()))
+        st = t.user_attrs.get("status", "invalid")
+        if key not in seen:
+            seen.add(key)
+            status[st] += 1
+            if st != "ok":
+                r = t.user_attrs.get("reason", "")
+                reasons[_reason_kind(r) if st == "invalid" else r] += 1
+        if st == "ok" and "record" in t.user_attrs:
+            recs.append(replace(PlanRecord.from_dict(t.user_attrs["record"]), trial=t.number))
+    recs.sort(key=lambda r: r.trial)
+    first: dict = {}
+    for r in recs:
+        first.setdefault(r.key(), r)
+    return _Tally(list(first.values()), len(seen), status, reasons)
+
+
 def optuna_search(problem: SearchProblem, objective: str = "time", n_trials: int = DEFAULT_TRIALS,
                   seed: int | None = None, sampler: str = "tpe", storage: str | None = None,
                   study_name: str | None = None, cost_model: OperatorCostModel | None = None,
@@ -276,10 +442,7 @@ def optuna_search(problem: SearchProblem, objective: str = "time", n_trials: int
     mid-way and resumed ends with the same trials and ranking as an uninterrupted one.
     """
     _check_objective(problem, objective)
-    if isinstance(n_trials, bool) or not isinstance(n_trials, int) or n_trials < 0:
-        raise PlannerError(f"--trials must be a non-negative integer, got {n_trials!r}.")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32):
-        raise PlannerError(f"--seed must be an integer from 0 to {2**32 - 1} (numpy's seed range), got {seed!r}.")
+    _check_budget(n_trials, seed)
     import optuna  # deferred: Optuna takes about half a second to import
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -287,110 +450,19 @@ def optuna_search(problem: SearchProblem, objective: str = "time", n_trials: int
     t0 = time.perf_counter()
     if study_name is not None and storage is None:
         storage = "sqlite:///planner.db"
-    multi = objective == "pareto"
-    directions = ["minimize", "minimize"] if multi else ["minimize"]
-    mirror = MirroredStudy(open_storage(storage), study_name, directions, _make_sampler(sampler, seed, multi))
-    study, meta = mirror.local, mirror.attrs_study
-    ident = json.dumps({**problem.describe(), "objective": objective}, sort_keys=True)
-    old = meta.user_attrs.get("planner_problem")
-    if old is None:
-        meta.set_user_attr("planner_problem", ident)
-    elif old != ident:
-        raise PlannerError(f"study {study_name!r} in {storage} was created for a different search (model, GPUs, "
-                           "space, batch or objective); use another --study-name or repeat the original flags.")
-
+    mirror = _open_study(problem, objective, storage, study_name, sampler, seed)
     choices = dimension_choices(problem)
     ev = Evaluator(problem, cost_model)
-    done = [0]
-    use_set_constraint = _HAS_SET_CONSTRAINT()
     if mirror.remote is not None:
         recover_stale_trials(mirror.remote)
     mirror.load()
-    finished = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
-    if resume:
-        run = meta.user_attrs.get(RUN_ATTR)
-        if not isinstance(run, dict) or storage is None:
-            raise PlannerError("--resume needs an existing study in --storage with --study-name that an earlier "
-                               "`planner search` run started; none was found.")
-        if run.get("seed") != seed or run.get("sampler") != sampler:
-            raise PlannerError(f"--resume must repeat the interrupted run's --seed {run.get('seed')} and --sampler "
-                               f"{run.get('sampler')} (got --seed {seed}, --sampler {sampler}).")
-        tpe_until, until = int(run["tpe_until"]), int(run["until"])
-        n_trials = max(0, until - finished)
-    else:
-        share = MOE_POLISH_FRACTION if "ep" in choices else POLISH_FRACTION
-        polish0 = 0 if multi or n_trials < 40 else int(n_trials * share)
-        tpe_until, until = finished + n_trials - polish0, finished + n_trials
-        if storage is not None:
-            meta.set_user_attr(RUN_ATTR, {"tpe_until": tpe_until, "until": until, "seed": seed, "sampler": sampler})
-    who = owner()
-    kill_at = _fault_point()
-
-    def obj(trial):
-        trial.set_user_attr(OWNER_ATTR, who)
-        if kill_at is not None and len(study.get_trials(deepcopy=False, states=(
-                optuna.trial.TrialState.COMPLETE,))) + 1 >= kill_at:
-            os.kill(os.getpid(), signal.SIGKILL)  # fault injection: die mid-trial (tests only)
-        e = ev.evaluate(suggest_candidate(trial, choices))
-        trial.set_user_attr("constraint", [e.violation])
-        if use_set_constraint:
-            trial.set_constraint("plan", e.violation)
-        trial.set_user_attr("status", e.status)
-        if e.record is None:
-            trial.set_user_attr("reason", e.reason)
-            bad = INFEASIBLE_VALUE * (1.0 + e.violation)
-            return (bad, bad) if multi else bad
-        trial.set_user_attr("record", e.record.to_dict())
-        vals = objective_values(e.record, objective)
-        return vals if multi else vals[0]
-
-    stop = InterruptFlag()
-
-    def tick(study_, trial_):
-        done[0] += 1
-        mirror.after_trial(study_, trial_)
-        if stop.hit:
-            study_.stop()
-        if progress is not None:
-            progress(done[0], n_trials)
-
-    if choices and n_trials:
-        # phases by study-wide counts of finished trials, so a resumed run picks up where the killed one was
-        sample = max(0, tpe_until - finished)
-        polish = until - finished - sample
-        with stop:
-            if sample:
-                study.optimize(obj, n_trials=sample, callbacks=[tick], gc_after_trial=False)
-            left = _polish(study, obj, choices, polish, tick, ev, stop) if polish and not stop.hit else 0
-            if left and not stop.hit:
-                study.optimize(obj, n_trials=left, callbacks=[tick], gc_after_trial=False)
-            mirror.flush()
-        if stop.hit:
-            raise Interrupted("resume with --resume" if mirror.remote is not None else "", resumable=(
-                mirror.remote is not None))
-    # Collect every completed trial (earlier runs and other processes included).
-    recs, status, reasons = [], Counter(), Counter()
-    seen = set()
-    complete = mirror.complete_trials()
-    for t in complete:
-        key = tuple(sorted(t.params.items()))
-        st = t.user_attrs.get("status", "invalid")
-        if key not in seen:
-            seen.add(key)
-            status[st] += 1
-            if st != "ok":
-                r = t.user_attrs.get("reason", "")
-                reasons[_reason_kind(r) if st == "invalid" else r] += 1
-        if st == "ok" and "record" in t.user_attrs:
-            recs.append(replace(PlanRecord.from_dict(t.user_attrs["record"]), trial=t.number))
-    # the lowest trial number that found each plan
-    recs.sort(key=lambda r: r.trial)
-    first = {}
-    for r in recs:
-        first.setdefault(r.key(), r)
-    ranked, folded = ranked_distinct(list(first.values()), objective)
-    return SearchResult(problem, objective, f"optuna-{sampler}", ranked, len(seen), dict(status),
-                        reasons.most_common(), time.perf_counter() - t0, _space_size(problem), trials=done[0],
+    phases = _plan_phases(mirror, choices, n_trials, objective == "pareto", resume, storage, seed, sampler)
+    done = _run_phases(mirror, _trial_objective(mirror.local, ev, choices, objective), choices, phases, ev, progress)
+    complete = mirror.complete_trials()  # earlier runs and other processes included
+    tally = _tally(complete)
+    ranked, folded = ranked_distinct(tally.records, objective)
+    return SearchResult(problem, objective, f"optuna-{sampler}", ranked, tally.distinct, dict(tally.status),
+                        tally.reasons.most_common(), time.perf_counter() - t0, _space_size(problem), trials=done,
                         study_trials=len(complete), study_name=study_name, storage=storage, collapsed=folded)
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from costmodel.core.kinds import describe_cost_sources
 from costmodel.core.specs.framework import DEFAULT_FRAMEWORK
 from costmodel.core.specs.plan import ParallelPlan, describe_split
+from costmodel.moe import with_default_dispatcher
 from planner.formats import (
     FORMATS,  # noqa: F401 (re-exported: the formats of every result-printing command)
     PLAN_FIELDS,
@@ -116,13 +117,12 @@ class PlanRecord:
 
     def to_plan(self) -> ParallelPlan:
         """The ParallelPlan this record describes."""
-        return ParallelPlan(world_size=self.gpus, gpus_per_node=self.gpus_per_node, global_batch_size=self.gbs,
-                            seq_len=self.seq_len, tp=self.tp, pp=self.pp, cp=self.cp, vpp=self.vpp,
-                            micro_batch_size=self.mbs, recompute=self.recompute,
-                            sequence_parallel=self.sequence_parallel, zero=self.zero, dtype=self.dtype,
-                            layer_split=tuple(self.layer_split) if self.layer_split else None,
-                            nvlink_domain=self.nvlink_domain, framework=self.framework, ep=self.ep,
-                            etp=self.etp)
+        return with_default_dispatcher(ParallelPlan(  # the search's dispatcher (planner.search.space)
+            world_size=self.gpus, gpus_per_node=self.gpus_per_node, global_batch_size=self.gbs,
+            seq_len=self.seq_len, tp=self.tp, pp=self.pp, cp=self.cp, vpp=self.vpp, micro_batch_size=self.mbs,
+            recompute=self.recompute, sequence_parallel=self.sequence_parallel, zero=self.zero, dtype=self.dtype,
+            layer_split=tuple(self.layer_split) if self.layer_split else None, nvlink_domain=self.nvlink_domain,
+            framework=self.framework, ep=self.ep, etp=self.etp))
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -26,7 +26,9 @@ from costmodel.core.specs.framework import DEFAULT_FRAMEWORK, FRAMEWORKS
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import DTYPES, RECOMPUTE_MODES, ParallelPlan, uneven_split_problem
+from costmodel.core.specs.presets import default_seq_len
 from costmodel.memory import DEFAULT_HEADROOM
+from costmodel.moe import with_default_dispatcher
 from planner.requests import DEFAULT_BATCH_TOKENS, search_batch
 
 INT_DIMS = ("tp", "pp", "cp", "vpp", "mbs")
@@ -260,11 +262,12 @@ def default_global_batch(seq_len: int, world_sizes: list[int] | tuple[int, ...],
 def build_problem(model: ModelSpec, targets: list[Target], space: SearchSpace, *, gbs: int | None = None,
                   seq_len: int | None = None, tokens: float | None = None, prices: dict | None = None,
                   tokens_per_batch: int | None = None, calibration: object = None) -> SearchProblem:
-    """Validate and assemble a :class:`SearchProblem` (defaults: model max_seq_len, ~4M-token batch;
+    """Validate and assemble a :class:`SearchProblem` (defaults: the model's default sequence length
+    (costmodel.core.specs.presets.default_seq_len), ~4M-token batch;
     ``tokens_per_batch`` sets the batch in tokens instead of ``gbs`` sequences)."""
     if not targets:
         raise PlannerError("no GPU type given; pass --gpu (see `planner gpus`).")
-    seq = seq_len or model.max_seq_len
+    seq = seq_len or default_seq_len(model)[0]
     if isinstance(seq, bool) or not isinstance(seq, int) or seq <= 0:
         raise PlannerError(f"--seq-len must be a positive integer, got {seq!r}.")
     if gbs is not None and tokens_per_batch is not None:
@@ -281,6 +284,9 @@ def build_problem(model: ModelSpec, targets: list[Target], space: SearchSpace, *
     for dtype in LIMITED_DTYPES:
         space, more = _dtype_space(space, targets, dtype)
         notes += more
+    if seq_len is None:  # the default length is a choice: say which and why (planner.advice.seq_len_note)
+        notes += (f"seq {seq} is the default for {model.name}: {default_seq_len(model)[1]}; pass --seq-len to "
+                  "search at another length",)
     return SearchProblem(model, tuple(targets), space, gbs, seq, tokens, dict(prices or {}), notes, calibration)
 
 
@@ -572,8 +578,9 @@ def neighbours(c: Candidate, choices: dict[str, list]) -> list[Candidate]:
 def candidate_plan(problem: SearchProblem, c: Candidate) -> ParallelPlan:
     """The ParallelPlan of a candidate (not validated)."""
     t = problem.targets[c.target]
-    return ParallelPlan(world_size=t.world_size, gpus_per_node=t.gpus_per_node,
-                        global_batch_size=problem.global_batch_size, seq_len=problem.seq_len, tp=c.tp, pp=c.pp,
-                        cp=c.cp, vpp=c.vpp, micro_batch_size=c.mbs, recompute=c.recompute,
-                        sequence_parallel=c.sequence_parallel, zero=c.zero, dtype=c.dtype,
-                        nvlink_domain=t.nvlink_domain, framework=c.framework, ep=c.ep, etp=c.etp or None)
+    # the MoE token dispatcher of the framework's recipes for the EP group's placement (costmodel.moe)
+    return with_default_dispatcher(ParallelPlan(
+        world_size=t.world_size, gpus_per_node=t.gpus_per_node, global_batch_size=problem.global_batch_size,
+        seq_len=problem.seq_len, tp=c.tp, pp=c.pp, cp=c.cp, vpp=c.vpp, micro_batch_size=c.mbs, recompute=c.recompute,
+        sequence_parallel=c.sequence_parallel, zero=c.zero, dtype=c.dtype, nvlink_domain=t.nvlink_domain,
+        framework=c.framework, ep=c.ep, etp=c.etp or None))

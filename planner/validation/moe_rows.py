@@ -96,12 +96,30 @@ def moe_refusals(row) -> list[str]:
     if not row.values.get("ep") and not ep_from_notes(row):
         out.append("EP not stated (the source prints '-') and the notes give no benchmark config of the same "
                    "commit that states it: the expert layout is unknown")
-    if "mtp" in notes and "no mtp" not in notes and "with mtp" in notes:
-        out.append("multi-token prediction module (MTP) is not modelled")
+    if not row.values.get("gbs"):
+        said = next((x.strip() for x in row.text["notes"].split(". ") if "batch size" in x.lower()), "")
+        out.append("GBS not stated" + (f" ({said.rstrip('.')})" if said else "")
+                   + ": the tokens each GPU processes per step, which set its throughput, are unknown")
+    if "dualpipe" in row.text["framework"].lower():
+        out.append("DualPipe schedule (bidirectional pipeline, forward and backward chunks of two micro-batches "
+                   "overlapped with their all-to-all; DeepSeek-V3 report sec. 3.2.1) is not modelled, and its micro-"
+                   "batch size and count are not published")
+    if "'baseline' row of the optimization-history table" in row.text["notes"].lower():
+        out.append("the write-up's unoptimised baseline, which its authors found host-bound (sec. 2: 'large gaps "
+                   "between kernels', the CPU cannot launch kernels as fast as the GPU runs them) before the fusions, "
+                   "CUDA graphs and HybridEP of its history table: planner costs GPU-bound kernels and has no model "
+                   "of CPU launch overhead")
     if row.measured_metric == "tflops_per_gpu" and not any(row.rule(r) for r in TFLOPS_RULES):
         out.append("tflops_per_gpu of a source whose FLOPs formula is not stated (no tflops_mcore_* rule in "
                    "search_spaces/validation/published_sources.toml): give iteration_time_s or tokens_per_s_per_gpu")
     return out
+
+
+def stated_pipeline_layout(row) -> str | None:
+    """The pipeline layout a row's notes quote in Megatron-Core's --pipeline-model-parallel-layout syntax ("PP
+    layout 'Et|(tt|)*30L'": embedding + 1 layer, 30 x 2 layers, loss), or None."""
+    m = re.search(r"layout '([EtL|()*0-9,]+)'", row.text["notes"])
+    return m.group(1) if m else None
 
 
 def ep_from_notes(row) -> int | None:
@@ -184,16 +202,22 @@ def moe_model(row, seq_len: int, notes: list[str]) -> ModelSpec:
     expert = v.get("expert_ffn_hidden") or 0
     dense_ffn = v.get("ffn_hidden") or expert
     window = _int(r"(\d+)-token sliding-window", text) or 0
+    mtp = _int(r"with mtp depth (\d+)", row.model_name.lower()) or 0
     fields = dict(
         num_experts=v.get("num_experts") or 0, experts_per_token=v.get("top_k") or 0, moe_ffn_hidden_size=expert,
         num_shared_experts=v.get("shared_experts") or 0, first_dense_layers=_first_dense(text, row, notes),
         router="sigmoid" if "sigmoid" in text else "softmax", sliding_window=window,
         sliding_window_every=2 if window and "alternating" in text else (1 if window else 0),
-        attention_sinks="attention sinks" in text, **{k: x for k, x in mla.items() if k != "head_dim"})
+        attention_sinks="attention sinks" in text, mtp_layers=mtp,
+        **{k: x for k, x in mla.items() if k != "head_dim"})
     cap = re.search(r"capacity factor ([0-9.]+)", (row.model_name + " " + row.text["notes"]).lower())
+    drop = row.rule("moe_token_drop")
     if cap:
         fields["capacity_factor"] = float(cap.group(1))
         notes.append(f"token dropping with capacity factor {cap.group(1)} (padded to capacity)")
+    elif drop is not None:
+        fields["capacity_factor"] = 1.0
+        notes.append(drop.assumption)
     return ModelSpec(name=row.model_name, num_layers=L, hidden_size=h, num_heads=a, num_kv_heads=kv,
                      ffn_hidden_size=dense_ffn, vocab_size=vocab, max_seq_len=seq_len, head_dim=head_dim,
                      activation=act, norm="rmsnorm", position_embedding="rope", linear_bias=bias, source=row.source,
@@ -211,7 +235,9 @@ def _dispatcher(text: str, notes: list[str]) -> str:
         return "alltoall"
     if "allgather" in t or "all-gather" in t:
         return "allgather"
-    notes.append("token dispatcher not stated, assumed alltoall (Megatron-Core's recommended dispatcher for EP)")
+    notes.append("token dispatcher not stated, assumed alltoall (Megatron-Core's recommended dispatcher for EP; "
+                 "NeMo's MixtralConfig moe_token_dispatcher_type 'alltoall', nemo/collections/llm/gpt/model/"
+                 "mixtral.py @8cfedd72)")
     return "alltoall"
 
 
@@ -248,8 +274,12 @@ def moe_plan_fields(row, tp: int, notes: list[str]) -> dict:
                                                                                  "core_attn)"))
     if balanced_routing(row):
         fields["moe_imbalance"] = 1.0
-        notes.append("forced load balancing (perfectly balanced routing): routing imbalance 1.0")
-    elif "capacity factor" in row.model_name.lower():
+        fields["moe_routing"] = "round_robin" if "fake balanced gate" in row.text["notes"].lower() else "random"
+        notes.append("forced load balancing (perfectly balanced routing): routing imbalance 1.0; "
+                     + ("NeMo AutoModel's fake balanced gate: token t to experts t k ... t k + k - 1 (moe_routing "
+                        "round_robin)" if fields["moe_routing"] == "round_robin" else
+                        "Megatron-Core's random router logits (moe_routing random)"))
+    elif "capacity factor" in row.model_name.lower() or row.rule("moe_token_drop") is not None:
         fields["moe_imbalance"] = 1.0
         notes.append("experts padded to capacity: every expert runs its full capacity (imbalance 1.0)")
     else:
@@ -269,9 +299,11 @@ def moe_plan_fields(row, tp: int, notes: list[str]) -> dict:
 # ------------------------------------------------------------------------------------------ FLOPs
 def megatron_flops(model: ModelSpec, global_batch: int, seq_len: int, causal: bool) -> float:
     """FLOPs of one step as Megatron-LM's ``num_floating_point_operations`` (megatron/training/training.py)
-    counts them, for a GQA or MLA MoE model without MTP: 3 (fwd, dgrad, wgrad) x 2 FLOPs per multiply-add over
-    the attention projections, the core attention, the dense layers' MLP (ffn_hidden x 3 for SwiGLU), the routed
-    experts' MLP x top-k and the shared experts' MLP in every MoE layer, and the logits (h x V); no router GEMM.
+    counts them, for a GQA or MLA MoE model: 3 (fwd, dgrad, wgrad) x 2 FLOPs per multiply-add over the attention
+    projections, the core attention, the dense layers' MLP (ffn_hidden x 3 for SwiGLU), the routed experts' MLP x
+    top-k and the shared experts' MLP in every MoE layer, and the logits (h x V); no router GEMM. Multi-token
+    prediction (``model.mtp_layers``, --mtp-num-layers; @d98e8a64): each depth one more layer of the last layer's
+    kind, its norms (3h) and eh_proj (2h x h), and the logits once more.
 
     ``causal``: the 2025+ code (checked at NVIDIA/Megatron-LM @001b00c2) halves the core attention ("causal mask
     (only half of the mask is non-zero)"); the 2024 code (MCore v0.8: ``12 B s L h^2 ((1 + g/a + s/h) q/h +
@@ -280,8 +312,9 @@ def megatron_flops(model: ModelSpec, global_batch: int, seq_len: int, causal: bo
     h, a, s, V = model.hidden_size, model.num_heads, seq_len, model.vocab_size
     ffn_mult = 3 if model.gated else 2
     tokens = global_batch * s
-    n_moe = model.num_moe_layers
-    n_dense = model.num_layers - n_moe
+    mtp = model.mtp_layers
+    n_moe = model.num_moe_layers + mtp * model.is_moe_layer(model.num_layers - 1)
+    n_dense = model.num_layers + mtp - n_moe
     core = 0.5 if causal else 1.0
     if model.is_mla:
         if not causal:
@@ -296,4 +329,4 @@ def megatron_flops(model: ModelSpec, global_batch: int, seq_len: int, causal: bo
         attn = h * (qd + 2 * kvd) + qd * s * core * 2 + qd * h
     mlp = h * (model.ffn_hidden_size * ffn_mult * n_dense
                + (model.expert_ffn * model.experts_per_token + model.shared_ffn) * ffn_mult * n_moe)
-    return 6.0 * tokens * (mlp + attn * model.num_layers + h * V)
+    return 6.0 * tokens * (mlp + attn * (model.num_layers + mtp) + mtp * (3 * h + 2 * h * h) + h * V * (1 + mtp))

@@ -21,7 +21,7 @@ from pathlib import Path
 from costmodel.core.errors import PlannerError
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.model import ModelSpec
-from costmodel.core.specs.pipeline_layout import balanced_pipeline_layout, describe_split
+from costmodel.core.specs.pipeline_layout import balanced_pipeline_layout, describe_split, parse_pipeline_layout
 from costmodel.core.specs.plan import ParallelPlan, account_for_splits
 from planner.requests import PlanRequest
 from planner.validation.moe_rows import (
@@ -34,6 +34,7 @@ from planner.validation.moe_rows import (
     moe_model,
     moe_plan_fields,
     moe_refusals,
+    stated_pipeline_layout,
 )
 from planner.validation.sources import Rule, source_rule
 
@@ -196,7 +197,7 @@ def _moe_skip_reason(row: RunRow) -> str:
     try:
         row_to_inputs(row)
     except PlannerError as exc:
-        if str(exc) not in reasons:
+        if not any(str(exc) in r for r in reasons):
             reasons.append(str(exc))
     return "; ".join(reasons)
 
@@ -222,6 +223,9 @@ def map_gpu(gpu: str) -> tuple[str, str]:
         return "b200", ""
     if "h200" in t:
         return "h200", ""
+    if "h800" in t:
+        raise PlannerError(f"GPU {gpu!r}: the H800 (H100 SXM compute with NVLink cut to 400 GB/s and the DeepSeek "
+                           "cluster's 8 x 400 Gb/s InfiniBand) has no hardware-catalogue entry")
     if "h100" in t:
         if "pcie" in t:
             return "h100-pcie", ""
@@ -482,7 +486,8 @@ def row_to_inputs(row: RunRow) -> tuple[ModelSpec, ParallelPlan, str, int]:
         sequence_parallel=sp, zero=_zero(row.text["dist_optimizer_or_zero"], notes),
         dtype=_dtype(row.text["precision"], notes),
         **_pipeline_split(row, model.num_layers, pp, vpp, moe, notes),
-        framework=_framework(row.text["framework"], notes, row.text["notes"]), attention=_attention(row, notes))
+        framework=_framework(row.text["framework"], notes, row.text["notes"]), attention=_attention(row, notes),
+        moe_dispatcher="alltoall")  # an MoE row's dispatcher is read from its text (moe_rows.moe_plan_fields)
     plan = request.to_plan(model, gpus_per_node=gpn, extra={"run_id": row.id})
     if moe:
         plan = _moe_plan(row, model, plan, notes)
@@ -494,6 +499,15 @@ def _pipeline_split(row: RunRow, L: int, pp: int, vpp: int, moe: bool, notes: li
     pipelining (NeMo AutoModel, torchtitan), the pipeline_layout that pipelining builds by default: the layers over
     the PP*VPP virtual stages as evenly as possible, the first ones one more (costmodel.core.specs.pipeline_layout
     balanced_pipeline_layout, AutoModel's generate_hf_model_fqn_per_model_part)."""
+    stated = stated_pipeline_layout(row) if moe else None
+    if stated:
+        layout, virtual = parse_pipeline_layout(stated, pp)
+        if virtual != vpp:
+            raise PlannerError(f"pipeline layout '{stated}' of the notes has {virtual} virtual stages per PP rank, the "
+                               f"row VPP={vpp}")
+        notes.append(f"pipeline layout '{stated}' from the notes (Megatron-Core --pipeline-model-parallel-layout): "
+                     f"{describe_split(layout)} layers per virtual stage")
+        return {"pipeline_layout": layout}
     try:
         return {"layer_split": (_moe_layer_split if moe else _layer_split)(L, pp, vpp, notes)}
     except PlannerError:

@@ -30,6 +30,8 @@ RULES = {
                                    "attention; planner.validation.moe_rows.megatron_flops)",
     "tflops_mcore_causal": "an MoE source's tflops_per_gpu is Megatron-Core's 2025+ FLOPs counter (causal half of "
                            "the attention, dense/MoE/shared MLPs, MLA; planner.validation.moe_rows.megatron_flops)",
+    "moe_token_drop": "an MoE source's recipe drops tokens at capacity factor 1 and pads every expert to capacity: "
+                      "every expert runs the balanced share (routing imbalance 1)",
 }
 """Rule name -> what it changes. A rule not listed here is an error in the TOML file."""
 

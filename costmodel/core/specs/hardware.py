@@ -109,14 +109,14 @@ class ClusterSpec:
     straggler_excess: float = 0.0
     """E[max over ranks] / E[mean] - 1 of identical compute segments run at once by ``straggler_ranks``
     ranks of one node: synchronous training waits for the slowest rank, so the timeline adds this
-    fraction of the compute between synchronisations (planner/predict.py). Measured by `planner profile`
+    fraction of the compute between synchronisations (costmodel/compose.py). Measured by `planner profile`
     (costmodel/sampling/skew.py); 0 where not measured (the catalogue's GPU clusters)."""
     straggler_ranks: int = 2
     """How many ranks ``straggler_excess`` was measured on."""
     corun_slowdown: dict = field(default_factory=dict, hash=False)
     """Compute kind -> time with every rank of a node running the operator at once / time alone: ranks of
     one node that share memory bandwidth and caches slow each other down, and the predictor multiplies
-    this into the kind's times when a plan puts more than one rank on a node (planner/predict.py).
+    this into the kind's times when a plan puts more than one rank on a node (costmodel/compose.py).
     Measured by `planner profile` (costmodel/sampling/corun.py); empty = factor 1 (the catalogue's GPU
     clusters: each GPU has its own HBM; not measured)."""
     corun_ranks: int = 2

@@ -174,7 +174,8 @@ def _rope_theta(r: _Reader, extra: dict) -> float | None:
 # Each returns (ModelSpec keyword arguments, extra).
 
 def _llama_like(r: _Reader, model_type: str) -> tuple[dict, dict]:
-    """llama, mistral, qwen2: gated SiLU MLP, RMSNorm, RoPE, GQA; and on the same base the MoE families of
+    """llama, mistral, qwen2, qwen3 (dense, with QK-norm): gated SiLU MLP, RMSNorm, RoPE, GQA; and on the same
+    base the MoE families of
     :mod:`.hf_moe` (mixtral, qwen2_moe, qwen3_moe, deepseek_v2/v3 with MLA, gpt_oss)."""
     extra: dict = {}
     heads = r.int_("num_attention_heads")
@@ -205,11 +206,16 @@ def _llama_like(r: _Reader, model_type: str) -> tuple[dict, dict]:
         fields["linear_bias"] = attn_bias or mlp_bias
         if attn_bias != mlp_bias:
             extra.update(attention_bias=attn_bias, mlp_bias=mlp_bias)
+    if model_type == "qwen3":
+        extra["qk_norm"] = True  # Qwen3Attention: RMSNorm over each head's q and k (q_norm, k_norm)
     if model_type in MOE_MODEL_TYPES:
         moe_fields(r, model_type, fields, extra)
     for key in ("sliding_window", "rms_norm_eps", "use_sliding_window", "max_window_layers"):
         if r.data.get(key) is not None:
             extra[key] = r.data[key]
+    if model_type == "qwen3" and r.data.get("use_sliding_window") is False:
+        # sliding_window / max_window_layers act only with use_sliding_window (Qwen3Attention): not warned about
+        r.seen.update(r.prefix + k for k in ("sliding_window", "max_window_layers"))
     return fields, extra
 
 
@@ -362,10 +368,90 @@ def _mpt(r: _Reader, model_type: str) -> tuple[dict, dict]:
     return fields, extra
 
 
+def _softcap(r: _Reader, key: str, default: float) -> float:
+    """A soft-capping value: Gemma2Config's default when the key is absent, 0 (none) when it is null."""
+    r.seen.add(r.prefix + key)
+    if key in r.data and r.data[key] is None:
+        return 0.0
+    return r.float_(key, default=default)
+
+
+def _gemma2(r: _Reader, model_type: str) -> tuple[dict, dict]:
+    """Gemma 2 (Gemma Team 2024, arXiv 2408.00118 sec. 2; transformers ``Gemma2Config``): GeGLU MLP (tanh GELU
+    gate), RMSNorm before and after each sub-layer (4 per block), RoPE, GQA, head_dim independent of the width,
+    sliding-window attention (4096) on every other layer from layer 0 (``is_sliding = not layer_idx % 2``), attention
+    and final logit soft-capping, tied embeddings scaled by sqrt(hidden)."""
+    extra: dict = {"scale_embeddings": True}
+    heads = r.int_("num_attention_heads")
+    fields = dict(
+        num_layers=r.int_("num_hidden_layers"),
+        hidden_size=r.int_("hidden_size"),
+        num_heads=heads,
+        num_kv_heads=r.int_("num_key_value_heads", default=heads),
+        head_dim=r.int_("head_dim", default=256),  # Gemma2Config default
+        ffn_hidden_size=r.int_("intermediate_size"),
+        vocab_size=r.int_("vocab_size"),
+        norm="rmsnorm",
+        position_embedding="rope",
+        max_seq_len=r.int_("max_position_embeddings", default=8192),
+        tied_embeddings=r.bool_("tie_word_embeddings", default=True),
+        linear_bias=r.bool_("attention_bias", default=False),
+        dropout=r.dropout("attention_dropout"),
+        norms_per_layer=4,
+        attn_logit_softcap=_softcap(r, "attn_logit_softcapping", 50.0),
+        final_logit_softcap=_softcap(r, "final_logit_softcapping", 30.0),
+        sliding_window=r.int_("sliding_window", "sliding_window_size", default=4096),
+        sliding_window_every=2,
+    )
+    r.seen.add(r.prefix + "sliding_window_size")  # the older name of sliding_window, the same value
+    name = r.str_("hidden_activation", "hidden_act", default="gelu_pytorch_tanh")
+    fields["activation"] = _activation(r, name, "hidden_activation", True, extra)
+    extra["query_pre_attn_scalar"] = r.float_("query_pre_attn_scalar", default=256.0, positive=True)
+    return fields, extra
+
+
+def _falcon(r: _Reader, model_type: str) -> tuple[dict, dict]:
+    """Falcon (transformers ``FalconConfig``, ``FalconAttention`` / ``FalconDecoderLayer``; n_layer / n_head /
+    n_head_kv are the names of its first uploads): GELU MLP of ffn_hidden_size (default 4h), LayerNorm, RoPE (or ALiBi),
+    no bias, tied LM head. KV heads: num_kv_heads with new_decoder_architecture (Falcon-40B), else 1 with multi_query
+    (Falcon-7B), else every head. Parallel attention + MLP (parallel_attn) reading one input norm, or two with
+    new_decoder_architecture (ln_attn, ln_mlp; num_ln_in_parallel_attn)."""
+    extra: dict = {}
+    heads = r.int_("num_attention_heads", "n_head")
+    hidden = r.int_("hidden_size")
+    new_arch = r.bool_("new_decoder_architecture", default=False)
+    kv_cfg = r.int_("num_kv_heads", "n_head_kv", default=heads)
+    multi_query = r.bool_("multi_query", default=True)  # FalconAttention ignores it with new_decoder_architecture
+    kv = kv_cfg if new_arch else (1 if multi_query else heads)
+    parallel = r.bool_("parallel_attn", default=True)
+    norms = r.int_("num_ln_in_parallel_attn", default=2 if new_arch else 1) if parallel else 2
+    fields = dict(
+        num_layers=r.int_("num_hidden_layers", "n_layer"),
+        hidden_size=hidden,
+        num_heads=heads,
+        num_kv_heads=kv,
+        ffn_hidden_size=r.int_("ffn_hidden_size", default=4 * hidden),
+        vocab_size=r.int_("vocab_size"),
+        norm="layernorm",
+        position_embedding="alibi" if r.bool_("alibi", default=False) else "rope",
+        max_seq_len=r.int_("max_position_embeddings", default=2048),  # FalconConfig default
+        tied_embeddings=r.bool_("tie_word_embeddings", default=True),
+        linear_bias=r.bool_("bias", default=False),
+        dropout=r.dropout("attention_dropout", "hidden_dropout"),
+        parallel_attention=parallel,
+        norms_per_layer=norms,
+    )
+    fields["activation"] = _activation(r, r.str_("activation", default="gelu"), "activation", False, extra)
+    return fields, extra
+
+
 _PARSERS: dict[str, Callable[[_Reader, str], tuple[dict, dict]]] = {
     "llama": _llama_like,
     "mistral": _llama_like,
     "qwen2": _llama_like,
+    "qwen3": _llama_like,
+    "gemma2": _gemma2,
+    "falcon": _falcon,
     "mixtral": _llama_like,
     "qwen2_moe": _llama_like,
     "qwen3_moe": _llama_like,
@@ -382,6 +468,10 @@ SUPPORTED_MODEL_TYPES = tuple(_PARSERS)
 
 
 # -------------------------------------------------------------------- entry point
+DEFAULT_ROPE_THETA = {"gemma2": 10000.0, "falcon": 10000.0}
+"""RoPE base of the config classes that default it (Gemma2Config rope_theta=10000.0, FalconConfig rope_theta=10000.0)
+when a config.json states none."""
+
 NORM_EPS_KEYS = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps", "layernorm_epsilon")
 """config.json names of the norm epsilon (Llama/Mistral/Qwen2, GPT-NeoX, GPT-2/BLOOM, Nemotron, NeMo-style)."""
 
@@ -407,6 +497,8 @@ IRRELEVANT_KEYS = frozenset({
     "attention_softmax_in_fp32", "slow_but_exact", "offset_alibi", "embedding_fraction",
     "apply_residual_connection_post_layernorm", "unk_token_id", "tokenizer_name", "verbose", "init_device",
     "init_config", "output_router_logits",
+    # inference-time cache layout (Gemma 2's hybrid sliding/global KV cache)
+    "cache_implementation",
     # kernel-fusion hints of the code base the model was trained with (planner costs its own kernels)
     "bias_dropout_fusion", "masked_softmax_fusion", "skip_bias_add", "skip_bias_add_qkv",
 })
@@ -478,6 +570,8 @@ def from_hf_config(cfg: dict | str | Path, name: str | None = None) -> ModelSpec
                                "the config.json.")
         extra["norm_eps"] = eps
     rope_theta = _rope_theta(r, extra) if fields["position_embedding"] == "rope" else None
+    if rope_theta is None and fields["position_embedding"] == "rope":
+        rope_theta = DEFAULT_ROPE_THETA.get(model_type)
     unread = unread_keys(data, r.seen)
     if unread:
         extra["unread_keys"] = unread

@@ -129,6 +129,8 @@ def _deepseek(r: Any, model_type: str, fields: dict, extra: dict) -> None:
     fields["qk_rope_head_dim"] = rope
     fields["head_dim"] = r.int_("qk_nope_head_dim") + rope
     fields["v_head_dim"] = r.int_("v_head_dim")
+    # multi-token prediction depths (DeepseekV3Config: num_nextn_predict_layers, 1 in the released config)
+    fields["mtp_layers"] = r.int_("num_nextn_predict_layers", default=0)
 
 
 def _layer_pattern(r: Any) -> int:

@@ -93,6 +93,21 @@ class ModelSpec:
     layer; 0 = none)."""
     attention_sinks: bool = False
     """Learned per-head attention-sink logits (gpt-oss): one extra score column per head."""
+    mtp_layers: int = 0
+    """Multi-token-prediction depths trained with the model (DeepSeek-V3 config.json ``num_nextn_predict_layers``,
+    Megatron-Core --mtp-num-layers; costmodel.mtp): each adds a Transformer block like the last layer, a 2h x h
+    projection and one more pass of the shared output head and loss. Not in ``total_params`` (DeepSeek-V3's 671B
+    leaves the 14B MTP module out)."""
+    parallel_attention: bool = False
+    """Attention and MLP read the same block input and their outputs join the residual stream in one add (GPT-J,
+    PaLM, Falcon ``parallel_attn``): one residual add per layer instead of two."""
+    norms_per_layer: int = 2
+    """Norm modules per block: 2 (before attention and before the MLP), 1 (a parallel block whose attention and MLP
+    share one input norm: Falcon-7B), 4 (Gemma 2's norms before and after each sub-layer)."""
+    attn_logit_softcap: float = 0.0
+    """Attention scores pass through cap * tanh(score / cap) before the softmax (Gemma 2: 50.0); 0 = none."""
+    final_logit_softcap: float = 0.0
+    """The LM head's logits pass through cap * tanh(logit / cap) before the loss (Gemma 2: 30.0); 0 = none."""
     rope_theta: float | None = None
     """RoPE base frequency where stated."""
     source: str = ""
@@ -131,7 +146,8 @@ class ModelSpec:
             if not 0 <= self.first_dense_layers < self.num_layers:
                 problems.append(f"first_dense_layers={self.first_dense_layers!r} must be in [0, num_layers)")
         for name in ("moe_ffn_hidden_size", "num_shared_experts", "shared_expert_ffn_hidden_size", "q_lora_rank",
-                     "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "sliding_window", "sliding_window_every"):
+                     "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "sliding_window", "sliding_window_every",
+                     "mtp_layers"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 problems.append(f"{name}={value!r} must be a non-negative integer")
@@ -139,6 +155,12 @@ class ModelSpec:
             problems.append(f"router={self.router!r} must be one of {', '.join(ROUTERS)}")
         if not (isinstance(self.capacity_factor, (int, float)) and self.capacity_factor >= 0):
             problems.append(f"capacity_factor={self.capacity_factor!r} must be >= 0 (0 = dropless)")
+        if isinstance(self.norms_per_layer, bool) or self.norms_per_layer not in (1, 2, 4):
+            problems.append(f"norms_per_layer={self.norms_per_layer!r} must be 1, 2 or 4")
+        for name in ("attn_logit_softcap", "final_logit_softcap"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                problems.append(f"{name}={value!r} must be a number >= 0 (0 = no soft-capping)")
         if problems:
             raise PlannerError(f"model {self.name!r} is invalid: " + "; ".join(problems) + ".")
 
@@ -232,8 +254,8 @@ class ModelSpec:
         return attn
 
     def norm_params(self) -> int:
-        """The two norms of one block."""
-        return 2 * self.hidden_size * (2 if self.norm == "layernorm" else 1)
+        """The norms of one block (``norms_per_layer``, each a weight, plus a bias for LayerNorm)."""
+        return self.norms_per_layer * self.hidden_size * (2 if self.norm == "layernorm" else 1)
 
     def router_params(self) -> int:
         """Router weights of one MoE layer: an h x E linear (Mixtral sec. 2.1)."""

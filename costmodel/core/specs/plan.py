@@ -16,6 +16,8 @@ NVIDIA/Megatron-LM @002526d81b81 megatron/core/transformer/transformer_config.py
 ["core_attn"]; its later "mhc", "gdn", "gdn_norm_out" belong to layers not modelled). What each re-runs and
 stops storing: costmodel.selective."""
 MOE_DISPATCHERS = ("alltoall", "allgather", "flex")
+MOE_ROUTINGS = ("learned", "random", "round_robin")
+"""How tokens pick their experts (``ParallelPlan.moe_routing``; costmodel.moe_routing describes each)."""
 """Megatron-Core token dispatchers (--moe-token-dispatcher-type): alltoall (NCCL all-to-all over the EP group),
 allgather (all-gather the tokens, each rank keeps its experts' share, reduce-scatter back) and flex (DeepEP /
 HybridEP kernels)."""
@@ -94,6 +96,11 @@ class ParallelPlan:
     moe_imbalance: float | None = None
     """Routing imbalance: tokens routed to the busiest expert over the mean (1.0 = perfectly balanced, e.g.
     --moe-router-force-load-balancing); None = the documented default (``costmodel.moe_routing``)."""
+    moe_routing: str = "learned"
+    """Which experts a token picks (``MOE_ROUTINGS``): ``learned`` (the model's router), ``random`` (Megatron-Core
+    --moe-router-force-load-balancing: random logits, top-k uniformly at random) or ``round_robin`` (NeMo
+    AutoModel fake_balanced_gate: token t to experts t k ... t k + k - 1 mod E). Sets how many EP ranks and
+    NVLink domains a token's copies reach (the flex dispatcher's bytes, costmodel.moe_routing)."""
     moe_overlap_comm: bool = False
     """Overlap the EP dispatch/combine with compute of another micro-batch (Megatron-Core
     --overlap-moe-expert-parallel-comm)."""
@@ -227,20 +234,30 @@ class ParallelPlan:
                 + (f" pipeline_layout={describe_split(self.pipeline_layout)}" if self.pipeline_layout else ""))
 
     def problems(self, model: ModelSpec | None = None) -> list[str]:
-        """Every reason this plan is invalid (empty list when valid)."""
-        p: list[str] = []
-        ints = ("world_size", "gpus_per_node", "global_batch_size", "seq_len", "tp", "pp", "cp", "vpp",
-                "micro_batch_size")
-        for name in ints:
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-                p.append(f"{name}={v!r} must be a positive integer")
-        for name in ("ep", "etp"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-                p.append(f"{name}={v!r} must be a positive integer")
+        """Every reason this plan is invalid (empty list when valid): the fields' types first (nothing else is
+        checked when one is wrong), then the options, the factors, and with ``model`` what the model requires."""
+        p = self._integer_problems()
         if p:
             return p
+        p += self._option_problems()
+        p += self._factor_problems()
+        p += self._batch_problems()
+        if model is not None:
+            p += self._model_problems(model)
+            if model.is_moe:
+                p += self._moe_problems(model)
+            p += self._split_problems(model)
+        return p
+
+    def _integer_problems(self) -> list[str]:
+        names = ("world_size", "gpus_per_node", "global_batch_size", "seq_len", "tp", "pp", "cp", "vpp",
+                 "micro_batch_size", "ep", "etp")
+        return [f"{name}={v!r} must be a positive integer" for name in names
+                if not isinstance(v := getattr(self, name), int) or isinstance(v, bool) or v <= 0]
+
+    def _option_problems(self) -> list[str]:
+        """The named options: NVLink domain, recompute, dtype, ZeRO, framework, attention kernel."""
+        p: list[str] = []
         if isinstance(self.nvlink_domain, bool) or not isinstance(self.nvlink_domain, int) or self.nvlink_domain < 0:
             p.append(f"nvlink_domain={self.nvlink_domain!r} must be a non-negative integer (0 = gpus_per_node)")
         if self.recompute not in RECOMPUTE_MODES:
@@ -263,13 +280,19 @@ class ParallelPlan:
         if self.attention and self.attention not in ATTENTION_KERNELS:
             p.append(f"attention={self.attention!r} must be one of {', '.join(ATTENTION_KERNELS)} (or empty: the "
                      "framework's)")
+        return p
+
+    def _factor_problems(self) -> list[str]:
+        """How TP, PP, CP, EP and ETP divide the GPUs, and the MoE options that need no model."""
+        p: list[str] = []
         if self.world_size % self.model_parallel != 0:
             p.append(f"TP*PP*CP = {self.tp}*{self.pp}*{self.cp} = {self.model_parallel} must divide "
                      f"GPUs={self.world_size} (DP = GPUs / (TP*PP*CP))")
         if self.world_size > self.gpus_per_node and self.world_size % self.gpus_per_node != 0:
             p.append(f"GPUs={self.world_size} must be a multiple of gpus_per_node={self.gpus_per_node}")
-        if self.moe_dispatcher not in MOE_DISPATCHERS:
-            p.append(f"moe_dispatcher={self.moe_dispatcher!r} must be one of {', '.join(MOE_DISPATCHERS)}")
+        p += [f"{name}={value!r} must be one of {', '.join(choices)}" for name, value, choices in (
+            ("moe_dispatcher", self.moe_dispatcher, MOE_DISPATCHERS), ("moe_routing", self.moe_routing, MOE_ROUTINGS))
+            if value not in choices]
         if self.moe_imbalance is not None and not (isinstance(self.moe_imbalance, (int, float))
                                                    and self.moe_imbalance >= 1.0):
             p.append(f"moe_imbalance={self.moe_imbalance!r} must be >= 1 (busiest expert's tokens over the mean)")
@@ -285,7 +308,12 @@ class ParallelPlan:
             p.append(f"EP={self.ep} with TP={self.tp} needs sequence parallelism (Megatron-LM arguments.py)")
         if self.vpp > 1 and self.pp == 1:
             p.append(f"VPP={self.vpp} needs PP > 1")
-        if self.pipeline_layout is not None and model is None:
+        return p
+
+    def _batch_problems(self) -> list[str]:
+        """The pipeline layout without a model, and how the batch and the sequence split over the ranks."""
+        p: list[str] = []
+        if self.pipeline_layout is not None:
             why = pipeline_layout_problem(self.pipeline_layout, None, self.pp, self.vpp)
             if why:
                 p.append(why)
@@ -301,49 +329,62 @@ class ParallelPlan:
             p.append(f"interleaved schedule needs micro-batches ({self.num_microbatches}) >= PP={self.pp} and a "
                      f"group size N in [PP, micro-batches] with micro-batches % N = 0 or >= PP (Megatron-Core "
                      f"schedules.py); change GBS or MBS")
-        if model is not None:
-            if model.num_heads % self.tp != 0:
-                p.append(f"heads={model.num_heads} must be a multiple of TP={self.tp}")
-            if model.num_kv_heads % self.tp != 0 and self.tp % model.num_kv_heads != 0:
-                p.append(f"KV heads={model.num_kv_heads} and TP={self.tp}: one must divide the other")
-            if model.ffn_hidden_size % self.tp != 0:
-                p.append(f"ffn_hidden_size={model.ffn_hidden_size} must be a multiple of TP={self.tp}")
-            if self.ep > 1 and not model.is_moe:
-                p.append(f"EP={self.ep} needs a mixture-of-experts model ({model.name} is dense); use EP=1")
-            if model.is_moe:
-                # Megatron-LM arguments.py: "num_experts must be divisible by expert_model_parallel_size"
-                if model.num_experts % self.ep != 0:
-                    p.append(f"experts={model.num_experts} must be a multiple of EP={self.ep}")
-                # Megatron-LM arguments.py: "When using MoE and tensor parallelism, sequence parallelism must be
-                # used." (num_experts set and TP > 1, any EP)
-                if self.tp > 1 and not self.sequence_parallel and self.ep == 1:
-                    p.append(f"an MoE model with TP={self.tp} needs sequence parallelism (Megatron-LM arguments.py)")
-                bound = model.num_experts / max(model.experts_per_token, 1)
-                if isinstance(self.moe_imbalance, (int, float)) and self.moe_imbalance > bound:
-                    p.append(f"moe_imbalance={self.moe_imbalance!r} exceeds experts / top-k = {bound:g}: the busiest "
-                             "expert can receive at most every token once")
-                if model.expert_ffn % etp != 0:
-                    p.append(f"expert ffn width={model.expert_ffn} must be a multiple of ETP={self.etp}")
-            if self.pipeline_layout is not None:
-                why = pipeline_layout_problem(self.pipeline_layout, model.num_layers, self.pp, self.vpp)
-                if why:
-                    p.append(why)
-                elif self.layer_split is not None and tuple(self.layer_split) != self.stage_layers(model.num_layers):
-                    p.append(f"layer_split={list(self.layer_split)} disagrees with pipeline_layout, whose stages hold "
-                             f"{list(self.stage_layers(model.num_layers))} layers: give one of them")
-            elif self.layer_split is not None:
-                if len(self.layer_split) != self.pp or sum(self.layer_split) != model.num_layers:
-                    p.append(f"layer_split={list(self.layer_split)} must have PP={self.pp} entries summing to "
-                             f"layers={model.num_layers}")
-                elif any(x <= 0 for x in self.layer_split) or (any(x % self.vpp for x in self.layer_split)
-                                                                and account_for(self.layer_split, self.vpp) is None):
-                    p.append(f"every entry of layer_split={list(self.layer_split)} must be a positive multiple "
-                             f"of VPP={self.vpp} (Megatron's first/last-stage rule), or the split must be the one "
-                             "--account-for-embedding/loss-in-pipeline-split builds")
-            elif model.num_layers % (self.pp * self.vpp) != 0:
-                why = uneven_split_problem(model.num_layers, self.pp, self.vpp)
-                if why:
-                    p.append(why)
+        return p
+
+    def _model_problems(self, model: ModelSpec) -> list[str]:
+        """How TP shards the model's heads and FFN, and EP on a dense model."""
+        p: list[str] = []
+        if model.num_heads % self.tp != 0:
+            p.append(f"heads={model.num_heads} must be a multiple of TP={self.tp}")
+        if model.num_kv_heads % self.tp != 0 and self.tp % model.num_kv_heads != 0:
+            p.append(f"KV heads={model.num_kv_heads} and TP={self.tp}: one must divide the other")
+        if model.ffn_hidden_size % self.tp != 0:
+            p.append(f"ffn_hidden_size={model.ffn_hidden_size} must be a multiple of TP={self.tp}")
+        if self.ep > 1 and not model.is_moe:
+            p.append(f"EP={self.ep} needs a mixture-of-experts model ({model.name} is dense); use EP=1")
+        return p
+
+    def _moe_problems(self, model: ModelSpec) -> list[str]:
+        """How EP and ETP shard a mixture-of-experts model, and the imbalance it allows."""
+        p: list[str] = []
+        # Megatron-LM arguments.py: "num_experts must be divisible by expert_model_parallel_size"
+        if model.num_experts % self.ep != 0:
+            p.append(f"experts={model.num_experts} must be a multiple of EP={self.ep}")
+        # Megatron-LM arguments.py: "When using MoE and tensor parallelism, sequence parallelism must be
+        # used." (num_experts set and TP > 1, any EP)
+        if self.tp > 1 and not self.sequence_parallel and self.ep == 1:
+            p.append(f"an MoE model with TP={self.tp} needs sequence parallelism (Megatron-LM arguments.py)")
+        bound = model.num_experts / max(model.experts_per_token, 1)
+        if isinstance(self.moe_imbalance, (int, float)) and self.moe_imbalance > bound:
+            p.append(f"moe_imbalance={self.moe_imbalance!r} exceeds experts / top-k = {bound:g}: the busiest "
+                     "expert can receive at most every token once")
+        if model.expert_ffn % self.expert_tp != 0:
+            p.append(f"expert ffn width={model.expert_ffn} must be a multiple of ETP={self.etp}")
+        return p
+
+    def _split_problems(self, model: ModelSpec) -> list[str]:
+        """The pipeline layout, the layer split, or the uneven split Megatron would have to build."""
+        p: list[str] = []
+        if self.pipeline_layout is not None:
+            why = pipeline_layout_problem(self.pipeline_layout, model.num_layers, self.pp, self.vpp)
+            if why:
+                p.append(why)
+            elif self.layer_split is not None and tuple(self.layer_split) != self.stage_layers(model.num_layers):
+                p.append(f"layer_split={list(self.layer_split)} disagrees with pipeline_layout, whose stages hold "
+                         f"{list(self.stage_layers(model.num_layers))} layers: give one of them")
+        elif self.layer_split is not None:
+            if len(self.layer_split) != self.pp or sum(self.layer_split) != model.num_layers:
+                p.append(f"layer_split={list(self.layer_split)} must have PP={self.pp} entries summing to "
+                         f"layers={model.num_layers}")
+            elif any(x <= 0 for x in self.layer_split) or (any(x % self.vpp for x in self.layer_split)
+                                                            and account_for(self.layer_split, self.vpp) is None):
+                p.append(f"every entry of layer_split={list(self.layer_split)} must be a positive multiple "
+                         f"of VPP={self.vpp} (Megatron's first/last-stage rule), or the split must be the one "
+                         "--account-for-embedding/loss-in-pipeline-split builds")
+        elif model.num_layers % (self.pp * self.vpp) != 0:
+            why = uneven_split_problem(model.num_layers, self.pp, self.vpp)
+            if why:
+                p.append(why)
         return p
 
     def validate(self, model: ModelSpec | None = None) -> "ParallelPlan":

@@ -27,6 +27,27 @@ UNMODELLED_EXTRA = ("sliding_window",)
 sequence): a preset carrying one warns as a config.json does (hf_config.unread_keys -> extra['unread_keys'])."""
 
 
+COMMON_TRAINING_SEQ_LEN = 4096
+"""Default sequence length of a model whose source cites no pre-training context (a config.json): 4096, the
+pre-training length of Llama 2 (arXiv 2307.09288 Table 1), DeepSeek-V3 (arXiv 2412.19437 sec. 4.2) and Qwen3's
+main stages (arXiv 2505.09388 sec. 3.2); a config.json's max_position_embeddings is an inference limit (often after
+a context extension), not the length a run trains at."""
+
+
+def default_seq_len(model: ModelSpec) -> tuple[int, str]:
+    """(sequence length a plan gets when none is given, where it comes from in words): a preset's cited
+    pre-training context (``max_seq_len`` with ``extra['seq_len_source']``), else the smaller of the model's
+    positions and :data:`COMMON_TRAINING_SEQ_LEN`."""
+    cited = model.extra.get("seq_len_source") if isinstance(model.extra, dict) else None
+    if cited:
+        return model.max_seq_len, f"the preset's pre-training context ({cited})"
+    if model.max_seq_len <= COMMON_TRAINING_SEQ_LEN:
+        return model.max_seq_len, f"the model's {model.max_seq_len} positions"
+    return COMMON_TRAINING_SEQ_LEN, (f"planner's common training length {COMMON_TRAINING_SEQ_LEN} (Llama 2, "
+                                     f"DeepSeek-V3 and Qwen3 pre-train at 4096; the model's {model.max_seq_len} "
+                                     "positions are an inference limit)")
+
+
 def _load_preset(path: Path) -> ModelSpec:
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))

@@ -1,0 +1,76 @@
+"""The default sequence length is a documented choice (a preset's cited pre-training context, else a common training
+length, never a config's inference limit) and the output says so; a plan that does not fit names the memory term
+that dominates and the flags that change it."""
+
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from costmodel.core.specs.hf_config import from_hf_config
+from costmodel.core.specs.presets import COMMON_TRAINING_SEQ_LEN, default_seq_len, get_preset, preset_names
+from planner.advice import memory_advice, seq_len_note
+from planner.cli import app
+from planner.requests import PlanRequest
+
+FIX = Path(__file__).parent / "fixtures" / "hf_configs"
+runner = CliRunner()
+
+
+def test_every_preset_cites_its_default_sequence_length():
+    for name in preset_names():
+        model = get_preset(name)
+        seq, source = default_seq_len(model)
+        assert seq == model.max_seq_len and model.extra.get("seq_len_source"), name
+        assert "pre-training context" in source, name
+
+
+def test_pretraining_context_not_the_inference_limit():
+    # Qwen3 pre-trains at 4,096 (report sec. 3.2); config.json's 40,960 positions are a limit
+    assert default_seq_len(get_preset("qwen3-30b-a3b"))[0] == 4096
+    assert get_preset("qwen3-235b-a22b").extra["config_max_position_embeddings"] == 40960
+    # Mixtral 8x7B's paper states training at a 32k context: the cited figure is kept
+    assert default_seq_len(get_preset("mixtral-8x7b"))[0] == 32768
+    # a config.json cites nothing: the common training length, or fewer positions when the model has fewer
+    qwen = from_hf_config(FIX / "qwen3-30b-a3b.json")
+    assert qwen.max_seq_len == 40960 and default_seq_len(qwen)[0] == COMMON_TRAINING_SEQ_LEN == 4096
+    assert "inference limit" in default_seq_len(qwen)[1]
+    gpt2 = from_hf_config(FIX / "gpt2.json")
+    assert default_seq_len(gpt2) == (1024, "the model's 1024 positions")
+    plan = PlanRequest(model=str(FIX / "qwen3-30b-a3b.json"), gpu="h100-sxm", gpus=8, ep=8).resolve().plan
+    assert plan.seq_len == 4096
+
+
+def test_predict_says_where_the_default_came_from_and_what_does_not_fit():
+    cmd = ["predict", "--model", "mixtral-8x7b", "--gpu", "h100-sxm", "--gpus", "64", "--tp", "1", "--pp", "4",
+           "--ep", "8"]
+    r = runner.invoke(app, cmd, env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert "note: seq_len 32768 is the default for mixtral-8x7b: the preset's pre-training context" in text
+    assert "does not fit: activations dominate" in text and "--seq-len (now 32768)" in text
+    assert "--recompute full" in text and "--cp (now 1)" in text
+    given = " ".join(runner.invoke(app, cmd + ["--seq-len", "4096"], env={"COLUMNS": "200"}).output.split())
+    assert "is the default" not in given
+
+
+def test_advice_names_the_dominant_term_and_its_levers():
+    plan = {"zero": 0, "tp": 1, "pp": 1, "cp": 1, "seq_len": 2048, "mbs": 4, "recompute": "selective"}
+    mem = {"weights": 10.0, "gradients": 10.0, "optimizer": 60.0, "activations": 5.0, "workspace": 1.0, "stage": 0}
+    adv = memory_advice({"fits_in_memory": False, "memory": mem, "plan": plan})
+    assert adv.startswith("optimizer dominate: 60.0 of 86.0 GiB per GPU") and "--zero 1 (now 0)" in adv
+    mem.update(optimizer=5.0, weights=70.0)
+    adv = memory_advice({"fits_in_memory": False, "memory": mem, "plan": plan}, moe=True)
+    assert adv.startswith("weights dominate") and "--zero 3 (now 0)" in adv and "--ep" in adv
+    mem.update(weights=5.0, activations=70.0)
+    adv = memory_advice({"fits_in_memory": False, "memory": mem, "plan": plan})
+    assert "--mbs (now 4)" in adv and "--seq-len (now 2048)" in adv
+    assert memory_advice({"fits_in_memory": True, "memory": mem, "plan": plan}) is None
+    assert seq_len_note(get_preset("llama-7b"), 4096) is None
+
+
+def test_search_header_notes_the_default_sequence_length():
+    r = runner.invoke(app, ["search", "--model", "llama-7b", "--gpu", "a100-80gb", "--gpus", "16", "--tp", "1,2",
+                            "--pp", "1", "--cp", "1", "--vpp", "1", "--mbs", "1", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    assert "seq 4096 is the default for llama-7b: the preset's pre-training context (Touvron et al. 2023" in \
+        " ".join(r.output.split())
