@@ -432,100 +432,149 @@ def last_stage_extra_bytes(model: ModelSpec, plan: ParallelPlan) -> float:
 
 
 # ----------------------------------------------------------------------------- per stage
-def _stage_terms(model: ModelSpec, plan: ParallelPlan, flash_attention: bool) -> list[tuple]:
-    """(weights, gradients, optimizer, activations, inflight) for every stage; plain floats."""
-    pp, vpp = plan.pp, plan.vpp
-    m1 = max(plan.num_microbatches, 1)
-    group = plan.vpp_microbatch_group or pp  # interleaved warm-up; pp when not interleaved or no valid group
-    shard = max(plan.dp * plan.cp, 1)
-    zero = plan.zero if shard > 1 else 0  # nothing to shard over one rank (FSDP falls back to NO_SHARD)
-    per_layer_params = layer_params_per_gpu(model, plan.tp)
-    # MoE / MLA: per-stage (non-expert, expert, largest layer); expert states shard over the expert-DP group
-    parts = _stage_param_parts(model, plan) if model.is_moe or model.is_mla else None
-    eshard = max(plan.expert_dp, 1)
-    ezero = plan.zero if eshard > 1 else 0
-    emb = _embedding_params_per_gpu(model, plan.tp)
-    head = _head_params_per_gpu(model, plan.tp, pp)
-    flash_attention = flash_attention and attention_kernel(plan) != "unfused"
-    act_layer = activation_bytes_per_layer(model, plan, flash_attention)
-    act_moe = _layer_activation_bytes(model, plan, plan.recompute, flash_attention, moe=True) if model.is_moe else 0.0
-    b_param, b_grad, b_opt = _state_bytes(plan)
+@dataclass(frozen=True)
+class _StagePlan:
+    """What every stage's terms share, computed once per plan (the stage loop runs inside layout searches)."""
+
+    model: ModelSpec
+    plan: ParallelPlan
+    flash: bool
+    """Flash attention in effect (the kernel is not 'unfused')."""
+    layers: tuple[int, ...]
+    """Layers per stage."""
+    per_layer_params: float
+    parts: list | None
+    """MoE / MLA: (non-expert, expert, largest layer) parameters per stage (:func:`_stage_param_parts`)."""
+    stage_idx: list | None
+    """MoE: layer indices per stage."""
+    chunk_rows: list | None
+    """A pipeline_layout's layers per chunk, [chunk][stage]."""
+    group: int
+    """Micro-batch group of the interleaved warm-up (PP when not interleaved or no valid group)."""
+    act_layer: float
+    act_moe: float
+    recompute_working: float
+    """One layer re-materialised in its backward (full recompute, op-SAC, module recompute)."""
+    moe_working: float
+    """The MoE layer's module-recompute working set."""
+    first_extra: float
+    last_extra: float
+
+
+def _stage_plan(model: ModelSpec, plan: ParallelPlan, flash_attention: bool) -> _StagePlan:
+    flash = flash_attention and attention_kernel(plan) != "unfused"
+    act_layer = activation_bytes_per_layer(model, plan, flash)
+    act_moe = _layer_activation_bytes(model, plan, plan.recompute, flash, moe=True) if model.is_moe else 0.0
     # Full recompute re-materialises one layer at a time in backward; that layer's activations
     # (stored as with recompute='none') exist on top of the checkpoints.
     recompute_working = moe_working = 0.0
     if plan.recompute == "full" or _op_sac(plan):  # op-SAC re-runs a layer's forward in its backward too
-        recompute_working = _layer_activation_bytes(model, plan, "none", flash_attention)
+        recompute_working = _layer_activation_bytes(model, plan, "none", flash)
     elif plan.recompute == "selective" and plan.recompute_modules:
         # one layer's recomputed modules re-materialised in its backward: what the modules stopped storing
         base = replace(plan, recompute_modules=())
-        recompute_working = _layer_activation_bytes(model, base, "selective", flash_attention) - act_layer
-        moe_working = (_layer_activation_bytes(model, base, "selective", flash_attention, moe=True) - act_moe
+        recompute_working = _layer_activation_bytes(model, base, "selective", flash) - act_layer
+        moe_working = (_layer_activation_bytes(model, base, "selective", flash, moe=True) - act_moe
                        if model.is_moe else 0.0)
-    first_extra = first_stage_extra_bytes(model, plan)
-    last_extra = last_stage_extra_bytes(model, plan)
+    moe_or_mla = model.is_moe or model.is_mla
+    return _StagePlan(
+        model, plan, flash, plan.stage_layers(model.num_layers), layer_params_per_gpu(model, plan.tp),
+        _stage_param_parts(model, plan) if moe_or_mla else None,
+        plan.stage_layer_indices(model.num_layers) if model.is_moe else None,
+        plan.chunk_layers(model.num_layers) if plan.pipeline_layout is not None else None,
+        plan.vpp_microbatch_group or plan.pp, act_layer, act_moe, recompute_working, moe_working,
+        first_stage_extra_bytes(model, plan), last_stage_extra_bytes(model, plan))
 
+
+def stage_extra_params(model: ModelSpec, plan: ParallelPlan, stage: int) -> list[float]:
+    """Parameters stage ``stage`` holds on one GPU outside its transformer layers, one entry per unit that ZeRO-3
+    gathers whole: the embedding on the first stage, the final norm and output layer on the last. Terms of other
+    modules a stage holds (e.g. multi-token-prediction layers on the last stage) belong here."""
     out = []
-    layers = plan.stage_layers(model.num_layers)
-    stage_idx = plan.stage_layer_indices(model.num_layers) if model.is_moe else None
-    chunk_rows = plan.chunk_layers(model.num_layers) if plan.pipeline_layout is not None else None
-    for i, n in enumerate(layers):
-        params = n * per_layer_params
-        unit = per_layer_params if n else 0.0  # largest ZeRO-3 gather / ZeRO-2 reduce unit
-        expert = 0.0
-        if parts is not None:
-            params, expert, unit = parts[i]
-        if i == 0:
-            params += emb
-            unit = max(unit, emb)
-        if i == pp - 1:
-            params += head
-            unit = max(unit, head)
-        # Weights: ZeRO-3 shards them; with prefetch two gathered units are live ([FSDP-NOTES]).
-        weights = b_param * (params / shard + 2 * unit) if zero >= 3 else b_param * params
-        # Gradients: ZeRO-2/3 shard them; one unit's unsharded gradients exist before its reduce-scatter.
-        grads = b_grad * (params / shard + unit) if zero >= 2 else b_grad * params
-        # Optimizer: ZeRO >= 1 = Megatron distributed optimizer, 12/d bytes per parameter [MEGATRON-DO].
-        opt = b_opt * params / (shard if zero >= 1 else 1)
-        if expert:  # routed experts: the same rules over the expert data-parallel group [MCORE-MOE]
-            weights += b_param * (expert / eshard if ezero >= 3 else expert) + (2 * b_param * unit
-                                                                                if ezero >= 3 > zero else 0.0)
-            grads += b_grad * (expert / eshard if ezero >= 2 else expert) + (b_grad * unit if ezero >= 2 > zero
-                                                                               else 0.0)
-            opt += b_opt * expert / (eshard if ezero >= 1 else 1)
-
-        # inflight_microbatches(pp, i, m, vpp), inlined: this loop runs inside layout searches.
-        if vpp <= 1:
-            inflight = float(min(pp - i, m1))
-        elif chunk_rows is not None:  # a pipeline_layout's chunks of unequal size
-            inflight = layout_inflight([row[i] for row in chunk_rows], pp, i, m1, group)
-        else:
-            inflight = min(2 * (pp - i - 1) + (vpp - 1) * group + 1, m1 * vpp) / vpp
-        act = n * act_layer * inflight
-        if n and recompute_working:
-            act += recompute_working
-        if stage_idx is not None:
-            n_moe = sum(model.is_moe_layer(j) for j in stage_idx[i])
-            act = ((n - n_moe) * act_layer + n_moe * act_moe) * inflight
-            if n_moe:
-                # one MoE layer in flight holds its dispatcher buffers; full recompute re-materialises the
-                # largest layer of the stage
-                act += moe_dispatch_working_bytes(model, plan, _act_bytes(plan))
-                if plan.recompute_modules:  # module recompute: the largest cut of the stage's layer kinds
-                    act += max(recompute_working if n > n_moe else 0.0, moe_working)
-                elif recompute_working:
-                    act += max(recompute_working if n > n_moe else 0.0,
-                               _layer_activation_bytes(model, plan, "none", flash_attention, moe=True))
-            elif n and recompute_working:
-                act += recompute_working
-        if i == 0:
-            act += first_extra * inflight
-        if i == pp - 1:
-            # The loss is computed and its backward starts right after the last chunk's forward:
-            # one micro-batch of head activations ([KORTHIKANTI] Sec. 4.3 counts them once).
-            act += last_extra
-        out.append((weights, grads, opt, act, inflight))
+    if stage == 0:
+        out.append(_embedding_params_per_gpu(model, plan.tp))
+    if stage == plan.pp - 1:
+        out.append(_head_params_per_gpu(model, plan.tp, plan.pp))
     return out
 
+
+def _stage_states(c: _StagePlan, i: int, n: int) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer) bytes of stage ``i`` holding ``n`` layers."""
+    plan = c.plan
+    shard = max(plan.dp * plan.cp, 1)
+    zero = plan.zero if shard > 1 else 0  # nothing to shard over one rank (FSDP falls back to NO_SHARD)
+    b_param, b_grad, b_opt = _state_bytes(plan)
+    params, expert = n * c.per_layer_params, 0.0
+    unit = c.per_layer_params if n else 0.0  # largest ZeRO-3 gather / ZeRO-2 reduce unit
+    if c.parts is not None:
+        params, expert, unit = c.parts[i]
+    for extra in stage_extra_params(c.model, plan, i):
+        params += extra
+        unit = max(unit, extra)
+    # Weights: ZeRO-3 shards them; with prefetch two gathered units are live ([FSDP-NOTES]).
+    weights = b_param * (params / shard + 2 * unit) if zero >= 3 else b_param * params
+    # Gradients: ZeRO-2/3 shard them; one unit's unsharded gradients exist before its reduce-scatter.
+    grads = b_grad * (params / shard + unit) if zero >= 2 else b_grad * params
+    # Optimizer: ZeRO >= 1 = Megatron distributed optimizer, 12/d bytes per parameter [MEGATRON-DO].
+    opt = b_opt * params / (shard if zero >= 1 else 1)
+    if expert:  # routed experts: the same rules over the expert data-parallel group [MCORE-MOE]
+        eshard = max(plan.expert_dp, 1)
+        ezero = plan.zero if eshard > 1 else 0
+        weights += b_param * (expert / eshard if ezero >= 3 else expert) + (2 * b_param * unit if ezero >= 3 > zero
+                                                                            else 0.0)
+        grads += b_grad * (expert / eshard if ezero >= 2 else expert) + (b_grad * unit if ezero >= 2 > zero else 0.0)
+        opt += b_opt * expert / (eshard if ezero >= 1 else 1)
+    return weights, grads, opt
+
+
+def _stage_inflight(c: _StagePlan, i: int) -> float:
+    """:func:`inflight_microbatches` of stage ``i``, inlined (this runs inside layout searches)."""
+    plan = c.plan
+    pp, vpp, m1 = plan.pp, plan.vpp, max(plan.num_microbatches, 1)
+    if vpp <= 1:
+        return float(min(pp - i, m1))
+    if c.chunk_rows is not None:  # a pipeline_layout's chunks of unequal size
+        return layout_inflight([row[i] for row in c.chunk_rows], pp, i, m1, c.group)
+    return min(2 * (pp - i - 1) + (vpp - 1) * c.group + 1, m1 * vpp) / vpp
+
+
+def _stage_activations(c: _StagePlan, i: int, n: int, inflight: float) -> float:
+    """Activation bytes stage ``i`` (``n`` layers) holds at its peak with ``inflight`` micro-batches."""
+    model, plan = c.model, c.plan
+    act = n * c.act_layer * inflight
+    if c.stage_idx is not None:
+        n_moe = sum(model.is_moe_layer(j) for j in c.stage_idx[i])
+        act = ((n - n_moe) * c.act_layer + n_moe * c.act_moe) * inflight
+        if n_moe:
+            # one MoE layer in flight holds its dispatcher buffers; full recompute re-materialises the
+            # largest layer of the stage
+            act += moe_dispatch_working_bytes(model, plan, _act_bytes(plan))
+            if plan.recompute_modules:  # module recompute: the largest cut of the stage's layer kinds
+                act += max(c.recompute_working if n > n_moe else 0.0, c.moe_working)
+            elif c.recompute_working:
+                act += max(c.recompute_working if n > n_moe else 0.0,
+                           _layer_activation_bytes(model, plan, "none", c.flash, moe=True))
+        elif n and c.recompute_working:
+            act += c.recompute_working
+    elif n and c.recompute_working:
+        act += c.recompute_working
+    if i == 0:
+        act += c.first_extra * inflight
+    if i == plan.pp - 1:
+        # The loss is computed and its backward starts right after the last chunk's forward:
+        # one micro-batch of head activations ([KORTHIKANTI] Sec. 4.3 counts them once).
+        act += c.last_extra
+    return act
+
+
+def _stage_terms(model: ModelSpec, plan: ParallelPlan, flash_attention: bool) -> list[tuple]:
+    """(weights, gradients, optimizer, activations, inflight) for every stage; plain floats."""
+    c = _stage_plan(model, plan, flash_attention)
+    out = []
+    for i, n in enumerate(c.layers):
+        inflight = _stage_inflight(c, i)
+        out.append((*_stage_states(c, i, n), _stage_activations(c, i, n, inflight), inflight))
+    return out
 
 
 def _resolve_workspace(gpu: GPUSpec | None, workspace_bytes: float | None) -> float:
