@@ -58,6 +58,7 @@ from costmodel.core.specs.framework import attention_kernel, get_framework
 from costmodel.core.specs.hardware import GPUSpec
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
+from costmodel.memory_states import stage_state_bytes, state_bytes, zero3_units
 from costmodel.moe_memory import (
     layer_param_parts,
     mla_activation_bytes,
@@ -67,12 +68,6 @@ from costmodel.moe_memory import (
 )
 
 # ----------------------------------------------------------------------------- constants
-BYTES_PARAM = 2.0
-"""bf16/fp16 model parameter [MEGATRON-DO]."""
-BYTES_GRAD = 4.0
-"""fp32 main gradient (Megatron ``accumulate_allreduce_grads_in_fp32``, on for bf16) [MEGATRON-DO]."""
-BYTES_OPTIMIZER = 12.0
-"""fp32 master weight + Adam first and second moments, 4 bytes each [MEGATRON-DO]."""
 BYTES_ACT = 2.0
 """bf16/fp16 activation element [KORTHIKANTI] Sec. 4.1."""
 BYTES_MASK = 1.0
@@ -85,25 +80,10 @@ BYTES_TOKEN_ID = 8.0
 BYTES_LSE = 4.0
 """fp32 log-sum-exp per (head, token) saved by flash attention [FLASH2]."""
 
-# Pure fp32 training (plan.dtype == "fp32", e.g. the CPU workload): fp32 parameters and gradients,
-# Adam m and v, no separate master copy; activations are 4-byte elements. PyTorch AdamW state
-# (torch/optim/adamw.py: exp_avg, exp_avg_sq) has the parameter's dtype.
-FP32_BYTES_PARAM = 4.0
-FP32_BYTES_GRAD = 4.0
-FP32_BYTES_OPTIMIZER = 8.0
-
-
 def _act_bytes(plan: ParallelPlan) -> float:
     """Bytes per stored activation element: 4 for fp32 training, else 2 (bf16/fp16; fp8 GEMMs
     keep bf16 activations between operators)."""
     return 4.0 if plan.dtype == "fp32" else BYTES_ACT
-
-
-def _state_bytes(plan: ParallelPlan) -> tuple[float, float, float]:
-    """(parameter, gradient, optimizer) bytes per parameter."""
-    if plan.dtype == "fp32":
-        return FP32_BYTES_PARAM, FP32_BYTES_GRAD, FP32_BYTES_OPTIMIZER
-    return BYTES_PARAM, BYTES_GRAD, BYTES_OPTIMIZER
 
 
 VOCAB_PAD_MULTIPLE = 128
@@ -169,11 +149,12 @@ class MemoryBreakdown:
     """Memory of one GPU, in bytes, for one pipeline stage (the peak stage from memory_per_gpu)."""
 
     weights: float
-    """bf16 parameters held (sharded under ZeRO-3, plus the gathered working set)."""
+    """Parameters held (bf16, fp8 primary weights, or the fp32 shard FSDP2 keeps; sharded under ZeRO-3, plus the
+    gathered working set)."""
     gradients: float
-    """fp32 main gradients held (sharded under ZeRO-2/3, plus one unsharded unit)."""
+    """Main gradients held (fp32 by default; sharded under ZeRO-2/3, plus one unsharded unit)."""
     optimizer: float
-    """fp32 master weights and Adam moments (sharded under ZeRO >= 1)."""
+    """Main (master) parameters and Adam moments on the GPU (sharded under ZeRO >= 1; less what is offloaded)."""
     activations: float
     """Activations stored for backward at the peak of the 1F1B schedule."""
     workspace: float
@@ -183,6 +164,9 @@ class MemoryBreakdown:
     inflight_microbatches: float
     """Micro-batches whose activations the stage holds at its peak (stage-equivalents; fractional
     with the interleaved schedule)."""
+    host: float = 0.0
+    """Bytes the offloading features keep in host memory at the peak (optimizer states, activations); not part of
+    the GPU total."""
 
     @property
     def total(self) -> float:
@@ -459,6 +443,8 @@ class _StagePlan:
     """The MoE layer's module-recompute working set."""
     first_extra: float
     last_extra: float
+    largest_module: float
+    """Parameters of the largest single module (DeepSpeed's ZeRO-3 gathers, :func:`_largest_module_params`)."""
 
 
 def _stage_plan(model: ModelSpec, plan: ParallelPlan, flash_attention: bool) -> _StagePlan:
@@ -483,7 +469,8 @@ def _stage_plan(model: ModelSpec, plan: ParallelPlan, flash_attention: bool) -> 
         plan.stage_layer_indices(model.num_layers) if model.is_moe else None,
         plan.chunk_layers(model.num_layers) if plan.pipeline_layout is not None else None,
         plan.vpp_microbatch_group or plan.pp, act_layer, act_moe, recompute_working, moe_working,
-        first_stage_extra_bytes(model, plan), last_stage_extra_bytes(model, plan))
+        first_stage_extra_bytes(model, plan), last_stage_extra_bytes(model, plan),
+        _largest_module_params(model, plan.tp) if plan.framework == "deepspeed" else 0.0)
 
 
 def stage_extra_params(model: ModelSpec, plan: ParallelPlan, stage: int) -> list[float]:
@@ -498,33 +485,28 @@ def stage_extra_params(model: ModelSpec, plan: ParallelPlan, stage: int) -> list
     return out
 
 
-def _stage_states(c: _StagePlan, i: int, n: int) -> tuple[float, float, float]:
-    """(weights, gradients, optimizer) bytes of stage ``i`` holding ``n`` layers."""
+def _largest_module_params(model: ModelSpec, tp: int) -> float:
+    """Parameters of the largest single module on one TP rank (Megatron's fused layout: QKV, attention output,
+    fc1 with its gate, fc2; the vocab-parallel embedding): what DeepSpeed's ZeRO-3 gathers at least at once."""
+    h, f = model.hidden_size, model.ffn_hidden_size or model.expert_ffn
+    q, kv = model.q_dim, _kv_heads_per_rank(model, tp) * tp * model.head_dim
+    return max(h * (q + 2 * kv), q * h, h * f * (2 if model.gated else 1), padded_vocab(model, tp) * h) / tp
+
+
+def _stage_states(c: _StagePlan, i: int, n: int) -> tuple[float, float, float, float]:
+    """(weights, gradients, optimizer on the GPU, optimizer on the host) bytes of stage ``i`` holding ``n`` layers
+    (costmodel.memory_states.stage_state_bytes)."""
     plan = c.plan
-    shard = max(plan.dp * plan.cp, 1)
-    zero = plan.zero if shard > 1 else 0  # nothing to shard over one rank (FSDP falls back to NO_SHARD)
-    b_param, b_grad, b_opt = _state_bytes(plan)
     params, expert = n * c.per_layer_params, 0.0
     unit = c.per_layer_params if n else 0.0  # largest ZeRO-3 gather / ZeRO-2 reduce unit
     if c.parts is not None:
         params, expert, unit = c.parts[i]
+    layer_params = params
     for extra in stage_extra_params(c.model, plan, i):
         params += extra
         unit = max(unit, extra)
-    # Weights: ZeRO-3 shards them; with prefetch two gathered units are live ([FSDP-NOTES]).
-    weights = b_param * (params / shard + 2 * unit) if zero >= 3 else b_param * params
-    # Gradients: ZeRO-2/3 shard them; one unit's unsharded gradients exist before its reduce-scatter.
-    grads = b_grad * (params / shard + unit) if zero >= 2 else b_grad * params
-    # Optimizer: ZeRO >= 1 = Megatron distributed optimizer, 12/d bytes per parameter [MEGATRON-DO].
-    opt = b_opt * params / (shard if zero >= 1 else 1)
-    if expert:  # routed experts: the same rules over the expert data-parallel group [MCORE-MOE]
-        eshard = max(plan.expert_dp, 1)
-        ezero = plan.zero if eshard > 1 else 0
-        weights += b_param * (expert / eshard if ezero >= 3 else expert) + (2 * b_param * unit if ezero >= 3 > zero
-                                                                            else 0.0)
-        grads += b_grad * (expert / eshard if ezero >= 2 else expert) + (b_grad * unit if ezero >= 2 > zero else 0.0)
-        opt += b_opt * expert / (eshard if ezero >= 1 else 1)
-    return weights, grads, opt
+    gather, grad_unit = zero3_units(plan, unit, c.largest_module)
+    return stage_state_bytes(plan, params, layer_params, gather, grad_unit, expert, unit)
 
 
 def _stage_inflight(c: _StagePlan, i: int) -> float:
@@ -568,12 +550,14 @@ def _stage_activations(c: _StagePlan, i: int, n: int, inflight: float) -> float:
 
 
 def _stage_terms(model: ModelSpec, plan: ParallelPlan, flash_attention: bool) -> list[tuple]:
-    """(weights, gradients, optimizer, activations, inflight) for every stage; plain floats."""
+    """(weights, gradients, optimizer, activations, inflight, host) for every stage; plain floats (host: bytes the
+    offloading features keep in host memory)."""
     c = _stage_plan(model, plan, flash_attention)
     out = []
     for i, n in enumerate(c.layers):
         inflight = _stage_inflight(c, i)
-        out.append((*_stage_states(c, i, n), _stage_activations(c, i, n, inflight), inflight))
+        w, g, o, host = _stage_states(c, i, n)
+        out.append((w, g, o, _stage_activations(c, i, n, inflight), inflight, host))
     return out
 
 
@@ -597,8 +581,8 @@ def stage_memory(model: ModelSpec, plan: ParallelPlan, gpu: GPUSpec | None = Non
     The plan is assumed valid (``plan.validate(model)``); nothing is checked here so the function
     stays cheap in searches."""
     ws = _resolve_workspace(gpu, workspace_bytes)
-    return [MemoryBreakdown(w, g, o, a, ws, i, f)
-            for i, (w, g, o, a, f) in enumerate(_stage_terms(model, plan, flash_attention))]
+    return [MemoryBreakdown(w, g, o, a, ws, i, f, host)
+            for i, (w, g, o, a, f, host) in enumerate(_stage_terms(model, plan, flash_attention))]
 
 
 def memory_per_gpu(model: ModelSpec, plan: ParallelPlan, gpu: GPUSpec | None = None, *,
@@ -612,8 +596,8 @@ def memory_per_gpu(model: ModelSpec, plan: ParallelPlan, gpu: GPUSpec | None = N
     ws = _resolve_workspace(gpu, workspace_bytes)
     terms = _stage_terms(model, plan, flash_attention)
     best = max(range(len(terms)), key=lambda i: terms[i][0] + terms[i][1] + terms[i][2] + terms[i][3])
-    w, g, o, a, f = terms[best]
-    return MemoryBreakdown(w, g, o, a, ws, best, f)
+    w, g, o, a, f, host = terms[best]
+    return MemoryBreakdown(w, g, o, a, ws, best, f, host)
 
 
 def usable_bytes(gpu: GPUSpec, headroom: float = DEFAULT_HEADROOM) -> float:
