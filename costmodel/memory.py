@@ -23,6 +23,11 @@ Sources
 * [MEGATRON-SCHED] Megatron-LM ``megatron/core/pipeline_parallel/schedules.py``: warm-up
   micro-batches of the interleaved schedule, ``2 (p - i - 1) + (v - 1) * p`` (with the default
   ``microbatch_group_size_per_vp_stage = p``), capped at ``m * v``.
+* [TE-FP8] NVIDIA/TransformerEngine transformer_engine/pytorch/module/linear.py @d0067d0 (``_Linear`` forward,
+  "Discard row-wise data since it is not needed in backward pass"; ``saved_inputmat = inputmat``): with fp8 GEMMs
+  a linear layer saves its fp8-quantised input (1 byte per element, block scales aside) for the weight gradient,
+  not the bf16 one; tensors other layers save (norm inputs, attention's Q, K, V, O, the activation function's
+  input) stay bf16.
 * [FLASH2] Dao, "FlashAttention-2", arXiv 2307.08691, Algorithm 1/2: the forward pass saves only
   Q, K, V, O and the fp32 row log-sum-exp; the dropout mask is regenerated from the RNG state.
 * [MCORE-MOE], [MCORE-MLA]: MoE and MLA terms, costmodel/moe_memory.py.
@@ -32,9 +37,8 @@ Sources
 
 Conventions
 -----------
-* Activations are 2-byte (bf16/fp16) tensors, dropout masks 1 byte, as in [KORTHIKANTI]; with
-  ``dtype='fp8'`` Transformer Engine may keep some GEMM inputs in fp8 (1 byte) - not modelled,
-  so fp8 activations are over- rather than under-estimated.
+* Activations are 2-byte (bf16/fp16) tensors, dropout masks 1 byte, as in [KORTHIKANTI]; with fp8 GEMMs on a
+  Megatron stack the GEMM inputs are saved in fp8 (1 byte, [TE-FP8]).
 * Parameters are kept in bf16/fp16 (2 bytes) with fp32 main gradients (4 bytes) and fp32 Adam
   master weights + two moments (12 bytes), Megatron's default for bf16 training ([MEGATRON-DO],
   "float16 param, fp32 grads" row). The same rule is used for every ``plan.dtype`` and for every
@@ -79,6 +83,18 @@ BYTES_TOKEN_ID = 8.0
 """int64 token ids held by the embedding [MEGATRON-TM] ("Input to embedding", 8 * s * b)."""
 BYTES_LSE = 4.0
 """fp32 log-sum-exp per (head, token) saved by flash attention [FLASH2]."""
+
+BYTES_FP8_GEMM_INPUT = 1.0
+"""fp8 copy of a GEMM input saved for the weight gradient [TE-FP8]."""
+
+
+def gemm_input_bytes(plan: ParallelPlan) -> float:
+    """Bytes per element of the input a linear layer saves for its weight-gradient GEMM: 1 with fp8 GEMMs on
+    Transformer Engine (Megatron stacks; [TE-FP8]), else the activation bytes."""
+    if plan.dtype in ("fp8", "fp8-block") and plan.framework == "megatron":
+        return BYTES_FP8_GEMM_INPUT
+    return _act_bytes(plan)
+
 
 def _act_bytes(plan: ParallelPlan) -> float:
     """Bytes per stored activation element: 4 for fp32 training, else 2 (bf16/fp16; fp8 GEMMs
@@ -345,18 +361,21 @@ def _layer_activation_bytes(model: ModelSpec, plan: ParallelPlan, recompute: str
         return act_b * tokens * h / sp_div
 
     dropout = model.dropout
-    seq_region = tokens * h * (4 * act_b + (2 * BYTES_MASK if dropout else 0.0))
+    gemm_b = gemm_input_bytes(plan)
+    # norm inputs, and the QKV and fc1 inputs (the norms' outputs, saved by the GEMMs)
+    seq_region = tokens * h * (2 * act_b + 2 * gemm_b + (2 * BYTES_MASK if dropout else 0.0))
     q = model.q_dim / t
     kv = _kv_heads_per_rank(model, t) * model.head_dim
     f = model.ffn_hidden_size / t
-    attn = tokens * act_b * (q + 2 * kv + q)
-    mlp = tokens * act_b * (f * (2 if model.gated else 1) + f)
+    # Q, K, V and the attention output O; an fp8 output projection saves its own fp8 copy of O [TE-FP8]
+    attn = tokens * act_b * (q + 2 * kv + q) + (tokens * gemm_b * q if gemm_b != act_b else 0.0)
+    mlp = tokens * (act_b * f * (2 if model.gated else 1) + gemm_b * f)
     if recompute == "selective" and _op_sac(plan) and not (moe or model.is_mla):
         return _op_sac_activation_bytes(model, plan, tokens, act_b, q, kv, f, sp_div)
     if model.is_mla:
         attn = mla_activation_bytes(model, plan, tokens, act_b)
     if moe:
-        mlp = moe_mlp_activation_bytes(model, plan, tokens, act_b)
+        mlp = moe_mlp_activation_bytes(model, plan, tokens, act_b, gemm_b)
     core = 0.0
     if recompute == "none" or (recompute == "selective" and plan.recompute_modules
                                and "core_attn" not in plan.recompute_modules):
@@ -368,7 +387,7 @@ def _layer_activation_bytes(model: ModelSpec, plan: ParallelPlan, recompute: str
             per_score = act_b + ((BYTES_MASK + act_b) if dropout else 0.0)
             core = per_score * heads * plan.micro_batch_size * s * s
     if recompute == "selective" and plan.recompute_modules:  # Megatron-Core --recompute-modules
-        return seq_region / sp_div + attn + mlp + core - selective_cuts(model, plan, moe, tokens, act_b, mlp)
+        return seq_region / sp_div + attn + mlp + core - selective_cuts(model, plan, moe, tokens, act_b, mlp, gemm_b)
     return seq_region / sp_div + attn + mlp + core
 
 
