@@ -31,6 +31,9 @@ Sources
 * [FLASH2] Dao, "FlashAttention-2", arXiv 2307.08691, Algorithm 1/2: the forward pass saves only
   Q, K, V, O and the fp32 row log-sum-exp; the dropout mask is regenerated from the RNG state.
 * [MCORE-MOE], [MCORE-MLA]: MoE and MLA terms, costmodel/moe_memory.py.
+* [MCORE-OFFLOAD] Megatron-Core fine-grained activation offloading (NVIDIA/Megatron-LM @d98e8a64ddf3
+  docs/user-guide/features/fine_grained_activation_offloading.md, transformer_config.py ``offload_modules``): each
+  listed module's input moves to host memory after its forward and back before its backward.
 * [FSDP-NOTES] PyTorch docs, "FSDP Notes / FSDP Prefetch Nuances"
   (docs.pytorch.org/docs/stable/notes/fsdp.html): with prefetching the next unit's all-gather
   output is allocated while the current unit is in use (two gathered units at once).
@@ -68,6 +71,7 @@ from costmodel.moe_memory import (
     mla_activation_bytes,
     moe_dispatch_working_bytes,
     moe_mlp_activation_bytes,
+    offloaded_moe_bytes,
     selective_cuts,
 )
 
@@ -152,11 +156,21 @@ def default_workspace_bytes(gpu: GPUSpec | None = None) -> float:
 DEFAULT_WORKSPACE_BYTES = default_workspace_bytes()
 """Workspace with the Hopper cuBLAS figure: 0.7 GB + 128 MiB + 512 MiB ~= 1.37 GB."""
 
-DEFAULT_HEADROOM = 0.05
-"""Fraction of HBM kept free in :func:`fits_in_memory` for caching-allocator fragmentation and
-transient buffers. 5 % is what Megatron-LM adds for "optimizer and miscellaneous temporaries"
-([MEGATRON-TM], ``overhead_factor = 1.05``) and what vllm-project/compressed-tensors#587 reserves
-after observing 1.83 GiB reserved-but-unallocated of 78.09 GiB in use (2.3 %)."""
+ALLOCATOR_FRAGMENTATION = 1.83 / 75.31
+"""PyTorch caching-allocator memory reserved but not allocated, as a fraction of the allocated bytes (weights,
+gradients, optimizer, activations): 1.83 GiB "reserved by PyTorch but unallocated" next to 75.31 GiB "allocated
+by PyTorch" in the out-of-memory report of a 70B-model job quoted in vllm-project/compressed-tensors#587 (2.4 %).
+The figure at an out-of-memory error is the one that decides whether a plan fits: below capacity the allocator
+frees its cached blocks and retries before it fails, so only fragments it cannot reuse count. A Megatron-LM
+memory report on MI300X ("max allocated: 136133.8 | max reserved: 137672.0" MB, the sample log line of AMD's
+cluster-validation-suite tests of cvs.lib.training.megatron) shows 1.1 %; NeMo, Megatron-LM and the MoE ModelZoo
+recipes set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, which maps pages on demand instead of splitting
+fixed segments."""
+
+DEFAULT_HEADROOM = 0.0
+"""Fraction of HBM :func:`fits_in_memory` keeps free beyond the modelled terms by default: none, since the
+allocator's fragmentation is a term of its own (``MemoryBreakdown.allocator``, :data:`ALLOCATOR_FRAGMENTATION`);
+users who want a margin pass one (``planner search --headroom``)."""
 
 
 # ----------------------------------------------------------------------------- result
@@ -183,10 +197,13 @@ class MemoryBreakdown:
     host: float = 0.0
     """Bytes the offloading features keep in host memory at the peak (optimizer states, activations); not part of
     the GPU total."""
+    allocator: float = 0.0
+    """Caching-allocator fragmentation: reserved but unusable bytes (:data:`ALLOCATOR_FRAGMENTATION` of the
+    allocated terms)."""
 
     @property
     def total(self) -> float:
-        return self.weights + self.gradients + self.optimizer + self.activations + self.workspace
+        return self.weights + self.gradients + self.optimizer + self.activations + self.workspace + self.allocator
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -412,6 +429,37 @@ def _op_sac_activation_bytes(model: ModelSpec, plan: ParallelPlan, tokens: float
     return tokens * (act_b * saved + BYTES_LSE * model.num_heads / plan.tp)
 
 
+OFFLOAD_KEPT_LAYERS = 2
+"""Layers whose offloaded activations are on the GPU at the backward's start: the last forward layer's (Megatron-Core
+keeps the last offload group on the device to avoid a reload stall, docs/user-guide/features/
+fine_grained_activation_offloading.md "the last-group margin") and the one being reloaded ahead of its backward."""
+
+
+def offloaded_layer_bytes(model: ModelSpec, plan: ParallelPlan, moe: bool = False) -> float:
+    """Bytes of one layer and micro-batch that fine-grained activation offloading moves to the host
+    (``plan.offload_modules``, [MCORE-OFFLOAD]): each module's input as the layer stores it (this module's terms of
+    :func:`activation_bytes_per_layer`): ``attn_norm`` / ``mlp_norm`` the norm inputs, ``qkv_linear`` the QKV input,
+    ``core_attn`` Q, K and V, ``attn_proj`` the attention output O (and its fp8 copy), ``expert_fc1`` / ``moe_act``
+    in MoE layers (:func:`costmodel.moe_memory.offloaded_moe_bytes`). A module whose input the recompute policy
+    does not store moves nothing (recompute='full' keeps only the layer input and is refused with offloading)."""
+    mods = plan.offload_modules
+    if not mods or plan.recompute == "full":
+        return 0.0
+    t = plan.tp
+    tokens = plan.seq_len / plan.cp * plan.micro_batch_size
+    seq = tokens * model.hidden_size / (t if plan.sp else 1)
+    act_b, gemm_b = _act_bytes(plan), gemm_input_bytes(plan)
+    q = model.q_dim / t
+    out = act_b * seq * (("attn_norm" in mods) + ("mlp_norm" in mods)) + (gemm_b * seq if "qkv_linear" in mods else 0)
+    if "core_attn" in mods and not model.is_mla:
+        out += act_b * tokens * (q + 2 * _kv_heads_per_rank(model, t) * model.head_dim)
+    if "attn_proj" in mods:
+        out += tokens * q * (act_b + (gemm_b if gemm_b != act_b else 0.0))
+    if moe:
+        out += offloaded_moe_bytes(model, plan, tokens, act_b, gemm_b)
+    return out
+
+
 def first_stage_extra_bytes(model: ModelSpec, plan: ParallelPlan) -> float:
     """Per-micro-batch activations of the embedding on stage 0: int64 token ids 8sb ([MEGATRON-TM])
     and, with dropout, the embedding-dropout mask sbh (sbh/t with SP) ([KORTHIKANTI] Sec. 4.3).
@@ -539,13 +587,24 @@ def _stage_inflight(c: _StagePlan, i: int) -> float:
     return min(2 * (pp - i - 1) + (vpp - 1) * c.group + 1, m1 * vpp) / vpp
 
 
+def _stage_offload(c: _StagePlan, i: int, n: int, inflight: float) -> tuple[float, float]:
+    """(bytes of one micro-batch of stage ``i``'s layers that activation offloading moves to the host, bytes on the
+    host at the stage's peak): every held layer-micro-batch but :data:`OFFLOAD_KEPT_LAYERS` sits on the host."""
+    if not c.plan.offload_modules or not n:
+        return 0.0, 0.0
+    n_moe = sum(c.model.is_moe_layer(j) for j in c.stage_idx[i]) if c.stage_idx is not None else 0
+    per_mb = (n - n_moe) * offloaded_layer_bytes(c.model, c.plan) + n_moe * offloaded_layer_bytes(c.model, c.plan, True)
+    return per_mb, per_mb / n * max(0.0, n * inflight - OFFLOAD_KEPT_LAYERS)
+
+
 def _stage_activations(c: _StagePlan, i: int, n: int, inflight: float) -> float:
-    """Activation bytes stage ``i`` (``n`` layers) holds at its peak with ``inflight`` micro-batches."""
+    """Activation bytes stage ``i`` (``n`` layers) holds on the GPU at its peak with ``inflight`` micro-batches
+    (less what activation offloading keeps on the host, :func:`_stage_offload`)."""
     model, plan = c.model, c.plan
-    act = n * c.act_layer * inflight
+    act = n * c.act_layer * inflight - _stage_offload(c, i, n, inflight)[1]
     if c.stage_idx is not None:
         n_moe = sum(model.is_moe_layer(j) for j in c.stage_idx[i])
-        act = ((n - n_moe) * c.act_layer + n_moe * c.act_moe) * inflight
+        act = ((n - n_moe) * c.act_layer + n_moe * c.act_moe) * inflight - _stage_offload(c, i, n, inflight)[1]
         if n_moe:
             # one MoE layer in flight holds its dispatcher buffers; full recompute re-materialises the
             # largest layer of the stage
@@ -576,8 +635,24 @@ def _stage_terms(model: ModelSpec, plan: ParallelPlan, flash_attention: bool) ->
     for i, n in enumerate(c.layers):
         inflight = _stage_inflight(c, i)
         w, g, o, host = _stage_states(c, i, n)
+        host += _stage_offload(c, i, n, inflight)[1]
         out.append((w, g, o, _stage_activations(c, i, n, inflight), inflight, host))
     return out
+
+
+def stage_host_offload(model: ModelSpec, plan: ParallelPlan) -> tuple[tuple[float, float], ...]:
+    """Per stage, what the offloading features move between GPU and host (costmodel.offload costs it): (parameters of
+    the optimizer shard stepped on the host, activation bytes offloaded per micro-batch); () when the plan offloads
+    nothing."""
+    if not (plan.optimizer_offload_fraction or plan.offload_modules):
+        return ()
+    c = _stage_plan(model, plan, True)
+    per_param = state_bytes(plan).optimizer
+    out = []
+    for i, n in enumerate(c.layers):
+        host_opt = _stage_states(c, i, n)[3]
+        out.append((host_opt / per_param if per_param else 0.0, _stage_offload(c, i, n, _stage_inflight(c, i))[0]))
+    return tuple(out)
 
 
 def _resolve_workspace(gpu: GPUSpec | None, workspace_bytes: float | None) -> float:
@@ -600,8 +675,12 @@ def stage_memory(model: ModelSpec, plan: ParallelPlan, gpu: GPUSpec | None = Non
     The plan is assumed valid (``plan.validate(model)``); nothing is checked here so the function
     stays cheap in searches."""
     ws = _resolve_workspace(gpu, workspace_bytes)
-    return [MemoryBreakdown(w, g, o, a, ws, i, f, host)
-            for i, (w, g, o, a, f, host) in enumerate(_stage_terms(model, plan, flash_attention))]
+    return [_breakdown(terms, ws, i) for i, terms in enumerate(_stage_terms(model, plan, flash_attention))]
+
+
+def _breakdown(terms: tuple, workspace: float, stage: int) -> MemoryBreakdown:
+    w, g, o, a, f, host = terms
+    return MemoryBreakdown(w, g, o, a, workspace, stage, f, host, ALLOCATOR_FRAGMENTATION * (w + g + o + a))
 
 
 def memory_per_gpu(model: ModelSpec, plan: ParallelPlan, gpu: GPUSpec | None = None, *,
@@ -615,8 +694,7 @@ def memory_per_gpu(model: ModelSpec, plan: ParallelPlan, gpu: GPUSpec | None = N
     ws = _resolve_workspace(gpu, workspace_bytes)
     terms = _stage_terms(model, plan, flash_attention)
     best = max(range(len(terms)), key=lambda i: terms[i][0] + terms[i][1] + terms[i][2] + terms[i][3])
-    w, g, o, a, f, host = terms[best]
-    return MemoryBreakdown(w, g, o, a, ws, best, f, host)
+    return _breakdown(terms[best], ws, best)
 
 
 def usable_bytes(gpu: GPUSpec, headroom: float = DEFAULT_HEADROOM) -> float:
@@ -625,16 +703,15 @@ def usable_bytes(gpu: GPUSpec, headroom: float = DEFAULT_HEADROOM) -> float:
 
 
 def fits_in_memory(breakdown: MemoryBreakdown, gpu: GPUSpec, headroom: float = DEFAULT_HEADROOM) -> bool:
-    """True when the breakdown's total fits in the GPU's capacity as the driver reports it
-    (``GPUSpec.hbm_bytes``) less a ``headroom`` fraction kept for allocator fragmentation (default 5 %,
-    see DEFAULT_HEADROOM)."""
+    """True when the breakdown's total (allocator fragmentation included) fits in the GPU's capacity as the driver
+    reports it (``GPUSpec.hbm_bytes``) less an optional ``headroom`` fraction (default none, DEFAULT_HEADROOM)."""
     return breakdown.total <= usable_bytes(gpu, headroom)
 
 
 def memory_message(breakdown: MemoryBreakdown, gpu: GPUSpec, headroom: float = DEFAULT_HEADROOM) -> str:
-    """One line, all in GiB: needed on the most loaded stage vs usable = capacity less headroom."""
+    """One line, all in GiB: needed on the most loaded stage vs usable = capacity (less any headroom)."""
     gib = float(2**30)
     verdict = "fits" if fits_in_memory(breakdown, gpu, headroom) else "does not fit"
+    cap = f"{gpu.hbm_bytes / gib:.1f} GiB capacity" + (f" less {headroom:.0%} headroom" if headroom else "")
     return (f"{verdict}: {breakdown.total / gib:.1f} GiB per GPU needed on stage {breakdown.stage}, "
-            f"{gpu.name} has {usable_bytes(gpu, headroom) / gib:.1f} GiB usable "
-            f"({gpu.hbm_bytes / gib:.1f} GiB capacity less {headroom:.0%} headroom)")
+            f"{gpu.name} has {usable_bytes(gpu, headroom) / gib:.1f} GiB usable ({cap})")

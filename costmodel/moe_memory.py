@@ -164,3 +164,15 @@ def selective_cuts(model: ModelSpec, plan: ParallelPlan, moe: bool, tokens: floa
     if model.is_mla and "mla_up_proj" in mods:
         cut += act_b * tokens * model.num_heads / plan.tp * (2 * model.head_dim + (model.v_head_dim or model.head_dim))
     return cut
+
+
+def offloaded_moe_bytes(model: ModelSpec, plan: ParallelPlan, tokens: float, act_b: float, gemm_b: float) -> float:
+    """Bytes of one MoE layer and micro-batch that Megatron-Core's fine-grained activation offloading moves to the
+    host (``plan.offload_modules``): ``expert_fc1`` the experts' fc1 input (R received copies x h, saved as the GEMM
+    input), ``moe_act`` the activation function's input (R x F_e/ETP, x 2 gated)."""
+    mods = plan.offload_modules
+    received = _moe_received_tokens(model, plan, tokens)[1]
+    out = gemm_b * received * model.hidden_size if "expert_fc1" in mods else 0.0
+    if "moe_act" in mods:
+        out += act_b * received * model.expert_ffn / plan.expert_tp * (2 if model.gated else 1)
+    return out

@@ -52,6 +52,7 @@ def predict_request(req: PlanRequest, hardware_files: tuple = (), calibration=No
         out["plan"]["recompute_modules"] = list(plan.recompute_modules)
     if res.model.is_moe:  # MoE keys only for MoE models: a dense plan's record stays as it was
         out["plan"].update(moe_plan_keys(plan))
+    out["plan"].update(req.memory_fields())  # memory features only where the request sets them
     return out
 
 
@@ -121,8 +122,11 @@ def _render_table(rec: dict, verbose: bool = False) -> None:
     mem = rec["memory"]
     fits = "fits" if rec["fits_in_memory"] else "[red]DOES NOT FIT[/]"
     t.add_row(escape("memory per GPU [GiB]"), f"{rec['memory_gib_per_gpu']:.1f} ({fits}; peak on stage {mem['stage']})")
-    for part in ("weights", "gradients", "optimizer", "activations", "workspace"):
-        t.add_row(escape(f"  {part} [GiB]"), f"{mem[part]:.2f}")
+    for part in ("weights", "gradients", "optimizer", "activations", "workspace", "allocator"):
+        if part in mem:
+            t.add_row(escape(f"  {part} [GiB]"), f"{mem[part]:.2f}")
+    if mem.get("host"):
+        t.add_row(escape("  offloaded to host [GiB]"), f"{mem['host']:.2f}")
     for k, v in rec["exposed_comm_s"].items():
         if v > 0:
             t.add_row(escape(f"exposed {k.upper()} comm [s]"), f"{v:.4g}")
@@ -199,6 +203,14 @@ def register(app: typer.Typer) -> None:
         moe_imbalance: O.MoeImbalance = None,
         moe_overlap_comm: O.MoeOverlapComm = PlanRequest.moe_overlap_comm,
         moe_grouped_gemm: O.MoeGroupedGemm = PlanRequest.moe_grouped_gemm,
+        main_grads_dtype: O.MainGradsDtype = PlanRequest.main_grads_dtype,
+        main_params_dtype: O.MainParamsDtype = PlanRequest.main_params_dtype,
+        exp_avg_dtype: O.ExpAvgDtype = PlanRequest.exp_avg_dtype,
+        exp_avg_sq_dtype: O.ExpAvgSqDtype = PlanRequest.exp_avg_sq_dtype,
+        fp8_param_gather: O.Fp8ParamGather = PlanRequest.fp8_param_gather,
+        optimizer_offload_fraction: O.OptimizerOffload = PlanRequest.optimizer_offload_fraction,
+        offload_modules: O.OffloadModules = None,
+        reshard_after_forward: O.ReshardAfterForward = None,
         layer_split: O.LayerSplit = None,
         pipeline_layout: O.PipelineLayout = None,
         batch: Optional[str] = typer.Option(None, "--batch", help="JSONL file of requests ('-' = stdin)."),

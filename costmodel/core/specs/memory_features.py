@@ -15,10 +15,12 @@ GRAD_DTYPES = ("fp32", "bf16", "fp16")
 """Main-gradient precisions: Megatron --main-grads-dtype {fp32, bf16} (or --grad-reduce-in-bf16, NeMo
 ``grad_reduce_in_fp32=False``); fp16 is fp16 training's model gradient ("fp16 parameters, fp16 gradients",
 Megatron-LM docs/user-guide/features/dist_optimizer.md)."""
-MAIN_PARAM_DTYPES = ("fp32", "fp16", "none")
-"""Optimizer copy of the parameters: Megatron --main-params-dtype {fp32, fp16}; ``none`` = no separate copy, the
-optimizer steps the training-dtype parameters (a PyTorch optimizer on a bf16 model, as NeMo AutoModel builds it:
-nemo_automodel/_transformers/auto_model.py ``torch_dtype`` "auto" -> torch.bfloat16)."""
+MAIN_PARAM_DTYPES = ("fp32", "fp16", "bf16", "none")
+"""Optimizer copy of the parameters: Megatron --main-params-dtype {fp32, fp16}; bf16 (Megatron-FSDP
+--megatron-fsdp-main-params-dtype bf16; NeMo 1's Apex DistributedFusedAdam with ``optim.dtype: bf16``, which keeps
+bf16 master parameters when fp8_params is set: NeMo v2.0.0 megatron_base_model.py ``store_params``); ``none`` = no
+separate copy, the optimizer steps the training-dtype parameters (a PyTorch optimizer on a bf16 model, as NeMo
+AutoModel builds it: nemo_automodel/_transformers/auto_model.py ``torch_dtype`` "auto" -> torch.bfloat16)."""
 MOMENT_DTYPES = ("fp32", "fp16", "bf16", "fp8")
 """Adam moment precisions: Megatron --exp-avg-dtype / --exp-avg-sq-dtype {fp32, fp16, bf16, fp8}."""
 OFFLOAD_MODULES = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act")
