@@ -35,6 +35,7 @@ from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan, account_for
 from planner.export_arch import architecture, fmt_float, header, is_uneven
+from planner.export_memory import megatron_memory_args, nemo_memory_keys
 from planner.export_moe import megatron_mla_args, megatron_moe_args, nemo_moe_keys
 from planner.export_torchtitan import dump_toml, export_torchtitan, torchtitan_config, torchtitan_model_parts
 
@@ -286,7 +287,10 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, iterations: int | None =
         add("--fp8-format", "e4m3")
         add("--fp8-recipe", recipe)
         notes.append(f"--fp8-recipe {recipe}: " + fp8_block.RECIPE_NOTES[recipe])
-    return a, notes
+    mem_flags, mem_notes = megatron_memory_args(plan)  # planner.export_memory
+    for flag, value in mem_flags:
+        add(flag, value)
+    return a, notes + mem_notes
 
 
 def _needs_single_connection(plan: ParallelPlan) -> bool:
@@ -418,7 +422,10 @@ def nemo_config(model: ModelSpec, plan: ParallelPlan, iterations: int | None = N
                       "overlap_param_sync": plan.overlap_param_gather}
     else:
         m["optim"] = {"name": "fused_adam"}
-    return {"trainer": trainer, "model": m}, notes
+    mem_model, mem_optim, mem_notes = nemo_memory_keys(plan)  # planner.export_memory
+    m.update(mem_model)
+    m["optim"].update(mem_optim)
+    return {"trainer": trainer, "model": m}, notes + mem_notes
 
 
 def export_nemo(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, prediction: "Prediction | None",

@@ -11,6 +11,7 @@ from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
 from planner.export_arch import architecture, header, is_uneven, torchtitan_flavor, torchtitan_unsupported
+from planner.export_memory import torchtitan_memory_keys
 from planner.export_moe import torchtitan_moe
 
 if TYPE_CHECKING:  # planner.predict pulls in the cost model; exports only read a finished Prediction
@@ -79,6 +80,7 @@ def torchtitan_config(model: ModelSpec, plan: ParallelPlan, iterations: int | No
     if plan.dtype == "fp8-block":
         notes.append("block-scaled FP8 is not written: torchtitan's MXFP8 converter (torchtitan/components/"
                      "quantization/mxfp8.md, Blackwell) is configured per version; add it to [model] converters")
+    par.update(torchtitan_memory_keys(plan))  # planner.export_memory
     sections: dict = {"model": model_sec}
     sections.update({"training": training, "parallelism": par, "activation_checkpoint": ac})
     return sections, notes
