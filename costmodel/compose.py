@@ -38,7 +38,7 @@ from costmodel.flops import executed_model, hardware_flops_per_iteration, model_
 from costmodel.framework_kernels import flash2_times, hbm_times
 from costmodel.graph import GRAD_REDUCE_BYTES, OperatorGraph, StageGraph
 from costmodel.memory import MemoryBreakdown, fits_in_memory, memory_message, memory_per_gpu
-from costmodel.offload import activation_offload_exposed_s, optimizer_offload_s
+from costmodel.offload import stage_offload_s
 from costmodel.opbuild import HBM_PASS
 from costmodel.ops import Op
 from costmodel.sampling.skew import rank_scale
@@ -339,18 +339,6 @@ def straggler_wait(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph,
     return excess * rank_scale(n, measured) * max(per_stage), warnings
 
 
-def _host_offload_s(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph, stages: StageTimes,
-                    i: int) -> tuple[float, float]:
-    """(host optimizer step, exposed activation copies) of stage ``i``, seconds (costmodel.offload); zeros without
-    offloading."""
-    if not graph.host_offload:
-        return 0.0, 0.0
-    opt_params, act_bytes = graph.host_offload[i]
-    return (optimizer_offload_s(plan, hardware.gpu, opt_params),
-            activation_offload_exposed_s(plan, hardware.gpu, act_bytes, graph.num_microbatches, stages.fwd_s[i],
-                                         stages.bwd_s[i]))
-
-
 def iteration_tail(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph, times: Times,
                    stages: StageTimes, pipe: PipelineResult,
                    constants: CompositionConstants | None = None) -> tuple[IterationTail, list[str]]:
@@ -383,7 +371,7 @@ def iteration_tail(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph,
         else:
             exp_grad = t_grad
         exp_ag = max(0.0, t_ag - stages.fwd_s[i]) if plan.overlap_param_gather and overlaps else t_ag
-        host_opt, host_act = _host_offload_s(plan, hardware, graph, stages, i)
+        host_opt, host_act = stage_offload_s(plan, hardware.gpu, graph, stages.fwd_s[i], stages.bwd_s[i], i)
         t_opt += host_opt
         # stage i ends its last backward before stage 0 does, by the backward of the stages before it
         tails.append(StageTail(exp_grad, t_opt, exp_ag, pipe.time_s - slack + exp_grad + t_opt + exp_ag + host_act,

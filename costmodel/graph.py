@@ -33,6 +33,7 @@ from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
 from costmodel.memory import stage_host_offload
 from costmodel.moe import expert_params_per_gpu, moe_block_operators
+from costmodel.offload import grad_reduce_bytes, param_gather_bytes
 from costmodel.opbuild import coll as _coll
 from costmodel.opbuild import elem_bytes, group_topology, hbm_pass, projection_gemms, recomputed, tp_boundary
 from costmodel.opbuild import gemm as _gemm
@@ -40,7 +41,6 @@ from costmodel.opbuild import gemm_fwd_bwd as _gemm_fwd_bwd
 from costmodel.opbuild import mem as _mem
 from costmodel.ops import Op
 from costmodel.selective import module_recompute_ops, selective_modules
-from costmodel.offload import grad_reduce_bytes, param_gather_bytes
 from costmodel.zero3 import root_unit_ops, unit_collectives
 
 GRAD_REDUCE_BYTES = 4

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from costmodel.core.specs.framework import get_framework
 from costmodel.core.specs.memory_features import BYTES
 from costmodel.core.specs.plan import ParallelPlan
 

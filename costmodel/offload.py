@@ -74,3 +74,14 @@ def activation_offload_exposed_s(plan: ParallelPlan, gpu: GPUSpec, bytes_per_mic
         return 0.0
     copy_s = bytes_per_microbatch * microbatches / _bandwidth(gpu, "host_link_bw_gbs", "activation offloading")
     return max(0.0, copy_s - fwd_s * microbatches) + max(0.0, copy_s - bwd_s * microbatches)
+
+
+def stage_offload_s(plan: ParallelPlan, gpu: GPUSpec, graph, fwd_s: float, bwd_s: float, i: int) -> tuple[float, float]:
+    """(host optimizer step, exposed activation copies) of stage ``i`` of the operator graph (its ``host_offload``:
+    costmodel.memory.stage_host_offload), seconds per iteration; zeros without offloading. ``fwd_s`` / ``bwd_s``:
+    the stage's forward / backward time of one micro-batch."""
+    if not graph.host_offload:
+        return 0.0, 0.0
+    opt_params, act_bytes = graph.host_offload[i]
+    return (optimizer_offload_s(plan, gpu, opt_params),
+            activation_offload_exposed_s(plan, gpu, act_bytes, graph.num_microbatches, fwd_s, bwd_s))

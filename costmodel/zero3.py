@@ -17,6 +17,7 @@ from costmodel.offload import grad_reduce_bytes, param_gather_bytes
 from costmodel.opbuild import coll, group_topology
 from costmodel.ops import Op
 
+
 def unit_collectives(prefix: str, params: float, group: int, stride: int, plan: ParallelPlan,
                      gather_phases: tuple[Phase, ...] = (Phase.FWD, Phase.BWD)) -> list[Op]:
     """All-gathers (one per phase of ``gather_phases``; none before the backward when the plan keeps parameters

@@ -92,6 +92,23 @@ def run_batch(lines, hardware_files: tuple = (), calibration=None):
             yield {"id": rid, "line": lineno, "error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__}
 
 
+def _predict_batch(batch: str, fmt: str, hw_files: tuple, cal) -> None:
+    """`planner predict --batch FILE`: one output record per input line, as ``fmt`` (jsonl/json, csv or md)."""
+    try:
+        fh = sys.stdin if batch == "-" else open(batch, encoding="utf-8")
+    except OSError as exc:
+        raise _err(f"cannot read batch file {batch}: {exc.strerror}; pass an existing JSONL file or '-'") from None
+    with fh:
+        try:
+            if fmt in ("csv", "md"):
+                _write_rows(run_batch(fh, hw_files, cal), fmt)
+            else:  # json and jsonl: one object per line
+                for rec in run_batch(fh, hw_files, cal):
+                    sys.stdout.write(json.dumps(rec) + "\n")
+        except UnicodeDecodeError:
+            raise _err(f"batch file {batch} is not UTF-8 text; pass a JSONL file") from None
+
+
 def _render_table(rec: dict, verbose: bool = False) -> None:
     con = Console()
     p = rec["plan"]
@@ -235,22 +252,7 @@ def register(app: typer.Typer) -> None:
         except PlannerError as exc:
             raise _err(str(exc)) from None
         if batch is not None:
-            if fmt == "table":
-                fmt = "jsonl"
-            try:
-                fh = sys.stdin if batch == "-" else open(batch, encoding="utf-8")
-            except OSError as exc:
-                raise _err(f"cannot read batch file {batch}: {exc.strerror}; "
-                           "pass an existing JSONL file or '-'") from None
-            with fh:
-                try:
-                    if fmt in ("csv", "md"):
-                        _write_rows(run_batch(fh, hw_files, cal), fmt)
-                    else:  # json and jsonl: one object per line
-                        for rec in run_batch(fh, hw_files, cal):
-                            sys.stdout.write(json.dumps(rec) + "\n")
-                except UnicodeDecodeError:
-                    raise _err(f"batch file {batch} is not UTF-8 text; pass a JSONL file") from None
+            _predict_batch(batch, "jsonl" if fmt == "table" else fmt, hw_files, cal)
             return
         try:
             req = O.plan_request(locals(), "planner predict --model llama-13b --gpu a100-80gb --gpus 128 --tp 2 --pp 2")

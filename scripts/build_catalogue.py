@@ -27,8 +27,7 @@ import yaml
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # the script also runs from a checkout where the package is not installed
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the TOML emitter beside this script
-from catalogue_capacity import CAPACITY_SOURCES, hbm_mib_figure  # noqa: E402
-from catalogue_host import HOST_SOURCES, host_figures  # noqa: E402
+from catalogue_capacity import CAPACITY_SOURCES, HOST_SOURCES, hbm_mib_figure, host_figures  # noqa: E402
 from catalogue_variants import VARIANT_UNFITTED, merge_variants  # noqa: E402
 from toml_emitter import toml_table  # noqa: E402
 

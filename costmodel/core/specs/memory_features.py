@@ -66,7 +66,8 @@ def _offload_problems(plan) -> list[str]:
     mods = plan.offload_modules
     bad = [m for m in mods if m not in OFFLOAD_MODULES]
     if bad:
-        p.append(f"offload_modules={','.join(mods)}: unknown {', '.join(bad)}; choose from {', '.join(OFFLOAD_MODULES)}")
+        p.append(f"offload_modules={','.join(mods)}: unknown {', '.join(bad)}; choose from "
+                 f"{', '.join(OFFLOAD_MODULES)}")
     elif mods and plan.framework != "megatron":
         p.append("offload_modules is Megatron-Core's --fine-grained-activation-offloading: needs framework megatron")
     elif "attn_proj" in mods and "core_attn" not in mods:

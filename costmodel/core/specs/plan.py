@@ -119,7 +119,8 @@ class ParallelPlan:
     --optimizer-cpu-offload --optimizer-offload-fraction); 0 = none."""
     offload_modules: tuple[str, ...] = ()
     """Fine-grained activation offloading (Megatron-Core --fine-grained-activation-offloading --offload-modules):
-    these modules' inputs move to host memory between their forward and backward (``memory_features.OFFLOAD_MODULES``)."""
+    these modules' inputs move to host memory between their forward and backward
+    (``memory_features.OFFLOAD_MODULES``)."""
     reshard_after_forward: bool | None = None
     """ZeRO-3 (FSDP2 ``fully_shard(reshard_after_forward=...)``): free each unit's gathered parameters after its
     forward (True) or keep them until its backward (False); None = the framework's default
