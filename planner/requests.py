@@ -304,7 +304,8 @@ def _check_type(key: str, value: object) -> object:
             raise PlannerError(f"{key}={value} is too large; it must be below 2**53")
         return value
     if key == "optimizer_offload_fraction":
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (isinstance(value, int)
+                                                                              and abs(value) > 2**53):
             raise PlannerError(f"{key}={value!r} must be a number in [0, 1], e.g. 0.5")
         return float(value)
     if key in ("recompute_modules", "offload_modules"):
