@@ -62,6 +62,22 @@ MoeOverlapComm = Annotated[bool, typer.Option("--moe-overlap-comm/--no-moe-overl
                                               help="Overlap EP dispatch/combine with compute.")]
 MoeGroupedGemm = Annotated[bool, typer.Option("--moe-grouped-gemm/--no-moe-grouped-gemm",
                                               help="Local experts as one grouped GEMM (off: one GEMM per expert).")]
+MainGradsDtype = Annotated[str, typer.Option("--main-grads-dtype", help="Main-gradient precision: fp32 | bf16 "
+                                              "(Megatron --main-grads-dtype / --grad-reduce-in-bf16); default: fp16 "
+                                              "with --dtype fp16 on megatron/deepspeed, else fp32.")]
+MainParamsDtype = Annotated[str, typer.Option("--main-params-dtype", help="Optimizer copy of the parameters: fp32 | "
+                                              "fp16 | bf16 | none (FSDP stacks: steps the bf16 parameters).")]
+ExpAvgDtype = Annotated[str, typer.Option("--exp-avg-dtype", help="Adam first moment: fp32 | fp16 | bf16 | fp8.")]
+ExpAvgSqDtype = Annotated[str, typer.Option("--exp-avg-sq-dtype", help="Adam second moment: fp32 | fp16 | bf16 | fp8.")]
+Fp8ParamGather = Annotated[bool, typer.Option("--fp8-param-gather/--no-fp8-param-gather",
+                                              help="fp8 primary weights, all-gathered in fp8 (fp8 dtypes).")]
+OptimizerOffload = Annotated[float, typer.Option("--optimizer-offload-fraction", help="Share of the optimizer "
+                                                 "states on the host (Megatron --optimizer-cpu-offload); 0 = none.")]
+OffloadModules = Annotated[Optional[str], typer.Option("--offload-modules", help="Fine-grained activation offloading "
+                                                       "(Megatron-Core), e.g. expert_fc1,moe_act.")]
+ReshardAfterForward = Annotated[Optional[bool], typer.Option(
+    "--reshard-after-forward/--no-reshard-after-forward", help="ZeRO-3: free gathered parameters after forward "
+    "(default) or keep them to backward.")]
 LayerSplit = Annotated[Optional[str], typer.Option("--layer-split", help="Uneven layers per stage, e.g. 9,8,8,7.")]
 PipelineLayout = Annotated[Optional[str], typer.Option(
     "--pipeline-layout", help="Layers per virtual stage (chunk a of stage b = entry a*PP+b), e.g. 2,2,1,... or "
@@ -108,7 +124,8 @@ FrameworkChoices = Annotated[Optional[str], typer.Option(
     "--framework", help="Training stacks to compare, e.g. megatron,fsdp (default megatron).")]
 DtypeChoices = Annotated[Optional[str], typer.Option("--dtype", help="GEMM precisions: bf16,fp8,fp8-block.")]
 AllowTpAcrossNodes = Annotated[bool, typer.Option("--allow-tp-across-nodes", help="Let TP groups span nodes.")]
-Headroom = Annotated[Optional[float], typer.Option("--headroom", help="HBM fraction kept free (default 0.05).")]
+Headroom = Annotated[Optional[float], typer.Option("--headroom", help="HBM fraction kept free beyond the modelled "
+                                                   "terms (default 0).")]
 TokenBudget = Annotated[Optional[str], typer.Option("--tokens", help="Training token budget, e.g. 1e12 or 2T.")]
 Price = Annotated[list[str], typer.Option("--price", help="GPU=USD per GPU-hour, e.g. gh200=2.1 (repeatable).")]
 Space = Annotated[str, typer.Option("--space", help="Search-space preset (default, megatron, fsdp) or TOML file.")]

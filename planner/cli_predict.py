@@ -54,6 +54,7 @@ def predict_request(req: PlanRequest, hardware_files: tuple = (), calibration=No
         out["plan"]["recompute_modules"] = list(plan.recompute_modules)
     if res.model.is_moe:  # MoE keys only for MoE models: a dense plan's record stays as it was
         out["plan"].update(moe_plan_keys(plan))
+    out["plan"].update(req.memory_fields())  # memory features only where the request sets them
     return out
 
 
@@ -99,6 +100,23 @@ def _notes(req: PlanRequest) -> tuple[str, ...]:
     return (note,) if note else ()
 
 
+def _predict_batch(batch: str, fmt: str, hw_files: tuple, cal) -> None:
+    """`planner predict --batch FILE`: one output record per input line, as ``fmt`` (jsonl/json, csv or md)."""
+    try:
+        fh = sys.stdin if batch == "-" else open(batch, encoding="utf-8")
+    except OSError as exc:
+        raise _err(f"cannot read batch file {batch}: {exc.strerror}; pass an existing JSONL file or '-'") from None
+    with fh:
+        try:
+            if fmt in ("csv", "md"):
+                _write_rows(run_batch(fh, hw_files, cal), fmt)
+            else:  # json and jsonl: one object per line
+                for rec in run_batch(fh, hw_files, cal):
+                    sys.stdout.write(json.dumps(rec) + "\n")
+        except UnicodeDecodeError:
+            raise _err(f"batch file {batch} is not UTF-8 text; pass a JSONL file") from None
+
+
 def _render_table(rec: dict, verbose: bool = False, notes: tuple = ()) -> None:
     con = Console()
     p = rec["plan"]
@@ -129,8 +147,11 @@ def _render_table(rec: dict, verbose: bool = False, notes: tuple = ()) -> None:
     mem = rec["memory"]
     fits = "fits" if rec["fits_in_memory"] else "[red]DOES NOT FIT[/]"
     t.add_row(escape("memory per GPU [GiB]"), f"{rec['memory_gib_per_gpu']:.1f} ({fits}; peak on stage {mem['stage']})")
-    for part in ("weights", "gradients", "optimizer", "activations", "workspace"):
-        t.add_row(escape(f"  {part} [GiB]"), f"{mem[part]:.2f}")
+    for part in ("weights", "gradients", "optimizer", "activations", "workspace", "allocator"):
+        if part in mem:
+            t.add_row(escape(f"  {part} [GiB]"), f"{mem[part]:.2f}")
+    if mem.get("host"):
+        t.add_row(escape("  offloaded to host [GiB]"), f"{mem['host']:.2f}")
     advice = memory_advice(rec, moe=p.get("ep") is not None)
     for k, v in rec["exposed_comm_s"].items():
         if v > 0:
@@ -212,6 +233,14 @@ def register(app: typer.Typer) -> None:
         moe_imbalance: O.MoeImbalance = None,
         moe_overlap_comm: O.MoeOverlapComm = PlanRequest.moe_overlap_comm,
         moe_grouped_gemm: O.MoeGroupedGemm = PlanRequest.moe_grouped_gemm,
+        main_grads_dtype: O.MainGradsDtype = PlanRequest.main_grads_dtype,
+        main_params_dtype: O.MainParamsDtype = PlanRequest.main_params_dtype,
+        exp_avg_dtype: O.ExpAvgDtype = PlanRequest.exp_avg_dtype,
+        exp_avg_sq_dtype: O.ExpAvgSqDtype = PlanRequest.exp_avg_sq_dtype,
+        fp8_param_gather: O.Fp8ParamGather = PlanRequest.fp8_param_gather,
+        optimizer_offload_fraction: O.OptimizerOffload = PlanRequest.optimizer_offload_fraction,
+        offload_modules: O.OffloadModules = None,
+        reshard_after_forward: O.ReshardAfterForward = None,
         layer_split: O.LayerSplit = None,
         pipeline_layout: O.PipelineLayout = None,
         batch: Optional[str] = typer.Option(None, "--batch", help="JSONL file of requests ('-' = stdin)."),
@@ -236,22 +265,7 @@ def register(app: typer.Typer) -> None:
         except PlannerError as exc:
             raise _err(str(exc)) from None
         if batch is not None:
-            if fmt == "table":
-                fmt = "jsonl"
-            try:
-                fh = sys.stdin if batch == "-" else open(batch, encoding="utf-8")
-            except OSError as exc:
-                raise _err(f"cannot read batch file {batch}: {exc.strerror}; "
-                           "pass an existing JSONL file or '-'") from None
-            with fh:
-                try:
-                    if fmt in ("csv", "md"):
-                        _write_rows(run_batch(fh, hw_files, cal), fmt)
-                    else:  # json and jsonl: one object per line
-                        for rec in run_batch(fh, hw_files, cal):
-                            sys.stdout.write(json.dumps(rec) + "\n")
-                except UnicodeDecodeError:
-                    raise _err(f"batch file {batch} is not UTF-8 text; pass a JSONL file") from None
+            _predict_batch(batch, "jsonl" if fmt == "table" else fmt, hw_files, cal)
             return
         try:
             req = O.plan_request(locals(), "planner predict --model llama-13b --gpu a100-80gb --gpus 128 --tp 2 --pp 2")
