@@ -40,6 +40,7 @@ from costmodel.flops import executed_model, hardware_flops_per_iteration, model_
 from costmodel.framework_kernels import flash2_times, hbm_times
 from costmodel.graph import GRAD_REDUCE_BYTES, OperatorGraph, StageGraph
 from costmodel.memory import MemoryBreakdown, fits_in_memory, memory_message, memory_per_gpu
+from costmodel.offload import stage_offload_s
 from costmodel.opbuild import HBM_PASS
 from costmodel.ops import Op
 from costmodel.straggler import rank_scale
@@ -269,10 +270,13 @@ class StageTail:
     """Exposed distributed-optimizer parameter all-gather."""
     finish_s: float
     """When the stage's tail ends, from the start of the iteration."""
+    offload_s: float = 0.0
+    """Exposed host copies of activation offloading (costmodel.offload); the optimizer offload's host step is in
+    ``optimizer_s``."""
 
     @property
     def total_s(self) -> float:
-        return self.grad_reduce_s + self.optimizer_s + self.param_gather_s
+        return self.grad_reduce_s + self.optimizer_s + self.param_gather_s + self.offload_s
 
 
 @dataclass(frozen=True)
@@ -362,8 +366,11 @@ def iteration_tail(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph,
         else:
             exp_grad = t_grad
         exp_ag = max(0.0, t_ag - stages.fwd_s[i]) if plan.overlap_param_gather and overlaps else t_ag
+        host_opt, host_act = stage_offload_s(plan, hardware.gpu, graph, stages.fwd_s[i], stages.bwd_s[i], i)
+        t_opt += host_opt
         # stage i ends its last backward before stage 0 does, by the backward of the stages before it
-        tails.append(StageTail(exp_grad, t_opt, exp_ag, pipe.time_s - slack + exp_grad + t_opt + exp_ag))
+        tails.append(StageTail(exp_grad, t_opt, exp_ag, pipe.time_s - slack + exp_grad + t_opt + exp_ag + host_act,
+                               host_act))
         slack += stages.bwd_s[i] / plan.vpp
     ending = max(range(len(tails)), key=lambda i: tails[i].finish_s)
     wait, warnings = straggler_wait(plan, hardware, graph, times, [t.optimizer_s for t in tails])
@@ -485,7 +492,9 @@ def breakdown(plan: ParallelPlan, graph: OperatorGraph, times: Times, stages: St
     if after > 0:
         end = tail.stages[tail.ending_stage]
         eg, to, ea = end.grad_reduce_s, end.optimizer_s, end.param_gather_s
-        tot = eg + to + ea
+        tot = eg + to + ea + end.offload_s
+        add("offload.activation_copies (exposed)", "offload", Category.COMPUTE,
+            after * end.offload_s / tot if tot else 0.0)
         add("dp.grad_reduce (exposed)", "dp_comm", Category.DP_COMM, after * eg / tot if tot else 0.0)
         add("optimizer.adam", "optimizer", Category.OPTIMIZER, after * to / tot if tot else 0.0)
         add("dp.param_allgather (exposed)", "zero_comm", Category.DP_COMM, after * ea / tot if tot else 0.0)

@@ -32,9 +32,11 @@ from costmodel.core.kinds import FEATURES, Category, Phase
 from costmodel.core.specs.framework import attention_kernel, get_framework
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
+from costmodel.memory import stage_host_offload
 from costmodel.moe import dispatcher_notes, expert_params_per_gpu, moe_block_operators
 from costmodel.mtp import mtp_layer, mtp_params
 from costmodel.mtp_ops import mtp_operators
+from costmodel.offload import grad_reduce_bytes, param_gather_bytes
 from costmodel.opbuild import coll as _coll
 from costmodel.opbuild import elem_bytes, group_topology, hbm_pass, projection_gemms, recomputed, tp_boundary
 from costmodel.opbuild import gemm as _gemm
@@ -42,7 +44,7 @@ from costmodel.opbuild import gemm_fwd_bwd as _gemm_fwd_bwd
 from costmodel.opbuild import mem as _mem
 from costmodel.ops import Op
 from costmodel.selective import module_recompute_ops, selective_modules
-from costmodel.zero3 import PARAM_GATHER_BYTES, root_unit_ops, unit_collectives
+from costmodel.zero3 import root_unit_ops, unit_collectives
 
 GRAD_REDUCE_BYTES = 4
 """Bytes per gradient element in the DP reduction: fp32 main gradients, as Megatron-LM's
@@ -106,6 +108,9 @@ class OperatorGraph:
     """Activation send between adjacent stages for one micro-batch (None when PP = 1)."""
     num_microbatches: int
     vpp: int
+    host_offload: tuple = ()
+    """Per stage, what host offloading moves (costmodel.memory.stage_host_offload): (optimizer parameters stepped on
+    the host, activation bytes offloaded per micro-batch); () without offloading."""
 
     def distinct_stages(self) -> list[StageGraph]:
         """The stages with distinct operator lists (stages sharing a signature share their lists)."""
@@ -494,7 +499,7 @@ def _grad_reduction(prefix: str, params_gpu: float, group: int, topo: tuple[int,
     """Per-iteration gradient reduction (and distributed-optimizer all-gather) of ``params_gpu`` over ``group``."""
     ops: list[Op] = []
     if group > 1:
-        gbytes = params_gpu * get_framework(plan.framework).grad_reduce_bytes
+        gbytes = params_gpu * grad_reduce_bytes(plan)
         if plan.zero == 0:
             ops.append(_coll("all_reduce", f"{prefix}.grad_allreduce", Phase.DP_COMM, gbytes, group, topo,
                              Category.DP_COMM))
@@ -503,7 +508,7 @@ def _grad_reduction(prefix: str, params_gpu: float, group: int, topo: tuple[int,
                              Category.DP_COMM))
             # the distributed optimizer's all-gather is data-parallel communication (phase zero_comm)
             ops.append(_coll("all_gather", f"{prefix}.param_allgather", Phase.ZERO_COMM,
-                             params_gpu * PARAM_GATHER_BYTES, group, topo, Category.DP_COMM))
+                             params_gpu * param_gather_bytes(plan), group, topo, Category.DP_COMM))
         # zero == 3: gradients are reduce-scattered per layer (layer_overlap_ops)
     return ops
 
@@ -531,7 +536,7 @@ def _iteration_ops(model: ModelSpec, plan: ParallelPlan, stage_params: int, firs
     if replicated and t > 1:
         params_gpu += replicated - replicated / t
         if plan.sp:
-            rbytes = float(replicated * get_framework(plan.framework).grad_reduce_bytes)
+            rbytes = float(replicated * grad_reduce_bytes(plan))
             ops.append(_coll("all_reduce", "tp.replicated_grad_allreduce", Phase.DP_COMM, rbytes, t,
                              group_topology(t, 1, plan.domain), Category.TP_COMM))
     ops += _grad_reduction("dp", params_gpu, group, group_topology(group, t, plan.domain), plan)
@@ -548,6 +553,7 @@ def _iteration_ops(model: ModelSpec, plan: ParallelPlan, stage_params: int, firs
     shard = params_gpu / group if plan.zero >= 1 else params_gpu
     if moe_layers:
         shard += expert_gpu / plan.expert_dp if plan.zero >= 1 else expert_gpu
+    shard *= 1.0 - plan.optimizer_offload_fraction  # the rest is stepped on the host (costmodel.offload)
     ops.append(Op("optimizer", "optimizer.adam", Phase.OPTIMIZER, (round(shard),),
                   flops=ADAM_FLOPS_PER_PARAM * shard, bytes=ADAM_BYTES_PER_PARAM * shard, category=Category.OPTIMIZER))
     return ops
@@ -650,4 +656,4 @@ def build_graph(model: ModelSpec, plan: ParallelPlan) -> OperatorGraph:
         nbytes = tokens * model.hidden_size * elem_bytes(plan.dtype) / (plan.tp if plan.sp else 1)
         stride = plan.tp * plan.cp * plan.dp
         p2p = _p2p("pp.p2p", Phase.PP_COMM, nbytes, stride >= plan.domain, Category.PP_COMM)
-    return OperatorGraph(stages, p2p, plan.num_microbatches, plan.vpp)
+    return OperatorGraph(stages, p2p, plan.num_microbatches, plan.vpp, stage_host_offload(model, plan))

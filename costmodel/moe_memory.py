@@ -96,19 +96,23 @@ def _moe_received_tokens(model: ModelSpec, plan: ParallelPlan, tokens: float) ->
     return t_in, t_in * model.experts_per_token * plan.expert_tp * moe_imbalance(model, plan)
 
 
-def moe_mlp_activation_bytes(model: ModelSpec, plan: ParallelPlan, tokens: float, act_b: float) -> float:
+def moe_mlp_activation_bytes(model: ModelSpec, plan: ParallelPlan, tokens: float, act_b: float,
+                             gemm_b: float | None = None) -> float:
     """The MLP part of an MoE layer, stored for backward [MCORE-MOE]: router scores (softmax/sigmoid output, kept
     by its backward) T_in x E and top-k probabilities T_in x k; on the R received token copies the expert fc1
     input (R x h: the permuted, exchanged and chunk-sorted tokens) and the fc1 output and activation output as
     the dense MLP's [KORTHIKANTI] (gated: 2 F_e/ETP + F_e/ETP per copy); the shared experts as a dense MLP of their
-    width split over TP on all T tokens (their input is the norm output, counted in the sequence region)."""
+    width split over TP on all T tokens (their input is the norm output, counted in the sequence region). The GEMM
+    inputs (fc1 and fc2 inputs) take ``gemm_b`` bytes per element (fp8 GEMMs save fp8 copies), the rest ``act_b``."""
+    gemm_b = act_b if gemm_b is None else gemm_b
     t_in, received = _moe_received_tokens(model, plan, tokens)
     fe = model.expert_ffn / plan.expert_tp
     gate = 2 if model.gated else 1
-    out = t_in * (model.num_experts + model.experts_per_token) + received * (model.hidden_size + fe * (gate + 1))
+    out = act_b * t_in * (model.num_experts + model.experts_per_token)
+    out += received * (gemm_b * (model.hidden_size + fe) + act_b * fe * gate)
     if model.shared_ffn:
-        out += tokens * model.shared_ffn / plan.tp * (gate + 1)
-    return act_b * out
+        out += tokens * model.shared_ffn / plan.tp * (act_b * gate + gemm_b)
+    return out
 
 
 def moe_dispatch_working_bytes(model: ModelSpec, plan: ParallelPlan, act_b: float) -> float:
@@ -126,7 +130,7 @@ def moe_dispatch_working_bytes(model: ModelSpec, plan: ParallelPlan, act_b: floa
 
 
 def selective_cuts(model: ModelSpec, plan: ParallelPlan, moe: bool, tokens: float, act_b: float,
-                   mlp_bytes: float) -> float:
+                   mlp_bytes: float, gemm_b: float | None = None) -> float:
     """Bytes one layer stops storing under Megatron-Core's ``plan.recompute_modules`` (costmodel.selective's
     sources; each module keeps its input). ``mlp_bytes``: the layer's stored MLP part as costmodel.memory counts
     it (dense MLP, or :func:`moe_mlp_activation_bytes` in an MoE layer).
@@ -136,26 +140,39 @@ def selective_cuts(model: ModelSpec, plan: ParallelPlan, moe: bool, tokens: floa
       moe_act: the expert activation's output (fc2 input, F_e/ETP per received copy);
       shared_experts: the shared experts' fc1 output and activation output;
       mla_up_proj: the up projections' and RoPE's outputs, the core's inputs Q, K, V ([MCORE-MLA]).
-    Terms of a module already cut by a wider one are not cut twice."""
+    Terms of a module already cut by a wider one are not cut twice. GEMM inputs (the fc1 input, the expert fc2
+    input, the shared experts' fc2 input) take ``gemm_b`` bytes per element, the rest ``act_b``."""
     mods = plan.recompute_modules
     if plan.recompute != "selective" or not mods:
         return 0.0
+    gemm_b = act_b if gemm_b is None else gemm_b
     sp_div = plan.tp if plan.sp else 1
     norm_out = tokens * model.hidden_size / sp_div
     gate = 2 if model.gated else 1
     cut = 0.0
     if "layernorm" in mods:
-        cut += norm_out * ((1 if moe else 0) + (1 if model.is_mla else 0))
-    whole = 0.0
+        cut += act_b * norm_out * ((1 if moe else 0) + (1 if model.is_mla else 0))
     if not moe and "mlp" in mods:
-        whole, cut = mlp_bytes, cut + norm_out
+        cut += mlp_bytes + gemm_b * norm_out
     elif moe and "moe" in mods:
-        whole = mlp_bytes
+        cut += mlp_bytes
     elif moe:
         if "moe_act" in mods:
-            cut += _moe_received_tokens(model, plan, tokens)[1] * model.expert_ffn / plan.expert_tp
+            cut += gemm_b * _moe_received_tokens(model, plan, tokens)[1] * model.expert_ffn / plan.expert_tp
         if "shared_experts" in mods and model.shared_ffn:
-            cut += tokens * model.shared_ffn / plan.tp * (gate + 1)
+            cut += tokens * model.shared_ffn / plan.tp * (act_b * gate + gemm_b)
     if model.is_mla and "mla_up_proj" in mods:
-        cut += tokens * model.num_heads / plan.tp * (2 * model.head_dim + (model.v_head_dim or model.head_dim))
-    return whole + act_b * cut
+        cut += act_b * tokens * model.num_heads / plan.tp * (2 * model.head_dim + (model.v_head_dim or model.head_dim))
+    return cut
+
+
+def offloaded_moe_bytes(model: ModelSpec, plan: ParallelPlan, tokens: float, act_b: float, gemm_b: float) -> float:
+    """Bytes of one MoE layer and micro-batch that Megatron-Core's fine-grained activation offloading moves to the
+    host (``plan.offload_modules``): ``expert_fc1`` the experts' fc1 input (R received copies x h, saved as the GEMM
+    input), ``moe_act`` the activation function's input (R x F_e/ETP, x 2 gated)."""
+    mods = plan.offload_modules
+    received = _moe_received_tokens(model, plan, tokens)[1]
+    out = gemm_b * received * model.hidden_size if "expert_fc1" in mods else 0.0
+    if "moe_act" in mods:
+        out += act_b * received * model.expert_ffn / plan.expert_tp * (2 if model.gated else 1)
+    return out

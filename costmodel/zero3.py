@@ -12,29 +12,32 @@ from __future__ import annotations
 from costmodel.core.kinds import Category, Phase
 from costmodel.core.specs.framework import get_framework
 from costmodel.core.specs.plan import ParallelPlan
+from costmodel.memory_states import reshards_after_forward
+from costmodel.offload import grad_reduce_bytes, param_gather_bytes
 from costmodel.opbuild import coll, group_topology
 from costmodel.ops import Op
-
-PARAM_GATHER_BYTES = 2
-"""Bytes per parameter in ZeRO/distributed-optimizer parameter all-gathers (bf16 model weights)."""
 
 
 def unit_collectives(prefix: str, params: float, group: int, stride: int, plan: ParallelPlan,
                      gather_phases: tuple[Phase, ...] = (Phase.FWD, Phase.BWD)) -> list[Op]:
-    """All-gathers (one per phase of ``gather_phases``) of ``params`` parameters per GPU shard group of ``group``
-    ranks ``stride`` apart, and the reduce-scatter of their gradients (backward, the framework's reduce dtype)."""
+    """All-gathers (one per phase of ``gather_phases``; none before the backward when the plan keeps parameters
+    gathered after forward, ``costmodel.memory_states.reshards_after_forward``) of ``params`` parameters per GPU
+    shard group of ``group`` ranks ``stride`` apart (``costmodel.offload.param_gather_bytes`` each), and the
+    reduce-scatter of their gradients (backward, ``costmodel.offload.grad_reduce_bytes``)."""
     if group <= 1 or params <= 0:
         return []
+    if not reshards_after_forward(plan):  # kept gathered from the unit's forward to its backward
+        gather_phases = tuple(p for p in gather_phases if p is not Phase.BWD)
     fw = get_framework(plan.framework)
     topo = group_topology(group, stride, plan.domain)
     if topo[0] > 1 and fw.zero3_network == "flat":
         # DeepSpeed ZeRO-3: each GPU's gathered bytes cross the network at its own NIC rate (ZeRO++,
         # Wang et al. 2023, sec. 3: cross-node volume M per all-gather), costed as a ring of single-GPU nodes
         topo = (group, 1)
-    pbytes = params * PARAM_GATHER_BYTES
+    pbytes = params * param_gather_bytes(plan)
     out = [coll("all_gather", f"{prefix}.param_allgather", phase, pbytes, group, topo, Category.ZERO_COMM)
            for phase in gather_phases]
-    gbytes = params * fw.grad_reduce_bytes
+    gbytes = params * grad_reduce_bytes(plan)
     out.append(coll("reduce_scatter", f"{prefix}.grad_reducescatter", Phase.BWD, gbytes, group, topo,
                     Category.ZERO_COMM))
     return out

@@ -46,7 +46,7 @@ def moe_plan_keys(plan) -> dict:
             "moe_overlap_comm": plan.moe_overlap_comm, "moe_grouped_gemm": plan.moe_grouped_gemm}
 
 
-def _plan_record(res, pred: Prediction) -> dict:
+def _plan_record(req: PlanRequest, res, pred: Prediction) -> dict:
     """The "plan" object of a `planner predict` record."""
     plan = res.plan
     out = {"model": res.model.name, "gpu": res.hardware.gpu.name, "cluster": res.hardware.cluster.name,
@@ -63,6 +63,7 @@ def _plan_record(res, pred: Prediction) -> dict:
         out["recompute_modules"] = list(plan.recompute_modules)
     if res.model.is_moe:  # MoE keys only for MoE models: a dense plan's record stays as it was
         out.update(moe_plan_keys(plan))
+    out.update(req.memory_fields())  # memory features only where the request sets them
     return out
 
 
@@ -74,7 +75,7 @@ def predict_request(req: PlanRequest, hardware_files: tuple = (), calibration: C
     return PredictResult(**{f.name: getattr(pred, f.name) for f in fields(Prediction)},
                          calibration=calibration.name if calibration is not None else "none",
                          # '' = no fitted model for this GPU (roofline)
-                         models_dir=models_dir_for(res.hardware.gpu.name), plan=_plan_record(res, pred))
+                         models_dir=models_dir_for(res.hardware.gpu.name), plan=_plan_record(req, res, pred))
 
 
 def _inputs(plan: dict, hardware_file, models, calibration) -> tuple[PlanRequest, tuple, Calibration | None]:

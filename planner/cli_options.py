@@ -91,6 +91,20 @@ PLAN_OPTIONS: tuple[PlanOption, ...] = (
                ("--moe-overlap-comm/--no-moe-overlap-comm",)),
     PlanOption("moe_grouped_gemm", bool, "Local experts as one grouped GEMM (off: one GEMM per expert).",
                ("--moe-grouped-gemm/--no-moe-grouped-gemm",)),
+    PlanOption("main_grads_dtype", str, "Main-gradient precision: fp32 | bf16 (Megatron --main-grads-dtype / "
+               "--grad-reduce-in-bf16); default: fp16 with --dtype fp16 on megatron/deepspeed, else fp32."),
+    PlanOption("main_params_dtype", str, "Optimizer copy of the parameters: fp32 | fp16 | bf16 | none (FSDP stacks: "
+               "steps the bf16 parameters)."),
+    PlanOption("exp_avg_dtype", str, "Adam first moment: fp32 | fp16 | bf16 | fp8."),
+    PlanOption("exp_avg_sq_dtype", str, "Adam second moment: fp32 | fp16 | bf16 | fp8."),
+    PlanOption("fp8_param_gather", bool, "fp8 primary weights, all-gathered in fp8 (fp8 dtypes).",
+               ("--fp8-param-gather/--no-fp8-param-gather",)),
+    PlanOption("optimizer_offload_fraction", float, "Share of the optimizer states on the host (Megatron "
+               "--optimizer-cpu-offload); 0 = none."),
+    PlanOption("offload_modules", Optional[str], "Fine-grained activation offloading (Megatron-Core), e.g. "
+               "expert_fc1,moe_act."),
+    PlanOption("reshard_after_forward", Optional[bool], "ZeRO-3: free gathered parameters after forward (default) or "
+               "keep them to backward.", ("--reshard-after-forward/--no-reshard-after-forward",)),
     PlanOption("layer_split", Optional[str], "Uneven layers per stage, e.g. 9,8,8,7."),
     PlanOption("pipeline_layout", Optional[str], "Layers per virtual stage (chunk a of stage b = entry a*PP+b), e.g. "
                "2,2,1,... or Megatron's --pipeline-model-parallel-layout string 'Et|(tt|)*30L'; VPP = entries / PP."),
@@ -180,7 +194,8 @@ FrameworkChoices = Annotated[Optional[str], typer.Option(
     "--framework", help="Training stacks to compare, e.g. megatron,fsdp (default megatron).")]
 DtypeChoices = Annotated[Optional[str], typer.Option("--dtype", help="GEMM precisions: bf16,fp8,fp8-block.")]
 AllowTpAcrossNodes = Annotated[bool, typer.Option("--allow-tp-across-nodes", help="Let TP groups span nodes.")]
-Headroom = Annotated[Optional[float], typer.Option("--headroom", help="HBM fraction kept free (default 0.05).")]
+Headroom = Annotated[Optional[float], typer.Option("--headroom", help="HBM fraction kept free beyond the modelled "
+                                                   "terms (default 0).")]
 TokenBudget = Annotated[Optional[str], typer.Option("--tokens", help="Training token budget, e.g. 1e12 or 2T.")]
 Price = Annotated[list[str], typer.Option("--price", help="GPU=USD per GPU-hour, e.g. gh200=2.1 (repeatable).")]
 Space = Annotated[str, typer.Option("--space", help="Search-space preset (default, megatron, fsdp) or TOML file.")]

@@ -114,8 +114,11 @@ def _metrics_table(rec: dict) -> Table:
     mem = rec["memory"]
     fits = "fits" if rec["fits_in_memory"] else "[red]DOES NOT FIT[/]"
     t.add_row(escape("memory per GPU [GiB]"), f"{rec['memory_gib_per_gpu']:.1f} ({fits}; peak on stage {mem['stage']})")
-    for part in ("weights", "gradients", "optimizer", "activations", "workspace"):
-        t.add_row(escape(f"  {part} [GiB]"), f"{mem[part]:.2f}")
+    for part in ("weights", "gradients", "optimizer", "activations", "workspace", "allocator"):
+        if part in mem:
+            t.add_row(escape(f"  {part} [GiB]"), f"{mem[part]:.2f}")
+    if mem.get("host"):
+        t.add_row(escape("  offloaded to host [GiB]"), f"{mem['host']:.2f}")
     for k, v in rec["exposed_comm_s"].items():
         if v > 0:
             t.add_row(escape(f"exposed {k.upper()} comm [s]"), f"{v:.4g}")

@@ -38,6 +38,7 @@ from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan, account_for
 from planner.export_arch import architecture, header, is_uneven, note_lines
 from planner.export_megatron import megatron_arch_args, nemo_arch_keys
+from planner.export_memory import megatron_memory_args, nemo_memory_keys
 from planner.export_moe import megatron_mla_args, megatron_moe_args, megatron_router_args, nemo_moe_keys
 from planner.export_torchtitan import dump_toml, export_torchtitan, torchtitan_config, torchtitan_model_parts
 from planner.export_torchtitan import refusal as torchtitan_refusal
@@ -243,7 +244,8 @@ def megatron_pairs(model: ModelSpec, plan: ParallelPlan, iterations: int | None 
     pairs += arch_pairs
     notes += arch_notes
     pairs += _sharding_args(plan) + _precision_args(plan, hardware, notes)
-    return pairs, notes
+    mem_pairs, mem_notes = megatron_memory_args(plan)  # planner.export_memory
+    return pairs + mem_pairs, notes + mem_notes
 
 
 def megatron_args(model: ModelSpec, plan: ParallelPlan, iterations: int | None = None,
@@ -418,7 +420,10 @@ def nemo_config(model: ModelSpec, plan: ParallelPlan, iterations: int | None = N
     _nemo_architecture(model, m, notes)
     _nemo_pipeline(plan, m)
     _nemo_training(plan, m, notes)
-    return {"trainer": trainer, "model": m}, notes
+    mem_model, mem_optim, mem_notes = nemo_memory_keys(plan)  # planner.export_memory
+    m.update(mem_model)
+    m["optim"].update(mem_optim)
+    return {"trainer": trainer, "model": m}, notes + mem_notes
 
 
 def export_nemo(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, prediction: "Prediction | None",

@@ -19,6 +19,7 @@ from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
 from planner.export_arch import Architecture, architecture, header, is_uneven, note_lines
+from planner.export_memory import torchtitan_memory_keys
 from planner.export_moe import torchtitan_moe
 from planner.export_titan_models import TORCHTITAN_COMMIT, match, moe_refusal
 
@@ -135,6 +136,7 @@ def torchtitan_config(model: ModelSpec, plan: ParallelPlan, iterations: int | No
         raise PlannerError(why)
     notes: list[str] = []
     par = _parallelism(model, plan, notes)
+    par.update(torchtitan_memory_keys(plan))  # planner.export_memory
     # with PP, local_batch_size is split into micro-batches of pipeline_parallel_microbatch_size; without PP,
     # gradient accumulation steps = global_batch_size / (local_batch_size x DP)
     local = plan.global_batch_size // plan.dp if plan.pp > 1 else plan.micro_batch_size

@@ -122,6 +122,27 @@ class PlanRequest:
     """Overlap EP dispatch/combine with another micro-batch's compute (--overlap-moe-expert-parallel-comm)."""
     moe_grouped_gemm: bool = True
     """Run a rank's local experts as one grouped GEMM (--moe-grouped-gemm; False = one GEMM per expert)."""
+    main_grads_dtype: str = ""
+    """Main-gradient precision: fp32 | bf16 (Megatron --main-grads-dtype / --grad-reduce-in-bf16, NeMo
+    grad_reduce_in_fp32=False) | fp16 (fp16 training); "" = fp16 with dtype fp16 on Megatron/DeepSpeed, else fp32."""
+    main_params_dtype: str = "fp32"
+    """The optimizer's copy of the parameters: fp32 | fp16 (Megatron --main-params-dtype) | bf16 | none (the optimizer
+    steps the bf16 parameters; PyTorch FSDP2 stacks)."""
+    exp_avg_dtype: str = "fp32"
+    """Adam first-moment precision: fp32 | fp16 | bf16 | fp8 (Megatron --exp-avg-dtype)."""
+    exp_avg_sq_dtype: str = "fp32"
+    """Adam second-moment precision: fp32 | fp16 | bf16 | fp8 (Megatron --exp-avg-sq-dtype)."""
+    fp8_param_gather: bool = False
+    """fp8 primary weights, all-gathered in fp8 (Megatron --fp8-param-gather; needs dtype fp8 or fp8-block)."""
+    optimizer_offload_fraction: float = 0.0
+    """Share of the optimizer states kept and stepped on the host (Megatron --optimizer-cpu-offload
+    --optimizer-offload-fraction); 0 = none."""
+    offload_modules: tuple[str, ...] = ()
+    """Fine-grained activation offloading (Megatron-Core --offload-modules), a list or 'a,b' of attn_norm,
+    qkv_linear, core_attn, attn_proj, mlp_norm, expert_fc1, moe_act."""
+    reshard_after_forward: bool | None = None
+    """ZeRO-3: free gathered parameters after each unit's forward (true) or keep them to its backward (false);
+    None = true (FSDP2's default)."""
 
     def __post_init__(self) -> None:
         missing = [k for k in REQUIRED if getattr(self, k) is None]
@@ -151,6 +172,9 @@ class PlanRequest:
                                f"or {AUTO_DISPATCHER}")
         if self.moe_routing not in MOE_ROUTINGS:
             raise PlannerError(f"moe_routing={self.moe_routing!r} must be one of {', '.join(MOE_ROUTINGS)}")
+        if not (math.isfinite(self.optimizer_offload_fraction) and 0.0 <= self.optimizer_offload_fraction <= 1.0):
+            raise PlannerError(f"optimizer_offload_fraction={self.optimizer_offload_fraction!r} must be a fraction in "
+                               "[0, 1] (share of the optimizer states on the host; 0 = no offload)")
         if self.moe_imbalance is not None and not (math.isfinite(self.moe_imbalance) and self.moe_imbalance >= 1):
             raise PlannerError(f"moe_imbalance={self.moe_imbalance!r} must be a number >= 1 (tokens of the busiest "
                                "expert over the mean; 1 = perfectly balanced)")
@@ -196,6 +220,7 @@ class PlanRequest:
                             sequence_parallel=self.sequence_parallel, zero=self.zero,
                             dtype=self.dtype, layer_split=self.layer_split, nvlink_domain=nvlink_domain,
                             framework=self.framework, attention=self.attention, **self.moe_fields(), **layout,
+                            **{k: tuple(v) if isinstance(v, list) else v for k, v in self.memory_fields().items()},
                             extra=dict(extra or {}))
         if self.moe_dispatcher == AUTO_DISPATCHER:
             plan = with_default_dispatcher(plan)
@@ -212,6 +237,11 @@ class PlanRequest:
             if value != _DEFAULTS[key] and value != AUTO_DISPATCHER:
                 out[key] = float(value) if key == "moe_imbalance" else value
         return out
+
+    def memory_fields(self) -> dict:
+        """The memory-feature keyword arguments of ParallelPlan this request sets (none for a default request)."""
+        return {key: (list(v) if isinstance(v, tuple) else v) for key in MEMORY_KEYS
+                if (v := getattr(self, key)) != _DEFAULTS[key]}
 
     def resolve(self, hardware_files: tuple = ()) -> ResolvedPlan:
         """Resolve the model, the hardware (catalogue plus ``hardware_files``) and the plan."""
@@ -230,10 +260,15 @@ REQUIRED = ("model", "gpu", "gpus")
 _DEFAULTS = {f.name: f.default for f in fields(PlanRequest)}
 _INT_KEYS = {"gpus", "gpus_per_node", "tp", "pp", "cp", "vpp", "mbs", "gbs", "tokens_per_batch", "seq_len", "zero",
              "ep", "etp"}
-_BOOL_KEYS = {"sequence_parallel", "moe_overlap_comm", "moe_grouped_gemm"}
+_BOOL_KEYS = {"sequence_parallel", "moe_overlap_comm", "moe_grouped_gemm", "fp8_param_gather",
+              "reshard_after_forward"}
 _TYPES: dict[str, type | tuple] = {"id": (str, int), "model": (str, dict), "gpu": str, "cluster": str,
                                    "recompute": str, "dtype": str, "framework": str, "attention": str,
-                                   "moe_dispatcher": str, "moe_routing": str}
+                                   "moe_dispatcher": str, "moe_routing": str, "main_grads_dtype": str,
+                                   "main_params_dtype": str, "exp_avg_dtype": str, "exp_avg_sq_dtype": str}
+MEMORY_KEYS = ("main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype", "fp8_param_gather",
+               "optimizer_offload_fraction", "offload_modules", "reshard_after_forward")
+"""The memory-feature keys (costmodel/core/specs/memory_features.py), passed to the plan only when set."""
 
 
 def suffixed_number(text: object, suffixes: dict[str, float]) -> float:
@@ -307,7 +342,12 @@ def _check_type(key: str, value: object) -> object:
         if value >= MAX_INT:
             raise PlannerError(f"{key}={value} is too large; it must be below 2**53")
         return value
-    if key == "recompute_modules":
+    if key == "optimizer_offload_fraction":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (isinstance(value, int)
+                                                                              and abs(value) > 2**53):
+            raise PlannerError(f"{key}={value!r} must be a number in [0, 1], e.g. 0.5")
+        return float(value)
+    if key in ("recompute_modules", "offload_modules"):
         items = value.split(",") if isinstance(value, str) else value
         if not isinstance(items, (list, tuple)) or not all(isinstance(v, str) for v in items):
             raise PlannerError(f"{key}={value!r} must be a list of module names or 'a,b', e.g. ['moe_act']")

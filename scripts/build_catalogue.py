@@ -27,7 +27,7 @@ import yaml
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # the script also runs from a checkout where the package is not installed
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the TOML emitter beside this script
-from catalogue_capacity import CAPACITY_SOURCES, hbm_mib_figure  # noqa: E402
+from catalogue_capacity import CAPACITY_SOURCES, HOST_SOURCES, hbm_mib_figure, host_figures  # noqa: E402
 from catalogue_variants import VARIANT_UNFITTED, merge_variants  # noqa: E402
 from toml_emitter import toml_table  # noqa: E402
 
@@ -431,7 +431,7 @@ def build(data: Path) -> dict[str, dict]:
     ctext = (data / "hardware" / "clusters.yaml").read_text()
     gy, cy = yaml.safe_load(gtext), yaml.safe_load(ctext)
     gcom, ccom = _comments(gtext, "gpus"), _comments(ctext, "systems")
-    registry = {**gy["sources"], **cy["sources"], **EXTRA_SOURCES, **CAPACITY_SOURCES}
+    registry = {**gy["sources"], **cy["sources"], **EXTRA_SOURCES, **CAPACITY_SOURCES, **HOST_SOURCES}
 
     sources: dict[str, dict] = {}
     for sid in sorted(registry):
@@ -459,7 +459,7 @@ def build(data: Path) -> dict[str, dict]:
         g = {"display_name": DISPLAY_NAMES[key], "peak_tflops": peak, "hbm_gb": float(e["hbm_gb"]),
              **hbm_mib_figure(key, figs, notes),
              "hbm_bw_gbs": float(e["hbm_bw_gbytes_s"]), "nvlink_bw_gbs": float(nvlink),
-             "default_cluster": DEFAULT_CLUSTER[key], "tdp_w": float(e["tdp_w"])}
+             "default_cluster": DEFAULT_CLUSTER[key], "tdp_w": float(e["tdp_w"]), **host_figures(e, figs, notes)}
         if key in PRICE_CHOICE:
             row = _price(gy, PRICE_CHOICE[key])
             date, _, flag = str(row["price_date"]).partition("#")

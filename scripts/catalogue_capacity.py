@@ -5,6 +5,8 @@ Every figure is nvidia-smi's ``memory.total`` in MiB, cited; a GPU without a cit
 
 from __future__ import annotations
 
+from catalogue_host import HOST_SOURCES, host_figures  # noqa: F401  (re-exported: the GPU-to-host figures)
+
 # Capacity as the driver reports it (nvidia-smi memory.total, MiB): what fits_in_memory compares against. The
 # marketed hbm_gb is decimal and rounded ("80 GB" A100 = 80 GiB = 85.9e9 bytes; "80 GB" H100 = 81,559 MiB).
 # key -> (MiB, source ids). GPUs not listed keep hbm_gb x 1e9 bytes: no cited driver figure was found for them.

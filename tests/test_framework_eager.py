@@ -86,10 +86,12 @@ def test_op_sac_keeps_the_block_input_odd_mm_outputs_and_the_attention_output():
     assert 0.4 < ratio < 0.55
 
 
-def test_torchtitan_loss_keeps_bf16_logits_their_fp32_copy_and_log_softmax():
+def test_torchtitan_loss_peaks_in_log_softmax_backward():
+    # 12 bytes per logit (saved fp32 log_softmax output, nll_loss's fp32 gradient, the fp32 gradient it writes)
+    # against Megatron's 4 (its vocab-parallel cross entropy works in place on the fp32 logits)
     titan, mega = _resolved("torchtitan"), _resolved("megatron")
     extra = last_stage_extra_bytes(titan.model, titan.plan) - last_stage_extra_bytes(mega.model, mega.plan)
-    assert extra == pytest.approx(6.0 * 2 * 8192 * titan.model.vocab_size, rel=1e-3)
+    assert extra == pytest.approx(8.0 * 2 * 8192 * titan.model.vocab_size, rel=1e-3)
 
 
 def test_torchtitan_table_1_memory_is_within_ten_percent():

@@ -30,7 +30,8 @@ def test_prediction_is_consistent():
     assert sum(b["time_s"] for b in r.breakdown) == pytest.approx(r.iteration_time_s)
     assert 0 < r.bubble_fraction < 1
     assert r.memory_gib_per_gpu == pytest.approx(sum(r.memory[k] for k in
-                                                   ("weights", "gradients", "optimizer", "activations", "workspace")))
+                                                   ("weights", "gradients", "optimizer", "activations", "workspace",
+                                                    "allocator")))
 
 
 def test_more_layers_is_slower_and_bigger_batch_is_slower():

@@ -85,7 +85,7 @@ def test_batch_keys_are_the_readme_keys():
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
     section = readme.split("### Batch requests", 1)[1].split("Each output", 1)[0]
-    assert set(re.findall(r"`([a-z_]+)`", section)) == set(REQUEST_KEYS)
+    assert set(re.findall(r"`([a-z0-9_]+)`", section)) == set(REQUEST_KEYS)
 
 
 @pytest.mark.parametrize("key", ["TP", "tensor_parallel", "ünknown"])

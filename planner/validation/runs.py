@@ -23,7 +23,9 @@ from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.pipeline_layout import balanced_pipeline_layout, describe_split, parse_pipeline_layout
 from costmodel.core.specs.plan import ParallelPlan, account_for_splits
+from costmodel.memory import fits_in_memory, memory_per_gpu
 from planner.requests import PlanRequest
+from planner.validation.memory_rows import memory_fields
 from planner.validation.moe_rows import (
     GPU_HOURS_METRIC,
     MOE_INT_COLUMNS,
@@ -480,18 +482,37 @@ def row_to_inputs(row: RunRow) -> tuple[ModelSpec, ParallelPlan, str, int]:
         if tp > 1:
             notes.append("sequence parallelism not stated, assumed on (TP > 1)")
     # the same plan-request object the CLI flags and batch lines build (planner.requests)
+    zero, dtype = _zero(row.text["dist_optimizer_or_zero"], notes), _dtype(row.text["precision"], notes)
     request = PlanRequest(
         id=row.id, model=model, gpu=gpu_key, gpus=n, gpus_per_node=gpn, cluster=row.cluster or None, tp=tp, pp=pp,
         cp=cp, vpp=vpp, mbs=mbs, gbs=gbs, seq_len=seq_len, recompute=_recompute(row.text["recompute"], notes),
-        sequence_parallel=sp, zero=_zero(row.text["dist_optimizer_or_zero"], notes),
-        dtype=_dtype(row.text["precision"], notes),
-        **_pipeline_split(row, model.num_layers, pp, vpp, moe, notes),
+        sequence_parallel=sp, zero=zero, dtype=dtype, **_pipeline_split(row, model.num_layers, pp, vpp, moe, notes),
         framework=_framework(row.text["framework"], notes, row.text["notes"]), attention=_attention(row, notes),
-        moe_dispatcher="alltoall")  # an MoE row's dispatcher is read from its text (moe_rows.moe_plan_fields)
+        moe_dispatcher="alltoall",  # an MoE row's dispatcher is read from its text (moe_rows.moe_plan_fields)
+        **memory_fields(row, dtype, zero, notes))
     plan = request.to_plan(model, gpus_per_node=gpn, extra={"run_id": row.id})
     if moe:
         plan = _moe_plan(row, model, plan, notes)
-    return model, plan, gpu_key, gpn
+    return model, _fit_unstated_recompute(row, model, plan, gpu_key, notes), gpu_key, gpn
+
+
+def _fit_unstated_recompute(row: RunRow, model: ModelSpec, plan: ParallelPlan, gpu_key: str,
+                            notes: list[str]) -> ParallelPlan:
+    """The plan, with full recompute where the row states no recompute and the assumed selective recompute does
+    not fit in memory: the run ran, so it held its activations; full recompute is the lightest mode left that
+    holds fewer (the assumption is listed)."""
+    if row.text["recompute"].strip() or plan.recompute != "selective":
+        return plan
+    gpu = load_catalogue().gpu(gpu_key)
+    need = memory_per_gpu(model, plan, gpu)
+    if fits_in_memory(need, gpu):
+        return plan
+    full = dataclasses.replace(plan, recompute="full", recompute_modules=(), offload_modules=())
+    if fits_in_memory(memory_per_gpu(model, full, gpu), gpu):
+        notes.append(f"recompute not stated: selective needs {need.total / 2**30:.1f} GiB per GPU, more than "
+                     f"{gpu.name}'s {gpu.hbm_bytes / 2**30:.1f} GiB; full recompute assumed (the run ran)")
+        return full
+    return plan
 
 
 def _pipeline_split(row: RunRow, L: int, pp: int, vpp: int, moe: bool, notes: list[str]) -> dict:

@@ -32,6 +32,13 @@ RULES = {
                            "the attention, dense/MoE/shared MLPs, MLA; planner.validation.moe_rows.megatron_flops)",
     "moe_token_drop": "an MoE source's recipe drops tokens at capacity factor 1 and pads every expert to capacity: "
                       "every expert runs the balanced share (routing imbalance 1)",
+    "grads_bf16": "the runs keep and reduce bf16 main gradients (main_grads_dtype bf16)",
+    "fp8_param_gather": "fp8 runs keep fp8 primary weights, all-gathered in fp8 (fp8_param_gather; not with ZeRO-3)",
+    "fp8_moments_bf16": "fp8 runs store Adam's moments in bf16 (exp_avg_dtype and exp_avg_sq_dtype bf16)",
+    "optimizer_states_bf16": "the optimizer keeps bf16 main parameters and bf16 moments (main_params_dtype, "
+                             "exp_avg_dtype, exp_avg_sq_dtype bf16)",
+    "bf16_model_states": "a bf16 model under PyTorch FSDP2 and a torch optimizer: no main copy, bf16 moments and "
+                         "gradients (main_params_dtype none; exp_avg_dtype, exp_avg_sq_dtype, main_grads_dtype bf16)",
 }
 """Rule name -> what it changes. A rule not listed here is an error in the TOML file."""
 

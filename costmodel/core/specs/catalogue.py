@@ -45,6 +45,8 @@ GPU_FIELDS = {
     "hbm_mib": ("pos", "a number > 0 (MiB, the capacity nvidia-smi reports as memory.total)"),
     "hbm_bw_gbs": ("pos", "a number > 0 (GB/s)"),
     "nvlink_bw_gbs": ("nonneg", "a number >= 0 (GB/s per GPU per direction; 0 = no GPU-GPU link)"),
+    "host_link_bw_gbs": ("nonneg", "a number >= 0 (GB/s GPU-to-host per direction; 0 = not known)"),
+    "host_mem_bw_gbs": ("nonneg", "a number >= 0 (GB/s of the host's CPU memory; 0 = not known)"),
     "default_cluster": ("str", "the name of a cluster in the catalogue"),
     "tdp_w": ("nonneg", "a number >= 0 (W; 0 = not stated)"),
     "price_usd_per_gpu_hour": ("pos", "a number > 0 (USD per GPU-hour)"),

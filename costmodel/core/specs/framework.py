@@ -49,9 +49,12 @@ class Framework:
     --accumulate-allreduce-grads-in-fp32, FSDP2 reduce_dtype float32 in torchtitan), 2 = the training dtype."""
     loss_logit_bytes: float = 4.0
     """Bytes per logit live at the loss's peak: 4 = the fp32 logits of Megatron's vocab-parallel cross entropy;
-    10 = torchtitan's loss_fn, cross_entropy(pred.flatten(0, 1).float(), labels) outside the compiled blocks: the
-    bf16 output-layer logits (2, freed only after the loss: train.py ``del pred``), their fp32 copy (4) and
-    log_softmax's fp32 output saved for backward (4)."""
+    12 = torchtitan's loss_fn, cross_entropy(pred.float(), labels) outside the compiled blocks (torchtitan
+    components/loss.py @b5bcd76c): its forward holds the bf16 logits, their fp32 copy and log_softmax's fp32
+    output (10 bytes); the bf16 logits go before backward (trainer.py ``del pred``) and the fp32 copy with the
+    loss function's frame, and backward peaks in log_softmax's backward, which holds the saved fp32 output, the
+    fp32 gradient nll_loss's backward returns and the fp32 gradient it writes (aten _log_softmax_backward_data):
+    12 bytes."""
     fsdp2_copy_bytes: float = 0.0
     """HBM bytes per unsharded parameter that FSDP2's collectives copy per layer and micro-batch (ZeRO-3 plans),
     beyond the collectives themselves (torch/distributed/_composable/fsdp/_fsdp_collectives.py): after each of the
@@ -105,14 +108,14 @@ register(Framework(
     "torchtitan", "torchtitan (FSDP2, TP, PP, CP on PyTorch)", "flash2", True, "hierarchical",
     "torchtitan docs/fsdp.md (FSDP2) and models/llama3 attention (F.scaled_dot_product_attention); selective AC "
     "'op' saves all compute ops except every second mm (torchtitan parallelize_llama.py _custom_policy)",
-    selective_recompute="op", loss_logit_bytes=10.0, fsdp2_copy_bytes=14.0, separate_projections=True))
+    selective_recompute="op", loss_logit_bytes=12.0, fsdp2_copy_bytes=14.0, separate_projections=True))
 register(Framework(
     "torchtitan-eager", "torchtitan without torch.compile (training.compile = false: PyTorch eager kernels)",
     "flash2", True, "hierarchical",
     "as torchtitan; its element-wise ops run as PyTorch eager kernels: torchtitan models/norms.py RMSNorm "
     "(x.float(), pow, mean, rsqrt, mul, type_as, mul weight), models/llama/model.py apply_rotary_emb (float(), "
     "complex mul, type_as) and FeedForward (silu, mul); torch.compile is opt-in (job_config training.compile)",
-    selective_recompute="op", loss_logit_bytes=10.0, fsdp2_copy_bytes=14.0, compiled=False,
+    selective_recompute="op", loss_logit_bytes=12.0, fsdp2_copy_bytes=14.0, compiled=False,
     separate_projections=True))
 
 FRAMEWORKS: tuple[str, ...] = tuple(_REGISTRY)

@@ -45,6 +45,12 @@ class GPUSpec:
     """Caveats carried from the catalogue (UNCERTAIN flags etc.)."""
     hbm_mib: float = 0.0
     """HBM capacity the driver reports (nvidia-smi ``memory.total``), MiB; 0 = no cited figure (hbm_gb is used)."""
+    host_link_bw_gbs: float = 0.0
+    """GPU-to-host-memory bandwidth per direction in GB/s (PCIe, or NVLink-C2C on Grace superchips): what optimizer
+    and activation offloading move data over; 0 = not known (offloading refused)."""
+    host_mem_bw_gbs: float = 0.0
+    """Bandwidth of the CPU memory the GPU's host reaches in GB/s (Grace LPDDR5X on GH200): what the CPU optimizer
+    step of optimizer offloading streams its states through; 0 = not known (optimizer offloading refused)."""
 
     @property
     def hbm_bytes(self) -> float:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from costmodel.core.errors import PlanError
 from costmodel.core.specs.framework import ATTENTION_KERNELS, DEFAULT_FRAMEWORK, FRAMEWORKS, get_framework
+from costmodel.core.specs.memory_features import memory_feature_problems, memory_features_text
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.pipeline_layout import describe_split, pipeline_layout_problem
 
@@ -106,6 +107,31 @@ class ParallelPlan:
     --overlap-moe-expert-parallel-comm)."""
     moe_grouped_gemm: bool = True
     """Run a rank's local experts as one grouped GEMM (--moe-grouped-gemm) rather than one GEMM per expert."""
+    main_grads_dtype: str = ""
+    """Main-gradient precision (``memory_features.GRAD_DTYPES``): fp32, bf16 (Megatron --main-grads-dtype bf16 or
+    --grad-reduce-in-bf16; NeMo ``grad_reduce_in_fp32=False``) or fp16 (fp16 training's gradients); "" = the
+    default, fp16 when dtype is fp16 and fp32 otherwise (Megatron-LM docs/user-guide/features/dist_optimizer.md)."""
+    main_params_dtype: str = "fp32"
+    """The optimizer's copy of the parameters (``memory_features.MAIN_PARAM_DTYPES``): fp32, fp16 (Megatron
+    --main-params-dtype) or none (the optimizer steps the bf16 parameters, no copy)."""
+    exp_avg_dtype: str = "fp32"
+    """Adam first-moment precision: fp32, fp16, bf16 or fp8 (Megatron --exp-avg-dtype)."""
+    exp_avg_sq_dtype: str = "fp32"
+    """Adam second-moment precision: fp32, fp16, bf16 or fp8 (Megatron --exp-avg-sq-dtype)."""
+    fp8_param_gather: bool = False
+    """fp8 primary weights (Megatron --fp8-param-gather, NeMo ``fp8_params``): the transformer layers' weights are
+    kept and all-gathered in fp8, no bf16 copy."""
+    optimizer_offload_fraction: float = 0.0
+    """Fraction of the optimizer states (main parameters and moments) kept and stepped on the host (Megatron
+    --optimizer-cpu-offload --optimizer-offload-fraction); 0 = none."""
+    offload_modules: tuple[str, ...] = ()
+    """Fine-grained activation offloading (Megatron-Core --fine-grained-activation-offloading --offload-modules):
+    these modules' inputs move to host memory between their forward and backward
+    (``memory_features.OFFLOAD_MODULES``)."""
+    reshard_after_forward: bool | None = None
+    """ZeRO-3 (FSDP2 ``fully_shard(reshard_after_forward=...)``): free each unit's gathered parameters after its
+    forward (True) or keep them until its backward (False); None = the framework's default
+    (``costmodel.memory.reshards_after_forward``)."""
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -115,6 +141,8 @@ class ParallelPlan:
             object.__setattr__(self, "etp", self.tp)
         if not isinstance(self.recompute_modules, tuple):
             object.__setattr__(self, "recompute_modules", tuple(self.recompute_modules))
+        if not isinstance(self.offload_modules, tuple):
+            object.__setattr__(self, "offload_modules", tuple(self.offload_modules))
         if self.pipeline_layout is not None and not isinstance(self.pipeline_layout, tuple):
             object.__setattr__(self, "pipeline_layout", tuple(self.pipeline_layout))
 
@@ -231,7 +259,8 @@ class ParallelPlan:
                 + (f" EP={self.ep} ETP={self.etp} EDP={self.expert_dp} dispatcher={self.moe_dispatcher}"
                    if self.ep > 1 or self.etp != self.tp else "")
                 + (f" recompute_modules={','.join(self.recompute_modules)}" if self.recompute_modules else "")
-                + (f" pipeline_layout={describe_split(self.pipeline_layout)}" if self.pipeline_layout else ""))
+                + (f" pipeline_layout={describe_split(self.pipeline_layout)}" if self.pipeline_layout else "")
+                + memory_features_text(self))
 
     def problems(self, model: ModelSpec | None = None) -> list[str]:
         """Every reason this plan is invalid (empty list when valid): the fields' types first (nothing else is
@@ -273,6 +302,7 @@ class ParallelPlan:
                          "recomputes per operator (selective AC): drop recompute_modules or pick a Megatron stack")
         if self.dtype not in DTYPES:
             p.append(f"dtype={self.dtype!r} must be one of {', '.join(DTYPES)}")
+        p.extend(memory_feature_problems(self))
         if self.zero not in (0, 1, 2, 3):
             p.append(f"zero={self.zero!r} must be 0, 1, 2 or 3")
         if self.framework not in FRAMEWORKS:
