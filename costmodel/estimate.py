@@ -14,7 +14,8 @@ arXiv 2509.22832 §III: operator decomposition, per-operator costs, analytical t
    throughput, FLOP rates and memory) and the warnings.
 
 ``mode="time"`` is the search's fast path: it stops at the iteration time and the metrics derived from it (no
-breakdown, interval ends or warnings) and gives the same iteration time as ``mode="full"``.
+breakdown, interval ends or warnings) and gives the same iteration time as ``mode="full"``; it costs plans its
+caller has checked (the search rejects plans with ``ParallelPlan.problems`` first), so it does not validate again.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ from costmodel.graph import OperatorGraph, build_graph, domain_warnings
 from costmodel.layer_split import balanced_layer_split, split_fits
 
 MODES = ("full", "time")
-"""full: everything :class:`Estimate` holds; time: iteration time and metrics only (the search's fast path)."""
+"""full: everything :class:`Estimate` holds; time: iteration time and metrics only, for an already checked plan (the
+search's fast path)."""
 
 
 @lru_cache(maxsize=1)
@@ -113,14 +115,18 @@ def _calibrated(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph, co
     return _CALIBRATION.apply(Costing(plan, hardware, graph, calibration), costed)
 
 
+def _calibrated_point(plan: ParallelPlan, costed: OperatorTimes, calibration: Calibration | None) -> dict:
+    """The last adjustment on the point times alone (what the layer-split choice and mode time compose)."""
+    return calibration.scaler(plan)(costed.time_s) if calibration is not None else costed.time_s
+
+
 def _split_and_cost(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, cost_model: OperatorCostModel,
                     calibration: Calibration | None) -> tuple[ParallelPlan, OperatorGraph, OperatorTimes]:
     """Steps 1-4: the plan with its layer split, its graph and its operator times before the calibration."""
     graph = build_graph(model, plan)
     costed = _costed(plan, hardware, graph, cost_model)
     if plan.needs_layer_split(model.num_layers):
-        chooser = _calibrated(plan, hardware, graph, OperatorTimes(costed.time_s), calibration)
-        split = balanced_layer_split(graph, chooser.time_s, hardware, model.num_layers,
+        split = balanced_layer_split(graph, _calibrated_point(plan, costed, calibration), hardware, model.num_layers,
                                      fits=split_fits(model, plan, hardware))
         plan = replace(plan, layer_split=split)
         if split != tuple(st.layers for st in graph.stages):
@@ -201,7 +207,7 @@ def _composed(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, graph: O
     """Step 5 for already costed operator times."""
     calibration, skipped = _applicable(calibration, hardware)
     if mode == "time":  # point times only: the interval ends are not composed here
-        times = _calibrated(plan, hardware, graph, OperatorTimes(costed.time_s), calibration)
+        times = OperatorTimes(_calibrated_point(plan, costed, calibration))
         t = compose_iteration_time(plan, hardware, graph, times.time_s, calibration)
         return Estimate(model, plan, hardware, graph, cost_model, costed, calibration, times, t,
                         metrics(model, plan, hardware, t), None)
@@ -219,11 +225,12 @@ def estimate(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, *, cost_m
 
     ``cost_model``: None = :func:`default_cost_model`. ``calibration`` (e.g. :class:`planner.calibrate.Calibration`):
     applied last among the adjustments and in the iteration tail; None = uncalibrated. ``mode``: one of
-    :data:`MODES`. Raises :class:`costmodel.core.errors.PlanError` when the plan is not valid for the model.
+    :data:`MODES`. Raises :class:`costmodel.core.errors.PlanError` when the plan is not valid for the model (mode full).
     """
     if mode not in MODES:
         raise ValueError(f"mode {mode!r} is not one of {', '.join(MODES)}")
-    plan.validate(model)
+    if mode == "full":
+        plan.validate(model)
     cost_model = cost_model or default_cost_model()
     applied = _applicable(calibration, hardware)[0]
     plan, graph, costed = _split_and_cost(model, plan, hardware, cost_model, applied)
