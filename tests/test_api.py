@@ -60,6 +60,17 @@ def test_predict_and_explain_are_the_cli_json():
     assert planner.explain(**PLAN).to_dict() == cli_json(["explain", *FLAGS])
 
 
+def test_to_dict_is_asdict():
+    import dataclasses
+
+    for plan in (PLAN, dict(model="mixtral-8x7b", gpu="h100-sxm", gpus=32, tp=2, ep=8, gbs=64, seq_len=4096)):
+        res = planner.predict(**plan)
+        assert res.to_dict() == dataclasses.asdict(res)
+        d = res.to_dict()
+        d["breakdown"][0]["time_s"] = -1.0  # a copy: the result is unchanged
+        assert res.breakdown[0]["time_s"] > 0
+
+
 def test_calibration_keyword_as_the_flag():
     default = planner.predict(**PLAN)
     plain = planner.predict(**PLAN, calibration="none")
