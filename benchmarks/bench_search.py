@@ -152,7 +152,7 @@ def main() -> None:
         cold = exhaustive(problem, cm, 1)
         runs = [exhaustive(problem, cm, j) for j in (1, 2, 1, 2)]
         best = {j: max((r for r in runs if r["jobs"] == j), key=lambda r: r["space_points_per_s"]) for j in (1, 2)}
-        case = {"model": model, "gpu": gpu, "gpus": gpus, "gbs": problem.gbs,
+        case = {"model": model, "gpu": gpu, "gpus": gpus, "gbs": problem.global_batch_size,
                 "seq_len": problem.seq_len, "exhaustive_cold": cold, "exhaustive_warm": best,
                 "default": quality(problem, cm, cold["best_iteration_time_s"], args.seeds, "auto"),
                 "optuna": quality(problem, cm, cold["best_iteration_time_s"], args.seeds, "optuna")}

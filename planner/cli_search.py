@@ -111,7 +111,7 @@ def _print_search(ranked: RankedPlans, fmt: str) -> None:
     result, problem, s = ranked.result, ranked.result.problem, ranked.search
     recs = ranked.plans
     title = (f"{problem.model.name}: top {len(recs)} of {len(result.records)} distinct feasible plans "
-             f"(GBS {batch_text(problem.gbs, problem.seq_len)} tokens, seq {problem.seq_len}, "
+             f"(GBS {batch_text(problem.global_batch_size, problem.seq_len)} tokens, seq {problem.seq_len}, "
              f"{result.method}, objective {result.objective})")
     emit_records(recs, fmt, problem.model, {"model": ranked.model, "search": s}, title)
     if fmt != "table":
@@ -136,7 +136,7 @@ def _explain_rank(ranked: RankedPlans, rank: int, fmt: str) -> None:
     if not 1 <= rank <= len(records):
         raise PlannerError(f"--explain {rank} is not a rank between 1 and {len(records)}.")
     rec = records[rank - 1]
-    hw = next(t.hardware for t in problem.targets if t.hardware.gpu.name == rec.gpu and t.gpus == rec.gpus)
+    hw = next(t.hardware for t in problem.targets if t.hardware.gpu.name == rec.gpu and t.world_size == rec.gpus)
     explain_out(explain_plan(problem.model, rec.to_plan(), hw, calibration=problem.calibration),
                 "json" if fmt == "json" else "table")
 

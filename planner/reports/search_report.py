@@ -212,10 +212,10 @@ def search_report_text(md: Path, result, *, top: int = 10, command: str | None =
     s = result.summary()
     hws = list({(t.hardware.gpu.name, t.hardware.cluster.name): t.hardware for t in p.targets}.values())
     cms = [r.cost_model for r in result.records] or [(cost_model or _default_cm()).name]
-    alloc = ", ".join(f"{t.gpus} x {t.hardware.gpu.name} ({t.nodes} x {t.gpus_per_node} on "
+    alloc = ", ".join(f"{t.world_size} x {t.hardware.gpu.name} ({t.nodes} x {t.gpus_per_node} on "
                       f"{t.hardware.cluster.name})" for t in p.targets)
     extra = ["", f"Model {p.model.name}, {p.model.total_params() / 1e9:.2f} B parameters; allocation(s): {alloc}; "
-             f"global batch {p.gbs} sequences of {p.seq_len} tokens"
+             f"global batch {p.global_batch_size} sequences of {p.seq_len} tokens"
              + (f"; token budget {p.tokens:.3g}" if p.tokens else "") + "."]
     parts = [header(f"{p.model.name}: parallel layout search", command or command_line(), cms, extra)]
     study = f"; study {result.study_name!r} holds {result.study_trials} trials" if result.study_name else ""
@@ -245,7 +245,7 @@ def _default_cm():
 
 
 def _target_lookup(problem) -> Callable[[PlanRecord], Hardware]:
-    table = {(t.hardware.gpu.name, t.hardware.cluster.name, t.gpus): t.hardware for t in problem.targets}
+    table = {(t.hardware.gpu.name, t.hardware.cluster.name, t.world_size): t.hardware for t in problem.targets}
     return lambda r: table[(r.gpu, r.cluster, r.gpus)]
 
 
@@ -267,7 +267,7 @@ def write_compare_report(path: str | os.PathLike, rows: list, model: ModelSpec, 
     cms = [b.cost_model for b in best] or [(cost_model or _default_cm()).name]
     r0 = rows[0].result.problem if rows else None
     extra = ["", f"Model {model.name}, {model.total_params() / 1e9:.2f} B parameters"
-             + (f"; global batch {r0.gbs} sequences of {r0.seq_len} tokens" if r0 else "")
+             + (f"; global batch {r0.global_batch_size} sequences of {r0.seq_len} tokens" if r0 else "")
              + (f"; token budget {tokens:.3g}" if tokens else "") + "; each GPU type searched exhaustively "
              f"(space `{r0.space.name if r0 else '-'}`), ranked by iteration time."]
     parts = [header(f"{model.name}: " + " vs ".join(r.gpu for r in rows) + " (cost per token)",

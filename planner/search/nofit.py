@@ -40,12 +40,12 @@ def min_gpus_to_fit(problem: SearchProblem, gbs_given: bool = False,
     gpn = hw.gpus_per_node
 
     def at(world: int):
-        gbs = problem.gbs if gbs_given else default_global_batch(problem.seq_len, [world])
-        p = replace(problem, targets=(make_target(hw, world),), gbs=gbs)
+        gbs = problem.global_batch_size if gbs_given else default_global_batch(problem.seq_len, [world])
+        p = replace(problem, targets=(make_target(hw, world),), global_batch_size=gbs)
         c = _first_fit(p)
         return c
 
-    world = max(gpn, -(-problem.targets[0].gpus // gpn) * gpn)
+    world = max(gpn, -(-problem.targets[0].world_size // gpn) * gpn)
     lo = world
     hit = at(world)
     while hit is None:

@@ -136,7 +136,7 @@ class Evaluator:
             return rec
         p = self.problem
         target = next(t for t in p.targets if t.hardware.gpu.name == rec.gpu and t.hardware.cluster.name == rec.cluster
-                      and t.gpus == rec.gpus)
+                      and t.world_size == rec.gpus)
         plan = rec.to_plan()
         full = make_record(p, target, plan, predict(p.model, plan, target.hardware, self.cost_model,
                                                     calibration=p.calibration), p.price(target.hardware))

@@ -179,36 +179,36 @@ class Target:
 
     hardware: Hardware
     """GPU and node type."""
-    gpus: int
+    world_size: int
     """Total GPUs."""
 
     @property
     def gpus_per_node(self) -> int:
         """GPUs per node as the plan sees it (a job smaller than a node uses part of one)."""
-        return min(self.hardware.gpus_per_node, self.gpus)
+        return min(self.hardware.gpus_per_node, self.world_size)
 
     @property
     def nodes(self) -> int:
-        return -(-self.gpus // self.gpus_per_node)
+        return -(-self.world_size // self.gpus_per_node)
 
     @property
     def nvlink_domain(self) -> int:
         """GPUs per NVLink domain as the plan sees it (Hardware.domain_for: e.g. 64 for 128 GPUs of NVL72)."""
-        return self.hardware.domain_for(self.gpus)
+        return self.hardware.domain_for(self.world_size)
 
     def label(self) -> str:
-        return f"{self.gpus} x {self.hardware.gpu.name}"
+        return f"{self.world_size} x {self.hardware.gpu.name}"
 
 
-def make_target(hardware: Hardware, gpus: int) -> Target:
+def make_target(hardware: Hardware, world_size: int) -> Target:
     """A target, checking that the GPU count fills whole nodes."""
     gpn = hardware.gpus_per_node
-    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus <= 0:
-        raise PlannerError(f"the GPU count must be a positive integer, got {gpus!r}.")
-    if gpus > gpn and gpus % gpn != 0:
-        raise PlannerError(f"{gpus} GPUs is not a multiple of {gpn} GPUs per node of {hardware.cluster.name} "
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size <= 0:
+        raise PlannerError(f"the GPU count must be a positive integer, got {world_size!r}.")
+    if world_size > gpn and world_size % gpn != 0:
+        raise PlannerError(f"{world_size} GPUs is not a multiple of {gpn} GPUs per node of {hardware.cluster.name} "
                            f"({hardware.gpu.name}); pass a multiple of {gpn} or use --nodes.")
-    return Target(hardware, gpus)
+    return Target(hardware, world_size)
 
 
 @dataclass(frozen=True)
@@ -221,7 +221,7 @@ class SearchProblem:
     """Allocations to choose from (GPU type x GPU count); one categorical dimension when > 1."""
     space: SearchSpace
     """Candidate values per plan dimension."""
-    gbs: int
+    global_batch_size: int
     """Sequences per optimizer step, the same for every plan (so iteration times compare)."""
     seq_len: int
     """Tokens per sequence."""
@@ -247,8 +247,8 @@ class SearchProblem:
         if not self.model.is_moe:  # dense: no expert dimensions (the identity of studies stored before them)
             sp.pop("ep"), sp.pop("etp")
         return {"model": self.model.name, "targets": [[t.hardware.gpu.name, t.hardware.cluster.name,
-                                                        t.gpus_per_node, t.gpus] for t in self.targets],
-                "gbs": self.gbs, "seq_len": self.seq_len,
+                                                        t.gpus_per_node, t.world_size] for t in self.targets],
+                "gbs": self.global_batch_size, "seq_len": self.seq_len,
                 "space": {k: list(v) if isinstance(v, tuple) else v for k, v in sp.items()}}
 
 
@@ -275,7 +275,7 @@ def build_problem(model: ModelSpec, targets: list[Target], space: SearchSpace, *
     if tokens_per_batch is not None and (isinstance(tokens_per_batch, bool) or not tokens_per_batch > 0):
         raise PlannerError(f"--tokens-per-batch must be a positive number of tokens, got {tokens_per_batch!r}.")
     if gbs is None:
-        gbs = default_global_batch(seq, [t.gpus for t in targets], tokens_per_batch or DEFAULT_BATCH_TOKENS)
+        gbs = default_global_batch(seq, [t.world_size for t in targets], tokens_per_batch or DEFAULT_BATCH_TOKENS)
     elif isinstance(gbs, bool) or not isinstance(gbs, int) or gbs <= 0:
         raise PlannerError(f"--gbs must be a positive integer, got {gbs!r}.")
     if tokens is not None and not (tokens > 0 and math.isfinite(tokens)):
@@ -372,7 +372,7 @@ def factorizations(model: ModelSpec, target: Target, space: SearchSpace) -> list
     """Valid (TP, PP, CP) degrees for one target: TP*PP*CP divides the GPU count, TP splits the heads
     and stays within a node (unless allowed), PP is at most the layer count (a PP that does not divide the
     layers gets an uneven Megatron split, chosen when the plan is predicted)."""
-    world, gpn = target.gpus, target.nvlink_domain   # TP stays within the NVLink domain
+    world, gpn = target.world_size, target.nvlink_domain   # TP stays within the NVLink domain
     out = []
     for tp, pp, cp in itertools.product(space.tp, space.pp, space.cp):
         mp = tp * pp * cp
@@ -386,7 +386,7 @@ def factorizations(model: ModelSpec, target: Target, space: SearchSpace) -> list
 
 def factorization_problem(model: ModelSpec, target: Target, space: SearchSpace) -> str:
     """Why no (TP, PP, CP) of the space is valid for a target: each rule with the degrees it rules out."""
-    world, gpn = target.gpus, target.nvlink_domain
+    world, gpn = target.world_size, target.nvlink_domain
     rules = {"TP*PP*CP must divide the GPU count": [], f"TP must split the {model.num_heads} heads, "
              f"{model.num_kv_heads} KV heads and FFN width": [],
              f"TP must stay within an NVLink domain of {gpn} GPUs (--allow-tp-across-nodes)": [],
@@ -429,11 +429,11 @@ def enumerate_candidates(problem: SearchProblem) -> Iterator[Candidate]:
     rest = list(itertools.product(sp.mbs, sp.recompute, sp.sequence_parallel, sp.zero, sp.dtype, sp.framework))
     model = problem.model
     for ti, target in enumerate(problem.targets):
-        eps, etps = moe_choices(model, sp, target.gpus)
+        eps, etps = moe_choices(model, sp, target.world_size)
         for tp, pp, cp in factorizations(model, target, sp):
             vpps = [v for v in sp.vpp if v == 1 or (pp > 1 and _vpp_ok(model, pp, v))]
             experts = [(e, t) for e in eps for t in dict.fromkeys(0 if t in (0, tp) else t for t in etps)
-                       if not model.is_moe or _expert_grid_ok(model, target.gpus, tp, pp, True, e, t)]
+                       if not model.is_moe or _expert_grid_ok(model, target.world_size, tp, pp, True, e, t)]
             for vpp in vpps:
                 for mbs, rc, seqp, zero, dt, fw in rest:
                     if tp == 1 and seqp and False in sp.sequence_parallel:
@@ -463,7 +463,7 @@ def dimension_choices(problem: SearchProblem) -> dict[str, list]:
                 "sequence_parallel": list(sp.sequence_parallel), "zero": sorted(sp.zero), "dtype": list(sp.dtype),
                 "framework": list(sp.framework)})
     if problem.model.is_moe:  # dense models: no EP/ETP dimension (the same Optuna parameters as before)
-        world = max(t.gpus for t in problem.targets)
+        world = max(t.world_size for t in problem.targets)
         eps, etps = moe_choices(problem.model, sp, world)
         out.update({"ep": sorted(eps) or [1], "etp": sorted(set(etps))})
     return out
@@ -580,7 +580,7 @@ def candidate_plan(problem: SearchProblem, c: Candidate) -> ParallelPlan:
     t = problem.targets[c.target]
     # the MoE token dispatcher of the framework's recipes for the EP group's placement (costmodel.moe)
     return with_default_dispatcher(ParallelPlan(
-        gpus=t.gpus, gpus_per_node=t.gpus_per_node, gbs=problem.gbs,
-        seq_len=problem.seq_len, tp=c.tp, pp=c.pp, cp=c.cp, vpp=c.vpp, mbs=c.mbs, recompute=c.recompute,
+        world_size=t.world_size, gpus_per_node=t.gpus_per_node, global_batch_size=problem.global_batch_size,
+        seq_len=problem.seq_len, tp=c.tp, pp=c.pp, cp=c.cp, vpp=c.vpp, micro_batch_size=c.mbs, recompute=c.recompute,
         sequence_parallel=c.sequence_parallel, zero=c.zero, dtype=c.dtype, nvlink_domain=t.nvlink_domain,
         framework=c.framework, ep=c.ep, etp=c.etp or None))
