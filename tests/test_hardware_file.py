@@ -25,7 +25,8 @@ from planner.predict import predict
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "hardware"
-QUAD, TAPER, SIBLING = (str(EXAMPLES / f) for f in ("quad_gh200.toml", "tapered_fabric.toml", "custom_gpu_sibling.toml"))
+QUAD, TAPER, SIBLING = (str(EXAMPLES / f)
+                        for f in ("quad_gh200.toml", "tapered_fabric.toml", "custom_gpu_sibling.toml"))
 
 
 def _predict(model: str, hw, **plan):

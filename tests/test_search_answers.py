@@ -110,13 +110,17 @@ def test_local_search_proposes_only_plans_a_trial_evaluates(tmp_path, roofline):
     assert len(polished) == 30 and len(set(polished)) == 30 and not set(polished) & earlier
 
 
-def _study(seed: int, carry: bool, monkeypatch) -> list:
+def _study(seed: int, carry: bool, monkeypatch) -> tuple[list, set]:
+    """The trials' parameters of a seeded 40-trial TPE study, and the ids of the search-space caches it used."""
     if not carry:
         monkeypatch.setattr("planner.search.samplers.carry_history_caches", lambda old, new: None)
-    study = optuna.create_study(sampler=PerTrialSeedSampler(
-        lambda s: optuna.samplers.TPESampler(seed=s, multivariate=True, n_startup_trials=5), seed))
+    sampler = PerTrialSeedSampler(lambda s: optuna.samplers.TPESampler(seed=s, multivariate=True, n_startup_trials=5),
+                                  seed)
+    study = optuna.create_study(sampler=sampler)
+    caches: set[int] = set()
 
     def objective(trial):
+        caches.add(id(sampler.inner._search_space))
         a = trial.suggest_categorical("a", [1, 2, 4, 8])
         b = trial.suggest_categorical("b", ["x", "y", "z"])
         c = trial.suggest_categorical(f"c@{a}", [1, 2]) if a > 1 else 0
@@ -124,14 +128,14 @@ def _study(seed: int, carry: bool, monkeypatch) -> list:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study.optimize(objective, n_trials=40)
-    return [t.params for t in study.trials], study.sampler
+    return [t.params for t in study.trials], caches
 
 
 def test_seeded_sampler_keeps_its_search_space_cache_and_proposes_the_same(monkeypatch):
-    with_cache, sampler = _study(7, True, monkeypatch)
-    space = sampler.inner._search_space
-    assert space._cached_trial_number > 30  # the cache walked the study once, not from trial 0 each time
-    without, _ = _study(7, False, monkeypatch)
+    with_cache, caches = _study(7, True, monkeypatch)
+    assert len(caches) == 1  # one cache walked the study once, not a fresh one re-reading every trial
+    without, fresh = _study(7, False, monkeypatch)
+    assert len(fresh) == 40
     assert with_cache == without  # the same proposals as a sampler that recomputes the space every trial
 
 

@@ -13,10 +13,11 @@ Across nodes the collective is hierarchical (NCCL's intra-node reduce-scatter + 
 intra-node all-gather, the "2D"/hierarchical all-reduce of Calculon, Isaev et al. SC'23 §3.3, and
 Horovod's hierarchical all-reduce): the inter-node stage moves ``bytes / ranks_per_node`` per GPU over
 that GPU's NIC (rail-optimised nodes: one NIC per GPU, or shared where a node has fewer, and divided by the
-fabric's oversubscription where the group leaves a non-blocking leaf: ``ClusterSpec.scale_out_bw_gbs``). "Node" here is the NVLink (scale-up) domain
-(the features ``nodes`` / ``ranks_per_node`` count domains, costmodel/graph.py): the intra figures of the
-cluster are its NVLink figures, the inter figures its scale-out network, so a TP group of 8 inside a
-72-GPU NVL72 rack of 4-GPU trays is costed on NVLink, one spanning two racks on the network.
+fabric's oversubscription where the group leaves a non-blocking leaf: ``ClusterSpec.scale_out_bw_gbs``). "Node"
+here is the NVLink (scale-up) domain (the features ``nodes`` / ``ranks_per_node`` count domains,
+costmodel/graph.py): the intra figures of the cluster are its NVLink figures, the inter figures its scale-out
+network, so a TP group of 8 inside a 72-GPU NVL72 rack of 4-GPU trays is costed on NVLink, one spanning two
+racks on the network.
 
 Every efficiency, the launch latency and the collective alphas come from
 ``costmodel/data/efficiency.json``, fitted by ``python -m costmodel.efficiency`` from the public
@@ -229,7 +230,8 @@ class RooflineCostModel(OperatorCostModel):
         if n <= 1:
             return 0.0
         a, eff = self._tier(res, "inter", op, n, c.inter_node_latency_us)
-        return a * inter_latency_steps(op, n) + float(busbw_factor(op, n)) * nbytes / (c.scale_out_bw_gbs(n) * 1e9 * eff)
+        bw = c.scale_out_bw_gbs(n) * 1e9 * eff
+        return a * inter_latency_steps(op, n) + float(busbw_factor(op, n)) * nbytes / bw
 
     def _one_collective(self, op, nbytes, ranks, nodes, rpn, c, res) -> float:
         if nodes <= 1:
