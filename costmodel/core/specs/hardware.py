@@ -140,9 +140,9 @@ class ClusterSpec:
     """Other GPU keys this node type is built with besides ``gpu`` (e.g. the DGX A100 320GB's a100-40gb)."""
     rails: int = 0
     """Scale-out NICs per node, each cabled to a switch plane of its own (a rail: the same-index NIC of every node of
-    a scalable unit on one leaf switch; Wang et al., "Rail-only", arXiv 2307.12169, §2; NVIDIA DGX SuperPOD H100
-    reference architecture, compute fabric). The GPUs of a node share them: :meth:`scale_out_bw_gbs`. 0 = one NIC
-    per GPU (the catalogue's nodes)."""
+    a scalable unit on one leaf switch; Wang et al., "Rail-only", arXiv 2307.12169, Fig. 1; NVIDIA technical blog
+    "Doubling all2all Performance with NCCL 2.12", Fig. 1). The GPUs of a node share them: :meth:`scale_out_bw_gbs`.
+    0 = one NIC per GPU (the catalogue's nodes)."""
     oversubscription: float = 1.0
     """Taper of the scale-out fabric above the level of ``leaf_nodes`` nodes: injection bandwidth of the NICs below
     one switch of that level / that switch's uplink bandwidth (Al-Fares, Loukissas & Vahdat, SIGCOMM 2008, §2.1:
