@@ -48,7 +48,7 @@ def gpu_rows(cat: Catalogue, raw: bool = False) -> list[dict]:
     return [dict(zip(GPU_COLUMNS, (
         g.name, _num(g.peak_tflops.get("bf16"), 1), _num(g.peak_tflops.get("fp8"), 1), _num(g.hbm_gb),
         _num(g.hbm_bw_gbs), _num(g.nvlink_bw_gbs), _num(g.price_usd_per_gpu_hour, 2, ""), g.price_date,
-        "yes" if g.measured_data else "no"))) for g in cat.gpus.values()]
+        "yes" if g.measured_data else (f"via {g.sibling}" if g.sibling else "no")))) for g in cat.gpus.values()]
 
 
 def cluster_rows(cat: Catalogue, raw: bool = False) -> list[dict]:

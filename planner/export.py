@@ -224,7 +224,7 @@ def _precision_args(plan: ParallelPlan, hardware: Hardware | None, notes: list[s
         out.append(("--fp8-format", "hybrid"))
     if plan.dtype == fp8_block.DTYPE:  # --fp8-recipe choices tensorwise, delayed, mxfp8, blockwise (arguments.py
         # _add_transformer_engine_args, NVIDIA/Megatron-LM @307dcf37); e4m3 as Megatron's blockwise/mxfp8 examples
-        recipe = fp8_block.megatron_recipe(hardware.gpu.name if hardware is not None else None)
+        recipe = fp8_block.megatron_recipe(hardware.gpu.measured_as if hardware is not None else None)
         out += [("--fp8-format", "e4m3"), ("--fp8-recipe", recipe)]
         notes.append(f"--fp8-recipe {recipe}: " + fp8_block.RECIPE_NOTES[recipe])
     return out

@@ -183,8 +183,9 @@ def predict(model: ModelSpec, plan: ParallelPlan, hardware: Hardware,
     found = None
     if calibration is not None:
         # MoE plans: the calibration's band of MoE runs (planner.intervals.MOE_TABLE), never the dense runs'
-        found = calibration.interval_group(hardware.gpu.name, plan_framework(plan), moe=model.is_moe)
-        if found is None and model.is_moe and calibration.interval_group(hardware.gpu.name, plan_framework(plan)):
+        gpu = hardware.gpu.measured_as  # a declared sibling's band: the same silicon
+        found = calibration.interval_group(gpu, plan_framework(plan), moe=model.is_moe)
+        if found is None and model.is_moe and calibration.interval_group(gpu, plan_framework(plan)):
             pred.warnings.append(f"no 80 % interval for mixture-of-experts plans: calibration {calibration.name!r} "
                                  "has bands of dense runs only (scripts/fit_default_calibration.py adds one from "
                                  "shared/validation/moe_runs.csv)")

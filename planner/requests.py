@@ -248,7 +248,7 @@ class PlanRequest:
         hardware = load_catalogue(hardware_files).resolve(self.gpu, self.cluster, self.gpus_per_node)
         hardware.gpu.check_dtype(self.dtype)
         if self.dtype == fp8_block.DTYPE:
-            fp8_block.check_gpu(hardware.gpu.name)
+            fp8_block.check_gpu(hardware.gpu.measured_as)
         plan = self.to_plan(model, min(hardware.gpus_per_node, self.gpus), nvlink_domain=hardware.domain_for(self.gpus))
         return ResolvedPlan(model, plan, hardware)
 
