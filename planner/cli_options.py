@@ -39,6 +39,9 @@ Mbs = Annotated[int, typer.Option("--mbs", help="Micro-batch size (sequences).")
 Gbs = Annotated[Optional[int], typer.Option("--gbs", help="Global batch size (sequences); default ~4M tokens.")]
 TokensPerBatch = Annotated[Optional[str], typer.Option(
     "--tokens-per-batch", help="Global batch in tokens, e.g. 4M or 16e6 (instead of --gbs; default ~4M).")]
+TokensPerBatchRange = Annotated[Optional[str], typer.Option(
+    "--tokens-per-batch", help="Global batch in tokens: one value (16M) or a range MIN:MAX (4M:16M) each plan takes "
+    "its GBS from (instead of --gbs; default: 4M to DeepSeek's compute-optimal batch, planner/batch.py).")]
 SeqLen = Annotated[Optional[int], typer.Option("--seq-len", help="Sequence length (default: model's max).")]
 Recompute = Annotated[str, typer.Option("--recompute", help="none | selective | full.")]
 RecomputeModules = Annotated[Optional[str], typer.Option(

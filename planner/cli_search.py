@@ -22,6 +22,7 @@ from planner.cli_options import DEFAULT_GPU, SIZE_DEFAULT_GPUS, etp_list
 from planner.cli_options import bool_list as _bool_list
 from planner.cli_options import int_list as _int_list
 from planner.cli_options import str_list as _str_list
+from planner.batch import parse_batch_range
 from planner.formats import FORMATS
 from planner.reports.markdown import report_path
 from planner.reports.results import compare_table, emit_records, explain_out, size_out, working
@@ -223,7 +224,7 @@ def register(app: typer.Typer) -> None:
         allow_tp_across_nodes: O.AllowTpAcrossNodes = False,
         headroom: O.Headroom = None,
         gbs: O.Gbs = None,
-        tokens_per_batch: O.TokensPerBatch = None,
+        tokens_per_batch: O.TokensPerBatchRange = None,
         seq_len: O.SeqLen = None,
         tokens: O.TokenBudget = None,
         price: O.Price = [],
@@ -253,9 +254,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Search parallel layouts (every valid plan when the space is small enough, else Optuna) and print the
         ranked plans."""
-        # deferred: the planner.search package (engine, samplers) loads only for search commands
-        from planner.search.records import batch_text
-
         if fmt not in FORMATS:
             raise _err(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
         if top <= 0:
@@ -272,7 +270,7 @@ def register(app: typer.Typer) -> None:
             meta = {"model": problem.model.name, "search": result.summary()}
             s = result.summary()
             title = (f"{problem.model.name}: top {len(recs)} of {len(result.records)} distinct feasible plans "
-                     f"(GBS {batch_text(problem.global_batch_size, problem.seq_len)} tokens, seq {problem.seq_len}, "
+                     f"({problem.batch_text()}, seq {problem.seq_len}, "
                      f"{result.method}, objective {objective})")
             emit_records(recs, fmt, problem.model, meta, title)
             if fmt == "table":
@@ -282,7 +280,7 @@ def register(app: typer.Typer) -> None:
                            f"{s['elapsed_s']:.2f} s" + (f"; study {result.study_name!r} has {result.study_trials} "
                                                          "trials" if result.study_name else "")
                            + ("; * = on the time/cost Pareto front" if objective == "pareto" else ""))
-                for note in problem.notes:
+                for note in problem.notes + ((problem.batch_note(),) if problem.batch_note() else ()):
                     typer.echo(f"note: {note}")
                 same = [f"#{r.rank} = {', '.join(r.equivalent)}" for r in recs if r.equivalent]
                 if same:
@@ -357,7 +355,7 @@ def register(app: typer.Typer) -> None:
         price: O.Price = [],
         space: O.Space = "default",
         gbs: O.Gbs = None,
-        tokens_per_batch: O.TokensPerBatch = None,
+        tokens_per_batch: O.TokensPerBatchRange = None,
         seq_len: O.SeqLen = None,
         fmt: str = typer.Option("table", "--format", help="table | json | csv | md."),
         hardware_file: O.HardwareFile = [],
@@ -381,7 +379,7 @@ def register(app: typer.Typer) -> None:
             tok = parse_tokens(tokens) if tokens is not None else None
             m = resolve_model(model)
             rows = run_compare(m, hws, load_space(space), gpus=gpus, nodes=nodes, gbs=gbs, seq_len=seq_len,
-                               tokens=tok, prices=prices, tokens_per_batch=O.parse_batch_tokens(tokens_per_batch),
+                               tokens=tok, prices=prices, tokens_per_batch=parse_batch_range(tokens_per_batch),
                                calibration=calibration_option(None))  # as `planner predict` applies it
         except PlannerError as exc:
             raise _err(str(exc)) from None
@@ -411,7 +409,7 @@ def register(app: typer.Typer) -> None:
         price: O.Price = [],
         space: O.Space = "default",
         gbs: O.Gbs = None,
-        tokens_per_batch: O.TokensPerBatch = None,
+        tokens_per_batch: O.TokensPerBatchRange = None,
         seq_len: O.SeqLen = None,
         fmt: str = typer.Option("table", "--format", help="table | json | csv | md."),
         hardware_file: O.HardwareFile = [],
@@ -438,7 +436,7 @@ def register(app: typer.Typer) -> None:
             m = resolve_model(model)
             with working(f"sizing {m.name} on {', '.join(h.gpu.name for h in hws)}"):
                 res = run_size(m, tok, seconds, hws, load_space(space), max_gpus=max_gpus, budget_usd=budget, gbs=gbs,
-                               seq_len=seq_len, prices=prices, tokens_per_batch=O.parse_batch_tokens(tokens_per_batch),
+                               seq_len=seq_len, prices=prices, tokens_per_batch=parse_batch_range(tokens_per_batch),
                                jobs=_jobs(0), calibration=calibration_option(None))
         except PlannerError as exc:
             raise _err(str(exc)) from None
@@ -468,7 +466,7 @@ def _run_search(r: SearchRequest):
     m = resolve_model(r.model)
     problem = build_problem(m, _targets(hws, r.gpus, r.nodes, r.nodes_range), space, gbs=r.gbs, seq_len=r.seq_len,
                             tokens=parse_tokens(r.tokens) if r.tokens is not None else None, prices=prices,
-                            tokens_per_batch=O.parse_batch_tokens(r.tokens_per_batch),
+                            tokens_per_batch=parse_batch_range(r.tokens_per_batch),
                             calibration=calibration_option(None))  # as `planner predict` applies it
     bar, update = _progress_bar("searching") if r.progress else (None, None)
     if bar is not None:

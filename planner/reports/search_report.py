@@ -213,7 +213,7 @@ def search_report_text(md: Path, result, *, top: int = 10, command: str | None =
     alloc = ", ".join(f"{t.world_size} x {t.hardware.gpu.name} ({t.nodes} x {t.gpus_per_node} on "
                       f"{t.hardware.cluster.name})" for t in p.targets)
     extra = ["", f"Model {p.model.name}, {p.model.total_params() / 1e9:.2f} B parameters; allocation(s): {alloc}; "
-             f"global batch {p.global_batch_size} sequences of {p.seq_len} tokens"
+             f"{p.batch_text()}, sequences of {p.seq_len} tokens"
              + (f"; token budget {p.tokens:.3g}" if p.tokens else "") + "."]
     parts = [header(f"{p.model.name}: parallel layout search", command or command_line(), cms, extra)]
     study = f"; study {result.study_name!r} holds {result.study_trials} trials" if result.study_name else ""
@@ -265,7 +265,7 @@ def write_compare_report(path: str | os.PathLike, rows: list, model: ModelSpec, 
     cms = [b.cost_model for b in best] or [(cost_model or _default_cm()).name]
     r0 = rows[0].result.problem if rows else None
     extra = ["", f"Model {model.name}, {model.total_params() / 1e9:.2f} B parameters"
-             + (f"; global batch {r0.global_batch_size} sequences of {r0.seq_len} tokens" if r0 else "")
+             + (f"; {r0.batch_text()}, sequences of {r0.seq_len} tokens" if r0 else "")
              + (f"; token budget {tokens:.3g}" if tokens else "") + "; each GPU type searched exhaustively "
              f"(space `{r0.space.name if r0 else '-'}`), ranked by iteration time."]
     parts = [header(f"{model.name}: " + " vs ".join(r.gpu for r in rows) + " (cost per token)",

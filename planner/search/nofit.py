@@ -11,7 +11,7 @@ from planner.search.space import (
     Candidate,
     SearchProblem,
     candidate_plan,
-    default_global_batch,
+    batch_cap_problem,
     enumerate_candidates,
     factorization_problem,
     make_target,
@@ -23,7 +23,7 @@ def _first_fit(problem: SearchProblem) -> Candidate | None:
     for c in enumerate_candidates(problem):
         target = problem.targets[c.target]
         plan = candidate_plan(problem, c)
-        if plan.problems(problem.model):
+        if batch_cap_problem(problem, c) or plan.problems(problem.model):
             continue
         gpu = target.hardware.gpu
         if fits_in_memory(memory_per_gpu(problem.model, plan, gpu), gpu, problem.space.memory_headroom):
@@ -35,13 +35,13 @@ def min_gpus_to_fit(problem: SearchProblem, gbs_given: bool = False,
                     limit: int = 1 << 20) -> tuple[int, Candidate] | None:
     """Smallest GPU count (whole nodes of the first target's node type) at which some plan of the space
     fits in memory, found with the memory model only: doubling from the problem's count, then the node
-    counts in between. The batch follows the default rule unless ``gbs_given``. None = none up to limit."""
+    counts in between. The batch is the problem's (a fixed GBS, or each plan's own from its range). None = none up
+    to limit."""
     hw = problem.targets[0].hardware
     gpn = hw.gpus_per_node
 
     def at(world: int):
-        gbs = problem.global_batch_size if gbs_given else default_global_batch(problem.seq_len, [world])
-        p = replace(problem, targets=(make_target(hw, world),), global_batch_size=gbs)
+        p = replace(problem, targets=(make_target(hw, world),))
         c = _first_fit(p)
         return c
 
