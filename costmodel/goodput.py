@@ -99,9 +99,9 @@ class FailureModel:
                 raise PlannerError(f"goodput {name} {v!r} must be a number in [{lo:g}, {hi:g}].")
         if self.ckpt_mode not in CKPT_MODES:
             raise PlannerError(f"--ckpt-mode {self.ckpt_mode!r} is not one of {', '.join(CKPT_MODES)}.")
-        for name, v in (("--ckpt-bandwidth", self.storage_gbs), ("--ckpt-interval", self.interval_s)):
-            if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-                raise PlannerError(f"{name} {v!r} must be a positive number.")
+        for name, given in (("--ckpt-bandwidth", self.storage_gbs), ("--ckpt-interval", self.interval_s)):
+            if given is not None and not (isinstance(given, (int, float)) and math.isfinite(given) and given > 0):
+                raise PlannerError(f"{name} {given!r} must be a positive number.")
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,16 @@ class BatchRange:
         return {"min_tokens": self.min_tokens, "max_tokens": self.max_tokens, "source": self.source}
 
 
+def suffixed_number(text: object, suffixes: dict[str, float]) -> float:
+    """The number written in ``text`` ('4M', '2T', '1e12', '4_194_304'; case and underscores ignored), with a
+    final letter of ``suffixes`` as its multiplier; raises ValueError when it is not a number."""
+    s = str(text).strip().lower().replace("_", "")
+    mult = 1.0
+    if s and s[-1] in suffixes:
+        s, mult = s[:-1], suffixes[s[-1]]
+    return float(s) * mult
+
+
 def tokens_text(tokens: float) -> str:
     """'16.8M', '1.05B', '524,288'."""
     return f"{tokens / 1e9:.3g}B" if tokens >= 1e9 else f"{tokens / 1e6:.3g}M" if tokens >= 1e6 else f"{tokens:,.0f}"
@@ -123,8 +133,6 @@ def parse_batch_range(text: str | int | None) -> BatchRange | None:
         return None
     if isinstance(text, int) and not isinstance(text, bool):
         return BatchRange(float(text), float(text))
-    from planner.requests import suffixed_number  # deferred: planner.requests imports this module
-
     parts = str(text).split(":")
     try:
         if len(parts) > 2:
@@ -136,3 +144,15 @@ def parse_batch_range(text: str | int | None) -> BatchRange | None:
     if not all(math.isfinite(v) and v >= 1 for v in values):
         raise PlannerError(f"--tokens-per-batch {text!r} must be positive numbers of tokens, e.g. 4M or 4M:16M.")
     return BatchRange(float(round(values[0])), float(round(values[-1])))
+
+
+def batch_range(model, seq: int, tokens: float | None, tokens_per_batch) -> BatchRange:
+    """The batch range of a search: ``tokens_per_batch`` as given (a BatchRange or a number of tokens), else
+    :func:`default_batch_range`."""
+    if isinstance(tokens_per_batch, BatchRange):
+        return tokens_per_batch
+    if tokens_per_batch is not None:
+        if isinstance(tokens_per_batch, bool) or not tokens_per_batch > 0:
+            raise PlannerError(f"--tokens-per-batch must be a positive number of tokens, got {tokens_per_batch!r}.")
+        return BatchRange(float(tokens_per_batch), float(tokens_per_batch))
+    return default_batch_range(model, seq, tokens)

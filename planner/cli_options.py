@@ -116,6 +116,40 @@ Price = Annotated[list[str], typer.Option("--price", help="GPU=USD per GPU-hour,
 Space = Annotated[str, typer.Option("--space", help="Search-space preset (default, megatron, fsdp) or TOML file.")]
 Report = Annotated[Optional[str], typer.Option("--report",
     help="Also write a Markdown report with PNG plots, e.g. reports/NAME.md.")]
+MinGpus = Annotated[int, typer.Option("--min-gpus", help="Smallest allocation considered (GPUs).")]
+MaxGpus = Annotated[int, typer.Option("--max-gpus", help="Largest allocation considered (GPUs).")]
+
+# ---------------------------------------------------------------- goodput (costmodel/goodput.py; defaults cited there)
+Goodput = Annotated[bool, typer.Option("--goodput/--no-goodput", help="Expected time and cost to train with "
+                                       "failures, restarts and checkpoint stalls (default) or a perfect run.")]
+FailureRate = Annotated[Optional[float], typer.Option(
+    "--failure-rate", help="Unexpected interruptions per GPU-hour (default 1.97e-5, Llama 3).")]
+PlannedInterruptions = Annotated[Optional[float], typer.Option(
+    "--planned-interruptions", help="Planned interruptions per day for the job (default 0.87, Llama 3).")]
+RestartMin = Annotated[Optional[float], typer.Option("--restart-min", help="Minutes to restart (default 10).")]
+CkptMode = Annotated[Optional[str], typer.Option(
+    "--ckpt-mode", help="sync (save blocks: size / bandwidth) | async (device-to-host stall only); default sync.")]
+CkptBandwidth = Annotated[Optional[float], typer.Option(
+    "--ckpt-bandwidth", help="Aggregate checkpoint write bandwidth, GB/s (default 0.122 per GPU of the job).")]
+CkptInterval = Annotated[Optional[float], typer.Option(
+    "--ckpt-interval", help="Checkpoint interval in minutes (default: Daly's optimum).")]
+Slowdown = Annotated[Optional[float], typer.Option(
+    "--slowdown", help="Throughput fraction lost to stragglers while running (default 0.015).")]
+
+
+def failure_model(flags: dict):
+    """The costmodel.goodput.FailureModel named by a command's goodput flags (None with --no-goodput); a bad value
+    raises PlannerError."""
+    from costmodel.goodput import FailureModel  # deferred: only the sizing commands need it
+
+    if not flags.get("goodput", True):
+        return None
+    given = {"failure_rate": flags.get("failure_rate"), "planned_per_day": flags.get("planned_interruptions"),
+             "restart_s": None if flags.get("restart_min") is None else 60.0 * flags["restart_min"],
+             "ckpt_mode": flags.get("ckpt_mode"), "storage_gbs": flags.get("ckpt_bandwidth"),
+             "interval_s": None if flags.get("ckpt_interval") is None else 60.0 * flags["ckpt_interval"],
+             "slowdown": flags.get("slowdown")}
+    return FailureModel(**{k: v for k, v in given.items() if v is not None})
 
 
 def _err(message: str) -> typer.Exit:

@@ -21,7 +21,7 @@ from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.pipeline_layout import parse_pipeline_layout
 from costmodel.core.specs.plan import DTYPES, MOE_DISPATCHERS, RECOMPUTE_MODES, RECOMPUTE_MODULES, ParallelPlan
 from costmodel.core.specs.presets import resolve_model
-from planner.batch import DEFAULT_BATCH_TOKENS, batch_sequences  # noqa: F401 (re-exported)
+from planner.batch import DEFAULT_BATCH_TOKENS, batch_sequences, suffixed_number  # noqa: F401 (re-exported)
 
 MAX_INT = 2**53
 """Integers must stay below 2**53, the range where every integer is exact as an IEEE 754 double
@@ -209,16 +209,6 @@ _BOOL_KEYS = {"sequence_parallel", "moe_overlap_comm", "moe_grouped_gemm"}
 _TYPES: dict[str, type | tuple] = {"id": (str, int), "model": (str, dict), "gpu": str, "cluster": str,
                                    "recompute": str, "dtype": str, "framework": str, "attention": str,
                                    "moe_dispatcher": str}
-
-
-def suffixed_number(text: object, suffixes: dict[str, float]) -> float:
-    """The number written in ``text`` ('4M', '2T', '1e12', '4_194_304'; case and underscores ignored), with a
-    final letter of ``suffixes`` as its multiplier; raises ValueError when it is not a number."""
-    s = str(text).strip().lower().replace("_", "")
-    mult = 1.0
-    if s and s[-1] in suffixes:
-        s, mult = s[:-1], suffixes[s[-1]]
-    return float(s) * mult
 
 
 @dataclass(frozen=True)

@@ -143,28 +143,3 @@ def test_exhaustive_details_the_printed_plans_only():
     full = exhaustive_search(big, cost_model=CM, detail=len(res.records))
     assert [(r.key(), r.iteration_time_s) for r in full.records] == [(r.key(), r.iteration_time_s)
                                                                      for r in res.records]
-
-
-# ---------------------------------------------------------------------------------------- size
-def test_size_steps_to_the_smallest_meeting_allocation():
-    from planner.search.sizing import node_counts, size
-
-    cat = load_catalogue()
-    hw = cat.resolve("a100-80gb")
-    model = resolve_model("llama-7b")
-    space = SearchSpace("t", tp=(1, 2), pp=(1, 2), cp=(1,), vpp=(1,), mbs=(1,), recompute=("selective",), zero=(1,))
-    tokens = 2e11
-
-    def days(n_nodes):
-        p = build_problem(model, [make_target(hw, n_nodes * 8)], space, tokens=tokens)
-        return exhaustive_search(p, cost_model=CM, detail=1).best.time_to_train_s / 86400
-
-    counts = node_counts(64)
-    scan = {n: days(n) for n in counts}
-    for deadline_d in (3.0, 10.0, 40.0):
-        want = min((n for n in counts if scan[n] <= deadline_d), default=None)
-        if want is None:
-            continue
-        res = size(model, tokens, deadline_d * 86400, [hw], space, max_gpus=64 * 8, cost_model=CM)
-        assert res.smallest.record.nodes == want
-        assert res.searched < len(counts)  # stepped from the START_MFU estimate, not every count

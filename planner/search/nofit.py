@@ -7,11 +7,11 @@ from dataclasses import replace
 
 from costmodel.memory import fits_in_memory, memory_per_gpu
 from planner.search.engine import SearchResult
+from planner.search.objective import batch_cap_problem
 from planner.search.space import (
     Candidate,
     SearchProblem,
     candidate_plan,
-    batch_cap_problem,
     enumerate_candidates,
     factorization_problem,
     make_target,

@@ -20,9 +20,10 @@ from costmodel.compose import (
 from costmodel.cost.base import OperatorCostModel
 from costmodel.layer_split import costed_graph
 from costmodel.memory import fits_in_memory, memory_per_gpu
+from planner.batch import tokens_text
 from planner.predict import default_cost_model, predict
 from planner.search.records import PlanRecord, expected_usd_per_mtoken, make_record, seconds_per_token
-from planner.search.space import LIMITED_DTYPES, Candidate, SearchProblem, batch_cap_problem, candidate_plan
+from planner.search.space import LIMITED_DTYPES, Candidate, SearchProblem, candidate_plan
 
 GIB = 1024**3
 OBJECTIVES = ("time", "cost", "pareto")
@@ -42,6 +43,21 @@ class Evaluation:
     """Optuna constraint value: <= 0 feasible; memory: needed / usable - 1; invalid: 1 + rules broken."""
     record: PlanRecord | None = None
     """The ranked-plan record when status == 'ok'."""
+
+
+def batch_cap_problem(problem: SearchProblem, c: Candidate) -> str | None:
+    """Why the batch range holds no GBS for candidate ``c`` (its MBS x DP exceeds the batch), or None."""
+    if problem.global_batch_size is not None:
+        return None
+    t = problem.targets[c.target]
+    mp = c.tp * c.pp * c.cp
+    if not mp or t.world_size % mp:
+        return None
+    unit = c.mbs * (t.world_size // mp)
+    if problem.gbs_for(unit):
+        return None
+    return (f"the batch caps DP: MBS x DP = {unit} sequences ({tokens_text(unit * problem.seq_len)} tokens) exceeds "
+            f"the batch range {problem.batch.text()} tokens")
 
 
 def _reason_kind(problem: str) -> str:

@@ -28,7 +28,7 @@ from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import DTYPES, RECOMPUTE_MODES, ParallelPlan, uneven_split_problem
 from costmodel.memory import DEFAULT_HEADROOM
-from planner.batch import ROUNDING, BatchRange, batch_steps, default_batch_range, tokens_text
+from planner.batch import ROUNDING, BatchRange, batch_range, batch_steps, tokens_text
 
 INT_DIMS = ("tp", "pp", "cp", "vpp", "mbs")
 """Dimensions holding positive integers."""
@@ -243,21 +243,18 @@ class SearchProblem:
     def gbs_for(self, unit: int) -> int:
         """GBS of a plan whose MBS x DP is ``unit``: the fixed one, else from the batch range (0: the range holds no
         multiple of ``unit``, the batch caps DP)."""
-        if self.global_batch_size is not None:
-            return self.global_batch_size
-        return unit * batch_steps(self.seq_len, unit, self.batch)
+        fixed = self.global_batch_size
+        return fixed if fixed is not None else unit * batch_steps(self.seq_len, unit, self.batch)
 
     def batch_text(self) -> str:
         """The batch as titles state it, e.g. 'GBS 512 (4.19M tokens)' or 'batch 4.19M-16.8M tokens, GBS per plan'."""
-        if self.global_batch_size is not None:
-            return f"GBS {self.global_batch_size} ({tokens_text(self.global_batch_size * self.seq_len)} tokens)"
-        return f"batch {self.batch.text()} tokens, GBS per plan"
+        fixed = self.global_batch_size
+        return f"GBS {fixed} ({tokens_text(fixed * self.seq_len)} tokens)" if fixed is not None else \
+            f"batch {self.batch.text()} tokens, GBS per plan"
 
     def batch_note(self) -> str | None:
         """Where the batch range came from and how a plan's GBS is rounded (None for a fixed GBS)."""
-        if self.global_batch_size is not None:
-            return None
-        return f"batch {self.batch.text()} tokens: {self.batch.source}; {ROUNDING}"
+        return None if self.batch is None else f"batch {self.batch.text()} tokens: {self.batch.source}; {ROUNDING}"
 
     def price(self, hardware: Hardware) -> float | None:
         """USD per GPU-hour of a GPU: --price override, else the catalogue's (None = unknown)."""
@@ -297,23 +294,13 @@ def build_problem(model: ModelSpec, targets: list[Target], space: SearchSpace, *
     if gbs is not None and (isinstance(gbs, bool) or not isinstance(gbs, int) or gbs <= 0):
         raise PlannerError(f"--gbs must be a positive integer, got {gbs!r}.")
     if gbs is None:
-        batch = _batch_range(model, seq, tokens, tokens_per_batch)
+        batch = batch_range(model, seq, tokens, tokens_per_batch)
     notes: tuple[str, ...] = ()
     for dtype in LIMITED_DTYPES:
         space, more = _dtype_space(space, targets, dtype)
         notes += more
     return SearchProblem(model, tuple(targets), space, gbs, seq, tokens, dict(prices or {}), notes, calibration,
                          batch, failures)
-
-
-def _batch_range(model: ModelSpec, seq: int, tokens: float | None, tokens_per_batch) -> BatchRange:
-    if isinstance(tokens_per_batch, BatchRange):
-        return tokens_per_batch
-    if tokens_per_batch is not None:
-        if isinstance(tokens_per_batch, bool) or not tokens_per_batch > 0:
-            raise PlannerError(f"--tokens-per-batch must be a positive number of tokens, got {tokens_per_batch!r}.")
-        return BatchRange(float(tokens_per_batch), float(tokens_per_batch))
-    return default_batch_range(model, seq, tokens)
 
 
 def _refuse_fp8(names: str, first: str) -> None:
@@ -604,26 +591,10 @@ def neighbours(c: Candidate, choices: dict[str, list]) -> list[Candidate]:
 def candidate_plan(problem: SearchProblem, c: Candidate) -> ParallelPlan:
     """The ParallelPlan of a candidate (not validated). Its GBS is SearchProblem.gbs_for(MBS x DP); where the batch
     range holds no multiple of MBS x DP the plan gets one micro-batch per DP rank (and the evaluator refuses it)."""
-    t = problem.targets[c.target]
-    mp = c.tp * c.pp * c.cp
+    t, mp = problem.targets[c.target], c.tp * c.pp * c.cp
     unit = c.mbs * (t.world_size // mp if mp and t.world_size % mp == 0 else 1)
     return ParallelPlan(world_size=t.world_size, gpus_per_node=t.gpus_per_node,
                         global_batch_size=problem.gbs_for(unit) or unit, seq_len=problem.seq_len, tp=c.tp, pp=c.pp,
                         cp=c.cp, vpp=c.vpp, micro_batch_size=c.mbs, recompute=c.recompute,
                         sequence_parallel=c.sequence_parallel, zero=c.zero, dtype=c.dtype,
                         nvlink_domain=t.nvlink_domain, framework=c.framework, ep=c.ep, etp=c.etp or None)
-
-
-def batch_cap_problem(problem: SearchProblem, c: Candidate) -> str | None:
-    """Why the batch range holds no GBS for candidate ``c`` (its MBS x DP exceeds the batch), or None."""
-    if problem.global_batch_size is not None:
-        return None
-    t = problem.targets[c.target]
-    mp = c.tp * c.pp * c.cp
-    if not mp or t.world_size % mp:
-        return None
-    unit = c.mbs * (t.world_size // mp)
-    if problem.gbs_for(unit):
-        return None
-    return (f"the batch caps DP: MBS x DP = {unit} sequences ({tokens_text(unit * problem.seq_len)} tokens) exceeds "
-            f"the batch range {problem.batch.text()} tokens")
