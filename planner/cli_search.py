@@ -7,7 +7,7 @@ import os
 import shlex
 import sys
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Optional
 
 import typer
@@ -281,7 +281,7 @@ def register(app: typer.Typer) -> None:
                            f"{s['elapsed_s']:.2f} s" + (f"; study {result.study_name!r} has {result.study_trials} "
                                                          "trials" if result.study_name else "")
                            + ("; * = on the time/cost Pareto front" if objective == "pareto" else ""))
-                for note in problem.notes + ((problem.batch_note(),) if problem.batch_note() else ()):
+                for note in problem.notes:
                     typer.echo(f"note: {note}")
                 same = [f"#{r.rank} = {', '.join(r.equivalent)}" for r in recs if r.equivalent]
                 if same:
@@ -358,11 +358,16 @@ def register(app: typer.Typer) -> None:
         gbs: O.Gbs = None,
         tokens_per_batch: O.TokensPerBatchRange = None,
         seq_len: O.SeqLen = None,
+        goodput: O.Goodput = True, failure_rate: O.FailureRate = None,
+        planned_interruptions: O.PlannedInterruptions = None, restart_min: O.RestartMin = None,
+        ckpt_mode: O.CkptMode = None, ckpt_bandwidth: O.CkptBandwidth = None, ckpt_interval: O.CkptInterval = None,
+        slowdown: O.Slowdown = None,
         fmt: str = typer.Option("table", "--format", help="table | json | csv | md."),
         hardware_file: O.HardwareFile = [],
         report: O.Report = None,
     ) -> None:
-        """Best plan per GPU type: time/iteration, tokens/s, $ per Mtoken, time and cost to train."""
+        """Best plan per GPU type: time/iteration, tokens/s, $ per Mtoken, time and cost to train (expected, with
+        the goodput of each allocation)."""
         # deferred: the planner.search package (engine, samplers) loads only for search commands
         from planner.search.records import rank
         from planner.search.sizing import compare as run_compare
@@ -381,7 +386,8 @@ def register(app: typer.Typer) -> None:
             m = resolve_model(model)
             rows = run_compare(m, hws, load_space(space), gpus=gpus, nodes=nodes, gbs=gbs, seq_len=seq_len,
                                tokens=tok, prices=prices, tokens_per_batch=parse_batch_range(tokens_per_batch),
-                               calibration=calibration_option(None))  # as `planner predict` applies it
+                               calibration=calibration_option(None),  # as `planner predict` applies it
+                               failures=O.failure_model(locals()))
         except PlannerError as exc:
             raise _err(str(exc)) from None
         best = [r.best for r in rows if r.best is not None]
@@ -498,8 +504,10 @@ def _delayed_bar(description: str):
 def _run_search(r: SearchRequest):
     """Build the search problem of ``r`` and run it (with a progress bar when asked); returns (result, problem)."""
     # deferred: the planner.search package (engine, samplers) loads only for search commands
+    from costmodel.goodput import FailureModel
     from planner.calibrate import calibration_option
     from planner.search.engine import search as run
+    from planner.search.nofit import search_notes
     from planner.search.sizing import parse_prices, parse_tokens
     from planner.search.space import build_problem
 
@@ -511,9 +519,11 @@ def _run_search(r: SearchRequest):
     cat, hws = _hardwares(list(r.gpu), r.cluster, r.gpus_per_node, r.hardware_file)
     prices = parse_prices(list(r.price), list(cat.gpus))
     m = resolve_model(r.model)
+    # time and cost to train (--tokens) and the cost ranking are expected values under the default goodput model
+    failures = FailureModel() if r.tokens is not None or r.objective in ("cost", "pareto") else None
     problem = build_problem(m, _targets(hws, r.gpus, r.nodes, r.nodes_range), space, gbs=r.gbs, seq_len=r.seq_len,
                             tokens=parse_tokens(r.tokens) if r.tokens is not None else None, prices=prices,
-                            tokens_per_batch=parse_batch_range(r.tokens_per_batch),
+                            tokens_per_batch=parse_batch_range(r.tokens_per_batch), failures=failures,
                             calibration=calibration_option(None))  # as `planner predict` applies it
     bar, update = _progress_bar("searching") if r.progress else (None, None)
     if bar is not None:
@@ -525,7 +535,7 @@ def _run_search(r: SearchRequest):
     finally:
         if bar is not None:
             bar.stop()
-    return result, problem
+    return result, replace(problem, notes=problem.notes + tuple(search_notes(result)))
 
 
 def _resume_command() -> str:

@@ -80,7 +80,7 @@ def compare_table(m, rows, tokens) -> None:
     """The rich table of `planner compare`: best plan per GPU type (or why none)."""
     t = Table(title=f"{m.name}: best plan per GPU type" + (f", {tokens:.3g} tokens" if tokens else ""))
     head = ["GPU", "nodes x GPUs/node", "plan", "iter time [s]", "tokens/s", "MFU %", "$/GPU-h (date, source)",
-            "$/Mtoken"] + (["time to train", "cost to train [$]"] if tokens else [])
+            "$/Mtoken"] + (["time to train", "cost to train [$]", "goodput", "ckpt every [min / it]"] if tokens else [])
     for h in head:
         t.add_column(escape(h), justify="left" if h in ("GPU", "plan") else "right")
     for r in rows:
@@ -97,10 +97,31 @@ def compare_table(m, rows, tokens) -> None:
                f"{b.tokens_per_s:,.0f}", f"{100 * b.mfu:.1f}", src,
                "-" if b.usd_per_mtoken is None else f"{b.usd_per_mtoken:.3f}"]
         if tokens:
+            g = goodput_cells(b)
             row += [human_duration(b.time_to_train_s),
-                    "-" if b.cost_to_train_usd is None else f"{b.cost_to_train_usd:,.0f}"]
+                    "-" if b.cost_to_train_usd is None else f"{b.cost_to_train_usd:,.0f}", g[0], f"{g[1]} / {g[2]}"]
         t.add_row(*[escape(c) for c in row])
-    _console().print(t)
+    con = _console()
+    con.print(t)
+    for note in compare_notes(rows):
+        con.print(("" if note.startswith("warning") else "note: ") + escape(note), soft_wrap=True)
+
+
+def compare_notes(rows) -> list[str]:
+    """The batch each GPU type ran, where the batch limits scaling, the goodput model, and the prices' sources."""
+    from planner.search.nofit import search_notes  # deferred: the search package loads with the command
+    from planner.search.sizing import price_notes  # deferred: as above
+
+    notes: list[str] = []
+    for r in rows:
+        p = r.result.problem
+        for note in (*((p.batch_note(),) if p.batch_note() else ()), *search_notes(r.result)):
+            if note.startswith("the batch"):
+                note = f"{r.gpu}: {note}"
+            if note not in notes:
+                notes.append(note)
+    overrides = {r.gpu: r.result.problem.prices[r.gpu] for r in rows if r.gpu in r.result.problem.prices}
+    return notes + price_notes(rows, overrides)
 
 
 # ---------------------------------------------------------------------------------------------- size

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from costmodel.memory import fits_in_memory, memory_per_gpu
+from planner.batch import tokens_text
 from planner.search.engine import SearchResult
 from planner.search.objective import batch_cap_problem
 from planner.search.space import (
@@ -82,3 +83,33 @@ def no_fit_message(result: SearchResult, gbs_given: bool = False) -> str:
             f"{c.recompute} recompute (e.g. TP={c.tp} PP={c.pp} CP={c.cp} MBS={c.mbs} ZeRO={c.zero}"
             f"{f' EP={c.ep} ETP={c.etp or c.tp}' if c.ep > 1 else ''}); "
             f"{mem} of {result.evaluated} candidates exceed memory.")
+
+
+BUBBLE_NOTE = 0.10
+"""Pipeline-bubble share of the best plan's iteration above which a search says the batch limits the pipeline
+(a reporting threshold, not a model constant)."""
+
+
+def search_notes(result: SearchResult) -> list[str]:
+    """What a search's answer depends on besides the plans: the batch when it limits scaling (plans refused
+    because the batch caps DP; the best plan's pipeline bubble and the batch that shrinks it) and the goodput
+    model when time and cost to train are expected values."""
+    from costmodel.goodput import NOT_MODELLED  # deferred: the goodput model loads only when it is used
+
+    p, out, b = result.problem, [], result.best
+    capped = sum(n for reason, n in result.reasons if reason.startswith("the batch caps DP"))
+    if capped and p.batch is not None and b is not None and b.num_microbatches <= 2:
+        out.append(f"the batch limits scaling: the best plan fills the batch with {b.num_microbatches} micro-batch(es) "
+                   f"per DP rank and {capped} candidates with more DP were refused (the batch range "
+                   f"{p.batch.text()} tokens caps DP); a larger --tokens-per-batch admits them")
+    if b is not None and b.pp > 1 and b.bubble_fraction >= BUBBLE_NOTE:
+        # interleaved 1F1B bubble fraction (PP - 1) / (VPP x m) (Narayanan et al. 2021, sec. 2.2): at most 10 %
+        m = -(-10 * (b.pp - 1) // b.vpp)
+        out.append(f"the batch limits the pipeline of the best plan: {b.num_microbatches} micro-batches per pipeline "
+                   f"of {b.pp} stages, {100 * b.bubble_fraction:.0f} % of the iteration is bubble; {m} micro-batches "
+                   f"(a batch of {tokens_text(m * b.mbs * b.dp * b.seq_len)} tokens) bring (PP-1)/(VPP m) to 10 % "
+                   "(Narayanan et al. 2021)")
+    if p.failures is not None:
+        out.append("time and cost to train are expected values: divided by the goodput of the allocation "
+                   f"(costmodel.goodput, default failure model); not modelled: {NOT_MODELLED}")
+    return out

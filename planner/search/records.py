@@ -319,6 +319,11 @@ def display_rows(records: list[PlanRecord], with_train: bool = False) -> tuple[l
         head[at:at] = ["EP", "ETP"]
         for row, r in zip(rows, records):
             row[at:at] = [str(r.ep), str(r.etp if r.etp is not None else r.tp)]
+    if any(r.goodput is not None for r in records):  # expected times and costs: the goodput they assume
+        at = head.index("$/Mtoken") + 1
+        head.insert(at, "goodput")
+        for row, r in zip(rows, records):
+            row.insert(at, "-" if r.goodput is None else f"{r.goodput:.3f}")
     if any(r.framework != DEFAULT_FRAMEWORK for r in records):  # frameworks compared: say which row is which
         at = head.index("ZeRO") + 1
         head.insert(at, "framework")

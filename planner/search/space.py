@@ -290,17 +290,16 @@ def build_problem(model: ModelSpec, targets: list[Target], space: SearchSpace, *
         raise PlannerError("--gbs and --tokens-per-batch both give the batch; pass only one.")
     if tokens is not None and not (tokens > 0 and math.isfinite(tokens)):
         raise PlannerError(f"--tokens must be a positive number, got {tokens!r}.")
-    batch = None
     if gbs is not None and (isinstance(gbs, bool) or not isinstance(gbs, int) or gbs <= 0):
         raise PlannerError(f"--gbs must be a positive integer, got {gbs!r}.")
-    if gbs is None:
-        batch = batch_range(model, seq, tokens, tokens_per_batch)
+    batch = batch_range(model, seq, tokens, tokens_per_batch) if gbs is None else None
     notes: tuple[str, ...] = ()
     for dtype in LIMITED_DTYPES:
         space, more = _dtype_space(space, targets, dtype)
         notes += more
-    return SearchProblem(model, tuple(targets), space, gbs, seq, tokens, dict(prices or {}), notes, calibration,
-                         batch, failures)
+    out = SearchProblem(model, tuple(targets), space, gbs, seq, tokens, dict(prices or {}), notes, calibration,
+                        batch, failures)
+    return out if batch is None else dataclasses.replace(out, notes=notes + (out.batch_note(),))
 
 
 def _refuse_fp8(names: str, first: str) -> None:
