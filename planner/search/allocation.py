@@ -286,10 +286,11 @@ class TypeSizer:
         return p.nodes
 
     def _descend(self, lo: int) -> int:
-        """Bisect every known shape over the counts below the smallest meeting one that it divides and fits
-        (assuming more nodes never train a shape slower); returns the smallest meeting count found. A count where
-        the shape is invalid (e.g. an interleaved schedule the micro-batch count does not allow) is replaced by the
-        nearest valid one in the interval (cheap checks, no prediction)."""
+        """Bisect every known shape over the counts below the smallest meeting one that it divides (assuming more
+        nodes never train a shape slower); returns the smallest meeting count found. A count where the shape is
+        invalid (e.g. an interleaved schedule the micro-batch count does not allow) is replaced by the nearest valid
+        one in the interval (cheap checks, no prediction); none near counts as a miss (a shape that does not fit in
+        memory there fits at no smaller count either)."""
         for shape in list(self.shapes):
             cands = [n for n in range(lo, self.best.nodes) if self.divides(n, shape)]
             b = self._valid_near(cands, len(cands) - 1, 0, len(cands) - 1, shape)
@@ -297,13 +298,12 @@ class TypeSizer:
                 continue
             a = 0
             while a < b:
-                mid = self._valid_near(cands, (a + b) // 2, a, b - 1, shape)
-                if mid is None:
-                    break
-                if self.shape_meets(cands[mid], shape):
-                    b = mid
-                else:
-                    a = mid + 1
+                mid = (a + b) // 2
+                j = self._valid_near(cands, mid, a, b - 1, shape)
+                if j is not None and self.shape_meets(cands[j], shape):
+                    b = j
+                else:  # misses, or no valid count near: out of memory there, as at every smaller count
+                    a = (mid if j is None else j) + 1
         return self.best.nodes
 
     def _valid_near(self, cands: list[int], i: int, a: int, b: int, shape: Candidate) -> int | None:
