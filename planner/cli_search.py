@@ -387,7 +387,7 @@ def register(app: typer.Typer) -> None:
             rows = run_compare(m, hws, load_space(space), gpus=gpus, nodes=nodes, gbs=gbs, seq_len=seq_len,
                                tokens=tok, prices=prices, tokens_per_batch=parse_batch_range(tokens_per_batch),
                                calibration=calibration_option(None),  # as `planner predict` applies it
-                               failures=O.failure_model(locals()))
+                               failures=O.failure_model(locals()), jobs=_jobs(0))
         except PlannerError as exc:
             raise _err(str(exc)) from None
         best = [r.best for r in rows if r.best is not None]

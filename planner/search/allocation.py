@@ -341,21 +341,32 @@ class TypeSizer:
                           self.max_nodes, self.exhaustive_searches, self.predictions, reason)
 
 
+def _slower_or_equal(a: Candidate, b: Candidate) -> bool:
+    """``a`` (same layout as ``b`` but for recompute and ZeRO) recomputes at least as much and shards at least as
+    much as ``b`` (ZeRO 1 < 2 < 3; ZeRO-0 only compares with itself), so it never trains faster."""
+    same_zero = a.zero == b.zero or (a.zero > 0 and b.zero > 0 and a.zero >= b.zero)
+    return same_zero and RECOMPUTE_MODES.index(a.recompute) >= RECOMPUTE_MODES.index(b.recompute)
+
+
 def best_plan_search(ev: Evaluator) -> list[PlanRecord]:
-    """Every plan of the evaluator's space, ranked by time to train: an exhaustive search for the best plan that
-    skips, among plans differing only in recomputation, the modes after the first that fits (none, selective,
-    full): more recomputation never trains faster (the cost model only adds recomputed operators; checked over
-    every layout of four allocations in tests/test_sizing.py), so the best plan is the exhaustive search's."""
+    """The fastest plans of the evaluator's space, ranked by time to train: an exhaustive search for the best plan
+    that, among plans differing only in recomputation and ZeRO stage, predicts only those no fitting plan
+    dominates: more recomputation or a higher ZeRO stage (1 to 3) never trains faster (the cost model only adds
+    recomputed operators and parameter gathers; checked over every layout of several allocations in
+    tests/test_sizing.py), so the best plan is the full exhaustive search's."""
     groups: dict[Candidate, list[Candidate]] = {}
     for c in enumerate_candidates(ev.problem):
-        groups.setdefault(c._replace(recompute=""), []).append(c)
+        groups.setdefault(c._replace(recompute="", zero=-1), []).append(c)
     records = []
     for cands in groups.values():
-        for c in sorted(cands, key=lambda c: RECOMPUTE_MODES.index(c.recompute)):
+        kept: list[Candidate] = []
+        for c in sorted(cands, key=lambda c: (RECOMPUTE_MODES.index(c.recompute), c.zero)):
+            if any(_slower_or_equal(c, k) for k in kept):
+                continue
             e = ev.evaluate(c)
             if e.record is not None:
+                kept.append(c)
                 records.append(e.record)
-                break
     return sorted(records, key=_time_key)
 
 

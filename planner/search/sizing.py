@@ -96,17 +96,18 @@ def compare(model: ModelSpec, hardwares: list[Hardware], space: SearchSpace, *, 
             nodes: int | None = None, gbs: int | None = None, seq_len: int | None = None,
             tokens: float | None = None, prices: dict | None = None,
             cost_model: OperatorCostModel | None = None, tokens_per_batch=None,
-            calibration: object = None, failures: object = None) -> list[CompareRow]:
+            calibration: object = None, failures: object = None, jobs: int = 1) -> list[CompareRow]:
     """Best plan per GPU type on ``gpus`` GPUs (or ``nodes`` nodes of each type), by time per token, predicted
     with ``calibration`` (planner.calibrate.Calibration; None = uncalibrated); ``failures``
-    (costmodel.goodput.FailureModel) makes time and cost to train expected values."""
+    (costmodel.goodput.FailureModel) makes time and cost to train expected values; ``jobs`` > 1 splits each
+    search's candidates over that many forked processes."""
     rows = []
     for hw in hardwares:
         world = gpus if gpus is not None else nodes * hw.gpus_per_node
         problem = build_problem(model, [make_target(hw, world)], space, gbs=gbs, seq_len=seq_len, tokens=tokens,
                                 prices=prices, tokens_per_batch=tokens_per_batch, calibration=calibration,
                                 failures=failures)
-        res = exhaustive_search(problem, "time", cost_model)
+        res = exhaustive_search(problem, "time", cost_model, jobs=jobs)
         msg = "" if res.best else no_fit_message(res, gbs is not None)
         rows.append(CompareRow(hw.gpu.name, hw, res, res.best, msg))
     return rows
@@ -265,6 +266,8 @@ def _batch_limit_reason(r: PlanRecord, req: SizeRequest) -> str:
     unit_tokens = r.mbs * r.dp * r.seq_len
     if r.gbs == r.mbs * r.dp and 2 * unit_tokens > req.batch.max_tokens:
         return f"DP {r.dp} is capped by the batch: one micro-batch per DP rank already fills it"
+    if r.pp == 1:
+        return f"{r.num_microbatches} accumulation steps per DP rank, GBS {r.gbs}"
     return f"{r.num_microbatches} micro-batches per pipeline of {r.pp} stages, GBS {r.gbs}"
 
 
