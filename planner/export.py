@@ -34,6 +34,7 @@ from costmodel.core.errors import PlannerError
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan, account_for
+from planner.checkpointing import save_interval
 from planner.export_arch import architecture, fmt_float, header, is_uneven
 from planner.export_moe import megatron_mla_args, megatron_moe_args, nemo_moe_keys
 from planner.export_torchtitan import dump_toml, export_torchtitan, torchtitan_config, torchtitan_model_parts
@@ -298,6 +299,8 @@ def export_megatron(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, pr
                     iterations: int | None = None) -> str:
     """Comment header plus one flag (and its value) per line; ``shlex.split(text, comments=True)`` reads it."""
     args, notes = megatron_args(model, plan, iterations, hardware)
+    if (ckpt := save_interval(model, plan, prediction)) is not None:  # arguments.py _add_checkpointing_args
+        args, notes = args + ["--save-interval", str(ckpt[0])], notes + [ckpt[1]]
     lines = header("Megatron-LM pretrain_gpt.py flags", model, plan, hardware, prediction)
     lines.append("# Flag names checked against NVIDIA/Megatron-LM megatron/training/arguments.py "
                  "(commit 000c4ac24f61).")
@@ -424,6 +427,10 @@ def nemo_config(model: ModelSpec, plan: ParallelPlan, iterations: int | None = N
 def export_nemo(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, prediction: "Prediction | None",
                 iterations: int | None = None) -> str:
     cfg, notes = nemo_config(model, plan, iterations)
+    if (ckpt := save_interval(model, plan, prediction)) is not None:  # the launcher saves at validation (val_loss)
+        cfg["trainer"]["val_check_interval"] = ckpt[0]
+        notes.append(ckpt[1] + "; NeMo's exp_manager checkpoint callback saves at each validation, so "
+                     "trainer.val_check_interval sets the save interval")
     lines = header("NeMo megatron_gpt config fragment", model, plan, hardware, prediction)
     lines.append("# Keys checked against NeMo-Framework-Launcher conf/training/llama/llama3_1_70b.yaml; merge into "
                  "your megatron_gpt config (tokenizer, data and optimizer settings are not included).")
@@ -466,6 +473,8 @@ def export_slurm(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, predi
     if _needs_single_connection(plan):
         lines.append("export CUDA_DEVICE_MAX_CONNECTIONS=1  # Megatron asserts it with TP/CP > 1 (arguments.py)")
     args, notes = megatron_args(model, plan, iterations, hardware)
+    if (ckpt := save_interval(model, plan, prediction)) is not None:  # as export_megatron
+        args, notes = args + ["--save-interval", str(ckpt[0])], notes + [ckpt[1]]
     lines += [f"# NOTE: {n}." for n in notes]
     cmd = (f'srun torchrun --nnodes "$SLURM_NNODES" --nproc-per-node {plan.gpus_per_node} '
            f'--rdzv-id "$SLURM_JOB_ID" --rdzv-backend c10d --rdzv-endpoint "$head_node:{RDZV_PORT}" pretrain_gpt.py')

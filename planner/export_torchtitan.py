@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
+from planner.checkpointing import save_interval
 from planner.export_arch import architecture, header, is_uneven, torchtitan_flavor, torchtitan_unsupported
 from planner.export_moe import torchtitan_moe
 
@@ -129,6 +130,8 @@ def dump_toml(sections: dict) -> str:
 def export_torchtitan(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, prediction: "Prediction | None",
                       iterations: int | None = None) -> str:
     sections, notes = torchtitan_config(model, plan, iterations)
+    if (ckpt := save_interval(model, plan, prediction)) is not None:  # job_config.py Checkpoint.interval (steps)
+        sections["checkpoint"], notes = {"enable_checkpoint": True, "interval": ckpt[0]}, notes + [ckpt[1]]
     lines = header("torchtitan job config", model, plan, hardware, prediction)
     lines.append("# Keys checked against pytorch/torchtitan torchtitan/config/job_config.py; set the dataset "
                  "and tokenizer yourself.")

@@ -178,3 +178,41 @@ def test_cli_size_reports_batch_goodput_interval_and_frontier():
     r = CliRunner().invoke(app, ["size", "--model", "llama-7b", "--tokens", "2e11", "--deadline", "12d",
                                  "--ckpt-mode", "lazy"])
     assert r.exit_code == 2 and "--ckpt-mode" in r.output
+
+
+def test_export_sets_the_save_interval():
+    """`planner export` writes Daly's interval for the plan: Megatron --save-interval, torchtitan
+    [checkpoint] interval, NeMo trainer.val_check_interval (the launcher saves at each validation)."""
+    import tomllib
+
+    import yaml
+
+    from costmodel.goodput import goodput
+    from planner.checkpointing import save_interval
+    from planner.export import export_plan
+    from planner.predict import predict
+    from planner.requests import PlanRequest
+
+    req = PlanRequest(model="llama3-70b", gpu="h100-sxm", gpus=512, tp=4, pp=2).resolve()
+    pred = predict(req.model, req.plan, req.hardware)
+    steps, why = save_interval(req.model, req.plan, pred)
+    g = goodput(req.model.total_params(), 512)
+    assert steps == round(g.interval_s / pred.iteration_time_s) and "Daly" in why
+    meg = export_plan(req.model, req.plan, req.hardware, pred, "megatron")
+    assert f"--save-interval {steps}\n" in meg
+    titan = export_plan(req.model, req.plan, req.hardware, pred, "torchtitan")
+    assert tomllib.loads(titan)["checkpoint"] == {"enable_checkpoint": True, "interval": steps}
+    nemo = yaml.safe_load(export_plan(req.model, req.plan, req.hardware, pred, "nemo"))
+    assert nemo["trainer"]["val_check_interval"] == steps
+    assert save_interval(req.model, req.plan, None) is None  # no prediction: nothing written
+
+
+def test_every_catalogue_gpu_has_a_price_or_says_it_has_none(tmp_path):
+    for g in CAT.gpus.values():
+        if g.price_usd_per_gpu_hour is None:
+            assert g.price_basis.startswith("none:") and "--price" in g.price_basis, g.name
+        else:
+            assert g.price_date and g.price_source and g.price_basis and not g.price_basis.startswith("none"), g.name
+    f = tmp_path / "hw.toml"
+    f.write_text("[gpus.b200]\nprice_usd_per_gpu_hour = 5.0\n")
+    assert load_catalogue([f]).gpu("b200").price_basis == f"given in {f}"

@@ -515,15 +515,17 @@ def price_notes(types: list[TypeSizing], overrides: dict) -> list[str]:
             missing.append(t.gpu)
         else:
             src = hw.cluster if hw.cluster.price_usd_per_gpu_hour is not None else hw.gpu
-            rows[t.gpu] = (hw.price_usd_per_gpu_hour, src.price_source or "catalogue", src.price_date or "undated")
+            basis = getattr(src, "price_basis", "") or hw.gpu.price_basis
+            rows[t.gpu] = (hw.price_usd_per_gpu_hour, src.price_source or "catalogue",
+                           f"{basis + ', ' if basis else ''}{src.price_date or 'undated'}")
     out = []
     if rows:
-        out.append("prices [USD/GPU-h]: " + "; ".join(f"{g} {p:.2f} ({s}{', ' + d if d else ''})"
+        out.append("prices [USD/GPU-h]: " + "; ".join(f"{g} {p:.2f} ({s}{': ' + d if d else ''})"
                                                      for g, (p, s, d) in rows.items()))
         if len({s for _, s, _ in rows.values()}) > 1:
             out.append("warning: the prices come from different sources (" + ", ".join(sorted(
                 {s for _, s, _ in rows.values()})) + "): costs across GPU types are not like for like; pass --price "
                 "GPU=USD_PER_GPU_HOUR for each from one provider")
-    out += [f"{g}: no price in the catalogue (no public per-GPU-hour price found); pass --price {g}=USD_PER_GPU_HOUR "
-            "for its cost" for g in missing]
+    out += [f"{g}: no price in the catalogue (no per-GPU-hour price in the catalogue's sources); pass --price "
+            f"{g}=USD_PER_GPU_HOUR for its cost" for g in missing]
     return out
