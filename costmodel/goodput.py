@@ -103,6 +103,16 @@ class FailureModel:
             if given is not None and not (isinstance(given, (int, float)) and math.isfinite(given) and given > 0):
                 raise PlannerError(f"{name} {given!r} must be a positive number.")
 
+    def describe(self) -> str:
+        """The inputs as the tools print them, with what the model leaves out."""
+        save = (f"async saves blocking {self.async_stall_s:g} s" if self.ckpt_mode == "async" else
+                f"sync saves at {self.storage_gbs:g} GB/s" if self.storage_gbs is not None else
+                "sync saves at 0.122 GB/s per GPU of the job (Llama 3's 2 TB/s over 16,384 GPUs)")
+        return (f"{self.failure_rate:.3g} unexpected interruptions per GPU-hour (default: Llama 3, GOODPUT_FACTS.md "
+                f"F7), {self.planned_per_day:.2g} planned per day, restart {self.restart_s / 60:g} min, {save}, "
+                f"checkpoint interval {'given' if self.interval_s else 'from Daly (2006)'}, slow-down "
+                f"{100 * self.slowdown:g} %; not modelled: {NOT_MODELLED}")
+
 
 @dataclass(frozen=True)
 class Goodput:

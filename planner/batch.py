@@ -54,9 +54,11 @@ class BatchRange:
     """How the range was set (shown in the output)."""
 
     def __post_init__(self) -> None:
-        if not (0 < self.min_tokens <= self.max_tokens < 2**53):
-            raise PlannerError(f"--tokens-per-batch {self.min_tokens:.6g}:{self.max_tokens:.6g} must be positive "
-                               "with MIN <= MAX, e.g. 4M:16M.")
+        text = f"--tokens-per-batch {self.min_tokens:.6g}:{self.max_tokens:.6g}"
+        if not 0 < self.min_tokens <= self.max_tokens:
+            raise PlannerError(f"{text} must be positive with MIN <= MAX, e.g. 4M:16M.")
+        if not self.max_tokens < 2**53:  # planner.requests.MAX_INT: integers stay exact as doubles
+            raise PlannerError(f"{text} must be below 2**53 tokens, e.g. 16M.")
 
     @property
     def single(self) -> bool:
@@ -83,7 +85,9 @@ def suffixed_number(text: object, suffixes: dict[str, float]) -> float:
 
 
 def tokens_text(tokens: float) -> str:
-    """'16.8M', '1.05B', '524,288'."""
+    """'16.8M', '1.05B', '2T', '524,288'."""
+    if tokens >= 1e12:
+        return f"{tokens / 1e12:.3g}T"
     return f"{tokens / 1e9:.3g}B" if tokens >= 1e9 else f"{tokens / 1e6:.3g}M" if tokens >= 1e6 else f"{tokens:,.0f}"
 
 

@@ -384,10 +384,16 @@ def register(app: typer.Typer) -> None:
             prices = parse_prices(price, list(cat.gpus))
             tok = parse_tokens(tokens) if tokens is not None else None
             m = resolve_model(model)
-            rows = run_compare(m, hws, load_space(space), gpus=gpus, nodes=nodes, gbs=gbs, seq_len=seq_len,
-                               tokens=tok, prices=prices, tokens_per_batch=parse_batch_range(tokens_per_batch),
-                               calibration=calibration_option(None),  # as `planner predict` applies it
-                               failures=O.failure_model(locals()), jobs=_jobs(0))
+            bar, update = _delayed_bar(f"comparing {m.name} on {', '.join(h.gpu.name for h in hws)}")
+            try:
+                rows = run_compare(m, hws, load_space(space), gpus=gpus, nodes=nodes, gbs=gbs, seq_len=seq_len,
+                                   tokens=tok, prices=prices, tokens_per_batch=parse_batch_range(tokens_per_batch),
+                                   calibration=calibration_option(None),  # as `planner predict` applies it
+                                   failures=O.failure_model(locals()), jobs=_jobs(0), progress=update)
+            finally:
+                bar.stop()
+            if not rows:
+                raise Interrupted("no GPU type was compared before Ctrl-C")
         except PlannerError as exc:
             raise _err(str(exc)) from None
         best = [r.best for r in rows if r.best is not None]
@@ -402,6 +408,9 @@ def register(app: typer.Typer) -> None:
             from planner.reports.search_report import write_compare_report
 
             _write_report(lambda: write_compare_report(report, rows, m, tokens=tok))
+        if len(rows) < len(hws):
+            typer.echo(f"interrupted: {len(rows)} of {len(hws)} GPU types compared before Ctrl-C", err=True)
+            raise typer.Exit(code=130)
         if not best:
             raise _err(rows[0].message)
 
@@ -495,7 +504,7 @@ def _delayed_bar(description: str):
         if not shown[0] and time.monotonic() - t0 > 1.0:
             bar.start()
             shown[0] = True
-        info = f"GPU types done; {predictions:,} plans predicted" + (f"; best so far {best}" if best else "")
+        info = f"GPU types; {predictions:,} plans predicted" + (f"; best so far {best}" if best else "")
         bar.update(task, completed=done, total=total, info=info)
 
     return bar, update

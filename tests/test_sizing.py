@@ -216,3 +216,19 @@ def test_every_catalogue_gpu_has_a_price_or_says_it_has_none(tmp_path):
     f = tmp_path / "hw.toml"
     f.write_text("[gpus.b200]\nprice_usd_per_gpu_hour = 5.0\n")
     assert load_catalogue([f]).gpu("b200").price_basis == f"given in {f}"
+
+
+def test_compare_and_search_show_goodput_and_price_sources():
+    r = CliRunner().invoke(app, ["compare", "--model", "llama-7b", "--gpu", "a100-80gb", "--gpu", "h200", "--gpus",
+                                 "16", "--space", "megatron", "--tokens", "1e11"])
+    assert r.exit_code == 0, r.output
+    assert "goodput" in r.output and "ckpt every" in r.output and "not modelled:" in r.output
+    assert "warning: the prices come from different sources" in r.output
+    r = CliRunner().invoke(app, ["compare", "--model", "llama-7b", "--gpu", "a100-80gb", "--gpus", "16", "--space",
+                                 "megatron", "--tokens", "1e11", "--format", "json", "--no-goodput"])
+    assert json.loads(r.output)["rows"][0]["best"]["goodput"] is None
+    r = CliRunner().invoke(app, ["search", "--model", "llama-7b", "--gpus", "16", "--tp", "1,2", "--pp", "1", "--mbs",
+                                 "1", "--zero", "1", "--objective", "cost", "--no-progress", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    plans = json.loads(r.output)["plans"]
+    assert all(0.9 < p["goodput"] < 1 and p["checkpoint_interval_iters"] >= 1 for p in plans)

@@ -99,6 +99,8 @@ class TypeSizing:
     exhaustive_searches: int = 0
     predictions: int = 0
     """Plans predicted (exhaustive searches included)."""
+    evaluated: int = 0
+    """Allocations (node counts) on which at least one plan was evaluated."""
     reason: str = ""
     """Why this type has no answer (no plan fits, misses the deadline at the largest allocation)."""
     batch_note: str = ""
@@ -112,7 +114,8 @@ class TypeSizing:
                 "cheapest": self.cheapest.to_dict() if self.cheapest else None,
                 "fastest": self.fastest.to_dict() if self.fastest else None,
                 "frontier": [p.to_dict() for p in self.frontier], "exhaustive_searches": self.exhaustive_searches,
-                "predictions": self.predictions, "reason": self.reason, "batch_note": self.batch_note}
+                "predictions": self.predictions, "allocations_evaluated": self.evaluated, "reason": self.reason,
+                "batch_note": self.batch_note}
 
 
 def shape_of(rec: PlanRecord) -> Candidate:
@@ -137,14 +140,16 @@ def shapes_of(records: list[PlanRecord], top: int = SHAPES_TOP, within: float = 
     return list(out)
 
 
-def start_nodes(model: ModelSpec, tokens: float, deadline_s: float, hw: Hardware, space: SearchSpace) -> int:
+def start_nodes(model: ModelSpec, tokens: float, deadline_s: float, hw: Hardware, space: SearchSpace,
+                min_nodes: int = 1, max_nodes: int = 1 << 20) -> int:
     """Nodes a plan at START_MFU of the fastest peak of the space's dtypes would need (6 N D-style model FLOPs),
-    moved to the count within 20 % of it whose GPUs have the largest power-of-two factor (the most layouts divide
-    it, so the anchor's search sees the most plan shapes)."""
+    within the limits, moved to the count within 20 % of it whose GPUs have the largest power-of-two factor (the
+    most layouts divide it, so the anchor's search sees the most plan shapes)."""
     flops = model_flops_per_iteration(model, 1, model.max_seq_len) / model.max_seq_len * tokens
     peak = max(hw.gpu.peak_flops(d) for d in space.dtype)
-    est = max(1, math.ceil(flops / (START_MFU * peak * deadline_s) / hw.gpus_per_node))
-    counts = range(max(1, math.floor(est * 0.8)), math.ceil(est * 1.2) + 1)
+    est = min(max(min_nodes, math.ceil(min(flops / (START_MFU * peak * deadline_s) / hw.gpus_per_node, 2.0**60))),
+              max_nodes)
+    counts = range(max(min_nodes, math.floor(est * 0.8)), min(max_nodes, math.ceil(est * 1.2)) + 1)
     return max(counts, key=lambda n: (n * hw.gpus_per_node & -(n * hw.gpus_per_node), -abs(n - est)))
 
 
@@ -338,7 +343,7 @@ class TypeSizer:
         meeting = [p for p in frontier if p.meets(self.deadline_s) and p.cost_usd is not None]
         cheapest = min(meeting, key=lambda p: (p.cost_usd, p.nodes), default=None)
         return TypeSizing(self.hw.gpu.name, self.hw, smallest, below, cheapest, frontier, None, self.min_nodes,
-                          self.max_nodes, self.exhaustive_searches, self.predictions, reason)
+                          self.max_nodes, self.exhaustive_searches, self.predictions, len(self.points), reason)
 
 
 def _slower_or_equal(a: Candidate, b: Candidate) -> bool:

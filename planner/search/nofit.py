@@ -94,8 +94,6 @@ def search_notes(result: SearchResult) -> list[str]:
     """What a search's answer depends on besides the plans: the batch when it limits scaling (plans refused
     because the batch caps DP; the best plan's pipeline bubble and the batch that shrinks it) and the goodput
     model when time and cost to train are expected values."""
-    from costmodel.goodput import NOT_MODELLED  # deferred: the goodput model loads only when it is used
-
     p, out, b = result.problem, [], result.best
     capped = sum(n for reason, n in result.reasons if reason.startswith("the batch caps DP"))
     if capped and p.batch is not None and b is not None and b.num_microbatches <= 2:
@@ -110,6 +108,6 @@ def search_notes(result: SearchResult) -> list[str]:
                    f"(a batch of {tokens_text(m * b.mbs * b.dp * b.seq_len)} tokens) bring (PP-1)/(VPP m) to 10 % "
                    "(Narayanan et al. 2021)")
     if p.failures is not None:
-        out.append("time and cost to train are expected values: divided by the goodput of the allocation "
-                   f"(costmodel.goodput, default failure model); not modelled: {NOT_MODELLED}")
+        out.append("time and cost to train are expected values, divided by the goodput of the allocation "
+                   f"(costmodel.goodput): {p.failures.describe()}")
     return out

@@ -96,21 +96,35 @@ def compare(model: ModelSpec, hardwares: list[Hardware], space: SearchSpace, *, 
             nodes: int | None = None, gbs: int | None = None, seq_len: int | None = None,
             tokens: float | None = None, prices: dict | None = None,
             cost_model: OperatorCostModel | None = None, tokens_per_batch=None,
-            calibration: object = None, failures: object = None, jobs: int = 1) -> list[CompareRow]:
+            calibration: object = None, failures: object = None, jobs: int = 1, progress=None) -> list[CompareRow]:
     """Best plan per GPU type on ``gpus`` GPUs (or ``nodes`` nodes of each type), by time per token, predicted
     with ``calibration`` (planner.calibrate.Calibration; None = uncalibrated); ``failures``
     (costmodel.goodput.FailureModel) makes time and cost to train expected values; ``jobs`` > 1 splits each
-    search's candidates over that many forked processes."""
-    rows = []
-    for hw in hardwares:
-        world = gpus if gpus is not None else nodes * hw.gpus_per_node
-        problem = build_problem(model, [make_target(hw, world)], space, gbs=gbs, seq_len=seq_len, tokens=tokens,
-                                prices=prices, tokens_per_batch=tokens_per_batch, calibration=calibration,
-                                failures=failures)
-        res = exhaustive_search(problem, "time", cost_model, jobs=jobs)
-        msg = "" if res.best else no_fit_message(res, gbs is not None)
-        rows.append(CompareRow(hw.gpu.name, hw, res, res.best, msg))
+    search's candidates over that many forked processes; ``progress(done, total, predictions, '')`` is called after
+    each GPU type. Ctrl-C stops after the GPU type being searched: the rows returned are those finished (fewer than
+    ``hardwares``)."""
+    rows: list[CompareRow] = []
+    with InterruptFlag() as stop:
+        for hw in hardwares:
+            if stop.hit:
+                break
+            rows.append(_compare_one(model, hw, space, gpus, nodes, gbs, seq_len, tokens, prices, cost_model,
+                                     tokens_per_batch, calibration, failures, jobs))
+            if progress is not None:
+                progress(len(rows), len(hardwares), sum(r.result.counts.get("ok", 0) for r in rows), "")
     return rows
+
+
+def _compare_one(model, hw, space, gpus, nodes, gbs, seq_len, tokens, prices, cost_model, tokens_per_batch,
+                 calibration, failures, jobs) -> CompareRow:
+    """One GPU type of :func:`compare`."""
+    world = gpus if gpus is not None else nodes * hw.gpus_per_node
+    problem = build_problem(model, [make_target(hw, world)], space, gbs=gbs, seq_len=seq_len, tokens=tokens,
+                            prices=prices, tokens_per_batch=tokens_per_batch, calibration=calibration,
+                            failures=failures)
+    res = exhaustive_search(problem, "time", cost_model, jobs=jobs)
+    msg = "" if res.best else no_fit_message(res, gbs is not None)
+    return CompareRow(hw.gpu.name, hw, res, res.best, msg)
 
 
 # --------------------------------------------------------------------------------------- size
@@ -164,8 +178,8 @@ class SizingResult:
 
     @property
     def searched(self) -> int:
-        """Allocations evaluated over all GPU types."""
-        return sum(len(t.frontier) + (t.smallest is not None) for t in self.types)
+        """Allocations (node counts of a GPU type) evaluated over all GPU types."""
+        return sum(max(t.evaluated, len(t.frontier)) for t in self.types)
 
     def to_dict(self) -> dict:
         return {"smallest": self.smallest.to_dict() if self.smallest else None,
@@ -216,7 +230,7 @@ def size_type(req: SizeRequest, hw: Hardware, cost_model, on_progress=None, on_f
                           reason=f"no whole node of {hw.gpus_per_node} GPUs lies between --min-gpus {req.min_gpus} "
                                  f"and --max-gpus {req.max_gpus}")
     sizer = TypeSizer(hw, req.deadline_s, lambda n: req.problem_at(hw, n), cost_model, lo, hi, on_progress, on_found)
-    out = sizer.run(start_nodes(req.model, req.tokens, req.deadline_s, hw, req.space))
+    out = sizer.run(start_nodes(req.model, req.tokens, req.deadline_s, hw, req.space, lo, hi))
     out.batch_note = batch_probe(req, sizer, out)
     return out
 
@@ -463,8 +477,6 @@ def _no_answer_message(req: SizeRequest, left: list[tuple[str, str]]) -> str:
 def size_notes(req: SizeRequest, types: list[TypeSizing], hardwares: list[Hardware], interrupted: bool) -> list[str]:
     """What the answer rests on: the batch, the minimality proof per type, batch limits, the goodput model and
     its limits, the prices and their sources."""
-    from costmodel.goodput import NOT_MODELLED  # deferred: the goodput model loads with the search
-
     notes = []
     if req.batch is not None:
         notes.append(f"batch {req.batch.text()} tokens ({req.batch.source}); {ROUNDING}")
@@ -478,14 +490,7 @@ def size_notes(req: SizeRequest, types: list[TypeSizing], hardwares: list[Hardwa
     if req.failures is None:
         notes.append("goodput: a perfect run is assumed (no failures, restarts or checkpoint stalls)")
     else:
-        f = req.failures
-        save = (f"async saves blocking {f.async_stall_s:g} s" if f.ckpt_mode == "async" else
-                f"sync saves at {f.storage_gbs:g} GB/s" if f.storage_gbs is not None else
-                "sync saves at 0.122 GB/s per GPU of the job (Llama 3's 2 TB/s over 16,384 GPUs)")
-        notes.append(f"goodput: {f.failure_rate:.3g} unexpected interruptions per GPU-hour (Llama 3, GOODPUT_FACTS.md "
-                     f"F7), {f.planned_per_day:.2g} planned per day, restart {f.restart_s / 60:g} min, {save}, "
-                     f"checkpoint interval {'given' if f.interval_s else 'from Daly (2006)'}, slow-down "
-                     f"{100 * f.slowdown:g} %; not modelled: {NOT_MODELLED}")
+        notes.append(f"goodput: {req.failures.describe()}")
     notes += price_notes(types, req.prices or {})
     return notes
 
