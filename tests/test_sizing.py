@@ -232,3 +232,35 @@ def test_compare_and_search_show_goodput_and_price_sources():
     assert r.exit_code == 0, r.output
     plans = json.loads(r.output)["plans"]
     assert all(0.9 < p["goodput"] < 1 and p["checkpoint_interval_iters"] >= 1 for p in plans)
+
+
+def test_llama3_405b_at_its_own_layout_days_follow_from_tflops_and_goodput():
+    """Llama 3 405B's layout (Dubey et al. 2024, Table 4: 16,384 H100, TP8 PP16, 16M-token batch = 2,048 sequences
+    of 8,192): goodput above 0.85, and the expected days are the model FLOPs over the predicted TFLOP/s of the
+    allocation, divided by the goodput."""
+    from costmodel.flops import model_flops_per_iteration
+    from planner.predict import predict
+    from planner.requests import PlanRequest
+    from planner.search.records import make_record
+
+    req = PlanRequest(model="llama3-405b", gpu="h100-sxm", gpus=16384, tp=8, pp=16, vpp=2, gbs=2048).resolve()
+    pred = predict(req.model, req.plan, req.hardware)
+    tokens = 15.6e12
+    problem = build_problem(req.model, [make_target(req.hardware, 16384)], SPACE, gbs=2048, tokens=tokens,
+                            failures=FailureModel())
+    rec = make_record(problem, problem.targets[0], req.plan, pred, None)
+    assert rec.goodput > 0.85
+    flops = model_flops_per_iteration(req.model, 1, 8192) / 8192 * tokens
+    assert flops == pytest.approx(3.8e25, rel=0.05)  # the paper's 3.8e25 FLOPs
+    ideal = flops / (16384 * pred.model_tflops_per_gpu * 1e12)
+    assert rec.time_to_train_s == pytest.approx(ideal / rec.goodput, rel=1e-6)
+
+
+def test_gh200_allocation_within_1_5x_h100_for_llama3_8b():
+    """Issue 25: llama3-8b, 15T tokens in 30 days gave 8,192 GH200 against 768 H100 (a 512-sequence batch forced
+    PP16 on one-GPU nodes); with the batch a decision GH200 needs at most 1.5x H100's GPUs."""
+    r = CliRunner().invoke(app, ["size", "--model", "llama3-8b", "--tokens", "15e12", "--deadline", "30d", "--gpu",
+                                 "gh200", "--gpu", "h100-sxm", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    gpus = {a["gpu"]: a["gpus"] for a in json.loads(r.output)["per_gpu"]}
+    assert gpus["gh200"] <= 1.5 * gpus["h100-sxm"], gpus
