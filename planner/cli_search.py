@@ -472,7 +472,7 @@ def _run_size(f: dict):
     if f["max_gpus"] <= 0 or f["min_gpus"] <= 0 or f["min_gpus"] > f["max_gpus"]:
         raise PlannerError(f"--min-gpus {f['min_gpus']} and --max-gpus {f['max_gpus']} must be positive with "
                            "--min-gpus <= --max-gpus.")
-    if f["budget"] is not None and not f["budget"] > 0:
+    if f["budget"] is not None and not (f["budget"] > 0 and f["budget"] < float("inf")):
         raise PlannerError(f"--budget must be a positive amount of USD, got {f['budget']}.")
     cat, hws = _hardwares(f["gpu"] or list(SIZE_DEFAULT_GPUS), None, None, f["hardware_file"])
     prices = parse_prices(f["price"], list(cat.gpus))
