@@ -167,8 +167,7 @@ PRICE_CHOICE = {
     "gb200": ("gb200_nvl72_gpu", "AWS", "u-p6e-gb200x72 (UltraServer)", "capacity-block",
               "third_party_price_table_2026_04"),
 }
-NO_PRICE = "none: no per-GPU-hour price of this GPU in gpus.yaml; pass --price GPU=USD_PER_GPU_HOUR"
-"""price_basis of a GPU without a price: every catalogue GPU has a price or says it has none."""
+NO_PRICE = "none: no per-GPU-hour price of this GPU in gpus.yaml; pass --price GPU=USD_PER_GPU_HOUR"  # price_basis
 PRICE_WHY = {
     "h200": "no Lambda H200 price; the most recent dated on-demand quote",
     "gb200": "the only GB200 price in the catalogue; a capacity-block (reserved) rate, not on-demand",
@@ -406,9 +405,7 @@ def _get(entry: dict, path: str):
 
 def _flags(comments: dict, entry_id: str, key: str, label: str) -> list[str]:
     c = comments.get((entry_id, key), "")
-    if "UNCERTAIN" in c or "DERIVED" in c:
-        return [f"{label}: {c.rstrip('.;')}."]
-    return []
+    return [f"{label}: {c.rstrip('.;')}."] if "UNCERTAIN" in c or "DERIVED" in c else []
 
 
 def _price(gpus_yaml: dict, choice) -> dict:
@@ -423,8 +420,7 @@ def _small_message_latency_us(data: Path, system: str, num_gpus: int) -> float:
     """nccl-tests all_reduce time (us) at the smallest message in an aiconfigurator table."""
     with open(data / "aiconfigurator" / "nccl" / NCCL_FILES[system], newline="") as f:
         rows = [r for r in csv.DictReader(f) if r["op_name"] == "all_reduce" and int(r["num_gpus"]) == num_gpus]
-    smallest = min(rows, key=lambda r: int(r["message_size"]))
-    return round(float(smallest["latency_ms"]) * 1000.0, 2)
+    return round(float(min(rows, key=lambda r: int(r["message_size"]))["latency_ms"]) * 1000.0, 2)
 
 
 def build(data: Path) -> dict[str, dict]:
