@@ -36,7 +36,8 @@ Pp = Annotated[int, typer.Option("--pp", help="Pipeline-parallel degree.")]
 Cp = Annotated[int, typer.Option("--cp", help="Context-parallel degree.")]
 Vpp = Annotated[int, typer.Option("--vpp", help="Virtual pipeline chunks per stage.")]
 Mbs = Annotated[int, typer.Option("--mbs", help="Micro-batch size (sequences).")]
-Gbs = Annotated[Optional[int], typer.Option("--gbs", help="Global batch size (sequences); default ~4M tokens.")]
+Gbs = Annotated[Optional[int], typer.Option("--gbs", help="Global batch size (sequences); default ~4M tokens "
+                                            "(search, compare, size: a range, see --tokens-per-batch).")]
 TokensPerBatch = Annotated[Optional[str], typer.Option(
     "--tokens-per-batch", help="Global batch in tokens, e.g. 4M or 16e6 (instead of --gbs; default ~4M).")]
 TokensPerBatchRange = Annotated[Optional[str], typer.Option(
@@ -116,6 +117,7 @@ Price = Annotated[list[str], typer.Option("--price", help="GPU=USD per GPU-hour,
 Space = Annotated[str, typer.Option("--space", help="Search-space preset (default, megatron, fsdp) or TOML file.")]
 Report = Annotated[Optional[str], typer.Option("--report",
     help="Also write a Markdown report with PNG plots, e.g. reports/NAME.md.")]
+ProgressBar = Annotated[bool, typer.Option("--progress/--no-progress", help="Progress bar on stderr (terminals only).")]
 MinGpus = Annotated[int, typer.Option("--min-gpus", help="Smallest allocation considered (GPUs).")]
 MaxGpus = Annotated[int, typer.Option("--max-gpus", help="Largest allocation considered (GPUs).")]
 

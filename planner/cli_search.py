@@ -433,8 +433,7 @@ def register(app: typer.Typer) -> None:
         ckpt_mode: O.CkptMode = None, ckpt_bandwidth: O.CkptBandwidth = None, ckpt_interval: O.CkptInterval = None,
         slowdown: O.Slowdown = None,
         fmt: str = typer.Option("table", "--format", help="table | json | csv | md."),
-        progress: bool = typer.Option(True, "--progress/--no-progress",
-                                      help="Progress bar on stderr (terminals only)."),
+        progress: O.ProgressBar = True,
         hardware_file: O.HardwareFile = [],
         report: O.Report = None,
     ) -> None:

@@ -131,10 +131,10 @@ def shapes_of(records: list[PlanRecord], top: int = SHAPES_TOP, within: float = 
     (TP, PP, CP, VPP) (per (TP, PP, CP) without ``group_vpp``), in rank order."""
     out: dict[Candidate, None] = {}
     seen_groups: set = set()
-    limit = _time_key(records[0]) * (1.0 + within) if records else 0.0
+    limit = time_key(records[0]) * (1.0 + within) if records else 0.0
     for i, r in enumerate(records):
         group = (r.tp, r.pp, r.cp, r.vpp if group_vpp else 0)
-        if i < top or _time_key(r) <= limit or group not in seen_groups:
+        if i < top or time_key(r) <= limit or group not in seen_groups:
             out.setdefault(shape_of(r), None)
         seen_groups.add(group)
     return list(out)
@@ -207,7 +207,7 @@ class TypeSizer:
     def shapes_point(self, nodes: int, shapes: list[Candidate] | None = None) -> Point:
         """Best of ``shapes`` (default: all known) at ``nodes``."""
         recs = [self.shape_record(nodes, s) for s in (self.shapes if shapes is None else shapes)]
-        best = min((r for r in recs if r is not None), key=_time_key, default=None)
+        best = min((r for r in recs if r is not None), key=time_key, default=None)
         return self._note(Point(nodes, nodes * self.hw.gpus_per_node, best, False))
 
     def full_point(self, nodes: int) -> Point:
@@ -329,7 +329,7 @@ class TypeSizer:
             n = max(n + 1, round(n * FRONTIER_STEP))
         counts.append(self.max_nodes)
         ranked = sorted((r for r in (self.shape_record(smallest, s) for s in self.shapes) if r is not None),
-                        key=_time_key)
+                        key=time_key)
         shapes = shapes_of(ranked, top=6, within=0.0, group_vpp=False) or self.shapes
         for c in counts:
             if not self.points.get(c, Point(c, 0, None, False)).exhaustive:
@@ -372,10 +372,11 @@ def best_plan_search(ev: Evaluator) -> list[PlanRecord]:
             if e.record is not None:
                 kept.append(c)
                 records.append(e.record)
-    return sorted(records, key=_time_key)
+    return sorted(records, key=time_key)
 
 
-def _time_key(r: PlanRecord) -> float:
+def time_key(r: PlanRecord) -> float:
+    """Time to train of a record, inf when it trains nothing (no token budget, or a goodput of 0)."""
     return r.time_to_train_s if r.time_to_train_s is not None else math.inf
 
 
@@ -383,4 +384,4 @@ def _better(a: PlanRecord | None, b: PlanRecord | None) -> bool:
     """``a`` trains faster than ``b`` (a missing record is never better)."""
     if a is None:
         return False
-    return b is None or _time_key(a) < _time_key(b)
+    return b is None or time_key(a) < time_key(b)

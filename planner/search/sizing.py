@@ -17,7 +17,7 @@ from costmodel.core.specs.model import ModelSpec
 from costmodel.cost.base import OperatorCostModel
 from planner.batch import ROUNDING, BatchRange, tokens_text
 from planner.requests import suffixed_number
-from planner.search.allocation import Point, TypeSizer, TypeSizing, best_plan_search, start_nodes
+from planner.search.allocation import Point, TypeSizer, TypeSizing, best_plan_search, start_nodes, time_key
 from planner.search.engine import SearchResult, exhaustive_search
 from planner.search.nofit import no_fit_message
 from planner.search.objective import Evaluator
@@ -248,8 +248,8 @@ def batch_probe(req: SizeRequest, sizer: TypeSizer, out: TypeSizing) -> str:
     if req.batch is None:
         return ""
     point = out.smallest or out.fastest
-    if point is None or point.record is None:
-        return ""
+    if point is None or point.record is None or point.record.time_to_train_s is None:
+        return ""  # nothing trains there (no plan, or a goodput of 0)
     base = point.record
     for factor in (2, 4, 8):
         low = req.batch.min_tokens * (factor if req.batch.single else 1)
@@ -259,8 +259,8 @@ def batch_probe(req: SizeRequest, sizer: TypeSizer, out: TypeSizing) -> str:
             recs = best_plan_search(ev)
         else:
             recs = [e.record for e in (ev.evaluate(s) for s in sizer.shapes) if e.record is not None]
-        best = min(recs, key=lambda r: r.time_to_train_s, default=None)
-        if best is None or best.time_to_train_s > base.time_to_train_s / (1.0 + BATCH_GAIN):
+        best = min(recs, key=time_key, default=None)
+        if best is None or time_key(best) > base.time_to_train_s / (1.0 + BATCH_GAIN):
             return ""
         meets = best.time_to_train_s <= req.deadline_s
         if out.smallest is not None or meets or factor == 8:
@@ -446,6 +446,9 @@ def _left_out_reason(t: TypeSizing, req: SizeRequest, budget_usd: float | None) 
         why = t.reason
         if t.fastest is not None and t.fastest.days is not None:
             why += f" ({t.fastest.gpus} GPUs need {t.fastest.days:.1f} d)"
+        elif t.fastest is not None and t.fastest.record is not None and t.fastest.record.goodput == 0:
+            why += (" (goodput 0: with this failure model the job is interrupted more often than it can restart "
+                    "and save; see --restart-min, --ckpt-interval, --failure-rate)")
         return why + (f"; {t.batch_note}" if t.batch_note else "")
     if budget_usd is not None:
         if t.smallest.record.price_usd_per_gpu_hour is None:
