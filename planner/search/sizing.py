@@ -99,20 +99,48 @@ def compare(model: ModelSpec, hardwares: list[Hardware], space: SearchSpace, *, 
             calibration: object = None, failures: object = None, jobs: int = 1, progress=None) -> list[CompareRow]:
     """Best plan per GPU type on ``gpus`` GPUs (or ``nodes`` nodes of each type), by time per token, predicted
     with ``calibration`` (planner.calibrate.Calibration; None = uncalibrated); ``failures``
-    (costmodel.goodput.FailureModel) makes time and cost to train expected values; ``jobs`` > 1 splits each
-    search's candidates over that many forked processes; ``progress(done, total, predictions, '')`` is called after
-    each GPU type. Ctrl-C stops after the GPU type being searched: the rows returned are those finished (fewer than
-    ``hardwares``)."""
-    rows: list[CompareRow] = []
+    (costmodel.goodput.FailureModel) makes time and cost to train expected values; ``jobs`` > 1 searches that many
+    GPU types at once in forked processes (one type: splits its search's candidates over them);
+    ``progress(done, total, predictions, '')`` is called as GPU types finish. Ctrl-C stops the search: the rows
+    returned are those finished (fewer than ``hardwares``), in the order given."""
+    global _FORK_COMPARE
+    args = [(model, hw, space, gpus, nodes, gbs, seq_len, tokens, prices, cost_model, tokens_per_batch, calibration,
+             failures, jobs if len(hardwares) == 1 else 1) for hw in hardwares]
+    done: dict[int, CompareRow] = {}
+
+    def tick() -> None:
+        if progress is not None:
+            progress(len(done), len(args), sum(r.result.counts.get("ok", 0) for r in done.values()), "")
+
     with InterruptFlag() as stop:
-        for hw in hardwares:
-            if stop.hit:
-                break
-            rows.append(_compare_one(model, hw, space, gpus, nodes, gbs, seq_len, tokens, prices, cost_model,
-                                     tokens_per_batch, calibration, failures, jobs))
-            if progress is not None:
-                progress(len(rows), len(hardwares), sum(r.result.counts.get("ok", 0) for r in rows), "")
-    return rows
+        if jobs > 1 and len(args) > 1 and "fork" in mp.get_all_start_methods():
+            _FORK_COMPARE = tuple(args)
+            pool = mp.get_context("fork").Pool(min(jobs, len(args)), initializer=ignore_sigint)
+            try:
+                for k, row in pool.imap_unordered(_compare_forked, range(len(args))):
+                    done[k] = row
+                    tick()
+                    if stop.hit:
+                        break
+            finally:
+                pool.terminate()
+                pool.join()
+                _FORK_COMPARE = None
+        else:
+            for k, a in enumerate(args):
+                if stop.hit:
+                    break
+                done[k] = _compare_one(*a)
+                tick()
+    return [done[k] for k in sorted(done)]
+
+
+_FORK_COMPARE: tuple | None = None
+"""Arguments of :func:`_compare_one` per GPU type, handed to the forked workers of :func:`compare`."""
+
+
+def _compare_forked(k: int) -> tuple[int, CompareRow]:
+    return k, _compare_one(*_FORK_COMPARE[k])
 
 
 def _compare_one(model, hw, space, gpus, nodes, gbs, seq_len, tokens, prices, cost_model, tokens_per_batch,
