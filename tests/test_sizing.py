@@ -70,7 +70,7 @@ def test_more_recomputation_or_sharding_never_trains_faster():
     from planner.predict import default_cost_model
 
     cm = default_cost_model()
-    cases = [("llama3-70b", "h100-sxm", 512, cm), ("llama-13b", "a100-80gb", 64, cm), ("llama3-8b", "gh200", 256, CM),
+    cases = [("llama3-70b", "h100-sxm", 512, cm), ("llama-13b", "a100-80gb", 64, CM), ("llama3-8b", "gh200", 256, CM),
              ("mixtral-8x7b", "h100-sxm", 64, CM)]
     for name, gpu, gpus, cm in cases:
         p = build_problem(resolve_model(name), [make_target(CAT.resolve(gpu), gpus)], load_space("default"),
