@@ -44,7 +44,15 @@ CASES = [("llama-13b", "a100-80gb", 128), ("llama3-70b", "h100-sxm", 512), ("gpt
 """llama-13b and llama3-70b: the issue's reference cases; gpt3-175b on 1,024 H100: the case where Optuna
 alone was 8 % off the optimum (issue 14)."""
 COMMANDS = [["search", "--model", "llama-13b", "--gpus", "128", "--seed", "0", "--no-progress"],
-            ["size", "--model", "llama3-70b", "--tokens", "2e12", "--deadline", "30d"]]
+            ["size", "--model", "llama3-70b", "--tokens", "2e12", "--deadline", "30d"],
+            ["compare", "--model", "llama3-70b", "--gpus", "512", "--gpu", "a100-80gb", "--gpu", "h100-sxm", "--tokens",
+             "2e12"]]
+"""Commands with the 2 s target (issues 14 and 25): search, `size` (the every-node-count allocation search with
+goodput and the batch decision) and `compare` of the same model."""
+SIZE_COMMANDS = [["size", "--model", "llama3-405b", "--tokens", "15e12", "--deadline", "90d", "--gpu", "h100-sxm"],
+                 ["size", "--model", "llama3-8b", "--tokens", "15e12", "--deadline", "30d", "--gpu", "gh200", "--gpu",
+                  "h100-sxm"]]
+"""The other sizing commands of issue 25: timed and reported, no target of their own."""
 MOE_COMMANDS = [["search", "--model", "mixtral-8x22b", "--gpus", "256", "--seed", "0", "--no-progress"]]
 """MoE search with EP and ETP as dimensions (issue 17): timed and reported, no target of its own (issue 14's 2 s
 targets are the dense commands above, which EP leaves unchanged)."""
@@ -62,17 +70,25 @@ QUALITY_GAP = 0.005
 
 
 def end_to_end(repeat: int) -> list[dict]:
+    """Wall time of each command (median of ``repeat`` runs) and the CPU seconds it used, its forked workers
+    included (on a loaded machine the wall time grows, the CPU time does not)."""
+    import resource
+
     out = []
-    for args in COMMANDS + MOE_COMMANDS:
+    for args in COMMANDS + MOE_COMMANDS + SIZE_COMMANDS:
         cmd = [sys.executable, "-c", "from planner.cli import main; main()", *args]
-        walls = []
+        walls, cpus = [], []
         for _ in range(repeat):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             t0 = time.perf_counter()
             r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
             walls.append(time.perf_counter() - t0)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpus.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
             if r.returncode != 0:
                 raise SystemExit(f"planner {' '.join(args)} failed: {r.stderr.strip()}")
         out.append({"command": "planner " + " ".join(args), "wall_s": walls, "median_s": statistics.median(walls),
+                    "cpu_s": cpus, "median_cpu_s": statistics.median(cpus), "load_average": os.getloadavg()[0],
                     "target_s": TARGET_S if args in COMMANDS else None})
     return out
 
@@ -138,6 +154,7 @@ def optuna_budget(seeds: int) -> dict:
 
 def exhaustive(problem, cost_model, jobs: int) -> dict:
     from planner.search.engine import exhaustive_search
+    from planner.search.records import seconds_per_token
 
     t0 = time.perf_counter()
     res = exhaustive_search(problem, cost_model=cost_model, jobs=jobs)
@@ -145,11 +162,13 @@ def exhaustive(problem, cost_model, jobs: int) -> dict:
     return {"jobs": jobs, "seconds": dt, "space_points": res.space_size, "valid_candidates": res.evaluated,
             "predictions": res.counts.get("ok", 0), "space_points_per_s": res.space_size / dt,
             "candidates_per_s": res.evaluated / dt, "predictions_per_s": res.counts.get("ok", 0) / dt,
-            "best_iteration_time_s": res.best.iteration_time_s if res.best else None}
+            "best_iteration_time_s": res.best.iteration_time_s if res.best else None,
+            "best_seconds_per_mtoken": seconds_per_token(res.best) * 1e6 if res.best else None}
 
 
 def quality(problem, cost_model, best: float, seeds: int, mode: str, trials: int = 200) -> dict:
     from planner.search.engine import search
+    from planner.search.records import seconds_per_token
 
     gaps, secs, methods = [], [], set()
     for seed in range(seeds):
@@ -157,7 +176,7 @@ def quality(problem, cost_model, best: float, seeds: int, mode: str, trials: int
         res = search(problem, n_trials=trials, seed=seed, cost_model=cost_model, mode=mode)
         secs.append(time.perf_counter() - t0)
         methods.add(res.method)
-        gaps.append(res.best.iteration_time_s / best - 1.0 if res.best else float("inf"))
+        gaps.append(seconds_per_token(res.best) * 1e6 / best - 1.0 if res.best else float("inf"))
     return {"mode": mode, "methods": sorted(methods), "trials": trials, "seeds": seeds,
             "hit_rate_within_0.5pct": sum(g <= QUALITY_GAP for g in gaps) / seeds,
             "hit_rate_within_1pct": sum(g <= 0.01 for g in gaps) / seeds,
@@ -190,6 +209,7 @@ def main() -> None:
     ap.add_argument("--persistent-only", action="store_true", help="Only the persistent-study timings (2b).")
     ap.add_argument("--optuna-only", action="store_true", help="Only the 3,000-trial Optuna search (2c).")
     ap.add_argument("--optuna-seeds", type=int, default=3, help="Seeds of the 3,000-trial Optuna search (2c).")
+    ap.add_argument("--end-to-end-only", action="store_true", help="Only the end-to-end command timings (1).")
     ap.add_argument("--no-fail", action="store_true", help="Report only; exit 0 even when a target is missed.")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
@@ -204,19 +224,20 @@ def main() -> None:
     only = args.persistent_only or args.optuna_only
     out = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}, "cost_model": cm.name,
            "end_to_end": [] if only else end_to_end(args.repeat),
-           "persistent": [] if args.optuna_only else persistent(args.repeat),
-           "optuna_budget": None if args.persistent_only else optuna_budget(args.optuna_seeds), "cases": []}
+           "persistent": [] if args.optuna_only or args.end_to_end_only else persistent(args.repeat),
+           "optuna_budget": None if args.persistent_only or args.end_to_end_only else optuna_budget(args.optuna_seeds),
+           "cases": []}
     cat = load_catalogue()
     misses: list[str] = _optuna_misses(out["optuna_budget"])
-    for model, gpu, gpus in ([] if only else CASES):
+    for model, gpu, gpus in ([] if only or args.end_to_end_only else CASES):
         problem = build_problem(resolve_model(model), [make_target(cat.resolve(gpu), gpus)], load_space("default"))
         cold = exhaustive(problem, cm, 1)
         runs = [exhaustive(problem, cm, j) for j in (1, 2, 1, 2)]
         best = {j: max((r for r in runs if r["jobs"] == j), key=lambda r: r["space_points_per_s"]) for j in (1, 2)}
-        case = {"model": model, "gpu": gpu, "gpus": gpus, "gbs": problem.global_batch_size,
+        case = {"model": model, "gpu": gpu, "gpus": gpus, "batch": problem.batch_text(),
                 "seq_len": problem.seq_len, "exhaustive_cold": cold, "exhaustive_warm": best,
-                "default": quality(problem, cm, cold["best_iteration_time_s"], args.seeds, "auto"),
-                "optuna": quality(problem, cm, cold["best_iteration_time_s"], args.seeds, "optuna")}
+                "default": quality(problem, cm, cold["best_seconds_per_mtoken"], args.seeds, "auto"),
+                "optuna": quality(problem, cm, cold["best_seconds_per_mtoken"], args.seeds, "optuna")}
         out["cases"].append(case)
         d, o = case["default"], case["optuna"]
         print(f"{model}/{gpus}x{gpu}: exhaustive {best[1]['space_points_per_s']:,.0f} space points/s "
@@ -228,7 +249,8 @@ def main() -> None:
         if d["max_gap"] > QUALITY_GAP:
             misses.append(f"{model}/{gpus}x{gpu}: the default search is {100 * d['max_gap']:.2f} % off the optimum")
     for e in out["end_to_end"]:
-        print(f"end to end: {e['command']}: median {e['median_s']:.2f} s "
+        print(f"end to end: {e['command']}: median {e['median_s']:.2f} s ({e['median_cpu_s']:.2f} CPU-s, load "
+              f"{e['load_average']:.1f}) "
               + (f"(target {e['target_s']:.0f} s)" if e["target_s"] else "(reported, no target)"), file=sys.stderr)
         if e["target_s"] and e["median_s"] > e["target_s"]:
             misses.append(f"{e['command']} took {e['median_s']:.2f} s > {e['target_s']:.0f} s")

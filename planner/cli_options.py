@@ -36,9 +36,13 @@ Pp = Annotated[int, typer.Option("--pp", help="Pipeline-parallel degree.")]
 Cp = Annotated[int, typer.Option("--cp", help="Context-parallel degree.")]
 Vpp = Annotated[int, typer.Option("--vpp", help="Virtual pipeline chunks per stage.")]
 Mbs = Annotated[int, typer.Option("--mbs", help="Micro-batch size (sequences).")]
-Gbs = Annotated[Optional[int], typer.Option("--gbs", help="Global batch size (sequences); default ~4M tokens.")]
+Gbs = Annotated[Optional[int], typer.Option("--gbs", help="Global batch size (sequences); default ~4M tokens "
+                                            "(search, compare, size: a range, see --tokens-per-batch).")]
 TokensPerBatch = Annotated[Optional[str], typer.Option(
     "--tokens-per-batch", help="Global batch in tokens, e.g. 4M or 16e6 (instead of --gbs; default ~4M).")]
+TokensPerBatchRange = Annotated[Optional[str], typer.Option(
+    "--tokens-per-batch", help="Global batch in tokens: one value (16M) or a range MIN:MAX (4M:16M) each plan takes "
+    "its GBS from (instead of --gbs; default: 4M to DeepSeek's compute-optimal batch, planner/batch.py).")]
 SeqLen = Annotated[Optional[int], typer.Option("--seq-len", help="Sequence length (default: model's max).")]
 Recompute = Annotated[str, typer.Option("--recompute", help="none | selective | full.")]
 RecomputeModules = Annotated[Optional[str], typer.Option(
@@ -131,6 +135,41 @@ Price = Annotated[list[str], typer.Option("--price", help="GPU=USD per GPU-hour,
 Space = Annotated[str, typer.Option("--space", help="Search-space preset (default, megatron, fsdp) or TOML file.")]
 Report = Annotated[Optional[str], typer.Option("--report",
     help="Also write a Markdown report with PNG plots, e.g. reports/NAME.md.")]
+ProgressBar = Annotated[bool, typer.Option("--progress/--no-progress", help="Progress bar on stderr (terminals only).")]
+MinGpus = Annotated[int, typer.Option("--min-gpus", help="Smallest allocation considered (GPUs).")]
+MaxGpus = Annotated[int, typer.Option("--max-gpus", help="Largest allocation considered (GPUs).")]
+
+# ---------------------------------------------------------------- goodput (costmodel/goodput.py; defaults cited there)
+Goodput = Annotated[bool, typer.Option("--goodput/--no-goodput", help="Expected time and cost to train with "
+                                       "failures, restarts and checkpoint stalls (default) or a perfect run.")]
+FailureRate = Annotated[Optional[float], typer.Option(
+    "--failure-rate", help="Unexpected interruptions per GPU-hour (default 1.97e-5, Llama 3).")]
+PlannedInterruptions = Annotated[Optional[float], typer.Option(
+    "--planned-interruptions", help="Planned interruptions per day for the job (default 0.87, Llama 3).")]
+RestartMin = Annotated[Optional[float], typer.Option("--restart-min", help="Minutes to restart (default 10).")]
+CkptMode = Annotated[Optional[str], typer.Option(
+    "--ckpt-mode", help="sync (save blocks: size / bandwidth) | async (device-to-host stall only); default sync.")]
+CkptBandwidth = Annotated[Optional[float], typer.Option(
+    "--ckpt-bandwidth", help="Aggregate checkpoint write bandwidth, GB/s (default 0.122 per GPU of the job).")]
+CkptInterval = Annotated[Optional[float], typer.Option(
+    "--ckpt-interval", help="Checkpoint interval in minutes (default: Daly's optimum).")]
+Slowdown = Annotated[Optional[float], typer.Option(
+    "--slowdown", help="Throughput fraction lost to stragglers while running (default 0.015).")]
+
+
+def failure_model(flags: dict):
+    """The costmodel.goodput.FailureModel named by a command's goodput flags (None with --no-goodput); a bad value
+    raises PlannerError."""
+    from costmodel.goodput import FailureModel  # deferred: only the sizing commands need it
+
+    if not flags.get("goodput", True):
+        return None
+    given = {"failure_rate": flags.get("failure_rate"), "planned_per_day": flags.get("planned_interruptions"),
+             "restart_s": None if flags.get("restart_min") is None else 60.0 * flags["restart_min"],
+             "ckpt_mode": flags.get("ckpt_mode"), "storage_gbs": flags.get("ckpt_bandwidth"),
+             "interval_s": None if flags.get("ckpt_interval") is None else 60.0 * flags["ckpt_interval"],
+             "slowdown": flags.get("slowdown")}
+    return FailureModel(**{k: v for k, v in given.items() if v is not None})
 
 
 def _err(message: str) -> typer.Exit:

@@ -6,7 +6,8 @@ import json
 import os
 import shlex
 import sys
-from dataclasses import dataclass, fields
+import time
+from dataclasses import dataclass, fields, replace
 from typing import Optional
 
 import typer
@@ -17,6 +18,7 @@ from costmodel.core.errors import Interrupted, PlannerError
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.presets import resolve_model
 from planner import cli_options as O
+from planner.batch import parse_batch_range
 from planner.calibrate import calibration_option
 from planner.cli_options import DEFAULT_GPU, SIZE_DEFAULT_GPUS, etp_list
 from planner.cli_options import bool_list as _bool_list
@@ -24,7 +26,7 @@ from planner.cli_options import int_list as _int_list
 from planner.cli_options import str_list as _str_list
 from planner.formats import FORMATS
 from planner.reports.markdown import report_path
-from planner.reports.results import compare_table, emit_records, explain_out, size_out, working
+from planner.reports.results import compare_table, emit_records, explain_out, size_out
 from planner.requests import PlanRequest
 
 
@@ -223,7 +225,7 @@ def register(app: typer.Typer) -> None:
         allow_tp_across_nodes: O.AllowTpAcrossNodes = False,
         headroom: O.Headroom = None,
         gbs: O.Gbs = None,
-        tokens_per_batch: O.TokensPerBatch = None,
+        tokens_per_batch: O.TokensPerBatchRange = None,
         seq_len: O.SeqLen = None,
         tokens: O.TokenBudget = None,
         price: O.Price = [],
@@ -253,9 +255,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Search parallel layouts (every valid plan when the space is small enough, else Optuna) and print the
         ranked plans."""
-        # deferred: the planner.search package (engine, samplers) loads only for search commands
-        from planner.search.records import batch_text
-
         if fmt not in FORMATS:
             raise _err(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
         if top <= 0:
@@ -272,7 +271,7 @@ def register(app: typer.Typer) -> None:
             meta = {"model": problem.model.name, "search": result.summary()}
             s = result.summary()
             title = (f"{problem.model.name}: top {len(recs)} of {len(result.records)} distinct feasible plans "
-                     f"(GBS {batch_text(problem.global_batch_size, problem.seq_len)} tokens, seq {problem.seq_len}, "
+                     f"({problem.batch_text()}, seq {problem.seq_len}, "
                      f"{result.method}, objective {objective})")
             emit_records(recs, fmt, problem.model, meta, title)
             if fmt == "table":
@@ -365,13 +364,18 @@ def register(app: typer.Typer) -> None:
         price: O.Price = [],
         space: O.Space = "default",
         gbs: O.Gbs = None,
-        tokens_per_batch: O.TokensPerBatch = None,
+        tokens_per_batch: O.TokensPerBatchRange = None,
         seq_len: O.SeqLen = None,
+        goodput: O.Goodput = True, failure_rate: O.FailureRate = None,
+        planned_interruptions: O.PlannedInterruptions = None, restart_min: O.RestartMin = None,
+        ckpt_mode: O.CkptMode = None, ckpt_bandwidth: O.CkptBandwidth = None, ckpt_interval: O.CkptInterval = None,
+        slowdown: O.Slowdown = None,
         fmt: str = typer.Option("table", "--format", help="table | json | csv | md."),
         hardware_file: O.HardwareFile = [],
         report: O.Report = None,
     ) -> None:
-        """Best plan per GPU type: time/iteration, tokens/s, $ per Mtoken, time and cost to train."""
+        """Best plan per GPU type: time/iteration, tokens/s, $ per Mtoken, time and cost to train (expected, with
+        the goodput of each allocation)."""
         # deferred: the planner.search package (engine, samplers) loads only for search commands
         from planner.search.records import rank
         from planner.search.sizing import compare as run_compare
@@ -388,9 +392,16 @@ def register(app: typer.Typer) -> None:
             prices = parse_prices(price, list(cat.gpus))
             tok = parse_tokens(tokens) if tokens is not None else None
             m = resolve_model(model)
-            rows = run_compare(m, hws, load_space(space), gpus=gpus, nodes=nodes, gbs=gbs, seq_len=seq_len,
-                               tokens=tok, prices=prices, tokens_per_batch=O.parse_batch_tokens(tokens_per_batch),
-                               calibration=calibration_option(None))  # as `planner predict` applies it
+            bar, update = _delayed_bar(f"comparing {m.name} on {', '.join(h.gpu.name for h in hws)}")
+            try:
+                rows = run_compare(m, hws, load_space(space), gpus=gpus, nodes=nodes, gbs=gbs, seq_len=seq_len,
+                                   tokens=tok, prices=prices, tokens_per_batch=parse_batch_range(tokens_per_batch),
+                                   calibration=calibration_option(None),  # as `planner predict` applies it
+                                   failures=O.failure_model(locals()), jobs=_jobs(0), progress=update)
+            finally:
+                bar.stop()
+            if not rows:
+                raise Interrupted("no GPU type was compared before Ctrl-C")
         except PlannerError as exc:
             raise _err(str(exc)) from None
         best = [r.best for r in rows if r.best is not None]
@@ -405,6 +416,9 @@ def register(app: typer.Typer) -> None:
             from planner.reports.search_report import write_compare_report
 
             _write_report(lambda: write_compare_report(report, rows, m, tokens=tok))
+        if len(rows) < len(hws):
+            typer.echo(f"interrupted: {len(rows)} of {len(hws)} GPU types compared before Ctrl-C", err=True)
+            raise typer.Exit(code=130)
         if not best:
             raise _err(rows[0].message)
 
@@ -414,40 +428,31 @@ def register(app: typer.Typer) -> None:
         tokens: O.TokenBudget,
         deadline: str = typer.Option(..., "--deadline", help="Wall-clock limit: 72h, 30d, 3w."),
         gpu: O.SizeGpuList = [],
-        max_gpus: int = typer.Option(16384, "--max-gpus", help="Largest allocation considered."),
+        min_gpus: O.MinGpus = 1,
+        max_gpus: O.MaxGpus = 16384,
         budget: Optional[float] = typer.Option(None, "--budget", help="Largest cost in USD."),
         price: O.Price = [],
         space: O.Space = "default",
         gbs: O.Gbs = None,
-        tokens_per_batch: O.TokensPerBatch = None,
+        tokens_per_batch: O.TokensPerBatchRange = None,
         seq_len: O.SeqLen = None,
+        goodput: O.Goodput = True, failure_rate: O.FailureRate = None,
+        planned_interruptions: O.PlannedInterruptions = None, restart_min: O.RestartMin = None,
+        ckpt_mode: O.CkptMode = None, ckpt_bandwidth: O.CkptBandwidth = None, ckpt_interval: O.CkptInterval = None,
+        slowdown: O.Slowdown = None,
         fmt: str = typer.Option("table", "--format", help="table | json | csv | md."),
+        progress: O.ProgressBar = True,
         hardware_file: O.HardwareFile = [],
         report: O.Report = None,
     ) -> None:
-        """Smallest allocation (nodes of which GPU) that trains the tokens before the deadline; also the cheapest."""
-        # deferred: the planner.search package (engine, samplers) loads only for search commands
-        from planner.search.sizing import parse_deadline, parse_prices, parse_tokens
-        from planner.search.sizing import size as run_size
-        from planner.search.space import load_space
-
+        """Smallest allocation (nodes of which GPU) that trains the tokens before the deadline, proved minimal; also
+        the cheapest and the frontier (GPUs vs days vs USD). Times are expected values with failures, restarts and
+        checkpoints (--no-goodput: a perfect run); the batch is chosen per plan from a range (--tokens-per-batch)."""
         if fmt not in FORMATS:
             raise _err(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
         try:
             _check_report(report)
-            seconds = parse_deadline(deadline)
-            tok = parse_tokens(tokens)
-            if max_gpus <= 0:
-                raise PlannerError(f"--max-gpus must be a positive integer, got {max_gpus}.")
-            if budget is not None and not budget > 0:
-                raise PlannerError(f"--budget must be a positive amount of USD, got {budget}.")
-            cat, hws = _hardwares(gpu or list(SIZE_DEFAULT_GPUS), None, None, hardware_file)
-            prices = parse_prices(price, list(cat.gpus))
-            m = resolve_model(model)
-            with working(f"sizing {m.name} on {', '.join(h.gpu.name for h in hws)}"):
-                res = run_size(m, tok, seconds, hws, load_space(space), max_gpus=max_gpus, budget_usd=budget, gbs=gbs,
-                               seq_len=seq_len, prices=prices, tokens_per_batch=O.parse_batch_tokens(tokens_per_batch),
-                               jobs=_jobs(0), calibration=calibration_option(None))
+            m, tok, seconds, hws, res = _run_size(locals())
         except PlannerError as exc:
             raise _err(str(exc)) from None
         size_out(m, tok, seconds, res, fmt)
@@ -456,13 +461,69 @@ def register(app: typer.Typer) -> None:
             from planner.reports.search_report import write_size_report
 
             _write_report(lambda: write_size_report(report, res, m, tok, seconds, hws))
+        if res.interrupted:
+            typer.echo("interrupted: the answer above is the best found before Ctrl-C, not proved minimal", err=True)
+            raise typer.Exit(code=130)
+
+
+def _run_size(f: dict):
+    """Parse `planner size` flags and run it with a progress bar (shown after a second of work, terminals only);
+    returns (model, tokens, deadline s, hardwares, SizingResult)."""
+    # deferred: the planner.search package (engine, samplers) loads only for search commands
+    from planner.search.sizing import parse_deadline, parse_prices, parse_tokens
+    from planner.search.sizing import size as run_size
+    from planner.search.space import load_space
+
+    seconds = parse_deadline(f["deadline"])
+    tok = parse_tokens(f["tokens"])
+    if f["max_gpus"] <= 0 or f["min_gpus"] <= 0 or f["min_gpus"] > f["max_gpus"]:
+        raise PlannerError(f"--min-gpus {f['min_gpus']} and --max-gpus {f['max_gpus']} must be positive with "
+                           "--min-gpus <= --max-gpus.")
+    if f["budget"] is not None and not (f["budget"] > 0 and f["budget"] < float("inf")):
+        raise PlannerError(f"--budget must be a positive amount of USD, got {f['budget']}.")
+    cat, hws = _hardwares(f["gpu"] or list(SIZE_DEFAULT_GPUS), None, None, f["hardware_file"])
+    prices = parse_prices(f["price"], list(cat.gpus))
+    m = resolve_model(f["model"])
+    bar, update = _delayed_bar(f"sizing {m.name} on {', '.join(h.gpu.name for h in hws)}") if f["progress"] \
+        else (None, None)
+    try:
+        res = run_size(m, tok, seconds, hws, load_space(f["space"]), min_gpus=f["min_gpus"], max_gpus=f["max_gpus"],
+                       budget_usd=f["budget"], gbs=f["gbs"], seq_len=f["seq_len"], prices=prices,
+                       tokens_per_batch=parse_batch_range(f["tokens_per_batch"]), jobs=_jobs(0),
+                       calibration=calibration_option(None), failures=O.failure_model(f), progress=update)
+    finally:
+        if bar is not None:
+            bar.stop()
+    return m, tok, seconds, hws, res
+
+
+def _delayed_bar(description: str):
+    """A rich progress bar on stderr that appears once the work has run for a second (terminals only), and the
+    callback feeding it: update(done_types, total_types, predictions, best_so_far)."""
+    console = Console(stderr=True)
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=console, transient=True,
+                   disable=not console.is_terminal)
+    task = bar.add_task(description, total=None, info="")
+    t0, shown = time.monotonic(), [False]
+
+    def update(done: int, total: int, predictions: int, best: str) -> None:
+        if not shown[0] and time.monotonic() - t0 > 1.0:
+            bar.start()
+            shown[0] = True
+        info = f"GPU types; {predictions:,} plans predicted" + (f"; best so far {best}" if best else "")
+        bar.update(task, completed=done, total=total, info=info)
+
+    return bar, update
 
 
 def _run_search(r: SearchRequest):
     """Build the search problem of ``r`` and run it (with a progress bar when asked); returns (result, problem)."""
     # deferred: the planner.search package (engine, samplers) loads only for search commands
+    from costmodel.goodput import FailureModel
     from planner.calibrate import calibration_option
     from planner.search.engine import search as run
+    from planner.search.nofit import search_notes
     from planner.search.sizing import parse_prices, parse_tokens
     from planner.search.space import build_problem
 
@@ -474,9 +535,11 @@ def _run_search(r: SearchRequest):
     cat, hws = _hardwares(list(r.gpu), r.cluster, r.gpus_per_node, r.hardware_file)
     prices = parse_prices(list(r.price), list(cat.gpus))
     m = resolve_model(r.model)
+    # time and cost to train (--tokens) and the cost ranking are expected values under the default goodput model
+    failures = FailureModel() if r.tokens is not None or r.objective in ("cost", "pareto") else None
     problem = build_problem(m, _targets(hws, r.gpus, r.nodes, r.nodes_range), space, gbs=r.gbs, seq_len=r.seq_len,
                             tokens=parse_tokens(r.tokens) if r.tokens is not None else None, prices=prices,
-                            tokens_per_batch=O.parse_batch_tokens(r.tokens_per_batch),
+                            tokens_per_batch=parse_batch_range(r.tokens_per_batch), failures=failures,
                             calibration=calibration_option(None))  # as `planner predict` applies it
     bar, update = _progress_bar("searching") if r.progress else (None, None)
     if bar is not None:
@@ -488,7 +551,7 @@ def _run_search(r: SearchRequest):
     finally:
         if bar is not None:
             bar.stop()
-    return result, problem
+    return result, replace(problem, notes=problem.notes + tuple(search_notes(result)))
 
 
 def _resume_command() -> str:

@@ -127,7 +127,10 @@ class SearchResult:
                 "trials": self.trials, "study_trials": self.study_trials, "study_name": self.study_name,
                 "elapsed_s": round(self.elapsed_s, 3), "global_batch_size": self.problem.global_batch_size,
                 "seq_len": self.problem.seq_len, "tokens": self.problem.tokens,
-                "batch_tokens": self.problem.global_batch_size * self.problem.seq_len, "mode_note": self.mode_note,
+                "batch_tokens": (self.problem.global_batch_size * self.problem.seq_len
+                                 if self.problem.global_batch_size is not None else None),
+                "batch_range": self.problem.batch.to_dict() if self.problem.batch is not None else None,
+                "mode_note": self.mode_note,
                 "collapsed_equivalent": self.collapsed}
 
 

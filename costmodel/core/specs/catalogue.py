@@ -52,6 +52,7 @@ GPU_FIELDS = {
     "price_usd_per_gpu_hour": ("pos", "a number > 0 (USD per GPU-hour)"),
     "price_date": ("str", "a string"),
     "price_source": ("str", "a string"),
+    "price_basis": ("str", "a string (provider, instance, pricing type)"),
     "measured_data": ("bool", "true or false"),
     "sources": ("sources", "a table of figure = source id (or list of ids)"),
     "notes": ("str", "a string"),
@@ -286,6 +287,8 @@ def _merge(table: dict, kind: str, raw: dict, origin: str, rules: dict) -> None:
             else:
                 entry[f] = v
         entry["_origin"] = origin
+        if existing and "price_usd_per_gpu_hour" in checked and "price_basis" not in checked:
+            entry["price_basis"] = f"given in {origin}"
         if existing:  # an overridden figure no longer comes from the catalogue's source: cite the file
             given = checked.get("sources", {})
             figures = [f"peak_tflops.{d}" for d in checked.get("peak_tflops", {})]

@@ -37,6 +37,9 @@ class GPUSpec:
     """When the price was quoted."""
     price_source: str = ""
     """Source id of the price."""
+    price_basis: str = ""
+    """What the price is (provider, instance, on-demand / capacity block), or 'none: ...' when the catalogue has
+    no price; prices of different bases are not like for like."""
     measured_data: bool = False
     """True when shared/data has operator measurements for this GPU."""
     sources: dict = field(default_factory=dict, compare=False, hash=False)
