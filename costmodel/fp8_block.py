@@ -169,7 +169,7 @@ def system_for(gpu: str) -> str | None:
 
 def supported(gpu) -> bool:
     """fp8 tensor cores and block-scaled FP8 GEMM measurements for this GPU spec's die."""
-    return gpu.has_fp8 and system_for(gpu.name) is not None
+    return gpu.has_fp8 and system_for(gpu.measured_as) is not None
 
 
 def check_gpu(gpu: str) -> str:
@@ -218,7 +218,7 @@ def apply(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph, times: O
     ``times`` itself otherwise."""
     if plan.dtype != DTYPE:
         return times
-    gpu = hardware.gpu.name
+    gpu = hardware.gpu.measured_as
     system = check_gpu(gpu)
     factors = {k: ratio(gpu, *o.features[:3]) for k, o in graph.distinct_operators().items()
                if o.kind == "gemm" and o.dtype == DTYPE}

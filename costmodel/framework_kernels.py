@@ -149,7 +149,7 @@ def flash2_times(plan: ParallelPlan, hardware: Hardware, ops: list[Op],
     if attention_kernel(plan) != "flash2":
         return {}, []
     table = table or load_table()
-    die = _die_of(hardware.gpu.name, table)
+    die = _die_of(hardware.gpu.measured_as, table)
     if die is None:
         return {}, [f"framework {fw.name} runs FlashAttention-2, which has no measurement on the "
                     f"{hardware.gpu.name} die: its attention is costed as the cost model's fused kernel"]

@@ -270,7 +270,7 @@ def grouped_gemm_factors(plan: ParallelPlan, hardware: Hardware, ops: list[Op],
     if not groups or not plan.moe_grouped_gemm:
         return {}, []
     table = table or load_table()
-    system = system_of(hardware.gpu.name, table)
+    system = system_of(hardware.gpu.measured_as, table)
     shared = {o.key() for o in ops if not o.name.startswith(EXPERT_PREFIX)}
     # one expert group per plan (every MoE layer routes the same tokens): its tokens per expert and local
     # experts, from the forward up GEMM (the grouped activation's rows are all groups' rows together)
@@ -319,7 +319,7 @@ def sm_share_times(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph,
     layer. A layer whose compute c runs beside a collective of t seconds that holds a fraction f of the SMs gets
     f t of its compute done later: c + f t (while c >= t)."""
     out: dict[tuple, float] = {}
-    sms = gpu_sms(hardware.gpu.name)
+    sms = gpu_sms(hardware.gpu.measured_as)
     for st in graph.distinct_stages():
         for ph in (o for o in st.layer_ops if o.name == SM_SHARE):
             if sms is None:

@@ -29,7 +29,7 @@ class OutputFormat(str, Enum):
 
 # Column headers, units in brackets (the CSV and Markdown headers; the table splits them over two lines).
 GPU_COLUMNS = ("name", "bf16 [TFLOP/s]", "fp8 [TFLOP/s]", "HBM [GB]", "HBM BW [GB/s]", "NVLink [GB/s/dir]",
-               "price [USD/GPU-h]", "price date", "measured data")
+               "price [USD/GPU-h]", "price date", "measured data", "price basis")
 CLUSTER_COLUMNS = ("name", "GPU", "GPUs/node", "NVLink domain [GPUs]", "intra BW [GB/s]", "inter BW [GB/s]",
                    "intra lat [us]", "inter lat [us]", "network", "price [USD/GPU-h]", "price of")
 
@@ -48,7 +48,8 @@ def gpu_rows(cat: Catalogue, raw: bool = False) -> list[dict]:
     return [dict(zip(GPU_COLUMNS, (
         g.name, _num(g.peak_tflops.get("bf16"), 1), _num(g.peak_tflops.get("fp8"), 1), _num(g.hbm_gb),
         _num(g.hbm_bw_gbs), _num(g.nvlink_bw_gbs), _num(g.price_usd_per_gpu_hour, 2, ""), g.price_date,
-        "yes" if g.measured_data else "no"))) for g in cat.gpus.values()]
+        "yes" if g.measured_data else (f"via {g.sibling}" if g.sibling else "no"), g.price_basis)))
+        for g in cat.gpus.values()]
 
 
 def cluster_rows(cat: Catalogue, raw: bool = False) -> list[dict]:
@@ -82,8 +83,10 @@ def _table(title: str, heads: tuple[str, ...], rows: list[tuple], text_columns: 
 def _tables(cat: Catalogue) -> tuple[Table, Table]:
     g_heads = ("name", "bf16\n[TFLOP/s]", "fp8\n[TFLOP/s]", "HBM\n[GB]", "HBM BW\n[GB/s]", "NVLink\n[GB/s]",
                "price\n[$/GPU-h]", "measured\ndata")
-    g_rows = [tuple(r[h] for h in GPU_COLUMNS if h != "price date") for r in gpu_rows(cat)]
-    gpus = _table("GPUs (dense peak; NVLink per direction; sources, dates: --format json)", g_heads, g_rows, 1)
+    g_rows = [tuple(r[h] for h in GPU_COLUMNS if h not in ("price date", "price basis")) for r in gpu_rows(cat)]
+    gpus = _table("GPUs (dense peak; NVLink per direction; sources, dates: --format json)", g_heads, g_rows, 1,
+                  "price - = none in the catalogue (pass --price GPU=USD_PER_GPU_HOUR); what each price is "
+                  "(provider, instance, on-demand or capacity block): --format csv|md|json")
     c_heads = ("name", "GPU", "GPUs/node\n(NVLink)", "BW [GB/s]\nintra/inter", "lat [us]\nintra/inter",
                "price\n[$/GPU-h]")
     c_rows = [(r["name"], r["GPU"], f"{r['GPUs/node']} ({r['NVLink domain [GPUs]']})",

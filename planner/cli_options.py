@@ -65,7 +65,8 @@ PLAN_OPTIONS: tuple[PlanOption, ...] = (
     PlanOption("cp", int, "Context-parallel degree."),
     PlanOption("vpp", int, "Virtual pipeline chunks per stage."),
     PlanOption("mbs", int, "Micro-batch size (sequences)."),
-    PlanOption("gbs", Optional[int], "Global batch size (sequences); default ~4M tokens."),
+    PlanOption("gbs", Optional[int], "Global batch size (sequences); default ~4M tokens (search, compare, size: a "
+               "range, see --tokens-per-batch)."),
     PlanOption("tokens_per_batch", Optional[str], "Global batch in tokens, e.g. 4M or 16e6 (instead of --gbs; "
                "default ~4M)."),
     PlanOption("seq_len", Optional[int], "Sequence length (default: model's max)."),
@@ -201,6 +202,29 @@ Price = Annotated[list[str], typer.Option("--price", help="GPU=USD per GPU-hour,
 Space = Annotated[str, typer.Option("--space", help="Search-space preset (default, megatron, fsdp) or TOML file.")]
 Report = Annotated[Optional[str], typer.Option("--report",
     help="Also write a Markdown report with PNG plots, e.g. reports/NAME.md.")]
+TokensPerBatchRange = Annotated[Optional[str], typer.Option(
+    "--tokens-per-batch", help="Global batch in tokens: one value (16M) or a range MIN:MAX (4M:16M) each plan takes "
+    "its GBS from (instead of --gbs; default: 4M to DeepSeek's compute-optimal batch, planner/batch.py).")]
+ProgressBar = Annotated[bool, typer.Option("--progress/--no-progress", help="Progress bar on stderr (terminals only).")]
+MinGpus = Annotated[int, typer.Option("--min-gpus", help="Smallest allocation considered (GPUs).")]
+MaxGpus = Annotated[int, typer.Option("--max-gpus", help="Largest allocation considered (GPUs).")]
+
+# ---------------------------------------------------------------- goodput (costmodel/goodput.py; defaults cited there)
+Goodput = Annotated[bool, typer.Option("--goodput/--no-goodput", help="Expected time and cost to train with "
+                                       "failures, restarts and checkpoint stalls (default) or a perfect run.")]
+FailureRate = Annotated[Optional[float], typer.Option(
+    "--failure-rate", help="Unexpected interruptions per GPU-hour (default 1.97e-5, Llama 3).")]
+PlannedInterruptions = Annotated[Optional[float], typer.Option(
+    "--planned-interruptions", help="Planned interruptions per day for the job (default 0.87, Llama 3).")]
+RestartMin = Annotated[Optional[float], typer.Option("--restart-min", help="Minutes to restart (default 10).")]
+CkptMode = Annotated[Optional[str], typer.Option(
+    "--ckpt-mode", help="sync (save blocks: size / bandwidth) | async (device-to-host stall only); default sync.")]
+CkptBandwidth = Annotated[Optional[float], typer.Option(
+    "--ckpt-bandwidth", help="Aggregate checkpoint write bandwidth, GB/s (default 0.122 per GPU of the job).")]
+CkptInterval = Annotated[Optional[float], typer.Option(
+    "--ckpt-interval", help="Checkpoint interval in minutes (default: Daly's optimum).")]
+Slowdown = Annotated[Optional[float], typer.Option(
+    "--slowdown", help="Throughput fraction lost to stragglers while running (default 0.015).")]
 
 
 def _err(message: str) -> typer.Exit:

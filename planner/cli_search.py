@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import shlex
 import sys
@@ -16,12 +17,12 @@ from planner.api import explain as explain_request
 from planner.calibrate import calibration_option
 from planner.formats import FORMATS
 from planner.reports.markdown import report_path
-from planner.reports.results import compare_table, emit_records, explain_out, size_out, working
+from planner.reports.results import compare_table, emit_records, explain_out, size_out
 from planner.search.api import RankedPlans, SearchRequest, run_search
 from planner.search.api import compare as compare_gpus
 from planner.search.api import size as size_allocation
 from planner.search.explain import explain_plan
-from planner.search.records import batch_text, rank
+from planner.search.records import rank
 
 
 def _err(message: str) -> typer.Exit:
@@ -57,7 +58,7 @@ def search_command(
     allow_tp_across_nodes: O.AllowTpAcrossNodes = False,
     headroom: O.Headroom = None,
     gbs: O.Gbs = None,
-    tokens_per_batch: O.TokensPerBatch = None,
+    tokens_per_batch: O.TokensPerBatchRange = None,
     seq_len: O.SeqLen = None,
     tokens: O.TokenBudget = None,
     price: O.Price = [],
@@ -111,7 +112,7 @@ def _print_search(ranked: RankedPlans, fmt: str) -> None:
     result, problem, s = ranked.result, ranked.result.problem, ranked.search
     recs = ranked.plans
     title = (f"{problem.model.name}: top {len(recs)} of {len(result.records)} distinct feasible plans "
-             f"(GBS {batch_text(problem.global_batch_size, problem.seq_len)} tokens, seq {problem.seq_len}, "
+             f"({problem.batch_text()}, seq {problem.seq_len}, "
              f"{result.method}, objective {result.objective})")
     emit_records(recs, fmt, problem.model, {"model": ranked.model, "search": s}, title)
     if fmt != "table":
@@ -122,7 +123,7 @@ def _print_search(ranked: RankedPlans, fmt: str) -> None:
                f"{s['elapsed_s']:.2f} s" + (f"; study {result.study_name!r} has {result.study_trials} "
                                              "trials" if result.study_name else "")
                + ("; * = on the time/cost Pareto front" if result.objective == "pareto" else ""))
-    for note in problem.notes:
+    for note in ranked.notes:
         typer.echo(f"note: {note}")
     same = [f"#{r.rank} = {', '.join(r.equivalent)}" for r in recs if r.equivalent]
     if same:
@@ -172,19 +173,23 @@ def compare_command(
     price: O.Price = [],
     space: O.Space = "default",
     gbs: O.Gbs = None,
-    tokens_per_batch: O.TokensPerBatch = None,
+    tokens_per_batch: O.TokensPerBatchRange = None,
     seq_len: O.SeqLen = None,
+    goodput: O.Goodput = True, failure_rate: O.FailureRate = None,
+    planned_interruptions: O.PlannedInterruptions = None, restart_min: O.RestartMin = None,
+    ckpt_mode: O.CkptMode = None, ckpt_bandwidth: O.CkptBandwidth = None, ckpt_interval: O.CkptInterval = None,
+    slowdown: O.Slowdown = None,
     fmt: str = typer.Option("table", "--format", help="table | json | csv | md."),
     hardware_file: O.HardwareFile = [],
     report: O.Report = None,
 ) -> None:
-    """Best plan per GPU type: time/iteration, tokens/s, $ per Mtoken, time and cost to train."""
+    """Best plan per GPU type: time/iteration, tokens/s, $ per Mtoken, time and cost to train (expected, with
+    the goodput of each allocation)."""
     if fmt not in FORMATS:
         raise _err(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
     try:
         _check_report(report)
-        res = compare_gpus(model=model, gpu=gpu, gpus=gpus, nodes=nodes, tokens=tokens, price=price, space=space,
-                           gbs=gbs, tokens_per_batch=tokens_per_batch, seq_len=seq_len, hardware_file=hardware_file)
+        res = compare_gpus(**_api_flags(locals(), compare_gpus))
     except PlannerError as exc:
         raise _err(str(exc)) from None
     m = res.spec
@@ -199,6 +204,9 @@ def compare_command(
         from planner.reports.search_report import write_compare_report
 
         _write_report(lambda: write_compare_report(report, res.rows, m, tokens=res.tokens))
+    if res.interrupted:
+        typer.echo(f"interrupted: {len(res.rows)} of {res.types_asked} GPU types compared before Ctrl-C", err=True)
+        raise typer.Exit(code=130)
     if not res.best:
         raise _err(res.rows[0].message)
 
@@ -208,26 +216,31 @@ def size_command(
     tokens: O.TokenBudget,
     deadline: str = typer.Option(..., "--deadline", help="Wall-clock limit: 72h, 30d, 3w."),
     gpu: O.SizeGpuList = [],
-    max_gpus: int = typer.Option(16384, "--max-gpus", help="Largest allocation considered."),
+    min_gpus: O.MinGpus = 1,
+    max_gpus: O.MaxGpus = 16384,
     budget: Optional[float] = typer.Option(None, "--budget", help="Largest cost in USD."),
     price: O.Price = [],
     space: O.Space = "default",
     gbs: O.Gbs = None,
-    tokens_per_batch: O.TokensPerBatch = None,
+    tokens_per_batch: O.TokensPerBatchRange = None,
     seq_len: O.SeqLen = None,
+    goodput: O.Goodput = True, failure_rate: O.FailureRate = None,
+    planned_interruptions: O.PlannedInterruptions = None, restart_min: O.RestartMin = None,
+    ckpt_mode: O.CkptMode = None, ckpt_bandwidth: O.CkptBandwidth = None, ckpt_interval: O.CkptInterval = None,
+    slowdown: O.Slowdown = None,
     fmt: str = typer.Option("table", "--format", help="table | json | csv | md."),
+    progress: O.ProgressBar = True,
     hardware_file: O.HardwareFile = [],
     report: O.Report = None,
 ) -> None:
-    """Smallest allocation (nodes of which GPU) that trains the tokens before the deadline; also the cheapest."""
+    """Smallest allocation (nodes of which GPU) that trains the tokens before the deadline, proved minimal; also
+    the cheapest and the frontier (GPUs vs days vs USD). Times are expected values with failures, restarts and
+    checkpoints (--no-goodput: a perfect run); the batch is chosen per plan from a range (--tokens-per-batch)."""
     if fmt not in FORMATS:
         raise _err(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
     try:
         _check_report(report)
-        with working(f"sizing {model} on {', '.join(gpu or O.SIZE_DEFAULT_GPUS)}"):
-            res = size_allocation(model=model, tokens=tokens, deadline=deadline, gpu=gpu, max_gpus=max_gpus,
-                                  budget=budget, price=price, space=space, gbs=gbs, tokens_per_batch=tokens_per_batch,
-                                  seq_len=seq_len, hardware_file=hardware_file)
+        res = size_allocation(**_api_flags(locals(), size_allocation))
     except PlannerError as exc:
         raise _err(str(exc)) from None
     size_out(res, fmt)
@@ -237,6 +250,14 @@ def size_command(
 
         _write_report(lambda: write_size_report(report, res.sizing, res.spec, res.tokens, res.deadline_s,
                                                 res.hardwares, calibration=res.calibration))
+    if res.sizing.interrupted:
+        typer.echo("interrupted: the answer above is the best found before Ctrl-C, not proved minimal", err=True)
+        raise typer.Exit(code=130)
+
+
+def _api_flags(flags: dict, function) -> dict:
+    """The command's flags (its ``locals()``) that ``function`` of the Python API takes, by name."""
+    return {k: flags[k] for k in inspect.signature(function).parameters if k in flags}
 
 
 def _resume_command() -> str:

@@ -36,6 +36,7 @@ from costmodel.core.errors import PlannerError
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan, account_for
+from planner.checkpointing import save_interval
 from planner.export_arch import architecture, header, is_uneven, note_lines
 from planner.export_megatron import megatron_arch_args, nemo_arch_keys
 from planner.export_memory import megatron_memory_args, nemo_memory_keys
@@ -224,7 +225,7 @@ def _precision_args(plan: ParallelPlan, hardware: Hardware | None, notes: list[s
         out.append(("--fp8-format", "hybrid"))
     if plan.dtype == fp8_block.DTYPE:  # --fp8-recipe choices tensorwise, delayed, mxfp8, blockwise (arguments.py
         # _add_transformer_engine_args, NVIDIA/Megatron-LM @307dcf37); e4m3 as Megatron's blockwise/mxfp8 examples
-        recipe = fp8_block.megatron_recipe(hardware.gpu.name if hardware is not None else None)
+        recipe = fp8_block.megatron_recipe(hardware.gpu.measured_as if hardware is not None else None)
         out += [("--fp8-format", "e4m3"), ("--fp8-recipe", recipe)]
         notes.append(f"--fp8-recipe {recipe}: " + fp8_block.RECIPE_NOTES[recipe])
     return out
@@ -288,6 +289,8 @@ def export_megatron(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, pr
                     iterations: int | None = None) -> str:
     """Comment header plus one flag (and its values) per line; ``shlex.split(text, comments=True)`` reads it."""
     args, notes = megatron_args(model, plan, iterations, hardware)
+    if (ckpt := save_interval(model, plan, prediction)) is not None:  # arguments.py _add_checkpointing_args
+        args, notes = args + ["--save-interval", str(ckpt[0])], notes + [ckpt[1]]
     lines = header("Megatron-LM pretrain_gpt.py flags", model, plan, hardware, prediction)
     lines.append("# Flag names checked against NVIDIA/Megatron-LM megatron/training/arguments.py "
                  "(commit 000c4ac24f61).")
@@ -429,6 +432,10 @@ def nemo_config(model: ModelSpec, plan: ParallelPlan, iterations: int | None = N
 def export_nemo(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, prediction: "Prediction | None",
                 iterations: int | None = None) -> str:
     cfg, notes = nemo_config(model, plan, iterations)
+    if (ckpt := save_interval(model, plan, prediction)) is not None:  # the launcher saves at validation (val_loss)
+        cfg["trainer"]["val_check_interval"] = ckpt[0]
+        notes.append(ckpt[1] + "; NeMo's exp_manager checkpoint callback saves at each validation, so "
+                     "trainer.val_check_interval sets the save interval")
     lines = header("NeMo megatron_gpt config fragment", model, plan, hardware, prediction)
     lines.append("# Keys checked against NeMo-Framework-Launcher conf/training/llama/llama3_1_70b.yaml; merge into "
                  "your megatron_gpt config (tokenizer, data and optimizer settings are not included).")
@@ -471,6 +478,8 @@ def export_slurm(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, predi
     if _needs_single_connection(plan):
         lines.append("export CUDA_DEVICE_MAX_CONNECTIONS=1  # Megatron asserts it with TP/CP > 1 (arguments.py)")
     args, notes = megatron_args(model, plan, iterations, hardware)
+    if (ckpt := save_interval(model, plan, prediction)) is not None:  # as export_megatron
+        args, notes = args + ["--save-interval", str(ckpt[0])], notes + [ckpt[1]]
     lines += note_lines(notes)
     cmd = (f'srun torchrun --nnodes "$SLURM_NNODES" --nproc-per-node {plan.gpus_per_node} '
            f'--rdzv-id "$SLURM_JOB_ID" --rdzv-backend c10d --rdzv-endpoint "$head_node:{RDZV_PORT}" pretrain_gpt.py')

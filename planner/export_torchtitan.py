@@ -18,6 +18,7 @@ from costmodel.core.specs.framework import get_framework
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
+from planner.checkpointing import save_interval
 from planner.export_arch import Architecture, architecture, header, is_uneven, note_lines
 from planner.export_memory import torchtitan_memory_keys
 from planner.export_moe import torchtitan_moe
@@ -203,6 +204,8 @@ def dump_toml(sections: dict) -> str:
 def export_torchtitan(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, prediction: "Prediction | None",
                       iterations: int | None = None) -> str:
     sections, notes = torchtitan_config(model, plan, iterations)
+    if (ckpt := save_interval(model, plan, prediction)) is not None:  # job_config.py Checkpoint.interval (steps)
+        sections["checkpoint"], notes = {"enable": True, "interval": ckpt[0]}, notes + [ckpt[1]]
     lines = header("torchtitan job config", model, plan, hardware, prediction)
     lines.append(f"# Keys checked against pytorch/torchtitan torchtitan/config/job_config.py (commit "
                  f"{TORCHTITAN_COMMIT}); set the dataset and tokenizer ([model] hf_assets_path) yourself.")

@@ -122,8 +122,9 @@ def prediction(est: Estimate, warnings: Sequence[str] | None = None) -> Predicti
     if cal is not None:
         # MoE plans: the calibration's band of MoE runs (planner.intervals.MOE_TABLE), never the dense runs'
         framework = plan_framework(est.plan)
-        found = cal.interval_group(est.hardware.gpu.name, framework, moe=model.is_moe)
-        if found is None and model.is_moe and cal.interval_group(est.hardware.gpu.name, framework):
+        gpu = est.hardware.gpu.measured_as  # a declared sibling's band: the same silicon
+        found = cal.interval_group(gpu, framework, moe=model.is_moe)
+        if found is None and model.is_moe and cal.interval_group(gpu, framework):
             pred.warnings.append(f"no 80 % interval for mixture-of-experts plans: calibration {cal.name!r} "
                                  "has bands of dense runs only (scripts/fit_default_calibration.py adds one from "
                                  "shared/validation/moe_runs.csv)")

@@ -30,11 +30,7 @@ from costmodel.core.specs.plan import (
 )
 from costmodel.core.specs.presets import default_seq_len, resolve_model
 from costmodel.moe import AUTO_DISPATCHER, with_default_dispatcher
-
-DEFAULT_BATCH_TOKENS = 4 * 1024 * 1024
-"""Default global batch in tokens when none is given: 4M tokens, the batch of Llama 2
-(Touvron et al. 2023, §2.2 'global batch-size of 4M tokens'). A plan's default batch is the multiple of
-MBS x DP sequences whose tokens land nearest it (:func:`batch_sequences`)."""
+from planner.batch import DEFAULT_BATCH_TOKENS, batch_sequences, suffixed_number  # noqa: F401 (re-exported)
 
 MAX_INT = 2**53
 """Integers must stay below 2**53, the range where every integer is exact as an IEEE 754 double
@@ -249,7 +245,7 @@ class PlanRequest:
         hardware = load_catalogue(hardware_files).resolve(self.gpu, self.cluster, self.gpus_per_node)
         hardware.gpu.check_dtype(self.dtype)
         if self.dtype == fp8_block.DTYPE:
-            fp8_block.check_gpu(hardware.gpu.name)
+            fp8_block.check_gpu(hardware.gpu.measured_as)
         plan = self.to_plan(model, min(hardware.gpus_per_node, self.gpus), nvlink_domain=hardware.domain_for(self.gpus))
         return ResolvedPlan(model, plan, hardware)
 
@@ -269,39 +265,6 @@ _TYPES: dict[str, type | tuple] = {"id": (str, int), "model": (str, dict), "gpu"
 MEMORY_KEYS = ("main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype", "fp8_param_gather",
                "optimizer_offload_fraction", "offload_modules", "reshard_after_forward")
 """The memory-feature keys (costmodel/core/specs/memory_features.py), passed to the plan only when set."""
-
-
-def suffixed_number(text: object, suffixes: dict[str, float]) -> float:
-    """The number written in ``text`` ('4M', '2T', '1e12', '4_194_304'; case and underscores ignored), with a
-    final letter of ``suffixes`` as its multiplier; raises ValueError when it is not a number."""
-    s = str(text).strip().lower().replace("_", "")
-    mult = 1.0
-    if s and s[-1] in suffixes:
-        s, mult = s[:-1], suffixes[s[-1]]
-    return float(s) * mult
-
-
-def batch_sequences(seq_len: int, unit: int, tokens: float = DEFAULT_BATCH_TOKENS) -> int:
-    """Global batch in sequences for a plan whose MBS x DP is ``unit``: the multiple of ``unit`` (MBS x DP x
-    accumulation steps, at least one step) whose tokens land nearest ``tokens``."""
-    steps = math.floor(tokens / (seq_len * unit) + 0.5)
-    return unit * max(1, steps)
-
-
-def search_batch(seq_len: int, world_sizes: list[int] | tuple[int, ...], tokens: float = DEFAULT_BATCH_TOKENS) -> int:
-    """One global batch (sequences) for every plan of a search, near ``tokens`` tokens whatever the GPU count.
-
-    Plans compare by iteration time only at the same batch, and a plan is valid when MBS x DP divides it. The
-    batch is a multiple of ``d`` landing nearest the ideal ``tokens / seq_len`` sequences, where ``d`` is the
-    GPU count (the least common multiple of several) halved until it fits the ideal: DP = GPUs / (TP x PP x CP)
-    with power-of-two degrees is then a divisor of the batch for every DP up to ``d`` (MBS = 1). Where the
-    GPU count exceeds the ideal, plans whose DP exceeds the batch are refused instead of the batch growing
-    with the GPU count (the batch is a training hyperparameter, not a parallelism knob)."""
-    ideal = max(1.0, tokens / seq_len)
-    d = math.lcm(*world_sizes)
-    while d > ideal and d % 2 == 0:
-        d //= 2
-    return d * max(1, math.floor(ideal / d + 0.5))
 
 
 @dataclass(frozen=True)

@@ -167,6 +167,7 @@ PRICE_CHOICE = {
     "gb200": ("gb200_nvl72_gpu", "AWS", "u-p6e-gb200x72 (UltraServer)", "capacity-block",
               "third_party_price_table_2026_04"),
 }
+NO_PRICE = "none: no per-GPU-hour price of this GPU in gpus.yaml; pass --price GPU=USD_PER_GPU_HOUR"  # price_basis
 PRICE_WHY = {
     "h200": "no Lambda H200 price; the most recent dated on-demand quote",
     "gb200": "the only GB200 price in the catalogue; a capacity-block (reserved) rate, not on-demand",
@@ -404,9 +405,7 @@ def _get(entry: dict, path: str):
 
 def _flags(comments: dict, entry_id: str, key: str, label: str) -> list[str]:
     c = comments.get((entry_id, key), "")
-    if "UNCERTAIN" in c or "DERIVED" in c:
-        return [f"{label}: {c.rstrip('.;')}."]
-    return []
+    return [f"{label}: {c.rstrip('.;')}."] if "UNCERTAIN" in c or "DERIVED" in c else []
 
 
 def _price(gpus_yaml: dict, choice) -> dict:
@@ -421,8 +420,7 @@ def _small_message_latency_us(data: Path, system: str, num_gpus: int) -> float:
     """nccl-tests all_reduce time (us) at the smallest message in an aiconfigurator table."""
     with open(data / "aiconfigurator" / "nccl" / NCCL_FILES[system], newline="") as f:
         rows = [r for r in csv.DictReader(f) if r["op_name"] == "all_reduce" and int(r["num_gpus"]) == num_gpus]
-    smallest = min(rows, key=lambda r: int(r["message_size"]))
-    return round(float(smallest["latency_ms"]) * 1000.0, 2)
+    return round(float(min(rows, key=lambda r: int(r["message_size"]))["latency_ms"]) * 1000.0, 2)
 
 
 def build(data: Path) -> dict[str, dict]:
@@ -467,6 +465,7 @@ def build(data: Path) -> dict[str, dict]:
             found = re.search(r"\d{4}-\d{2}-\d{2}", date)
             g["price_date"] = found.group(0) if found else "undated"
             g["price_source"] = row["price_source"]
+            g["price_basis"] = f"{row['provider']} {row.get('instance', '')} {row['type']}".replace("  ", " ")
             figs = {**figs, "price_usd_per_gpu_hour": [row["price_source"]]}
             why = PRICE_WHY.get(key, "Lambda on-demand, one catalogue snapshot for all GPUs Lambda lists")
             notes.append(f"price: {row['provider']} {row.get('instance', '')} {row['type']} "
@@ -474,6 +473,7 @@ def build(data: Path) -> dict[str, dict]:
                          + (f"; {flag.strip()}" if flag.strip() else "") + "; other quotes in gpus.yaml.")
         else:
             notes.append("price: none in the catalogue; pass a hardware file with price_usd_per_gpu_hour.")
+            g["price_basis"] = NO_PRICE
         g["measured_data"] = key in MEASURED
         g["sources"] = figs
         g["notes"] = " ".join(notes)
@@ -482,7 +482,7 @@ def build(data: Path) -> dict[str, dict]:
         figs, notes = dict(figs), [note]
         fig, note = {**fig, **hbm_mib_figure(key, figs, notes)}, " ".join(notes)
         gpus[key] = {"display_name": DISPLAY_NAMES[key], **fig, "default_cluster": DEFAULT_CLUSTER[key],
-                     "measured_data": key in MEASURED, "sources": figs,
+                     "price_basis": NO_PRICE, "measured_data": key in MEASURED, "sources": figs,
                      "notes": " ".join([note, VARIANT_UNFITTED.get(key, UNFITTED_NOTE), "price: none in the "
                                         "catalogue; pass a hardware file with price_usd_per_gpu_hour."])}
 

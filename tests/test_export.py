@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from costmodel.core.errors import PlannerError
 from costmodel.core.specs.catalogue import load_catalogue
+from planner.checkpointing import save_interval
 from planner.cli import app
 from planner.export import (
     STARTUP_ALLOWANCE_S,
@@ -59,6 +60,8 @@ def _megatron(model, p, **kw) -> dict:
 # --------------------------------------------------------------------------------------------- Megatron
 def test_megatron_tp_pp_vpp_sp_zero1_llama():
     f = _megatron(LLAMA, P_MEGATRON, iterations=500)
+    # Daly's checkpoint interval (planner/checkpointing.py) in steps of the predicted iteration time
+    assert f.pop("--save-interval") == str(save_interval(LLAMA, P_MEGATRON, predict(LLAMA, P_MEGATRON, HW))[0])
     assert f == {
         "--tensor-model-parallel-size": "2", "--pipeline-model-parallel-size": "4", "--context-parallel-size": "1",
         "--sequence-parallel": True, "--num-layers-per-virtual-pipeline-stage": "4",  # 32 / (4 * 2)
@@ -77,6 +80,7 @@ def test_megatron_tp_pp_vpp_sp_zero1_llama():
 
 def test_megatron_fsdp_gpt_fp16():
     f = _megatron(GPT, P_FSDP)
+    assert int(f.pop("--save-interval")) >= 1
     assert f == {
         "--tensor-model-parallel-size": "1", "--pipeline-model-parallel-size": "1", "--context-parallel-size": "1",
         "--micro-batch-size": "4", "--global-batch-size": "256", "--seq-length": "2048",
@@ -226,7 +230,10 @@ def test_slurm_script():
     i = argv.index("pretrain_gpt.py")
     assert argv[:i] == ["srun", "torchrun", "--nnodes", "$SLURM_NNODES", "--nproc-per-node", "8", "--rdzv-id",
                         "$SLURM_JOB_ID", "--rdzv-backend", "c10d", "--rdzv-endpoint", "$head_node:29500"]
-    assert _flags(argv[i + 1:]) == _megatron(LLAMA, P_MEGATRON, iterations=1000)
+    flags, same = _flags(argv[i + 1:]), _megatron(LLAMA, P_MEGATRON, iterations=1000)
+    assert flags.pop("--save-interval") == str(save_interval(LLAMA, P_MEGATRON, pred)[0])  # at 2.0 s per step
+    same.pop("--save-interval")
+    assert flags == same
     # the limit comes from the header's iteration time; an interval beyond the margin is a warning, not a silent
     # change of the time per iteration
     wide = dataclasses.replace(pred, iteration_time_high_s=3.0)

@@ -217,6 +217,9 @@ def test_cli_size_report(tmp_path, monkeypatch, tiny_space):
     assert_report(md, 2)
     text = md.read_text()
     assert shlex.join(["planner", *args]) in text and "GPU-hours" in text and "smallest" in text
+    assert {p.name for p in links(md)} == {"size_frontier.png", "size_breakdown.png"}
+    assert "## Frontier: GPUs vs days vs USD" in text and "| meets the deadline |" in text
+    assert "goodput" in text and "ckpt every [iterations]" in text and "not modelled:" in text
 
 
 def test_cli_bad_report_path_is_one_line_exit_2(tmp_path, monkeypatch):

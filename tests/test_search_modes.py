@@ -15,7 +15,7 @@ from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.presets import resolve_model
 from costmodel.cost.roofline import RooflineCostModel
 from planner.cli import app
-from planner.requests import DEFAULT_BATCH_TOKENS, PlanRequest, batch_sequences, search_batch
+from planner.requests import DEFAULT_BATCH_TOKENS, PlanRequest, batch_sequences
 from planner.search.engine import choose_mode, count_plans, exhaustive_search, ranked_distinct, search
 from planner.search.space import SearchSpace, build_problem, make_target
 
@@ -36,24 +36,6 @@ def test_default_batch_lands_nearest_4m_tokens_at_every_dp(seq):
                 assert err <= abs(steps * unit * seq - DEFAULT_BATCH_TOKENS)
             if unit * seq <= DEFAULT_BATCH_TOKENS:  # reachable: within half a step of 4M tokens
                 assert err <= unit * seq / 2
-
-
-def test_search_batch_stays_near_4m_tokens_whatever_the_gpu_count():
-    for seq in (2048, 4096, 8192):
-        ideal = DEFAULT_BATCH_TOKENS / seq
-        for world in [8 * n for n in (1, 2, 3, 4, 6, 16, 64, 96, 128, 512, 1024, 1536, 2048)] + [16384, 24576]:
-            gbs = search_batch(seq, [world])
-            assert 0.5 * ideal <= gbs <= 1.5 * ideal, (seq, world, gbs)
-            # the GPU count halved until it fits the ideal divides it: every DP up to there is valid with MBS 1
-            d = world
-            while d > ideal and d % 2 == 0:
-                d //= 2
-            assert gbs % d == 0
-    # the bug of issue 14: 8,192 GPUs at seq 8192 gave 8,192 sequences (67M tokens)
-    assert search_batch(8192, [8192]) == 512
-    assert search_batch(4096, [128]) == 1024  # unchanged where the GPU count fits the ideal batch
-    assert search_batch(8192, [1536]) == 384  # 3 x 2^9 GPUs: DP 384 = 1536 / (TP x PP x CP = 4) stays valid
-    assert search_batch(8192, [8 * 131]) == 524  # 131 nodes: 262 x 2
 
 
 def test_tokens_per_batch_request_and_conflict():
@@ -78,7 +60,9 @@ def test_cli_tokens_per_batch():
                                  "--tokens-per-batch", "1M", "--no-progress", "--format", "json"])
     assert r.exit_code == 0, r.output
     data = json.loads(r.output)
-    assert data["search"]["global_batch_size"] == 240 and data["plans"][0]["gbs"] == 240  # 16 x round(15.3)
+    assert data["search"]["global_batch_size"] is None  # each plan's own: the multiple of MBS x DP nearest 1M
+    for plan in data["plans"]:
+        assert plan["gbs"] == batch_sequences(4096, plan["mbs"] * plan["dp"], 1e6)  # DP 16: 240, DP 8: 248
 
 
 def _problem(gpus=16, **dims):
@@ -117,7 +101,7 @@ def test_equivalent_plans_fold_into_one_row():
     twin = replace(a, recompute="selective" if a.recompute == "none" else "none",
                    memory_gib_per_gpu=a.memory_gib_per_gpu + 0.05, equivalent=[])
     far = replace(a, zero=3, memory_gib_per_gpu=a.memory_gib_per_gpu + 5.0, equivalent=[])
-    other_batch = replace(a, gbs=a.gbs * 2, recompute="full", equivalent=[])
+    other_batch = replace(a, gbs=a.gbs * 2, iteration_time_s=3 * a.iteration_time_s, recompute="full", equivalent=[])
     out, folded = ranked_distinct([twin, a, far, other_batch], "time")
     assert folded == 1 and len(out) == 3
     kept = out[0]
@@ -159,28 +143,3 @@ def test_exhaustive_details_the_printed_plans_only():
     full = exhaustive_search(big, cost_model=CM, detail=len(res.records))
     assert [(r.key(), r.iteration_time_s) for r in full.records] == [(r.key(), r.iteration_time_s)
                                                                      for r in res.records]
-
-
-# ---------------------------------------------------------------------------------------- size
-def test_size_steps_to_the_smallest_meeting_allocation():
-    from planner.search.sizing import node_counts, size
-
-    cat = load_catalogue()
-    hw = cat.resolve("a100-80gb")
-    model = resolve_model("llama-7b")
-    space = SearchSpace("t", tp=(1, 2), pp=(1, 2), cp=(1,), vpp=(1,), mbs=(1,), recompute=("selective",), zero=(1,))
-    tokens = 2e11
-
-    def days(n_nodes):
-        p = build_problem(model, [make_target(hw, n_nodes * 8)], space, tokens=tokens)
-        return exhaustive_search(p, cost_model=CM, detail=1).best.time_to_train_s / 86400
-
-    counts = node_counts(64)
-    scan = {n: days(n) for n in counts}
-    for deadline_d in (3.0, 10.0, 40.0):
-        want = min((n for n in counts if scan[n] <= deadline_d), default=None)
-        if want is None:
-            continue
-        res = size(model, tokens, deadline_d * 86400, [hw], space, max_gpus=64 * 8, cost_model=CM)
-        assert res.smallest.record.nodes == want
-        assert res.searched < len(counts)  # stepped from the START_MFU estimate, not every count

@@ -36,8 +36,10 @@ differ by the catalogue's power-cap scaling, so the equal-peak check of SAME_SIL
 
 
 def donor_for(gpu: GPUSpec, catalogue_gpu) -> tuple[GPUSpec, str] | None:
-    """(the measured sibling's spec, note) for ``gpu``, or None. ``catalogue_gpu(name)`` looks a spec up."""
-    entry = SAME_SILICON.get(gpu.name) or POWER_CAPPED.get(gpu.name)
+    """(the measured sibling's spec, note) for ``gpu``, or None. ``catalogue_gpu(name)`` looks a spec up. A sibling
+    declared in a hardware file (``GPUSpec.sibling``) comes first, with the same scaling."""
+    declared = (gpu.sibling, "declared the same silicon in its hardware file") if gpu.sibling else None
+    entry = declared or SAME_SILICON.get(gpu.name) or POWER_CAPPED.get(gpu.name)
     if entry is None:
         return None
     name, why = entry
@@ -45,7 +47,7 @@ def donor_for(gpu: GPUSpec, catalogue_gpu) -> tuple[GPUSpec, str] | None:
         donor = catalogue_gpu(name)
     except Exception:  # noqa: BLE001 - a custom catalogue without the sibling: no borrowing
         return None
-    if gpu.name in SAME_SILICON and donor.peak_tflops != gpu.peak_tflops:
+    if declared is None and gpu.name in SAME_SILICON and donor.peak_tflops != gpu.peak_tflops:
         return None
     bf16 = gpu.peak_tflops.get("bf16", 0.0)
     note = (f"no measurements of {gpu.name}: operator times derived from {name} measurements ({why}), scaled per "

@@ -226,7 +226,7 @@ class MeasuredCostModel(OperatorCostModel):
 
     def _donor(self, hardware: Hardware) -> tuple[Hardware, str] | None:
         g = hardware.gpu
-        key = (g.name, g.hbm_bw_gbs, tuple(sorted(g.peak_tflops.items())))
+        key = (g.name, g.sibling, g.hbm_bw_gbs, tuple(sorted(g.peak_tflops.items())))
         if key not in self._donors:
             found = donor_for(g, load_catalogue().gpu)
             self._donors[key] = found if found is not None and self._models(found[0].name).names else None
@@ -271,7 +271,7 @@ class MeasuredCostModel(OperatorCostModel):
     def _predict_own(self, ops: Sequence[Op], hardware: Hardware) -> CostResult:
         gpu = hardware.gpu.name
         gm = self._models(gpu)
-        cache = self._cache.setdefault((gpu, hardware.cluster.name, hardware.gpus_per_node, hardware.nvlink_domain), {})
+        cache = self._cache.setdefault(RooflineCostModel._hw_key(hardware), {})
         n = len(ops)
         t, lo, hi = np.empty(n), np.empty(n), np.empty(n)
         method = [""] * n

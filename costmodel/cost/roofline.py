@@ -12,10 +12,12 @@ Collectives (Hockney's alpha-beta model; nccl-tests "busbw" factors, nccl-tests 
 Across nodes the collective is hierarchical (NCCL's intra-node reduce-scatter + inter-node ring +
 intra-node all-gather, the "2D"/hierarchical all-reduce of Calculon, Isaev et al. SC'23 §3.3, and
 Horovod's hierarchical all-reduce): the inter-node stage moves ``bytes / ranks_per_node`` per GPU over
-that GPU's own NIC (rail-optimised nodes, one NIC per GPU). "Node" here is the NVLink (scale-up) domain
-(the features ``nodes`` / ``ranks_per_node`` count domains, costmodel/graph.py): the intra figures of the
-cluster are its NVLink figures, the inter figures its scale-out network, so a TP group of 8 inside a
-72-GPU NVL72 rack of 4-GPU trays is costed on NVLink, one spanning two racks on the network.
+that GPU's NIC (rail-optimised nodes: one NIC per GPU, or shared where a node has fewer, and divided by the
+fabric's oversubscription where the group leaves a non-blocking leaf: ``ClusterSpec.scale_out_bw_gbs``). "Node"
+here is the NVLink (scale-up) domain (the features ``nodes`` / ``ranks_per_node`` count domains,
+costmodel/graph.py): the intra figures of the cluster are its NVLink figures, the inter figures its scale-out
+network, so a TP group of 8 inside a 72-GPU NVL72 rack of 4-GPU trays is costed on NVLink, one spanning two
+racks on the network.
 
 Every efficiency, the launch latency and the collective alphas come from
 ``costmodel/data/efficiency.json``, fitted by ``python -m costmodel.efficiency`` from the public
@@ -128,13 +130,16 @@ class RooflineCostModel(OperatorCostModel):
     @staticmethod
     def _hw_key(hw: Hardware) -> tuple:
         g, c = hw.gpu, hw.cluster
-        return (g.name, c.name, g.hbm_bw_gbs, tuple(sorted(g.peak_tflops.items())), c.gpus_per_node, hw.nvlink_domain,
-                c.intra_node_bw_gbs, c.inter_node_bw_gbs, c.intra_node_latency_us, c.inter_node_latency_us)
+        return (g.name, g.sibling, c.name, g.hbm_bw_gbs, tuple(sorted(g.peak_tflops.items())), c.gpus_per_node,
+                hw.nvlink_domain, c.intra_node_bw_gbs, c.inter_node_bw_gbs, c.intra_node_latency_us,
+                c.inter_node_latency_us, c.rails, c.oversubscription, c.leaf_nodes)
 
     def _res(self, hw: Hardware) -> _Resolved:
-        r = self._resolved.get(hw.gpu.name)
+        """The GPU's fitted efficiencies; a GPU without any of its own takes its declared sibling's."""
+        name = hw.gpu.name if hw.gpu.name in self.table["gpus"] else hw.gpu.measured_as
+        r = self._resolved.get(name)
         if r is None:
-            r = self._resolved[hw.gpu.name] = _Resolved(self.table, hw.gpu.name)
+            r = self._resolved[name] = _Resolved(self.table, name)
         return r
 
     # -- public ----------------------------------------------------------------------------
@@ -225,7 +230,8 @@ class RooflineCostModel(OperatorCostModel):
         if n <= 1:
             return 0.0
         a, eff = self._tier(res, "inter", op, n, c.inter_node_latency_us)
-        return a * inter_latency_steps(op, n) + float(busbw_factor(op, n)) * nbytes / (c.inter_node_bw_gbs * 1e9 * eff)
+        bw = c.scale_out_bw_gbs(n) * 1e9 * eff
+        return a * inter_latency_steps(op, n) + float(busbw_factor(op, n)) * nbytes / bw
 
     def _one_collective(self, op, nbytes, ranks, nodes, rpn, c, res) -> float:
         if nodes <= 1:
@@ -242,7 +248,7 @@ class RooflineCostModel(OperatorCostModel):
             return self._intra(res, c, op, nbytes, rpn) + self._inter(res, c, op, nbytes / rpn, nodes)
         # all_to_all: the off-node share leaves through the NIC, the on-node share over NVLink
         a_x, e_x = self._tier(res, "inter", op, nodes, c.inter_node_latency_us)
-        t = a_x + nbytes * (ranks - rpn) / ranks / (c.inter_node_bw_gbs * 1e9 * e_x)
+        t = a_x + nbytes * (ranks - rpn) / ranks / (c.scale_out_bw_gbs(nodes) * 1e9 * e_x)
         if rpn > 1:
             a_i, e_i = self._tier(res, "intra", op, rpn, c.intra_node_latency_us)
             t += a_i + nbytes * (rpn - 1) / ranks / (c.intra_node_bw_gbs * 1e9 * e_i)

@@ -162,3 +162,39 @@ def validation_png(points: Sequence[tuple[str, str, float, float]], title: str) 
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
     return _png(fig)
+
+
+def frontier_png(series: dict[str, Sequence[tuple[int, float, float | None, bool]]], deadline_days: float,
+                 title: str) -> bytes:
+    """The sizing frontier: per GPU type, (GPUs, days, cost in million USD or None, meets the deadline) points as
+    lines in two panels sharing the GPU axis, expected days to train (with the deadline) above and cost below;
+    filled markers meet the deadline."""
+    fig = _figure(7.5, 6.2)
+    top, bottom = fig.add_subplot(2, 1, 1), fig.add_subplot(2, 1, 2)
+    for colour, (gpu, pts) in zip(_palette(len(series)), series.items()):
+        pts = sorted(pts)
+        xs = [p[0] for p in pts]
+        top.plot(xs, [p[1] for p in pts], color=colour, linewidth=1.0, label=gpu)
+        for ax, k in ((top, 1), (bottom, 2)):
+            sel = [(p[0], p[k], p[3]) for p in pts if p[k] is not None]
+            ax.scatter([x for x, _, m in sel if m], [y for _, y, m in sel if m], s=30, color=colour, zorder=3)
+            ax.scatter([x for x, _, m in sel if not m], [y for _, y, m in sel if not m], s=30, zorder=3,
+                       facecolors="none", edgecolors=[colour])
+        priced = [p for p in pts if p[2] is not None]
+        if priced:
+            bottom.plot([p[0] for p in priced], [p[2] for p in priced], color=colour, linewidth=1.0, label=gpu)
+    top.axhline(deadline_days, color="firebrick", linestyle="--", linewidth=1.0, label="deadline")
+    for ax in (top, bottom):
+        ax.set_xscale("log")
+        ax.grid(True, which="both", alpha=0.3)
+    top.set_ylabel("expected days to train")
+    bottom.set_ylabel("expected cost [million USD]")
+    bottom.set_xlabel("GPUs")
+    top.set_title(title, fontsize=10)
+    top.legend(fontsize=8, loc="best")
+    if bottom.get_legend_handles_labels()[0]:
+        bottom.legend(fontsize=8, loc="best")
+    else:
+        bottom.text(0.5, 0.5, "no price known: pass --price GPU=USD_PER_GPU_HOUR", ha="center", va="center",
+                    transform=bottom.transAxes, fontsize=9)
+    return _png(fig)

@@ -78,7 +78,7 @@ def compare_table(m, rows, tokens) -> None:
     """The rich table of `planner compare`: best plan per GPU type (or why none)."""
     t = Table(title=f"{m.name}: best plan per GPU type" + (f", {tokens:.3g} tokens" if tokens else ""))
     head = ["GPU", "nodes x GPUs/node", "plan", "iter time [s]", "tokens/s", "MFU %", "$/GPU-h (date, source)",
-            "$/Mtoken"] + (["time to train", "cost to train [$]"] if tokens else [])
+            "$/Mtoken"] + (["time to train", "cost to train [$]", "goodput", "ckpt every [min / it]"] if tokens else [])
     for h in head:
         t.add_column(escape(h), justify="left" if h in ("GPU", "plan") else "right")
     for r in rows:
@@ -95,14 +95,37 @@ def compare_table(m, rows, tokens) -> None:
                f"{b.tokens_per_s:,.0f}", f"{100 * b.mfu:.1f}", src,
                "-" if b.usd_per_mtoken is None else f"{b.usd_per_mtoken:.3f}"]
         if tokens:
+            g = goodput_cells(b)
             row += [human_duration(b.time_to_train_s),
-                    "-" if b.cost_to_train_usd is None else f"{b.cost_to_train_usd:,.0f}"]
+                    "-" if b.cost_to_train_usd is None else f"{b.cost_to_train_usd:,.0f}", g[0], f"{g[1]} / {g[2]}"]
         t.add_row(*[escape(c) for c in row])
-    _console().print(t)
+    con = _console()
+    con.print(t)
+    for note in compare_notes(rows):
+        con.print(("" if note.startswith("warning") else "note: ") + escape(note), soft_wrap=True)
+
+
+def compare_notes(rows) -> list[str]:
+    """The batch each GPU type ran, where the batch limits scaling, the goodput model, and the prices' sources."""
+    from planner.search.nofit import search_notes  # deferred: the search package loads with the command
+    from planner.search.sizing import price_notes  # deferred: as above
+
+    notes: list[str] = []
+    for r in rows:
+        p = r.result.problem
+        for note in (*((p.batch_note(),) if p.batch_note() else ()), *search_notes(r.result)):
+            if note.startswith("the batch"):
+                note = f"{r.gpu}: {note}"
+            if note not in notes:
+                notes.append(note)
+    overrides = {r.gpu: r.result.problem.prices[r.gpu] for r in rows if r.gpu in r.result.problem.prices}
+    return notes + price_notes(rows, overrides)
 
 
 # ---------------------------------------------------------------------------------------------- size
-SIZE_COLUMNS = ("Allocation", "GPU-hours [GPU-h]", "Node-hours [node-h]", "Cost [USD]")
+SIZE_COLUMNS = ("Allocation", "GPU-hours [GPU-h]", "Node-hours [node-h]", "Cost [USD]", "Goodput",
+                "Checkpoint Interval [min]", "Checkpoint Interval [iterations]", "Interruptions", "Lost [GPU-h]",
+                "Searched")
 """Columns of `planner size` besides the plan columns (planner.formats.PLAN_FIELDS)."""
 
 
@@ -119,12 +142,23 @@ def size_allocations(res) -> list[tuple[str, object]]:
     return rows
 
 
+def goodput_cells(r) -> list[str]:
+    """Goodput, checkpoint interval (min, iterations), expected interruptions and lost GPU-hours of a record."""
+    if r.goodput is None:
+        return ["-"] * 5
+    return [f"{r.goodput:.3f}", "-" if r.checkpoint_interval_s is None else f"{r.checkpoint_interval_s / 60:.1f}",
+            "-" if r.checkpoint_interval_iters is None else str(r.checkpoint_interval_iters),
+            "-" if r.interruptions is None else f"{r.interruptions:.0f}",
+            "-" if r.lost_gpu_hours is None else f"{r.lost_gpu_hours:,.0f}"]
+
+
 def size_rows(m, res) -> list[dict]:
     """CSV / Markdown rows of `planner size`: the allocation label, its figures, then the plan columns."""
     out = []
     for label, a in size_allocations(res):
         own = dict(zip(SIZE_COLUMNS, (label, f"{a.gpu_hours:.6g}", f"{a.node_hours:.6g}",
-                                      "" if a.cost_usd is None else f"{a.cost_usd:.6g}")))
+                                      "" if a.cost_usd is None else f"{a.cost_usd:.6g}", *goodput_cells(a.record),
+                                      "exhaustive" if a.exhaustive else "plan shapes")))
         out.append({**own, **plan_row(flat_record(a.record, m))})
     return out
 
@@ -142,16 +176,42 @@ def size_out(result, fmt: str) -> None:
         return
     con = _console()
     con.print(f"[bold]{escape(m.name)}[/]: {tokens:.3g} tokens within {human_duration(deadline_s)} "
-              f"({res.searched} allocations searched)")
-    t = Table(title="Allocations that meet the deadline")
-    for h in ("", "GPU", "nodes x GPUs/node", "GPUs", "plan", "time to train", "GPU-hours", "node-hours", "cost [$]"):
+              f"({res.searched} allocations evaluated" + (", interrupted" if res.interrupted else "") + ")")
+    t = Table(title="Allocations that meet the deadline" + (" (expected times: goodput model)" if res.failures
+                                                            is not None else " (a perfect run)"))
+    head = ("", "GPU", "nodes x GPUs/node", "GPUs", "plan", "time to train", "goodput", "ckpt every [min / it]",
+            "interruptions", "lost [GPU-h]", "GPU-hours", "cost [$]")
+    for h in head:
         t.add_column(escape(h), justify="left" if h in ("", "GPU", "plan") else "right")
     for label, a in size_allocations(res):
         b = a.record
+        g = goodput_cells(b)
         t.add_row(escape(label), b.gpu, f"{b.nodes} x {b.gpus_per_node}", str(b.gpus), escape(plan_text(b)),
-                  human_duration(b.time_to_train_s), f"{a.gpu_hours:,.0f}", f"{a.node_hours:,.0f}",
+                  human_duration(b.time_to_train_s), g[0], f"{g[1]} / {g[2]}", g[3], g[4], f"{a.gpu_hours:,.0f}",
                   "-" if a.cost_usd is None else f"{a.cost_usd:,.0f}")
     con.print(t)
+    con.print(frontier_table(res, deadline_s))
+    for gpu, why in res.left_out:
+        con.print(f"left out {escape(gpu)}: {escape(why)}", soft_wrap=True)
+    for note in res.notes:
+        con.print(("" if note.startswith("warning") else "note: ") + escape(note), soft_wrap=True)
+
+
+def frontier_table(res, deadline_s: float) -> Table:
+    """Frontier of every GPU type: GPUs vs expected days vs USD (meeting the deadline or not)."""
+    t = Table(title="Frontier: GPUs vs days vs USD (* = meets the deadline; e = best of every plan, else of the "
+                    "plan shapes)")
+    for h in ("GPU", "nodes", "GPUs", "days", "cost [$]", "USD/GPU-h", "plan"):
+        t.add_column(h, justify="left" if h in ("GPU", "plan") else "right")
+    for ty in res.types:
+        for p in ty.frontier:
+            r = p.record
+            mark = ("*" if p.meets(deadline_s) else " ") + ("e" if p.exhaustive else " ")
+            t.add_row(ty.gpu, f"{p.nodes}{mark}", f"{p.gpus:,}", "-" if p.days is None else f"{p.days:.1f}",
+                      "-" if p.cost_usd is None else f"{p.cost_usd:,.0f}",
+                      "-" if r.price_usd_per_gpu_hour is None else f"{r.price_usd_per_gpu_hour:.2f}",
+                      escape(plan_text(r)))
+    return t
 
 
 @contextmanager

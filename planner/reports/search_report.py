@@ -184,13 +184,13 @@ def _write(md: Path, text: str, images: list[tuple[Path, bytes]]) -> ReportFiles
 
 
 def _assemble(md: Path, parts: list[str], pareto: tuple[str, bytes | None], details: list[PlanDetail],
-              plans_title: str, pareto_title: str = "Pareto front: iteration time vs cost per token"
-              ) -> tuple[str, list[tuple[Path, bytes]]]:
+              plans_title: str, pareto_title: str = "Pareto front: iteration time vs cost per token",
+              image: str = "pareto") -> tuple[str, list[tuple[Path, bytes]]]:
     images = []
     text, png = pareto
     parts += [f"## {pareto_title}", ""]
     if png is not None:
-        pp = sibling(md, "pareto")
+        pp = sibling(md, image)
         images.append((pp, png))
         parts += [image_link("Pareto front", pp, md), ""]
     parts += [text]
@@ -215,7 +215,7 @@ def search_report_text(md: Path, result, *, top: int = 10, command: str | None =
     alloc = ", ".join(f"{t.world_size} x {t.hardware.gpu.name} ({t.nodes} x {t.gpus_per_node} on "
                       f"{t.hardware.cluster.name})" for t in p.targets)
     extra = ["", f"Model {p.model.name}, {p.model.total_params() / 1e9:.2f} B parameters; allocation(s): {alloc}; "
-             f"global batch {p.global_batch_size} sequences of {p.seq_len} tokens"
+             f"{p.batch_text()}, sequences of {p.seq_len} tokens"
              + (f"; token budget {p.tokens:.3g}" if p.tokens else "") + "."]
     parts = [header(f"{p.model.name}: parallel layout search", command or command_line(), cms, extra)]
     study = f"; study {result.study_name!r} holds {result.study_trials} trials" if result.study_name else ""
@@ -267,7 +267,7 @@ def write_compare_report(path: str | os.PathLike, rows: list, model: ModelSpec, 
     cms = [b.cost_model for b in best] or [(cost_model or _default_cm()).name]
     r0 = rows[0].result.problem if rows else None
     extra = ["", f"Model {model.name}, {model.total_params() / 1e9:.2f} B parameters"
-             + (f"; global batch {r0.global_batch_size} sequences of {r0.seq_len} tokens" if r0 else "")
+             + (f"; {r0.batch_text()}, sequences of {r0.seq_len} tokens" if r0 else "")
              + (f"; token budget {tokens:.3g}" if tokens else "") + "; each GPU type searched exhaustively "
              f"(space `{r0.space.name if r0 else '-'}`), ranked by iteration time."]
     parts = [header(f"{model.name}: " + " vs ".join(r.gpu for r in rows) + " (cost per token)",
@@ -312,66 +312,70 @@ def write_compare_report(path: str | os.PathLike, rows: list, model: ModelSpec, 
 def write_size_report(path: str | os.PathLike, res, model: ModelSpec, tokens: float, deadline_s: float,
                       hardwares: Sequence[Hardware], *, command: str | None = None,
                       cost_model: OperatorCostModel | None = None, calibration=None) -> ReportFiles:
-    """Report of `planner size`: the allocations that meet the deadline (smallest, cheapest, smallest
-    per GPU type), their time and cost to train on one plot, and each one's plan breakdown (predicted with
-    ``calibration``, the one the sizing applied)."""
+    """Report of `planner size`: the allocations that meet the deadline (smallest, cheapest, smallest per GPU
+    type) with their goodput, the frontier (GPUs vs days vs USD) as a table and a plot, the GPU types left out and
+    why, the notes the answer rests on, and each allocation's plan breakdown (predicted with ``calibration``, the
+    one the sizing applied)."""
+    from planner.reports.results import goodput_cells, size_allocations  # deferred: rich loads with it
+
     md = report_path(path)
-    allocs = [("smallest", res.smallest)]
-    if res.cheapest is not None and res.cheapest.record.key() != res.smallest.record.key():
-        allocs.append(("cheapest", res.cheapest))
-    elif res.cheapest is not None:
-        allocs[0] = ("smallest & cheapest", res.smallest)
-    keys = {a.record.key() for _, a in allocs}
-    allocs += [(f"smallest {a.record.gpu}", a) for a in res.per_gpu if a.record.key() not in keys]
+    allocs = size_allocations(res)
     cms = [a.record.cost_model for _, a in allocs]
     extra = ["", f"Model {model.name}, {model.total_params() / 1e9:.2f} B parameters; {tokens:.3g} tokens within "
-             f"{human_duration(deadline_s)}; GPU types considered: {', '.join(h.gpu.name for h in hardwares)}; "
-             f"{res.searched} allocations searched exhaustively (node counts 2^k and 3 x 2^k, stepped from the "
-             "count a plan at 50 % MFU would need)."]
+             f"{human_duration(deadline_s)}; GPU types considered: {', '.join(h.gpu.name for h in hardwares)}; every "
+             "node count from --min-gpus to --max-gpus is considered (planner/search/allocation.py: an exhaustive "
+             "anchor search, per-shape bisection, one node fewer than the answer searched exhaustively)."]
     parts = [header(f"{model.name}: sizing an allocation for {tokens:.3g} tokens in {human_duration(deadline_s)}",
                     command or command_line(), cms, extra)]
     rows = []
     for label, a in allocs:
         b = a.record
         rows.append([label, b.gpu, f"{b.nodes} x {b.gpus_per_node}", str(b.gpus), plan_text(b),
-                     f"{b.iteration_time_s:.3f}", human_duration(b.time_to_train_s), f"{a.gpu_hours:,.0f}",
-                     f"{a.node_hours:,.0f}", "-" if a.cost_usd is None else f"{a.cost_usd:,.0f}"])
+                     f"{b.iteration_time_s:.3f}", human_duration(b.time_to_train_s), *goodput_cells(b),
+                     f"{a.gpu_hours:,.0f}", "-" if a.cost_usd is None else f"{a.cost_usd:,.0f}"])
     parts += ["## Allocations that meet the deadline", "",
-              md_table(["", "GPU", "nodes x GPUs/node", "GPUs", "plan", "iter time [s]", "time to train",
-                        "GPU-hours", "node-hours", "cost [$]"], rows),
+              md_table(["", "GPU", "nodes x GPUs/node", "GPUs", "plan", "iter time [s]", "time to train", "goodput",
+                        "ckpt every [min]", "ckpt every [iterations]", "interruptions", "lost [GPU-h]", "GPU-hours",
+                        "cost [$]"], rows),
               _prices(list(hardwares), {a.record.gpu: a.record.price_usd_per_gpu_hour for _, a in allocs})]
-    # numbered in the order of the allocation table (rank = row, no Pareto mark)
+    parts += _size_context(res)
     recs = [replace(a.record, rank=i, pareto=False) for i, (_, a) in enumerate(allocs, 1)]
     parts += ["### Plans", "", "Numbered as the allocation table above.", "", to_markdown(recs)]
     details = plan_details([(f"#{i} {label}: {a.record.gpus} x {a.record.gpu} {plan_text(a.record)}", a.record)
                             for i, (label, a) in enumerate(allocs, 1)], model, _hardware_lookup(hardwares),
                            cost_model, calibration)
-    pareto = _size_plot(allocs, deadline_s, model)
-    text, images = _assemble(md, parts, pareto, details, "Time breakdown of each allocation's plan",
-                             "Time and cost to train of the allocations")
+    text, images = _assemble(md, parts, _frontier(res, deadline_s, model), details,
+                             "Time breakdown of each allocation's plan", "Frontier: GPUs vs days vs USD", "frontier")
     return _write(md, text, images)
 
 
-def _size_plot(allocs, deadline_s: float, model: ModelSpec) -> tuple[str, bytes | None]:
-    """Time to train vs cost to train of the allocations shown (the size search keeps no other plans)."""
-    priced = [(label, a) for label, a in allocs if a.cost_usd is not None]
-    if not priced:
-        return ("No price is known for these GPUs, so there is no cost axis; pass "
-                "`--price GPU=USD_PER_GPU_HOUR`.\n"), None
-    pts = [(f"{a.record.gpu}", a.record.time_to_train_s / 86400.0, a.cost_usd / 1e6) for _, a in priced]
-    front_recs = pareto_front([_as_time_cost(a) for _, a in priced])
-    front = [(r.iteration_time_s, r.usd_per_mtoken) for r in front_recs]
-    png = pareto_png(pts, front, f"{model.name}: allocations meeting the {deadline_s / 86400.0:.3g}-day deadline",
-                     xlabel="time to train [days]", ylabel="cost to train [million USD]",
-                     vline=(deadline_s / 86400.0, "deadline"),
-                     notes=[(a.record.time_to_train_s / 86400.0, a.cost_usd / 1e6, f"{label}: {a.record.gpus} GPUs")
-                            for label, a in priced])
-    text = ("Time to train against cost to train for the allocations above (the sizing search keeps only "
-            "these); the step line joins the ones no other allocation beats on both.\n")
+def _size_context(res) -> list[str]:
+    """The GPU types left out (and why) and the notes the answer rests on (batch, proof, goodput, prices)."""
+    out = ["## What the answer rests on", ""]
+    if res.left_out:
+        out += ["GPU types without an answer:", "", md_table(["GPU", "why"], [[g, w] for g, w in res.left_out])]
+    out += [f"- {n}" for n in res.notes] + [""]
+    return out
+
+
+def _frontier(res, deadline_s: float, model: ModelSpec) -> tuple[str, bytes | None]:
+    """The frontier of every GPU type as a table and the plot's PNG (GPUs vs days vs USD)."""
+    from planner.reports.plots import frontier_png  # deferred: matplotlib loads with it
+
+    rows, series = [], {}
+    for t in res.types:
+        for p in t.frontier:
+            r = p.record
+            rows.append([t.gpu, str(p.nodes), f"{p.gpus:,}", "-" if p.days is None else f"{p.days:.2f}",
+                         "-" if p.cost_usd is None else f"{p.cost_usd:,.0f}", "yes" if p.meets(deadline_s) else "no",
+                         "every plan" if p.exhaustive else "plan shapes", plan_text(r)])
+            series.setdefault(t.gpu, []).append((p.gpus, p.days, None if p.cost_usd is None else p.cost_usd / 1e6,
+                                                 p.meets(deadline_s)))
+    if not rows:
+        return "No allocation was costed.\n", None
+    png = frontier_png(series, deadline_s / 86400.0, f"{model.name}: expected days and cost to train vs GPUs")
+    text = ("Expected days and cost to train (goodput included where a failure model was used) of every allocation "
+            "costed; the smallest allocation and one node fewer are searched over every plan, the others over the "
+            "plan shapes fastest on the smallest:\n\n" + md_table(
+                ["GPU", "nodes", "GPUs", "days", "cost [$]", "meets the deadline", "searched", "plan"], rows))
     return text, png
-
-
-def _as_time_cost(a) -> PlanRecord:
-    """A copy of an allocation's record whose (iteration_time_s, usd_per_mtoken) are (days, million USD),
-    so pareto_front ranks allocations by time and cost to train."""
-    return replace(a.record, iteration_time_s=a.record.time_to_train_s / 86400.0, usd_per_mtoken=a.cost_usd / 1e6)

@@ -10,17 +10,18 @@ command's ``--format json`` object, and bad input raises :class:`costmodel.core.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field, fields
 
-from costmodel.core.errors import PlannerError
+from costmodel.core.errors import Interrupted, PlannerError
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.presets import resolve_model
+from planner.batch import parse_batch_range
 from planner.calibrate import calibration_option
-from planner.requests import parse_batch_tokens
 from planner.search.engine import SearchResult
 from planner.search.engine import search as run_engine
-from planner.search.nofit import no_fit_message
+from planner.search.nofit import no_fit_message, search_notes
 from planner.search.records import PlanRecord
 from planner.search.sizing import CompareRow, SizingResult, parse_deadline, parse_prices, parse_tokens
 from planner.search.sizing import compare as compare_gpus
@@ -84,7 +85,8 @@ class SearchRequest:
     gbs: int | None = None
     """Global batch size in sequences (as PlanRequest.gbs)."""
     tokens_per_batch: str | None = None
-    """Global batch size in tokens, e.g. "4M" (as PlanRequest.tokens_per_batch; not with gbs)."""
+    """Global batch size in tokens, one value ("16M") or a range MIN:MAX ("4M:16M") each plan takes its GBS from
+    (planner.batch; not with gbs)."""
     seq_len: int | None = None
     """Sequence length (as PlanRequest.seq_len)."""
     tokens: str | None = None
@@ -242,11 +244,53 @@ def _progress_bar(description: str):
     return bar, update
 
 
+
+def _delayed_bar(description: str):
+    """A rich progress bar on stderr that appears once the work has run for a second (terminals only), and the
+    callback feeding it: update(done_types, total_types, predictions, best_so_far)."""
+    # deferred: rich's progress display loads only when sizing or comparing shows one
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=console, transient=True,
+                   disable=not console.is_terminal)
+    task = bar.add_task(description, total=None, info="")
+    t0, shown = time.monotonic(), [False]
+
+    def update(done: int, total: int, predictions: int, best: str) -> None:
+        if not shown[0] and time.monotonic() - t0 > 1.0:
+            bar.start()
+            shown[0] = True
+        info = f"GPU types; {predictions:,} plans predicted" + (f"; best so far {best}" if best else "")
+        bar.update(task, completed=done, total=total, info=info)
+
+    return bar, update
+
+
 def jobs_or_default(jobs: int) -> int:
     """--jobs: 0 = one process per CPU core, at most 4."""
     if jobs < 0:
         raise PlannerError(f"--jobs must be >= 0, got {jobs}.")
     return jobs or max(1, min(4, os.cpu_count() or 1))
+
+
+def failure_model(goodput: bool = True, failure_rate: float | None = None, planned_interruptions: float | None = None,
+                  restart_min: float | None = None, ckpt_mode: str | None = None,
+                  ckpt_bandwidth: float | None = None, ckpt_interval: float | None = None,
+                  slowdown: float | None = None):
+    """The costmodel.goodput.FailureModel named by the goodput flags (None with goodput=False, a perfect run); a
+    bad value raises PlannerError."""
+    from costmodel.goodput import FailureModel  # deferred: only the sizing commands need it
+
+    if not goodput:
+        return None
+    given = {"failure_rate": failure_rate, "planned_per_day": planned_interruptions,
+             "restart_s": None if restart_min is None else 60.0 * restart_min, "ckpt_mode": ckpt_mode,
+             "storage_gbs": ckpt_bandwidth, "interval_s": None if ckpt_interval is None else 60.0 * ckpt_interval,
+             "slowdown": slowdown}
+    return FailureModel(**{k: v for k, v in given.items() if v is not None})
 
 
 # ------------------------------------------------------------------------------------------ search
@@ -262,6 +306,9 @@ class RankedPlans:
     """The ``top`` best plans, best first."""
     result: SearchResult = field(repr=False)
     """Every feasible plan found (``result.records``) and the problem searched (``result.problem``)."""
+    notes: tuple[str, ...] = ()
+    """What the answer rests on besides the plans: the problem's notes, the batch where it limits scaling, the
+    goodput model (planner.search.nofit.search_notes)."""
 
     @property
     def best(self) -> PlanRecord:
@@ -275,6 +322,8 @@ class RankedPlans:
 def run_search(r: SearchRequest) -> RankedPlans:
     """Build the search problem of ``r`` and run it (with a progress bar when asked); PlannerError when no plan is
     feasible."""
+    from costmodel.goodput import FailureModel  # deferred: only searches with a token budget or a cost need it
+
     if r.resume and (r.exhaustive or r.mode == "exhaustive"):
         raise PlannerError("--resume applies to Optuna studies; --exhaustive has nothing to resume (drop one).")
     if r.resume and not r.study_name:
@@ -285,9 +334,11 @@ def run_search(r: SearchRequest) -> RankedPlans:
     cat, hws = _hardwares(list(r.gpu), r.cluster, r.gpus_per_node, r.hardware_file)
     prices = parse_prices(list(r.price), list(cat.gpus))
     m = resolve_model(r.model)
+    # time and cost to train (--tokens) and the cost ranking are expected values under the default goodput model
+    failures = FailureModel() if r.tokens is not None or r.objective in ("cost", "pareto") else None
     problem = build_problem(m, _targets(hws, r.gpus, r.nodes, r.nodes_range), space, gbs=r.gbs, seq_len=r.seq_len,
                             tokens=parse_tokens(r.tokens) if r.tokens is not None else None, prices=prices,
-                            tokens_per_batch=parse_batch_tokens(r.tokens_per_batch),
+                            tokens_per_batch=parse_batch_range(r.tokens_per_batch), failures=failures,
                             calibration=calibration_option(None))  # as `planner predict` applies it
     bar, update = _progress_bar("searching") if r.progress else (None, None)
     if bar is not None:
@@ -301,7 +352,8 @@ def run_search(r: SearchRequest) -> RankedPlans:
             bar.stop()
     if not result.records:
         raise PlannerError(no_fit_message(result, r.gbs is not None))
-    return RankedPlans(m.name, result.summary(), result.top(r.top), result)
+    return RankedPlans(m.name, result.summary(), result.top(r.top), result,
+                       tuple(problem.notes) + tuple(search_notes(result)))
 
 
 def search(**flags) -> RankedPlans:
@@ -324,9 +376,16 @@ class CompareResult:
     tokens: float | None
     """Training token budget (None: not given)."""
     rows: list[CompareRow]
-    """One per GPU type, in the order asked."""
+    """One per GPU type compared, in the order asked (fewer than asked after Ctrl-C: ``interrupted``)."""
     spec: ModelSpec = field(repr=False)
     """The model compared."""
+    types_asked: int = 0
+    """GPU types asked for."""
+
+    @property
+    def interrupted(self) -> bool:
+        """Ctrl-C stopped the comparison before every GPU type was compared."""
+        return len(self.rows) < self.types_asked
 
     @property
     def best(self) -> list[PlanRecord]:
@@ -341,18 +400,31 @@ class CompareResult:
 def compare(*, model: str, gpu: list[str] | tuple[str, ...] = (), gpus: int | None = None, nodes: int | None = None,
             tokens: str | float | None = None, price: list[str] | tuple[str, ...] = (), space: str = "default",
             gbs: int | None = None, tokens_per_batch: str | int | None = None, seq_len: int | None = None,
+            goodput: bool = True, failure_rate: float | None = None,
+            planned_interruptions: float | None = None, restart_min: float | None = None, ckpt_mode: str | None = None,
+            ckpt_bandwidth: float | None = None, ckpt_interval: float | None = None, slowdown: float | None = None,
             hardware_file: list[str] | tuple[str, ...] = ()) -> CompareResult:
-    """`planner compare`: the best plan per GPU type on ``gpus`` GPUs or ``nodes`` nodes of each."""
+    """`planner compare`: the best plan per GPU type on ``gpus`` GPUs or ``nodes`` nodes of each, with the expected
+    time and cost to train under the goodput keywords (:func:`failure_model`)."""
     if (gpus is None) == (nodes is None):
         raise PlannerError("pass exactly one of --gpus N and --nodes N.")
+    failures = failure_model(goodput, failure_rate, planned_interruptions, restart_min, ckpt_mode, ckpt_bandwidth,
+                             ckpt_interval, slowdown)
     cat, hws = _hardwares(list(gpu), None, None, hardware_file)
     prices = parse_prices(list(price), list(cat.gpus))
     tok = _tokens(tokens) if tokens is not None else None
     m = resolve_model(model)
-    rows = compare_gpus(m, hws, load_space(space), gpus=gpus, nodes=nodes, gbs=gbs, seq_len=seq_len, tokens=tok,
-                        prices=prices, tokens_per_batch=parse_batch_tokens(tokens_per_batch),
-                        calibration=calibration_option(None))  # as `planner predict` applies it
-    return CompareResult(m.name, tok, rows, m)
+    bar, update = _delayed_bar(f"comparing {m.name} on {', '.join(h.gpu.name for h in hws)}")
+    try:
+        rows = compare_gpus(m, hws, load_space(space), gpus=gpus, nodes=nodes, gbs=gbs, seq_len=seq_len, tokens=tok,
+                            prices=prices, tokens_per_batch=parse_batch_range(tokens_per_batch),
+                            calibration=calibration_option(None),  # as `planner predict` applies it
+                            failures=failures, jobs=jobs_or_default(0), progress=update)
+    finally:
+        bar.stop()
+    if not rows:
+        raise Interrupted("no GPU type was compared before Ctrl-C")
+    return CompareResult(m.name, tok, rows, m, len(hws))
 
 
 def _tokens(tokens: str | float) -> float:
@@ -370,7 +442,8 @@ class SizeResult:
     deadline_s: float
     """Wall-clock limit in seconds."""
     sizing: SizingResult
-    """The allocations found."""
+    """The allocations found (``sizing.interrupted``: Ctrl-C stopped the search, the best found is not proved
+    minimal)."""
     spec: ModelSpec = field(repr=False)
     """The model sized."""
     hardwares: list = field(default_factory=list, repr=False)
@@ -383,23 +456,38 @@ class SizeResult:
         return {"model": self.model, "tokens": self.tokens, "deadline_s": self.deadline_s, **self.sizing.to_dict()}
 
 
-def size(*, model: str, tokens: str | float, deadline: str, gpu: list[str] | tuple[str, ...] = (),
+def size(*, model: str, tokens: str | float, deadline: str, gpu: list[str] | tuple[str, ...] = (), min_gpus: int = 1,
          max_gpus: int = 16384, budget: float | None = None, price: list[str] | tuple[str, ...] = (),
          space: str = "default", gbs: int | None = None, tokens_per_batch: str | int | None = None,
-         seq_len: int | None = None, hardware_file: list[str] | tuple[str, ...] = (), jobs: int = 0) -> SizeResult:
-    """`planner size`: the smallest allocation (nodes of which GPU type, of ``gpu`` or SIZE_DEFAULT_GPUS) that trains
-    ``tokens`` before ``deadline`` (e.g. '30d'), and the cheapest; ``jobs`` GPU types at once (0 = per CPU core)."""
+         seq_len: int | None = None, goodput: bool = True, failure_rate: float | None = None,
+         planned_interruptions: float | None = None, restart_min: float | None = None, ckpt_mode: str | None = None,
+         ckpt_bandwidth: float | None = None, ckpt_interval: float | None = None, slowdown: float | None = None,
+         progress: bool = True, hardware_file: list[str] | tuple[str, ...] = (), jobs: int = 0) -> SizeResult:
+    """`planner size`: the smallest allocation (nodes of which GPU type, of ``gpu`` or SIZE_DEFAULT_GPUS, from
+    ``min_gpus`` to ``max_gpus``) that trains ``tokens`` before ``deadline`` (e.g. '30d'), proved minimal, the
+    cheapest and the frontier; times are expected values under the goodput keywords (:func:`failure_model`);
+    ``jobs`` GPU types at once (0 = per CPU core)."""
     seconds = parse_deadline(deadline)
     tok = _tokens(tokens)
-    if max_gpus <= 0:
-        raise PlannerError(f"--max-gpus must be a positive integer, got {max_gpus}.")
-    if budget is not None and not budget > 0:
+    if max_gpus <= 0 or min_gpus <= 0 or min_gpus > max_gpus:
+        raise PlannerError(f"--min-gpus {min_gpus} and --max-gpus {max_gpus} must be positive with "
+                           "--min-gpus <= --max-gpus.")
+    if budget is not None and not (budget > 0 and budget < float("inf")):
         raise PlannerError(f"--budget must be a positive amount of USD, got {budget}.")
+    failures = failure_model(goodput, failure_rate, planned_interruptions, restart_min, ckpt_mode, ckpt_bandwidth,
+                             ckpt_interval, slowdown)
     cat, hws = _hardwares(list(gpu) or list(SIZE_DEFAULT_GPUS), None, None, hardware_file)
     prices = parse_prices(list(price), list(cat.gpus))
     m = resolve_model(model)
     cal = calibration_option(None)  # as `planner predict` applies it
-    res = size_allocation(m, tok, seconds, hws, load_space(space), max_gpus=max_gpus, budget_usd=budget, gbs=gbs,
-                          seq_len=seq_len, prices=prices, tokens_per_batch=parse_batch_tokens(tokens_per_batch),
-                          jobs=jobs_or_default(jobs), calibration=cal)
+    bar, update = _delayed_bar(f"sizing {m.name} on {', '.join(h.gpu.name for h in hws)}") if progress \
+        else (None, None)
+    try:
+        res = size_allocation(m, tok, seconds, hws, load_space(space), min_gpus=min_gpus, max_gpus=max_gpus,
+                              budget_usd=budget, gbs=gbs, seq_len=seq_len, prices=prices,
+                              tokens_per_batch=parse_batch_range(tokens_per_batch), jobs=jobs_or_default(jobs),
+                              calibration=cal, failures=failures, progress=update)
+    finally:
+        if bar is not None:
+            bar.stop()
     return SizeResult(m.name, tok, seconds, res, m, hws, cal)

@@ -19,7 +19,8 @@ from typing import Callable, NamedTuple
 
 from costmodel.core.errors import Interrupted, PlannerError
 from costmodel.cost.base import OperatorCostModel
-from planner.search.objective import OBJECTIVES, Evaluator, _reason_kind, objective_values
+from planner.search.answers import INFEASIBLE_VALUE, Answers, valid_plans  # noqa: F401 (INFEASIBLE_VALUE: API)
+from planner.search.objective import OBJECTIVES, Evaluator, _reason_kind
 from planner.search.records import PlanRecord, rank
 from planner.search.space import (
     Candidate,
@@ -47,9 +48,6 @@ Progress = Callable[[int, int], None]
 """progress(done, total): called during a search (total = trials or candidates)."""
 
 SAMPLERS = ("tpe", "nsga2", "random")
-INFEASIBLE_VALUE = 1e9
-"""Objective value reported to Optuna for a rejected candidate. It never reaches the user: with
-``constraints_func`` Optuna ranks infeasible trials after every feasible one by their violation."""
 DEFAULT_TRIALS = 200
 POLISH_FRACTION = 0.25
 """Share of a single-objective study's trials spent on local search around the incumbent after TPE
@@ -62,6 +60,13 @@ on 1,024 GPUs), so it needs a larger share; tuned with deepseek-v3 on 1,024 and 
 TPE_STARTUP = 10
 """Random trials before TPE starts modelling (Optuna's default, 10; 20 and 30 hit the 1 % target
 less often in benchmarks/bench_search.py)."""
+TPE_MAX_TRIALS = 500
+"""Most trials one single-objective run gives the sampler; the rest of its budget goes to the local search
+(:func:`_polish`). TPE rebuilds its Parzen estimators from every finished trial of the study before each
+proposal (optuna/samplers/_tpe/sampler.py ``_sample``), so its cost per trial grows with the study: on the
+2-core dev machine 2,250 TPE trials of a llama-13b / 128 study took 22 s of CPU (about 9 us per trial of
+history per proposal), the local search's 750 trials 4 s. Runs up to 666 trials (POLISH_FRACTION) are not
+affected; benchmarks/bench_search.py checks the 3,000-trial run against the exhaustive optimum."""
 EXHAUSTIVE_MAX_PLANS = 3000
 """The default search evaluates every plan when the space holds at most this many valid plans (valid and
 fitting in memory, counted with the microsecond checks before any prediction), else it runs Optuna. About
@@ -122,7 +127,10 @@ class SearchResult:
                 "trials": self.trials, "study_trials": self.study_trials, "study_name": self.study_name,
                 "elapsed_s": round(self.elapsed_s, 3), "global_batch_size": self.problem.global_batch_size,
                 "seq_len": self.problem.seq_len, "tokens": self.problem.tokens,
-                "batch_tokens": self.problem.global_batch_size * self.problem.seq_len, "mode_note": self.mode_note,
+                "batch_tokens": (self.problem.global_batch_size * self.problem.seq_len
+                                 if self.problem.global_batch_size is not None else None),
+                "batch_range": self.problem.batch.to_dict() if self.problem.batch is not None else None,
+                "mode_note": self.mode_note,
                 "collapsed_equivalent": self.collapsed}
 
 
@@ -316,6 +324,8 @@ def _plan_phases(mirror: MirroredStudy, choices: dict, n_trials: int, multi: boo
         return _Phases(finished, int(run["tpe_until"]), int(run["until"]))
     share = MOE_POLISH_FRACTION if "ep" in choices else POLISH_FRACTION
     polish = 0 if multi or n_trials < 40 else int(n_trials * share)
+    if polish:  # the sampler's share is capped: TPE costs more per trial the more trials the study has
+        polish = max(polish, n_trials - TPE_MAX_TRIALS)
     phases = _Phases(finished, finished + n_trials - polish, finished + n_trials)
     if storage is not None:
         meta.set_user_attr(RUN_ATTR, {"tpe_until": phases.tpe_until, "until": phases.until, "seed": seed,
@@ -323,12 +333,12 @@ def _plan_phases(mirror: MirroredStudy, choices: dict, n_trials: int, multi: boo
     return phases
 
 
-def _trial_objective(study, ev: Evaluator, choices: dict, objective: str):
-    """The function Optuna calls per trial: evaluate the proposed candidate, record its constraint, status and
-    record in the trial's user attributes; a rejected one scores INFEASIBLE_VALUE. Honours FAULT_ENV."""
+def _trial_objective(study, ev: Evaluator, choices: dict, answers: Answers):
+    """The function Optuna calls per trial: the proposed candidate's outcome (:class:`Answers`: evaluated once per
+    distinct plan, a repeated one answered from its first trial), its constraint, status and record set as the
+    trial's user attributes; a rejected one scores INFEASIBLE_VALUE. Honours FAULT_ENV."""
     import optuna  # deferred: Optuna takes about half a second to import
 
-    multi = objective == "pareto"
     use_set_constraint = _HAS_SET_CONSTRAINT()
     who = owner()
     kill_at = _fault_point()
@@ -338,46 +348,53 @@ def _trial_objective(study, ev: Evaluator, choices: dict, objective: str):
         if kill_at is not None and len(study.get_trials(deepcopy=False, states=(
                 optuna.trial.TrialState.COMPLETE,))) + 1 >= kill_at:
             os.kill(os.getpid(), signal.SIGKILL)  # fault injection: die mid-trial (tests only)
-        e = ev.evaluate(suggest_candidate(trial, choices))
-        trial.set_user_attr("constraint", [e.violation])
+        a = answers.answer(suggest_candidate(trial, choices), ev)
+        for key, value in a.attrs.items():
+            trial.set_user_attr(key, value)
         if use_set_constraint:
-            trial.set_constraint("plan", e.violation)
-        trial.set_user_attr("status", e.status)
-        if e.record is None:
-            trial.set_user_attr("reason", e.reason)
-            bad = INFEASIBLE_VALUE * (1.0 + e.violation)
-            return (bad, bad) if multi else bad
-        trial.set_user_attr("record", e.record.to_dict())
-        vals = objective_values(e.record, objective)
-        return vals if multi else vals[0]
+            trial.set_constraint("plan", a.violation)
+        return a.value
 
     return obj
 
 
+class _Halt:
+    """Stop the run: Ctrl-C (``stop``, an :class:`InterruptFlag`) or every valid plan evaluated."""
+
+    def __init__(self, stop: InterruptFlag, answers: Answers):
+        self.stop, self.answers = stop, answers
+
+    @property
+    def hit(self) -> bool:
+        return self.stop.hit or self.answers.covered
+
+
 def _run_phases(mirror: MirroredStudy, obj, choices: dict, phases: _Phases, ev: Evaluator,
-                progress: Progress | None) -> int:
-    """Run the sampler's then the local search's trials; the number run. Ctrl-C stops after the running trial
-    and raises :class:`Interrupted` (resumable when the study is stored)."""
+                progress: Progress | None, answers: Answers) -> int:
+    """Run the sampler's then the local search's trials; the number run. The run stops early once every valid
+    plan of the space has been evaluated (``answers.covered``). Ctrl-C stops after the running trial and raises
+    :class:`Interrupted` (resumable when the study is stored)."""
     study = mirror.local
     done = [0]
     stop = InterruptFlag()
+    halt = _Halt(stop, answers)
 
     def tick(study_, trial_):
         done[0] += 1
         mirror.after_trial(study_, trial_)
-        if stop.hit:
+        if halt.hit:
             study_.stop()
         if progress is not None:
             progress(done[0], phases.trials)
 
-    if not (choices and phases.trials):
+    if not (choices and phases.trials) or answers.covered:
         return 0
     polish = phases.trials - phases.sampled
     with stop:
         if phases.sampled:
             study.optimize(obj, n_trials=phases.sampled, callbacks=[tick], gc_after_trial=False)
-        left = _polish(study, obj, choices, polish, tick, ev, stop) if polish and not stop.hit else 0
-        if left and not stop.hit:
+        left = _polish(study, obj, choices, polish, tick, ev, halt) if polish and not halt.hit else 0
+        if left and not halt.hit:
             study.optimize(obj, n_trials=left, callbacks=[tick], gc_after_trial=False)
         mirror.flush()
     if stop.hit:
@@ -457,13 +474,29 @@ def optuna_search(problem: SearchProblem, objective: str = "time", n_trials: int
         recover_stale_trials(mirror.remote)
     mirror.load()
     phases = _plan_phases(mirror, choices, n_trials, objective == "pareto", resume, storage, seed, sampler)
-    done = _run_phases(mirror, _trial_objective(mirror.local, ev, choices, objective), choices, phases, ev, progress)
+    answers = Answers(choices, objective)
+    answers.learn(mirror.local.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
+    if choices:
+        answers.watch(valid_plans(problem, ev, len(answers.known) + phases.trials))
+    obj = _trial_objective(mirror.local, ev, choices, answers)
+    done = _run_phases(mirror, obj, choices, phases, ev, progress, answers)
     complete = mirror.complete_trials()  # earlier runs and other processes included
     tally = _tally(complete)
     ranked, folded = ranked_distinct(tally.records, objective)
-    return SearchResult(problem, objective, f"optuna-{sampler}", ranked, tally.distinct, dict(tally.status),
-                        tally.reasons.most_common(), time.perf_counter() - t0, _space_size(problem), trials=done,
-                        study_trials=len(complete), study_name=study_name, storage=storage, collapsed=folded)
+    res = SearchResult(problem, objective, f"optuna-{sampler}", ranked, tally.distinct, dict(tally.status),
+                       tally.reasons.most_common(), time.perf_counter() - t0, _space_size(problem), trials=done,
+                       study_trials=len(complete), study_name=study_name, storage=storage, collapsed=folded)
+    if answers.covered and done < phases.trials:
+        res.mode_note = (f"stopped after {done:,} of {phases.trials:,} trials: every one of the space's "
+                         f"{answers.total:,} valid plans has been evaluated, so the result is the exhaustive search's")
+    return res
+
+
+def as_trial(c: Candidate, choices: dict) -> Candidate:
+    """The candidate a trial with ``c``'s parameters evaluates (canonical): a dimension with one choice is not a
+    trial parameter, so it takes that choice whatever ``c`` holds (a local move from TP 1 to TP 2 keeps
+    sequence_parallel False, which a space of ``sequence_parallel = [true]`` cannot propose)."""
+    return candidate_from_params(candidate_params(c, choices), choices).canonical()
 
 
 def _repair(c: Candidate, choices: dict, ev: Evaluator) -> Candidate | None:
@@ -479,6 +512,30 @@ def _repair(c: Candidate, choices: dict, ev: Evaluator) -> Candidate | None:
             if ev.feasible(n):
                 return n
     return None
+
+
+class _Moves:
+    """The local moves of each plan, repaired (:func:`_repair`) and worked out once: a plan's moves never change
+    and the tried plans only grow, so a plan none of whose moves is untried is never looked at again (the
+    local search's rounds would otherwise redo every plan's moves: quadratic in the trials)."""
+
+    def __init__(self, choices: dict, ev: Evaluator):
+        self.choices, self.ev = choices, ev
+        self.moves: dict[Candidate, list[Candidate]] = {}
+        self.spent: set[Candidate] = set()
+
+    def untried(self, c: Candidate, seen: set) -> list[Candidate]:
+        """The repaired neighbours of ``c`` not in ``seen``, in :func:`neighbours` order, without repeats."""
+        if c in self.spent:
+            return []
+        found = self.moves.get(c)
+        if found is None:
+            repaired = (_repair(as_trial(n, self.choices), self.choices, self.ev) for n in neighbours(c, self.choices))
+            found = self.moves[c] = list(dict.fromkeys(r.canonical() for r in repaired if r is not None))
+        out = [r for r in found if r not in seen]
+        if not out:
+            self.spent.add(c)
+        return out
 
 
 def _polish(study, obj, choices: dict, budget: int, tick, ev: Evaluator, stop=None) -> int:
@@ -504,6 +561,7 @@ def _polish(study, obj, choices: dict, budget: int, tick, ev: Evaluator, stop=No
         study.optimize(obj, n_trials=n, callbacks=[tick], gc_after_trial=False)
         budget -= n
     basins = "ep" in choices or len(choices["pp"]) > 1  # (PP, EP) basins: MoE, or dense with a PP choice
+    moves = _Moves(choices, ev)
     if basins and budget > 0 and not (stop is not None and stop.hit):
         budget = group_sweep(study, obj, choices, budget, tick, ev, cand)
     rounds = 0
@@ -515,14 +573,7 @@ def _polish(study, obj, choices: dict, budget: int, tick, ev: Evaluator, stop=No
         if basins:  # the best plans of the best (PP, EP) basins take turns (planner.search.sweep)
             ok = basin_turns(ok, cand, rounds)
             rounds += 1
-        todo: list[Candidate] = []
-        for t in ok:
-            for n in neighbours(cand(t), choices):
-                r = _repair(n, choices, ev)
-                if r is not None and r.canonical() not in seen and r.canonical() not in todo:
-                    todo.append(r.canonical())
-            if todo:
-                break
+        todo = next((u for t in ok if (u := moves.untried(cand(t), seen))), [])
         if not todo:
             return budget
         batch = todo[:budget]
@@ -582,7 +633,7 @@ def search(problem: SearchProblem, objective: str = "time", *, exhaustive: bool 
     else:
         res = optuna_search(problem, objective, n_trials, seed, sampler, storage, study_name, cost_model, progress,
                             resume)
-    res.mode_note = note
+    res.mode_note = f"{note}; {res.mode_note}" if res.mode_note else note
     return res
 
 

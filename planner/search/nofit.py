@@ -6,12 +6,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 from costmodel.memory import fits_in_memory, memory_per_gpu
+from planner.batch import tokens_text
 from planner.search.engine import SearchResult
+from planner.search.objective import batch_cap_problem
 from planner.search.space import (
     Candidate,
     SearchProblem,
     candidate_plan,
-    default_global_batch,
     enumerate_candidates,
     factorization_problem,
     make_target,
@@ -23,7 +24,7 @@ def _first_fit(problem: SearchProblem) -> Candidate | None:
     for c in enumerate_candidates(problem):
         target = problem.targets[c.target]
         plan = candidate_plan(problem, c)
-        if plan.problems(problem.model):
+        if batch_cap_problem(problem, c) or plan.problems(problem.model):
             continue
         gpu = target.hardware.gpu
         if fits_in_memory(memory_per_gpu(problem.model, plan, gpu), gpu, problem.space.memory_headroom):
@@ -35,13 +36,13 @@ def min_gpus_to_fit(problem: SearchProblem, gbs_given: bool = False,
                     limit: int = 1 << 20) -> tuple[int, Candidate] | None:
     """Smallest GPU count (whole nodes of the first target's node type) at which some plan of the space
     fits in memory, found with the memory model only: doubling from the problem's count, then the node
-    counts in between. The batch follows the default rule unless ``gbs_given``. None = none up to limit."""
+    counts in between. The batch is the problem's (a fixed GBS, or each plan's own from its range). None = none up
+    to limit."""
     hw = problem.targets[0].hardware
     gpn = hw.gpus_per_node
 
     def at(world: int):
-        gbs = problem.global_batch_size if gbs_given else default_global_batch(problem.seq_len, [world])
-        p = replace(problem, targets=(make_target(hw, world),), global_batch_size=gbs)
+        p = replace(problem, targets=(make_target(hw, world),))
         c = _first_fit(p)
         return c
 
@@ -82,3 +83,31 @@ def no_fit_message(result: SearchResult, gbs_given: bool = False) -> str:
             f"{c.recompute} recompute (e.g. TP={c.tp} PP={c.pp} CP={c.cp} MBS={c.mbs} ZeRO={c.zero}"
             f"{f' EP={c.ep} ETP={c.etp or c.tp}' if c.ep > 1 else ''}); "
             f"{mem} of {result.evaluated} candidates exceed memory.")
+
+
+BUBBLE_NOTE = 0.10
+"""Pipeline-bubble share of the best plan's iteration above which a search says the batch limits the pipeline
+(a reporting threshold, not a model constant)."""
+
+
+def search_notes(result: SearchResult) -> list[str]:
+    """What a search's answer depends on besides the plans: the batch when it limits scaling (plans refused
+    because the batch caps DP; the best plan's pipeline bubble and the batch that shrinks it) and the goodput
+    model when time and cost to train are expected values."""
+    p, out, b = result.problem, [], result.best
+    capped = sum(n for reason, n in result.reasons if reason.startswith("the batch caps DP"))
+    if capped and p.batch is not None and b is not None and b.num_microbatches <= 2:
+        out.append(f"the batch limits scaling: the best plan fills the batch with {b.num_microbatches} micro-batch(es) "
+                   f"per DP rank and {capped} candidates with more DP were refused (the batch range "
+                   f"{p.batch.text()} tokens caps DP); a larger --tokens-per-batch admits them")
+    if b is not None and b.pp > 1 and b.bubble_fraction >= BUBBLE_NOTE:
+        # interleaved 1F1B bubble fraction (PP - 1) / (VPP x m) (Narayanan et al. 2021, sec. 2.2): at most 10 %
+        m = -(-10 * (b.pp - 1) // b.vpp)
+        out.append(f"the batch limits the pipeline of the best plan: {b.num_microbatches} micro-batches per pipeline "
+                   f"of {b.pp} stages, {100 * b.bubble_fraction:.0f} % of the iteration is bubble; {m} micro-batches "
+                   f"(a batch of {tokens_text(m * b.mbs * b.dp * b.seq_len)} tokens) bring (PP-1)/(VPP m) to 10 % "
+                   "(Narayanan et al. 2021)")
+    if p.failures is not None:
+        out.append("time and cost to train are expected values, divided by the goodput of the allocation "
+                   f"(costmodel.goodput): {p.failures.describe()}")
+    return out

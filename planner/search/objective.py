@@ -16,14 +16,15 @@ from dataclasses import dataclass
 from costmodel.cost.base import OperatorCostModel
 from costmodel.estimate import default_cost_model, estimate
 from costmodel.memory import fits_in_memory, memory_per_gpu
+from planner.batch import tokens_text
 from planner.prediction import predict
-from planner.search.records import PlanRecord, make_record
+from planner.search.records import PlanRecord, expected_usd_per_mtoken, make_record, seconds_per_token
 from planner.search.space import LIMITED_DTYPES, Candidate, SearchProblem, candidate_plan
 
 GIB = 1024**3
 OBJECTIVES = ("time", "cost", "pareto")
-"""time: iteration time (= time to train a token budget, same ranking); cost: USD per million tokens;
-pareto: both (multi-objective, Pareto front)."""
+"""time: time per token (= time to train a token budget, same ranking; the iteration time where plans share the
+batch); cost: USD per million tokens; pareto: both (multi-objective, Pareto front)."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,21 @@ class Evaluation:
     """Optuna constraint value: <= 0 feasible; memory: needed / usable - 1; invalid: 1 + rules broken."""
     record: PlanRecord | None = None
     """The ranked-plan record when status == 'ok'."""
+
+
+def batch_cap_problem(problem: SearchProblem, c: Candidate) -> str | None:
+    """Why the batch range holds no GBS for candidate ``c`` (its MBS x DP exceeds the batch), or None."""
+    if problem.global_batch_size is not None:
+        return None
+    t = problem.targets[c.target]
+    mp = c.tp * c.pp * c.cp
+    if not mp or t.world_size % mp:
+        return None
+    unit = c.mbs * (t.world_size // mp)
+    if problem.gbs_for(unit):
+        return None
+    return (f"the batch caps DP: MBS x DP = {unit} sequences ({tokens_text(unit * problem.seq_len)} tokens) exceeds "
+            f"the batch range {problem.batch.text()} tokens")
 
 
 def _reason_kind(problem: str) -> str:
@@ -85,7 +101,8 @@ class Evaluator:
         p = self.problem
         target = p.targets[cand.target]
         plan = candidate_plan(p, cand)
-        problems = plan.problems(p.model)
+        capped = batch_cap_problem(p, cand)
+        problems = ([capped] if capped else []) + plan.problems(p.model)
         if cand.tp > target.nvlink_domain and not p.space.allow_tp_across_nodes:
             problems.append(f"TP={cand.tp} exceeds the {target.nvlink_domain} GPUs of an NVLink domain "
                             "(pass --allow-tp-across-nodes to allow it)")
@@ -148,12 +165,15 @@ class Evaluator:
 
 
 def objective_values(rec: PlanRecord, objective: str) -> tuple[float, ...]:
-    """The value(s) a search minimises for one feasible record."""
+    """The value(s) a search minimises for one feasible record: expected seconds per million tokens (the iteration
+    time where every plan runs the same batch, planner.search.records.seconds_per_token) and/or expected USD per
+    million tokens."""
+    per_mtoken = seconds_per_token(rec) * 1e6
     if objective == "time":
-        return (rec.iteration_time_s,)
+        return (per_mtoken,)
     if objective == "cost":
-        return (rec.usd_per_mtoken,)
-    return (rec.iteration_time_s, rec.usd_per_mtoken)
+        return (expected_usd_per_mtoken(rec),)
+    return (per_mtoken, expected_usd_per_mtoken(rec))
 
 
 @dataclass

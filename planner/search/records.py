@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 
 from costmodel.core.kinds import describe_cost_sources
@@ -114,6 +115,17 @@ class PlanRecord:
     """Expert-parallel degree (1 for dense models)."""
     etp: int | None = None
     """Expert tensor-parallel degree (ParallelPlan.etp: TP unless set; None in records written before it)."""
+    goodput: float | None = None
+    """Expected productive / wall-clock time on this allocation (costmodel.goodput); None = a perfect run assumed.
+    time_to_train_s and cost_to_train_usd are divided by it."""
+    checkpoint_interval_s: float | None = None
+    """Checkpoint interval of the goodput model (Daly's optimum or the given one), seconds."""
+    checkpoint_interval_iters: int | None = None
+    """The same interval in optimizer steps (Megatron --save-interval, torchtitan checkpoint.interval)."""
+    interruptions: float | None = None
+    """Expected interruptions (unexpected + planned) while training the token budget."""
+    lost_gpu_hours: float | None = None
+    """Expected GPU-hours lost to restarts, re-done work, checkpoint stalls and slow-down over the budget."""
 
     def to_plan(self) -> ParallelPlan:
         """The ParallelPlan this record describes."""
@@ -140,12 +152,11 @@ class PlanRecord:
 
 
 def make_record(problem, target, plan: ParallelPlan, pred, price: float | None) -> PlanRecord:
-    """Summarise one prediction (planner.prediction.Prediction) of a feasible plan."""
+    """Summarise one prediction (planner.prediction.Prediction) of a feasible plan; with ``problem.failures`` (a
+    costmodel.goodput.FailureModel) time and cost to train are expected values, divided by the goodput."""
     tps = pred.tokens_per_s
     usd_per_mtoken = price * plan.world_size / 3600.0 / tps * 1e6 if price is not None else None
-    ttt = problem.tokens / tps if problem.tokens else None
-    ctt = ttt / 3600.0 * plan.world_size * price if (ttt is not None and price is not None) else None
-    return PlanRecord(
+    rec = PlanRecord(
         model=problem.model.name, gpu=target.hardware.gpu.name, cluster=target.hardware.cluster.name,
         nodes=plan.num_nodes, gpus_per_node=plan.gpus_per_node, nvlink_domain=plan.nvlink_domain,
         gpus=plan.world_size, tp=plan.tp, pp=plan.pp,
@@ -156,24 +167,56 @@ def make_record(problem, target, plan: ParallelPlan, pred, price: float | None) 
         iteration_time_high_s=pred.iteration_time_high_s, tokens_per_s=tps, mfu=pred.mfu,
         model_tflops_per_gpu=pred.model_tflops_per_gpu, memory_gib_per_gpu=pred.memory_gib_per_gpu,
         memory_limit_gib=target.hardware.gpu.hbm_bytes / GIB, price_usd_per_gpu_hour=price,
-        usd_per_mtoken=usd_per_mtoken, time_to_train_s=ttt, cost_to_train_usd=ctt, bottleneck=pred.bottleneck,
+        usd_per_mtoken=usd_per_mtoken, time_to_train_s=None, cost_to_train_usd=None, bottleneck=pred.bottleneck,
         bubble_fraction=pred.bubble_fraction, cost_model=pred.cost_model, cost_sources=dict(pred.cost_sources),
         quick=getattr(pred, "quick", False),
         layer_split=pred.layer_split)
+    return with_training_time(rec, problem.model, problem.tokens, problem.failures)
+
+
+def with_training_time(rec: PlanRecord, model, tokens: float | None, failures) -> PlanRecord:
+    """``rec`` with time and cost to train ``tokens`` and, when ``failures`` (costmodel.goodput.FailureModel) is
+    given, the goodput, checkpoint interval, expected interruptions and lost GPU-hours of its allocation."""
+    from costmodel.goodput import goodput  # deferred: only searches with a failure model need it
+
+    g = None
+    if failures is not None:
+        g = goodput(model.total_params(), rec.gpus, failures, dtype=rec.dtype, framework=rec.framework)
+    ideal = tokens / rec.tokens_per_s if tokens else None
+    wall = ideal if g is None or ideal is None else g.wall_s(ideal)
+    cost = wall / 3600.0 * rec.gpus * rec.price_usd_per_gpu_hour if (
+        wall is not None and rec.price_usd_per_gpu_hour is not None) else None
+    extra: dict = {"time_to_train_s": wall, "cost_to_train_usd": cost}
+    if g is not None:
+        extra.update(goodput=g.goodput, checkpoint_interval_s=g.interval_s if math.isfinite(g.interval_s) else None,
+                     checkpoint_interval_iters=g.interval_iterations(rec.iteration_time_s)
+                     if math.isfinite(g.interval_s) else None)
+        if wall is not None:
+            extra.update(interruptions=sum(g.interruptions(wall)), lost_gpu_hours=g.lost_gpu_hours(ideal))
+    return dataclasses.replace(rec, **extra)
+
+
+def seconds_per_token(r: PlanRecord) -> float:
+    """Expected wall-clock seconds per training token: the iteration time over the tokens of its batch, divided by
+    the goodput when one is known (what the time objective ranks; plans may run different batches)."""
+    return r.iteration_time_s / (r.gbs * r.seq_len) / (r.goodput or 1.0) if r.goodput != 0 else float("inf")
 
 
 # ----------------------------------------------------------------------------------- ranking
-def _cost_key(r: PlanRecord) -> float:
-    return r.usd_per_mtoken if r.usd_per_mtoken is not None else float("inf")
+def expected_usd_per_mtoken(r: PlanRecord) -> float:
+    """Expected USD per million tokens (the price per token over the goodput; inf without a price)."""
+    if r.usd_per_mtoken is None or r.goodput == 0:
+        return float("inf")
+    return r.usd_per_mtoken / (r.goodput or 1.0)
 
 
 def pareto_front(records: list[PlanRecord]) -> list[PlanRecord]:
-    """Records not dominated in (iteration time, USD per Mtoken), sorted by time. Records without a
+    """Records not dominated in (time per token, USD per Mtoken), sorted by time. Records without a
     price only compete on time."""
-    pts = sorted(records, key=lambda r: (r.iteration_time_s, _cost_key(r)))
+    pts = sorted(records, key=lambda r: (seconds_per_token(r), expected_usd_per_mtoken(r)))
     front, best_cost = [], float("inf")
     for r in pts:
-        c = _cost_key(r)
+        c = expected_usd_per_mtoken(r)
         if c < best_cost or not front:
             front.append(r)
             best_cost = min(best_cost, c)
@@ -181,17 +224,18 @@ def pareto_front(records: list[PlanRecord]) -> list[PlanRecord]:
 
 
 def rank(records: list[PlanRecord], objective: str = "time", top_k: int | None = 10) -> list[PlanRecord]:
-    """Sort by the objective (time: iteration time; cost: USD/Mtoken, then time; pareto: the Pareto
-    front first, by time, then the rest by time), mark ranks and Pareto membership, keep top_k."""
+    """Sort by the objective (time: time per token, i.e. the iteration time where every plan runs the same batch;
+    cost: USD/Mtoken, then time; pareto: the Pareto front first, by time, then the rest by time), mark ranks and
+    Pareto membership, keep top_k. Both are expected values when the records carry a goodput."""
     uniq = {r.key(): r for r in records}
     recs = list(uniq.values())
     front_keys = {r.key() for r in pareto_front(recs)}
     if objective == "cost":
-        recs.sort(key=lambda r: (_cost_key(r), r.iteration_time_s))
+        recs.sort(key=lambda r: (expected_usd_per_mtoken(r), seconds_per_token(r)))
     elif objective == "pareto":
-        recs.sort(key=lambda r: (r.key() not in front_keys, r.iteration_time_s))
+        recs.sort(key=lambda r: (r.key() not in front_keys, seconds_per_token(r)))
     else:
-        recs.sort(key=lambda r: (r.iteration_time_s, _cost_key(r)))
+        recs.sort(key=lambda r: (seconds_per_token(r), expected_usd_per_mtoken(r)))
     out = recs[:top_k] if top_k else recs
     return [dataclasses.replace(r, rank=i, pareto=r.key() in front_keys) for i, r in enumerate(out, 1)]
 
@@ -275,6 +319,11 @@ def display_rows(records: list[PlanRecord], with_train: bool = False) -> tuple[l
         head[at:at] = ["EP", "ETP"]
         for row, r in zip(rows, records):
             row[at:at] = [str(r.ep), str(r.etp if r.etp is not None else r.tp)]
+    if any(r.goodput is not None for r in records):  # expected times and costs: the goodput they assume
+        at = head.index("$/Mtoken") + 1
+        head.insert(at, "goodput")
+        for row, r in zip(rows, records):
+            row.insert(at, "-" if r.goodput is None else f"{r.goodput:.3f}")
     if any(r.framework != DEFAULT_FRAMEWORK for r in records):  # frameworks compared: say which row is which
         at = head.index("ZeRO") + 1
         head.insert(at, "framework")

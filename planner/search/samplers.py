@@ -20,6 +20,25 @@ from optuna.trial import TrialState
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 """Trials that count towards the per-trial seed (a trial killed mid-way is failed and not counted)."""
 
+HISTORY_CACHES = ("_search_space", "_intersection_search_space")
+"""Attributes of Optuna's samplers that cache what the study's history implies and nothing drawn at random:
+``IntersectionSearchSpace`` (TPE, NSGA-II, CMA-ES; GP's ``_intersection_search_space``) keeps the
+intersection of the finished trials' distributions and a cursor, and adds only trials past the cursor
+(optuna/search_space/intersection.py). A sampler made afresh before every trial starts the cursor at 0 and
+re-reads every trial: 21 of 38 s of a 600-trial llama-13b study on the dev machine, quadratic in trials.
+Handing the cache to the new sampler gives the same search space (an intersection does not depend on the
+order it is taken in) from the new trials alone."""
+
+
+def carry_history_caches(old: BaseSampler, new: BaseSampler) -> None:
+    """Give ``new`` the history caches (:data:`HISTORY_CACHES`) of ``old``, a sampler of the same class."""
+    if type(old) is not type(new):
+        return
+    for name in HISTORY_CACHES:
+        cache = getattr(old, name, None)
+        if cache is not None and type(cache) is type(getattr(new, name, None)):
+            setattr(new, name, cache)
+
 
 def trial_seed(seed: int, n_finished: int) -> int:
     """The seed of the trial proposed after ``n_finished`` finished trials (numpy SeedSequence: the same on
@@ -42,7 +61,8 @@ class PerTrialSeedSampler(BaseSampler):
     def before_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         if self._seed is not None:
             n = len(study.get_trials(deepcopy=False, states=FINISHED))
-            self._inner = self._factory(trial_seed(self._seed, n))
+            old, self._inner = self._inner, self._factory(trial_seed(self._seed, n))
+            carry_history_caches(old, self._inner)
         self._inner.before_trial(study, trial)
 
     def infer_relative_search_space(self, study, trial):

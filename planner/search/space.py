@@ -3,7 +3,8 @@
 A space preset (``search_spaces/search/<name>.toml``) lists the candidate values of every plan
 dimension (TP, PP, CP, VPP, micro-batch, recompute, sequence parallelism, ZeRO stage, dtype). The
 CLI overrides single dimensions (``--tp 1,2,4``). A :class:`SearchProblem` adds what the user fixes:
-the model, the allocations (GPU type x GPU count), the global batch and the sequence length.
+the model, the allocations (GPU type x GPU count), the global batch (a fixed GBS, or a range in tokens from which
+each plan takes its own, planner.batch) and the sequence length.
 
 Degrees are turned into valid factorizations *before* a study starts (:func:`factorizations`,
 :func:`dimension_choices`), because Optuna's categorical choices cannot change between trials.
@@ -29,7 +30,7 @@ from costmodel.core.specs.plan import DTYPES, RECOMPUTE_MODES, ParallelPlan, une
 from costmodel.core.specs.presets import default_seq_len
 from costmodel.memory import DEFAULT_HEADROOM
 from costmodel.moe import with_default_dispatcher
-from planner.requests import DEFAULT_BATCH_TOKENS, search_batch
+from planner.batch import ROUNDING, BatchRange, batch_range, batch_steps, tokens_text
 
 INT_DIMS = ("tp", "pp", "cp", "vpp", "mbs")
 """Dimensions holding positive integers."""
@@ -221,8 +222,9 @@ class SearchProblem:
     """Allocations to choose from (GPU type x GPU count); one categorical dimension when > 1."""
     space: SearchSpace
     """Candidate values per plan dimension."""
-    global_batch_size: int
-    """Sequences per optimizer step, the same for every plan (so iteration times compare)."""
+    global_batch_size: int | None
+    """Sequences per optimizer step when fixed (--gbs); None = each plan's own from ``batch`` (planner.batch:
+    plans then compare by time per token, not per iteration)."""
     seq_len: int
     """Tokens per sequence."""
     tokens: float | None = None
@@ -234,6 +236,27 @@ class SearchProblem:
     calibration: object = None
     """Calibration every prediction of the search applies (planner.calibrate.Calibration, as `planner predict`
     applies it); None = uncalibrated."""
+    batch: BatchRange | None = None
+    """Batch range in tokens each plan's GBS is taken from (planner.batch.batch_steps) when global_batch_size is
+    None."""
+    failures: object = None
+    """costmodel.goodput.FailureModel of time and cost to train (None: a perfect run, goodput not reported)."""
+
+    def gbs_for(self, unit: int) -> int:
+        """GBS of a plan whose MBS x DP is ``unit``: the fixed one, else from the batch range (0: the range holds no
+        multiple of ``unit``, the batch caps DP)."""
+        fixed = self.global_batch_size
+        return fixed if fixed is not None else unit * batch_steps(self.seq_len, unit, self.batch)
+
+    def batch_text(self) -> str:
+        """The batch as titles state it, e.g. 'GBS 512 (4.19M tokens)' or 'batch 4.19M-16.8M tokens, GBS per plan'."""
+        fixed = self.global_batch_size
+        return f"GBS {fixed} ({tokens_text(fixed * self.seq_len)} tokens)" if fixed is not None else \
+            f"batch {self.batch.text()} tokens, GBS per plan"
+
+    def batch_note(self) -> str | None:
+        """Where the batch range came from and how a plan's GBS is rounded (None for a fixed GBS)."""
+        return None if self.batch is None else f"batch {self.batch.text()} tokens: {self.batch.source}; {ROUNDING}"
 
     def price(self, hardware: Hardware) -> float | None:
         """USD per GPU-hour of a GPU: --price override, else the catalogue's (None = unknown)."""
@@ -248,23 +271,19 @@ class SearchProblem:
             sp.pop("ep"), sp.pop("etp")
         return {"model": self.model.name, "targets": [[t.hardware.gpu.name, t.hardware.cluster.name,
                                                         t.gpus_per_node, t.world_size] for t in self.targets],
-                "gbs": self.global_batch_size, "seq_len": self.seq_len,
+                "gbs": self.global_batch_size if self.global_batch_size is not None else self.batch.to_dict(),
+                "seq_len": self.seq_len,
                 "space": {k: list(v) if isinstance(v, tuple) else v for k, v in sp.items()}}
-
-
-def default_global_batch(seq_len: int, world_sizes: list[int] | tuple[int, ...],
-                         tokens: float = DEFAULT_BATCH_TOKENS) -> int:
-    """The search's batch in sequences: about ``tokens`` (default DEFAULT_BATCH_TOKENS, Llama 2's 4M-token
-    batch) at any GPU count (:func:`planner.requests.search_batch`)."""
-    return search_batch(seq_len, world_sizes, tokens)
 
 
 def build_problem(model: ModelSpec, targets: list[Target], space: SearchSpace, *, gbs: int | None = None,
                   seq_len: int | None = None, tokens: float | None = None, prices: dict | None = None,
-                  tokens_per_batch: int | None = None, calibration: object = None) -> SearchProblem:
+                  tokens_per_batch: int | BatchRange | None = None, calibration: object = None,
+                  failures: object = None) -> SearchProblem:
     """Validate and assemble a :class:`SearchProblem` (defaults: the model's default sequence length
-    (costmodel.core.specs.presets.default_seq_len), ~4M-token batch;
-    ``tokens_per_batch`` sets the batch in tokens instead of ``gbs`` sequences)."""
+    (costmodel.core.specs.presets.default_seq_len); the batch: ``gbs`` sequences,
+    else ``tokens_per_batch`` tokens (a number or a planner.batch.BatchRange), else the default range
+    planner.batch.default_batch_range; ``failures``: the goodput model of time and cost to train)."""
     if not targets:
         raise PlannerError("no GPU type given; pass --gpu (see `planner gpus`).")
     seq = seq_len or default_seq_len(model)[0]
@@ -272,14 +291,11 @@ def build_problem(model: ModelSpec, targets: list[Target], space: SearchSpace, *
         raise PlannerError(f"--seq-len must be a positive integer, got {seq!r}.")
     if gbs is not None and tokens_per_batch is not None:
         raise PlannerError("--gbs and --tokens-per-batch both give the batch; pass only one.")
-    if tokens_per_batch is not None and (isinstance(tokens_per_batch, bool) or not tokens_per_batch > 0):
-        raise PlannerError(f"--tokens-per-batch must be a positive number of tokens, got {tokens_per_batch!r}.")
-    if gbs is None:
-        gbs = default_global_batch(seq, [t.world_size for t in targets], tokens_per_batch or DEFAULT_BATCH_TOKENS)
-    elif isinstance(gbs, bool) or not isinstance(gbs, int) or gbs <= 0:
-        raise PlannerError(f"--gbs must be a positive integer, got {gbs!r}.")
     if tokens is not None and not (tokens > 0 and math.isfinite(tokens)):
         raise PlannerError(f"--tokens must be a positive number, got {tokens!r}.")
+    if gbs is not None and (isinstance(gbs, bool) or not isinstance(gbs, int) or gbs <= 0):
+        raise PlannerError(f"--gbs must be a positive integer, got {gbs!r}.")
+    batch = batch_range(model, seq, tokens, tokens_per_batch) if gbs is None else None
     notes: tuple[str, ...] = ()
     for dtype in LIMITED_DTYPES:
         space, more = _dtype_space(space, targets, dtype)
@@ -287,7 +303,9 @@ def build_problem(model: ModelSpec, targets: list[Target], space: SearchSpace, *
     if seq_len is None:  # the default length is a choice: say which and why (planner.advice.seq_len_note)
         notes += (f"seq {seq} is the default for {model.name}: {default_seq_len(model)[1]}; pass --seq-len to "
                   "search at another length",)
-    return SearchProblem(model, tuple(targets), space, gbs, seq, tokens, dict(prices or {}), notes, calibration)
+    out = SearchProblem(model, tuple(targets), space, gbs, seq, tokens, dict(prices or {}), notes, calibration,
+                        batch, failures)
+    return out if batch is None else dataclasses.replace(out, notes=notes + (out.batch_note(),))
 
 
 def _refuse_fp8(names: str, first: str) -> None:
@@ -576,11 +594,13 @@ def neighbours(c: Candidate, choices: dict[str, list]) -> list[Candidate]:
 
 
 def candidate_plan(problem: SearchProblem, c: Candidate) -> ParallelPlan:
-    """The ParallelPlan of a candidate (not validated)."""
-    t = problem.targets[c.target]
+    """The ParallelPlan of a candidate (not validated). Its GBS is SearchProblem.gbs_for(MBS x DP); where the batch
+    range holds no multiple of MBS x DP the plan gets one micro-batch per DP rank (and the evaluator refuses it)."""
+    t, mp = problem.targets[c.target], c.tp * c.pp * c.cp
+    unit = c.mbs * (t.world_size // mp if mp and t.world_size % mp == 0 else 1)
     # the MoE token dispatcher of the framework's recipes for the EP group's placement (costmodel.moe)
     return with_default_dispatcher(ParallelPlan(
-        world_size=t.world_size, gpus_per_node=t.gpus_per_node, global_batch_size=problem.global_batch_size,
+        world_size=t.world_size, gpus_per_node=t.gpus_per_node, global_batch_size=problem.gbs_for(unit) or unit,
         seq_len=problem.seq_len, tp=c.tp, pp=c.pp, cp=c.cp, vpp=c.vpp, micro_batch_size=c.mbs, recompute=c.recompute,
         sequence_parallel=c.sequence_parallel, zero=c.zero, dtype=c.dtype, nvlink_domain=t.nvlink_domain,
         framework=c.framework, ep=c.ep, etp=c.etp or None))

@@ -52,9 +52,11 @@ GPU_FIELDS = {
     "price_usd_per_gpu_hour": ("pos", "a number > 0 (USD per GPU-hour)"),
     "price_date": ("str", "a string"),
     "price_source": ("str", "a string"),
+    "price_basis": ("str", "a string (provider, instance, pricing type)"),
     "measured_data": ("bool", "true or false"),
     "sources": ("sources", "a table of figure = source id (or list of ids)"),
     "notes": ("str", "a string"),
+    "sibling": ("str", "the name of a measured catalogue GPU of the same silicon (see `planner gpus`)"),
 }
 GPU_REQUIRED = ("peak_tflops", "hbm_gb", "hbm_bw_gbs", "nvlink_bw_gbs", "default_cluster")
 
@@ -82,6 +84,10 @@ CLUSTER_FIELDS["corun_ranks"] = ("int", "an integer > 0 (ranks the co-run slowdo
 CLUSTER_FIELDS["nvlink_domain"] = ("int", "an integer > 0, a multiple of gpus_per_node (GPUs in one NVLink / "
                                           "scale-up domain, e.g. 72 for an NVL72 rack of 4-GPU trays)")
 CLUSTER_FIELDS["other_gpus"] = ("names", "a list of GPU names (other GPUs this node type is built with)")
+CLUSTER_FIELDS["rails"] = ("int", "an integer > 0 (scale-out NICs per node, each on a switch plane of its own)")
+CLUSTER_FIELDS["oversubscription"] = ("ratio", "a number >= 1 (NIC injection / uplink bandwidth above leaf_nodes "
+                                               "nodes; 1 = non-blocking)")
+CLUSTER_FIELDS["leaf_nodes"] = ("int", "an integer > 0 (nodes below one switch of the non-blocking level)")
 CLUSTER_REQUIRED = ("gpu", "gpus_per_node", "intra_node_bw_gbs", "intra_node_latency_us",
                     "inter_node_bw_gbs", "inter_node_latency_us")
 
@@ -218,8 +224,9 @@ def _check_field(where: str, name: str, value, rules: dict):
     def bad(v=value, why=allowed):
         return PlannerError(f"{where}: field {name!r} = {v!r} is invalid; it must be {why}.")
 
-    if kind in ("pos", "nonneg"):
-        if not _is_number(value) or value != value or (value <= 0 if kind == "pos" else value < 0):
+    if kind in ("pos", "nonneg", "ratio"):
+        low_ok = {"pos": lambda v: v > 0, "nonneg": lambda v: v >= 0, "ratio": lambda v: v >= 1}[kind]
+        if not _is_number(value) or value != value or not low_ok(value):
             raise bad()
         return float(value)
     if kind == "int":
@@ -280,10 +287,12 @@ def _merge(table: dict, kind: str, raw: dict, origin: str, rules: dict) -> None:
             else:
                 entry[f] = v
         entry["_origin"] = origin
+        if existing and "price_usd_per_gpu_hour" in checked and "price_basis" not in checked:
+            entry["price_basis"] = f"given in {origin}"
         if existing:  # an overridden figure no longer comes from the catalogue's source: cite the file
             given = checked.get("sources", {})
             figures = [f"peak_tflops.{d}" for d in checked.get("peak_tflops", {})]
-            figures += [f for f in checked if rules[f][0] in ("pos", "nonneg", "int")]
+            figures += [f for f in checked if rules[f][0] in ("pos", "nonneg", "ratio", "int")]
             for fig in figures:
                 if fig not in given:
                     entry.setdefault("sources", {})[fig] = [origin]
@@ -362,7 +371,22 @@ def _load(files: tuple[tuple[str, int], ...]) -> Catalogue:
         if not isinstance(extra, dict):
             raise PlannerError(f"hardware file {path}: [sources] must be a table of source id = {{what, url}}.")
         sources.update(extra)
+    _check_siblings(gpus, _builtin_raw()[0])
     return _build(gpus, clusters, sources)
+
+
+def _check_siblings(gpus: dict, builtin: dict) -> None:
+    """A declared ``sibling`` must be a built-in GPU with measurements of its own (``measured_data``): the one whose
+    operator models the GPU borrows (costmodel/cost/basis.py)."""
+    measured = [n for n, e in builtin.items() if e.get("measured_data")]
+    for name, e in gpus.items():
+        sib = e.get("sibling")
+        if sib is None:
+            continue
+        e["sibling"] = sib = normalize(sib)
+        if sib == name or sib not in measured:
+            raise PlannerError(f"{e['_origin']} [gpus.{name}]: sibling {sib!r} is not a measured GPU of the built-in "
+                               f"catalogue; choose one of: {', '.join(measured)}.")
 
 
 def load_catalogue(extra_files: Sequence[str | Path] = ()) -> Catalogue:

@@ -37,6 +37,9 @@ class GPUSpec:
     """When the price was quoted."""
     price_source: str = ""
     """Source id of the price."""
+    price_basis: str = ""
+    """What the price is (provider, instance, on-demand / capacity block), or 'none: ...' when the catalogue has
+    no price; prices of different bases are not like for like."""
     measured_data: bool = False
     """True when shared/data has operator measurements for this GPU."""
     sources: dict = field(default_factory=dict, compare=False, hash=False)
@@ -51,6 +54,16 @@ class GPUSpec:
     host_mem_bw_gbs: float = 0.0
     """Bandwidth of the CPU memory the GPU's host reaches in GB/s (Grace LPDDR5X on GH200): what the CPU optimizer
     step of optimizer offloading streams its states through; 0 = not known (optimizer offloading refused)."""
+    sibling: str = ""
+    """A measured catalogue GPU of the same silicon, declared in a hardware file: without measurements of its own this
+    GPU borrows the sibling's operator models, each operator's time scaled by the roofline ratio of the two GPUs'
+    datasheet figures (costmodel/cost/basis.py), and the sibling's per-die tables (efficiencies, kernel rates).
+    "" = none declared."""
+
+    @property
+    def measured_as(self) -> str:
+        """The GPU whose measurement tables cost this one: the declared sibling, else the GPU itself."""
+        return self.sibling or self.name
 
     @property
     def hbm_bytes(self) -> float:
@@ -98,7 +111,8 @@ class ClusterSpec:
     intra_node_latency_us: float
     """Small-message collective latency inside the NVLink domain in microseconds."""
     inter_node_bw_gbs: float
-    """Per-GPU, per-direction scale-out network bandwidth between NVLink domains in GB/s (NIC rate / 8)."""
+    """Per-direction bandwidth of the scale-out NIC a GPU's traffic leaves its NVLink domain through, GB/s (NIC rate
+    / 8); with one NIC per GPU (``rails`` 0, the catalogue's nodes) each GPU's own (:meth:`scale_out_bw_gbs`)."""
     inter_node_latency_us: float
     """Small-message latency across NVLink domains (over the scale-out network) in microseconds."""
     network: str = ""
@@ -133,6 +147,41 @@ class ClusterSpec:
     inside one domain use the intra figures, across domains the scale-out network. 0 = ``gpus_per_node``."""
     other_gpus: list = field(default_factory=list, compare=False, hash=False)
     """Other GPU keys this node type is built with besides ``gpu`` (e.g. the DGX A100 320GB's a100-40gb)."""
+    rails: int = 0
+    """Scale-out NICs per node, each cabled to a switch plane of its own (a rail: the same-index NIC of every node of
+    a scalable unit on one leaf switch; Wang et al., "Rail-only", arXiv 2307.12169, Fig. 1; NVIDIA technical blog
+    "Doubling all2all Performance with NCCL 2.12", Fig. 1). The GPUs of a node share them: :meth:`scale_out_bw_gbs`.
+    0 = one NIC per GPU (the catalogue's nodes)."""
+    oversubscription: float = 1.0
+    """Taper of the scale-out fabric above the level of ``leaf_nodes`` nodes: injection bandwidth of the NICs below
+    one switch of that level / that switch's uplink bandwidth (Al-Fares, Loukissas & Vahdat, SIGCOMM 2008, §2.1:
+    1:1 lets every host use its full bandwidth to any other; 2:1 leaves half of it to traffic that leaves). 1 =
+    non-blocking (the catalogue's clusters). Used by :meth:`scale_out_bw_gbs`."""
+    leaf_nodes: int = 0
+    """Nodes below one switch of the non-blocking level (a rail's leaf switch of a DGX SuperPOD scalable unit: 32 DGX
+    nodes; a JUPITER Dragonfly+ group, a non-blocking fat tree: 240 nodes). 0 = not given: with
+    ``oversubscription`` > 1 every collective across nodes is taken to leave it."""
+
+    def scale_out_bw_gbs(self, domains: int) -> float:
+        """Per-GPU, per-direction scale-out bandwidth of a collective whose group spans ``domains`` NVLink domains,
+        GB/s, with every GPU of a node sending at once (the data-parallel reductions of all model-parallel ranks
+        run together):
+
+        - ``rails`` NICs shared by ``gpus_per_node`` GPUs: inter_node_bw_gbs x min(rails, gpus_per_node) /
+          gpus_per_node (more NICs than GPUs add nothing: a GPU's traffic is taken to leave through one NIC);
+        - a group spanning more than ``leaf_nodes`` nodes crosses the tapered level: / ``oversubscription``, the
+          share of its injection bandwidth a host keeps when every host below the switch sends across it
+          (Al-Fares et al. 2008 §2.1); a rail-aligned ring crosses it at fewer points, so this is an upper bound
+          on the slowdown.
+        """
+        bw = self.inter_node_bw_gbs
+        if self.rails:
+            bw *= min(self.rails, self.gpus_per_node) / self.gpus_per_node
+        if self.oversubscription > 1.0:
+            nodes = domains * max(1, (self.nvlink_domain or self.gpus_per_node) // self.gpus_per_node)
+            if not self.leaf_nodes or nodes > self.leaf_nodes:
+                bw /= self.oversubscription
+        return bw
 
 
 @dataclass(frozen=True)
