@@ -61,6 +61,12 @@ MoeOverlapComm = Annotated[bool, typer.Option("--moe-overlap-comm/--no-moe-overl
                                               help="Overlap EP dispatch/combine with compute.")]
 MoeGroupedGemm = Annotated[bool, typer.Option("--moe-grouped-gemm/--no-moe-grouped-gemm",
                                               help="Local experts as one grouped GEMM (off: one GEMM per expert).")]
+CudaGraphs = Annotated[bool, typer.Option("--cuda-graphs/--no-cuda-graphs",
+                                          help="Layers replay from CUDA graphs (Megatron --cuda-graph-impl local): no "
+                                               "per-kernel CPU dispatch.")]
+CrossEntropyFusion = Annotated[Optional[bool], typer.Option(
+    "--cross-entropy-fusion/--no-cross-entropy-fusion",
+    help="Fused loss kernel (Megatron --cross-entropy-loss-fusion; default: the framework's).")]
 LayerSplit = Annotated[Optional[str], typer.Option("--layer-split", help="Uneven layers per stage, e.g. 9,8,8,7.")]
 PipelineLayout = Annotated[Optional[str], typer.Option(
     "--pipeline-layout", help="Layers per virtual stage (chunk a of stage b = entry a*PP+b), e.g. 2,2,1,... or "

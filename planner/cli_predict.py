@@ -52,6 +52,10 @@ def predict_request(req: PlanRequest, hardware_files: tuple = (), calibration=No
         out["plan"]["recompute_modules"] = list(plan.recompute_modules)
     if res.model.is_moe:  # MoE keys only for MoE models: a dense plan's record stays as it was
         out["plan"].update(moe_plan_keys(plan))
+    if plan.cuda_graphs:  # absent without CUDA graphs: a plan's record stays as it was
+        out["plan"]["cuda_graphs"] = True
+    if plan.cross_entropy_fusion is not None:
+        out["plan"]["cross_entropy_fusion"] = plan.cross_entropy_fusion
     return out
 
 
@@ -199,8 +203,8 @@ def register(app: typer.Typer) -> None:
         moe_imbalance: O.MoeImbalance = None,
         moe_overlap_comm: O.MoeOverlapComm = PlanRequest.moe_overlap_comm,
         moe_grouped_gemm: O.MoeGroupedGemm = PlanRequest.moe_grouped_gemm,
-        layer_split: O.LayerSplit = None,
-        pipeline_layout: O.PipelineLayout = None,
+        cuda_graphs: O.CudaGraphs = PlanRequest.cuda_graphs, cross_entropy_fusion: O.CrossEntropyFusion = None,
+        layer_split: O.LayerSplit = None, pipeline_layout: O.PipelineLayout = None,
         batch: Optional[str] = typer.Option(None, "--batch", help="JSONL file of requests ('-' = stdin)."),
         fmt: str = typer.Option(
             "table", "--format", help="table | json | csv | md; jsonl (one JSON object per line, the --batch "

@@ -269,6 +269,10 @@ def megatron_args(model: ModelSpec, plan: ParallelPlan, iterations: int | None =
         add("--ckpt-format", "fsdp_dtensor")
     if plan.overlap_grad_reduce:
         add("--overlap-grad-reduce")
+    if plan.cuda_graphs:  # TransformerConfig.cuda_graph_impl (megatron/core/transformer/transformer_config.py)
+        add("--cuda-graph-impl", "local")
+    if plan.cross_entropy_fusion:  # TransformerConfig.cross_entropy_loss_fusion
+        add("--cross-entropy-loss-fusion")
     # validate_args: --overlap-param-gather needs the distributed optimizer and --overlap-grad-reduce
     if plan.overlap_param_gather and plan.zero >= 1 and plan.overlap_grad_reduce:
         add("--overlap-param-gather")

@@ -107,6 +107,11 @@ class PlanRequest:
     """Overlap EP dispatch/combine with another micro-batch's compute (--overlap-moe-expert-parallel-comm)."""
     moe_grouped_gemm: bool = True
     """Run a rank's local experts as one grouped GEMM (--moe-grouped-gemm; False = one GEMM per expert)."""
+    cross_entropy_fusion: bool | None = None
+    """Fused loss kernel (Megatron --cross-entropy-loss-fusion, NeMo's default); None = the framework's default."""
+    cuda_graphs: bool = False
+    """Layers replay from CUDA graphs (Megatron --cuda-graph-impl local; torch.compile reduce-overhead): no per-kernel
+    CPU dispatch."""
 
     def __post_init__(self) -> None:
         missing = [k for k in REQUIRED if getattr(self, k) is None]
@@ -177,7 +182,9 @@ class PlanRequest:
                             recompute=self.recompute, recompute_modules=self.recompute_modules,
                             sequence_parallel=self.sequence_parallel, zero=self.zero,
                             dtype=self.dtype, layer_split=self.layer_split, nvlink_domain=nvlink_domain,
-                            framework=self.framework, attention=self.attention, **self.moe_fields(), **layout,
+                            framework=self.framework, attention=self.attention, cuda_graphs=self.cuda_graphs,
+                            cross_entropy_fusion=self.cross_entropy_fusion,
+                            **self.moe_fields(), **layout,
                             extra=dict(extra or {}))
         plan.validate(model)
         return plan
@@ -209,7 +216,7 @@ REQUIRED = ("model", "gpu", "gpus")
 _DEFAULTS = {f.name: f.default for f in fields(PlanRequest)}
 _INT_KEYS = {"gpus", "gpus_per_node", "tp", "pp", "cp", "vpp", "mbs", "gbs", "tokens_per_batch", "seq_len", "zero",
              "ep", "etp"}
-_BOOL_KEYS = {"sequence_parallel", "moe_overlap_comm", "moe_grouped_gemm"}
+_BOOL_KEYS = {"sequence_parallel", "moe_overlap_comm", "moe_grouped_gemm", "cuda_graphs", "cross_entropy_fusion"}
 _TYPES: dict[str, type | tuple] = {"id": (str, int), "model": (str, dict), "gpu": str, "cluster": str,
                                    "recompute": str, "dtype": str, "framework": str, "attention": str,
                                    "moe_dispatcher": str}

@@ -99,6 +99,14 @@ class ParallelPlan:
     --overlap-moe-expert-parallel-comm)."""
     moe_grouped_gemm: bool = True
     """Run a rank's local experts as one grouped GEMM (--moe-grouped-gemm) rather than one GEMM per expert."""
+    cross_entropy_fusion: bool | None = None
+    """The loss runs as a fused kernel (Megatron-Core --cross-entropy-loss-fusion, on in NeMo's GPT configs; TE's
+    Triton cross entropy; torch.compile) rather than an eager chain; None = the framework's default
+    (``Framework.compiled_loss``)."""
+    cuda_graphs: bool = False
+    """The layers' kernels replay from CUDA graphs (Megatron-Core --cuda-graph-impl local / transformer_engine /
+    full_iteration, formerly --enable-cuda-graph; torch.compile mode="reduce-overhead"): no per-kernel CPU dispatch,
+    so a step is never bound by the host issuing kernels (costmodel.kernel_basis.host_dispatch_s)."""
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
