@@ -51,7 +51,7 @@ def test_every_moe_row_maps_or_states_a_reason(moe_rows):
         assert plan.pipeline_layout == (2,) * 29 + (1,) * 3 and plan.layer_split is None and plan.pp == pp
     assert "GBS not stated" in reason["MOE-TORCHTITAN-001"]
     dsv3 = reason["MOE-DSV3REPORT-001"]
-    assert "MTP" in dsv3 and "H800" in dsv3
+    assert "MTP" in dsv3  # its H800s are in the catalogue (hgx-h800)
     # no tflops_mcore_* rule for the DeepSeek-V3 GB200 write-up: its TFLOP/s formula is not stated
     assert "FLOPs formula is not stated" in reason["MOE-MLMDSV3-001"]
 
