@@ -82,6 +82,12 @@ OffloadModules = Annotated[Optional[str], typer.Option("--offload-modules", help
 ReshardAfterForward = Annotated[Optional[bool], typer.Option(
     "--reshard-after-forward/--no-reshard-after-forward", help="ZeRO-3: free gathered parameters after forward "
     "(default) or keep them to backward.")]
+CudaGraphs = Annotated[bool, typer.Option("--cuda-graphs/--no-cuda-graphs",
+                                          help="Layers replay from CUDA graphs (Megatron --cuda-graph-impl local): no "
+                                               "per-kernel CPU dispatch.")]
+CrossEntropyFusion = Annotated[Optional[bool], typer.Option(
+    "--cross-entropy-fusion/--no-cross-entropy-fusion",
+    help="Fused loss kernel (Megatron --cross-entropy-loss-fusion; default: the framework's).")]
 LayerSplit = Annotated[Optional[str], typer.Option("--layer-split", help="Uneven layers per stage, e.g. 9,8,8,7.")]
 PipelineLayout = Annotated[Optional[str], typer.Option(
     "--pipeline-layout", help="Layers per virtual stage (chunk a of stage b = entry a*PP+b), e.g. 2,2,1,... or "

@@ -55,6 +55,10 @@ def predict_request(req: PlanRequest, hardware_files: tuple = (), calibration=No
     if res.model.is_moe:  # MoE keys only for MoE models: a dense plan's record stays as it was
         out["plan"].update(moe_plan_keys(plan))
     out["plan"].update(req.memory_fields())  # memory features only where the request sets them
+    if plan.cuda_graphs:  # absent without CUDA graphs: a plan's record stays as it was
+        out["plan"]["cuda_graphs"] = True
+    if plan.cross_entropy_fusion is not None:
+        out["plan"]["cross_entropy_fusion"] = plan.cross_entropy_fusion
     return out
 
 
@@ -241,6 +245,7 @@ def register(app: typer.Typer) -> None:
         optimizer_offload_fraction: O.OptimizerOffload = PlanRequest.optimizer_offload_fraction,
         offload_modules: O.OffloadModules = None,
         reshard_after_forward: O.ReshardAfterForward = None,
+        cuda_graphs: O.CudaGraphs = PlanRequest.cuda_graphs, cross_entropy_fusion: O.CrossEntropyFusion = None,
         layer_split: O.LayerSplit = None,
         pipeline_layout: O.PipelineLayout = None,
         batch: Optional[str] = typer.Option(None, "--batch", help="JSONL file of requests ('-' = stdin)."),
