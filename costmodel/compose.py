@@ -223,12 +223,14 @@ def layer_and_stage_times(st: StageGraph, times: Times, overlaps: bool) -> Layer
     """A layer's compute plus its exposed overlapped communication, and the stage's once-per-micro-batch ops,
     in seconds of one micro-batch."""
     lf, lb = _fwd_bwd_time(st.layer_ops, times, _BWD_RECOMPUTE)
+    hf, hb, hsf, hsb = st.host_s  # no faster than the CPU issues the kernels (costmodel.kernel_basis)
+    lf, lb = max(lf, hf), max(lb, hb)
     of, ob = _fwd_bwd_time(st.layer_overlap_ops, times, _BWD)
     # overlapped comm (CP KV ring, ZeRO-3 prefetch) is exposed only beyond the layer's compute
     # (all of it where communication shares the compute cores)
     ef, eb = (max(0.0, of - lf), max(0.0, ob - lb)) if overlaps else (of, ob)
     sf, sb = _fwd_bwd_time(st.stage_ops, times, _BWD_RECOMPUTE)
-    return LayerStageTimes(lf + ef, lb + eb, ef, eb, sf, sb)
+    return LayerStageTimes(lf + ef, lb + eb, ef, eb, max(sf, hsf), max(sb, hsb))
 
 
 def stage_times(graph: OperatorGraph, times: Times, hardware: Hardware) -> StageTimes:

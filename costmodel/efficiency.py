@@ -288,6 +288,20 @@ def _median(xs):
     return float(np.median(xs)) if xs else None
 
 
+def _attention_entry(fwd, peak: float, hbm: float, launch_s: float, mem_eff: float) -> dict | None:
+    """The fused-attention forward table of one GPU's samples (None without any)."""
+    f, b, t = fwd.arrays()
+    if not len(t):
+        return None
+    att = fit_gemm_table(f, b, t, peak, hbm, launch_s)
+    att.update(table_error({**att, "mem_eff": mem_eff}, f, b, t, peak, hbm))
+    att.pop("mem_eff")
+    att.pop("launch_latency_us")
+    att.update(method="log2(FLOPs) bucket medians of fused-attention forward; causal FLOPs halved",
+               rows=int(len(t)), sources=[x.as_dict() for x in fwd.sources])
+    return att
+
+
 def fit_gpu(datasets: Datasets, data: Path, gpu: str, den: dict, default_launch_s: float) -> dict:
     """One GPU's entry from its imported datasets (``data``: the folder, for the LLMCompass spot check)."""
     d = den[gpu]
@@ -319,15 +333,10 @@ def fit_gpu(datasets: Datasets, data: Path, gpu: str, den: dict, default_launch_
                                              if own_floor is not None else "default: median of measured GPUs")}
     # attention
     fwd, bwd = attention_samples(datasets, gpu)
-    f, b, t = fwd.arrays()
-    peak = d["bf16_tflops"] * 1e12
-    att = fit_gemm_table(f, b, t, peak, hbm, launch_s)
-    att.update(table_error({**att, "mem_eff": gemm["bf16"]["mem_eff"]}, f, b, t, peak, hbm))
-    att.pop("mem_eff")
-    att.pop("launch_latency_us")
-    att.update(method="log2(FLOPs) bucket medians of fused-attention forward; causal FLOPs halved",
-               rows=int(len(t)), sources=[x.as_dict() for x in fwd.sources])
-    entry["attention_fwd"] = att
+    att = _attention_entry(fwd, d["bf16_tflops"] * 1e12, hbm, launch_s, gemm["bf16"]["mem_eff"]) \
+        if "bf16" in gemm else None
+    if att is not None:  # no fused-basis attention rows (GH200: FlashAttention-2 only): the default entry applies
+        entry["attention_fwd"] = att
     _, tf, tb = bwd.arrays()
     if len(tb):
         r = tb / tf
@@ -335,7 +344,7 @@ def fit_gpu(datasets: Datasets, data: Path, gpu: str, den: dict, default_launch_
             "value": float(np.median(r)), "p10": float(np.percentile(r, 10)), "p90": float(np.percentile(r, 90)),
             "rows": int(len(r)), "method": "median of B_dur/F_dur, flash_attn_func non-causal fp16",
             "sources": [x.as_dict() for x in bwd.sources]}
-    else:
+    elif bwd.sources:
         entry["attention_bwd_fwd_ratio_unavailable"] = {"sources": [x.as_dict() for x in bwd.sources]}
     # memory-bound
     mem = {}
@@ -394,17 +403,19 @@ def default_entry(gpus: dict) -> dict:
                  median_of=len(es))
         gemm[dtype] = t
     out["gemm"] = gemm
-    out["attention_fwd"] = merge_table([g["attention_fwd"] for g in vals])
+    out["attention_fwd"] = merge_table([g["attention_fwd"] for g in vals if "attention_fwd" in g])
     rs = [g["attention_bwd_fwd_ratio"]["value"] for g in vals if "attention_bwd_fwd_ratio" in g]
     out["attention_bwd_fwd_ratio"] = {"value": _median(rs), "median_of": len(rs)}
     kinds = sorted({k for g in vals for k in g["memory"]})
     out["memory"] = {k: {"eff": _median([g["memory"][k]["eff"] for g in vals if k in g["memory"]]),
                          "median_of": sum(k in g["memory"] for g in vals)} for k in kinds}
-    # optimizer: no usable measurement of the Adam step alone; median of the elementwise kinds
+    # optimizer: no usable measurement of the Adam step alone; cross entropy: no fused-kernel measurement
+    # (estimate-train-time's is an eager chain, costmodel.kernel_basis); median of the elementwise kinds
     elementwise = [out["memory"][k]["eff"] for k in ("norm", "activation", "residual_add", "rope")
                    if k in out["memory"]]
-    out["memory"]["optimizer"] = {"eff": _median(elementwise),
-                                  "median_of": "default norm/activation/residual_add/rope efficiencies"}
+    for kind in ("optimizer", "cross_entropy") if elementwise else ():
+        out["memory"].setdefault(kind, {"eff": _median(elementwise),
+                                        "median_of": "default norm/activation/residual_add/rope efficiencies"})
     coll: dict = {}
     for tier in ("intra", "inter"):
         ops = sorted({op for g in vals for op in g["collectives"].get(tier, {})})

@@ -26,6 +26,7 @@ from costmodel.datasets.importers import ETT_SYSTEMS, read_table, sha256
 from costmodel.datasets.importers.estimate_train_time import ETT_VOCAB, ett_partition_vocab
 from costmodel.datasets.importers.llmcompass import LLMCOMPASS_GPU
 from costmodel.datasets.schema import Dataset
+from costmodel.kernel_basis import OTHER_BASIS_ROLE
 
 Datasets = dict[tuple[str, str], Dataset]
 AIC, ETT, VIDUR = "aiconfigurator", "estimate-train-time", "vidur"
@@ -141,6 +142,12 @@ def source_rows(datasets: Datasets, kind: str, gpu: str, importer: str | None = 
                          host.source_row[a:b])
 
 
+def fused_basis(rows: Iterator[SourceRows]) -> Iterator[SourceRows]:
+    """The source records measured on the fused kernel basis planner's costs stand for (costmodel.kernel_basis):
+    records the importer marked ``other_basis`` (eager PyTorch chains, FlashAttention-2 on Hopper) are left out."""
+    return (r for r in rows if r.record.get("role") != OTHER_BASIS_ROLE)
+
+
 # ----------------------------------------------------------------------------------------------
 # Samples per fit
 # ----------------------------------------------------------------------------------------------
@@ -160,7 +167,7 @@ def gemm_samples(datasets: Datasets, gpu: str, dtype: str) -> tuple[Samples, flo
         s.add(gemm_flops(m, n, k), gemm_bytes(m, n, k, dtype), r.time_s, r.source())
         floor = float(r.time_s.min()) if floor is None else min(floor, float(r.time_s.min()))
     if dtype == "bf16":
-        for r in source_rows(datasets, "gemm", gpu, ETT):
+        for r in fused_basis(source_rows(datasets, "gemm", gpu, ETT)):
             if r.operator not in ETT_LINEAR_GEMMS:
                 continue
             m, n, k = r.features["m"], r.features["n"], r.features["k"]
@@ -183,14 +190,14 @@ def attention_samples(datasets: Datasets, gpu: str) -> tuple[Samples, Samples]:
     bwd/fwd time ratio."""
     fwd, bwd = Samples(), Samples()
     fwd_time: dict[str, np.ndarray] = {}
-    for r in source_rows(datasets, "attention_fwd", gpu):
+    for r in fused_basis(source_rows(datasets, "attention_fwd", gpu)):
         f = r.features
         fwd.add(_attention_flops(f), attention_bytes(f["batch"], f["seq_q"], f["seq_kv"], f["heads"], f["kv_heads"],
                                                      f["head_dim"]), r.time_s, r.source())
         by_row = np.full(int(r.record["rows_in"]), np.nan)
         by_row[r.source_row] = r.time_s
         fwd_time[r.record["path"]] = by_row
-    for r in source_rows(datasets, "attention_bwd", gpu):
+    for r in fused_basis(source_rows(datasets, "attention_bwd", gpu)):
         tf = fwd_time[r.record["path"]][r.source_row]
         if np.isnan(tf).any():
             raise PlannerError(f"{r.record['path']}: backward rows without a forward time; the attention "
@@ -255,7 +262,7 @@ def memory_samples(datasets: Datasets, gpu: str) -> dict[str, dict[str, Samples]
     out: dict[str, dict[str, Samples]] = {}
     for kind in MEASURED_MEMORY_KINDS:
         for importer in (ETT, VIDUR):
-            for r in source_rows(datasets, kind, gpu, importer):
+            for r in fused_basis(source_rows(datasets, kind, gpu, importer)):
                 nb = _memory_bytes(r)
                 if nb is not None:
                     out.setdefault(kind, {}).setdefault(f"{importer}:{r.operator}", Samples()).add(

@@ -183,16 +183,27 @@ def check_gpu(gpu: str) -> str:
     return system
 
 
+TRAINING_FLOOR = 1.0
+"""Lower bound of the block / per-tensor ratio on the training basis (costmodel/kernel_basis.py). The measured
+latencies are inference kernels with the activation quantisation inside the call: TensorRT-LLM's per-tensor path
+runs a separate dynamic amax + cast (a ~12 us floor, aiconfigurator PROVENANCE), DeepGEMM (Blackwell) fuses its
+1x128 scaling, so the inference ratio drops to 0.4-0.7 (median 0.68 on B200 / GB200, 0.91 on H100). Per-tensor
+fp8 GEMM kernels alone run at aiconfigurator's large-shape latency (torch._scaled_mm with static scales on H100:
+0.98-1.09 of it at 8192^3 and 4096 x 12288 x 4096, reports/gpu-runs/h100-2026-11-27/ANALYSIS.md sec. 3), and a
+block-scaled GEMM does the same tensor-core work plus its scale loads: it is never faster than the per-tensor GEMM
+it is costed from (fp8-block >= fp8 on every GPU)."""
+
+
 def ratio(gpu: str, m: float, n: float, k: float) -> float:
-    """Measured fp8_block / fp8 latency ratio of the cell of (m, n, k) on ``gpu``'s die (nearest cell if the
-    cell was not measured)."""
+    """fp8_block / fp8 latency ratio of the cell of (m, n, k) on ``gpu``'s die (nearest cell if the cell was not
+    measured), at least :data:`TRAINING_FLOOR`."""
     cells = table()["systems"][check_gpu(gpu)]["cells"]
     c = cell(m, n, k)
     key = ",".join(map(str, c))
     if key in cells:
-        return float(cells[key][0])
+        return max(TRAINING_FLOOR, float(cells[key][0]))
     near = min(cells, key=lambda s: sum((a - b) ** 2 for a, b in zip(map(int, s.split(",")), c)))
-    return float(cells[near][0])
+    return max(TRAINING_FLOOR, float(cells[near][0]))
 
 
 class CostedAs:
@@ -225,7 +236,8 @@ def apply(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph, times: O
     info = DIES[system]
     note = (f"fp8-block GEMMs: the fp8 (per-tensor) GEMM times x the measured fp8_block / fp8 latency ratio of "
             f"aiconfigurator {system} ({info['kernel']}; 1x128 activation / 128x128 weight scales, quantisation "
-            f"included in both timings; MXFP8's 1x32 scales not measured)")
+            f"included in both timings; MXFP8's 1x32 scales not measured), at least 1 (a block-scaled GEMM is "
+            f"never faster than the per-tensor one, fp8_block.TRAINING_FLOOR)")
     if DIES[system]["gpus"][0] != gpu:
         note += f"; {gpu} uses the {info['die']} ratio measured on {DIES[system]['gpus'][0]}"
     scaled = times.scaled(lambda t: {k: v * factors.get(k, 1.0) for k, v in t.items()})

@@ -67,7 +67,8 @@ def causal_fwd_efficiency(seq: float) -> float:
 # Which GPUs share the die each measured system ran on (same SM count and tensor cores; NVIDIA H100 / H200
 # / GH200 and A100 datasheets): the FlashAttention-2 rate of the die applies to all of them.
 DIES = {
-    "Vista": {"die": "GH100", "measured_on": "gh200", "gpus": ["gh200", "h100-sxm", "h200", "h100-sxm-500w"]},
+    "Vista": {"die": "GH100", "measured_on": "gh200",
+              "gpus": ["gh200", "h100-sxm", "h200", "h100-sxm-500w", "gh200-144gb", "h800"]},
     "Perlmutter": {"die": "GA100", "measured_on": "a100-80gb", "gpus": ["a100-80gb", "a100-40gb"]},
 }
 FILES = {"Vista": "NVIDIAGH200120GB_flash_atten_fp16.csv", "Perlmutter": "NVIDIAA100-SXM4-80GB_flash_atten_fp16.csv"}
@@ -162,6 +163,7 @@ def flash2_times(plan: ParallelPlan, hardware: Hardware, ops: list[Op],
         clock = 1.0
     out: dict[tuple, float] = {}
     notes: set[str] = set()
+    launch = _launch_s(hardware.gpu.name)
     if clock != 1.0:
         notes.add(f"rate scaled by the bf16 peak ratio {own_peak:g}/{measured_peak:g} of {hardware.gpu.name} to "
                   f"{die['measured_on']}")
@@ -179,10 +181,17 @@ def flash2_times(plan: ParallelPlan, hardware: Hardware, ops: list[Op],
             # (round-robin load balancing), a kernel of the local length; the rest run unmasked
             diagonal = s / s_full
             t *= 1 - diagonal + diagonal / causal_fwd_efficiency(s)
-        out[op.key()] = t if op.kind == "attention_fwd" else t * die["bwd_over_fwd"]
+        out[op.key()] = (t if op.kind == "attention_fwd" else t * die["bwd_over_fwd"]) + launch
     warnings = [f"{fw.name} attention costed as FlashAttention-2 measured on {die['measured_on']} ({die['die']}): "
                 + "; ".join(sorted(notes))] if notes else []
     return out, warnings
+
+
+def _launch_s(gpu: str) -> float:
+    """The GPU's kernel launch floor (costmodel/data/efficiency.json launch_latency_us, the default's for GPUs
+    without one): a FlashAttention-2 kernel takes at least that at the smallest shapes."""
+    gpus = RooflineCostModel().table["gpus"]
+    return float((gpus.get(gpu) or gpus["default"])["launch_latency_us"]["value"]) * 1e-6
 
 
 # ------------------------------------------------------------------------ HBM passes

@@ -32,6 +32,7 @@ from costmodel.core.kinds import FEATURES, Category, Phase
 from costmodel.core.specs.framework import attention_kernel, get_framework
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
+from costmodel.kernel_basis import eager_extra_bytes, host_dispatch_s
 from costmodel.memory import stage_host_offload
 from costmodel.moe import dispatcher_notes, expert_params_per_gpu, moe_block_operators
 from costmodel.mtp import mtp_layer, mtp_params
@@ -99,6 +100,9 @@ class StageGraph:
     lists (composition sums each distinct stage once); () = not shared with another stage."""
     expert_params: int = 0
     """Routed-expert weights among ``params`` (all experts of the stage's MoE layers, before EP/ETP sharding)."""
+    host_s: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
+    """CPU seconds to issue one layer's (forward, backward) and the stage's once-per-micro-batch (forward, backward)
+    kernels one by one (costmodel.kernel_basis.host_dispatch_s; 0 with CUDA graphs): the GPU runs them no faster."""
 
 
 @dataclass
@@ -197,25 +201,21 @@ def op_sac_recompute(ops: list[Op], tokens: int, h: int, q: int, kv: int, f: int
     return elementwise + mms
 
 
-EAGER_EXTRA_BYTES = {"norm": (32.0, 76.0), "rope": (16.0, 16.0), "activation": (4.0, 8.0)}
-"""HBM bytes per element that PyTorch eager moves beyond the fused kernel the cost model measures, (forward,
-backward), for 2-byte activations; counted from the eager code torchtitan runs and the autograd derivatives of
-each aten op (pytorch tools/autograd/derivatives.yaml), one HBM read of every input and one write of every
-output per kernel:
-
-* RMSNorm (torchtitan models/norms.py; nn.RMSNorm's composite is the same chain): forward x.float() (read 2,
-  write 4), pow(2) (4+4), mean (read 4), x * rsqrt (4+4), type_as (4+2), * weight (2+2) = 36 bytes vs the fused
-  kernel's 4 (read 2, write 2): +32. Backward: grad * weight and the weight-grad product and sum (4+6+2), the
-  cast to fp32 (6), d(x * r) = grad * r and (grad * x).sum (8+12+4), the mean's expand (4), pow's 2 * x * grad
-  (20), the two paths' sum (12), the cast back (6) = 84 vs the model's 8: +76.
-* RoPE (models/llama/model.py apply_rotary_emb): forward float() (6), complex64 multiply (4+4), type_as (6) =
-  20 vs 4: +16; backward the mirror image (cast, multiply by the conjugate, cast): +16.
-* SwiGLU (FeedForward: silu(w1 x) * w3 x), per element of the hidden width: forward silu (2+2) and mul (4+2) =
-  10 vs the fused 6: +4; backward two products (6+6) and silu_backward (6) = 18 vs 10: +8. A non-gated
-  activation is one kernel either way (no extra).
-
-Residual adds are one kernel in eager too. Carried as residual-add-equivalent operators and costed at the GPU's
-achieved HBM bandwidth (costmodel.framework_kernels.hbm_times)."""
+def eager_elementwise(ops: list[Op]) -> list[Op]:
+    """The extra time of PyTorch eager over fused kernels, one residual-add-equivalent HBM pass per norm, RoPE and
+    gated-activation operator of ``ops`` (same phase and count), for frameworks with ``compiled=False``: the pass
+    brings the operator to the eager / fused time ratio measured on H100 for torchtitan's implementation
+    (costmodel.kernel_basis.eager_extra_bytes). Forward ones are re-run by recomputation like the operators they
+    belong to."""
+    out: list[Op] = []
+    for op in ops:
+        if op.kind not in ("norm", "rope", "activation") or op.phase not in (Phase.FWD, Phase.BWD):
+            continue
+        if op.kind == "activation" and not dict(zip(FEATURES[op.kind], op.features))["gated"]:
+            continue  # a plain activation is one kernel in eager too
+        nbytes = eager_extra_bytes(op.kind, op.phase is Phase.BWD, op.bytes)
+        out.append(hbm_pass(f"eager.{op.name}", op.phase, nbytes, op.dtype, op.count, op.category))
+    return out
 
 
 def fsdp2_copies(model: ModelSpec, plan: ParallelPlan, dtype: str) -> list[Op]:
@@ -225,29 +225,6 @@ def fsdp2_copies(model: ModelSpec, plan: ParallelPlan, dtype: str) -> list[Op]:
     if not per_param or plan.zero != 3 or plan.dp * plan.cp <= 1:
         return []
     return [hbm_pass("fsdp2.copies", Phase.BWD, per_param * model.params_per_layer() / plan.tp, dtype)]
-
-
-def eager_elementwise(ops: list[Op]) -> list[Op]:
-    """The extra element-wise memory traffic of PyTorch eager over fused kernels, one residual-add-equivalent
-    operator per norm, RoPE and gated-activation operator of ``ops`` (same phase and count), for frameworks with
-    ``compiled=False``. Forward ones are re-run by recomputation like the operators they belong to."""
-    out: list[Op] = []
-    for op in ops:
-        extra = EAGER_EXTRA_BYTES.get(op.kind)
-        if extra is None or op.phase not in (Phase.FWD, Phase.BWD):
-            continue
-        f = dict(zip(FEATURES[op.kind], op.features))
-        if op.kind == "norm":
-            elements = f["tokens"] * f["hidden"]
-        elif op.kind == "rope":
-            elements = f["tokens"] * f["heads"] * f["head_dim"]
-        elif f["gated"]:
-            elements = f["tokens"] * f["width"] // 2
-        else:
-            continue
-        nbytes = elements * extra[0 if op.phase is Phase.FWD else 1]
-        out.append(hbm_pass(f"eager.{op.name}", op.phase, nbytes, op.dtype, op.count, op.category))
-    return out
 
 
 @dataclass(frozen=True)
@@ -470,6 +447,31 @@ def _embedding_ops(model: ModelSpec, plan: ParallelPlan) -> list[Op]:
     return ops
 
 
+def cross_entropy_ops(plan: ParallelPlan, tokens: int, v: int) -> list[Op]:
+    """The loss on ``tokens`` x ``v`` logits as a fused kernel (costmodel.kernel_basis.graph_bytes: the forward reads
+    the 2-byte logits, the backward reads them and writes their gradient), plus, where the loss is not fused
+    (``ParallelPlan.cross_entropy_fusion``, else ``Framework.compiled_loss``), the HBM traffic of the eager chain's
+    separate kernels at the measured eager / fused ratio (costmodel.kernel_basis.eager_extra_bytes: PyTorch's eager
+    F.cross_entropy(logits.float()) takes 6x the fused kernel's time on H100; estimate-train-time's Megatron
+    vocab-parallel cross entropy on A100 6.5x the fused time scaled from H100: the same chain)."""
+    ops = [_mem("cross_entropy", "cross_entropy", Phase.FWD, (tokens, v), 2.0 * tokens * v, 5.0 * tokens * v),
+           _mem("cross_entropy", "cross_entropy", Phase.BWD, (tokens, v), 4.0 * tokens * v, 2.0 * tokens * v)]
+    fused = plan.cross_entropy_fusion
+    if fused if fused is not None else get_framework(plan.framework).compiled_loss:
+        return ops
+    return ops + [hbm_pass("eager.cross_entropy", o.phase, eager_extra_bytes("cross_entropy", o.backward, o.bytes),
+                           plan.dtype) for o in ops]
+
+
+def head_dtype(plan: ParallelPlan) -> str:
+    """The output layer's GEMM dtype: bf16 in a Megatron FP8 plan, which builds it as a plain
+    tensor_parallel.ColumnParallelLinear outside Transformer Engine's fp8_autocast unless an MXFP8 output projection is
+    asked for (megatron/core/models/gpt/gpt_model.py @d98e8a64: TELMHeadColumnParallelLinear only when
+    is_mxfp8_output_proj_active). PyTorch-native stacks convert it like every nn.Linear (torchtitan's float8
+    filter_fqns defaults to an empty list): the plan's dtype."""
+    return "bf16" if plan.dtype in ("fp8", "fp8-block") and plan.framework == "megatron" else plan.dtype
+
+
 def _head_ops(model: ModelSpec, plan: ParallelPlan) -> list[Op]:
     EB = elem_bytes(plan.dtype)
     t = plan.tp
@@ -484,11 +486,9 @@ def _head_ops(model: ModelSpec, plan: ParallelPlan) -> list[Op]:
     topo = group_topology(t, 1, plan.domain)
     act = tokens * h * EB
     ops += tp_boundary("lm_head", True, plan, act, topo)
-    ops += _gemm_fwd_bwd("lm_head", tokens, v, h, plan.dtype)
+    ops += _gemm_fwd_bwd("lm_head", tokens, v, h, head_dtype(plan))
     ops += final_softcap_ops(model, tokens, v, plan.dtype)
-    # cross-entropy on fp32 logits: read logits, write softmax/grad (4 bytes each)
-    ops.append(_mem("cross_entropy", "cross_entropy", Phase.FWD, (tokens, v), 4.0 * 2 * tokens * v, 5.0 * tokens * v))
-    ops.append(_mem("cross_entropy", "cross_entropy", Phase.BWD, (tokens, v), 4.0 * 2 * tokens * v, 2.0 * tokens * v))
+    ops += cross_entropy_ops(plan, tokens, v)
     if t > 1:
         ops.append(Op("all_reduce", "tp.cross_entropy.allreduce", Phase.FWD, (float(tokens * 4), t, *topo),
                       bytes=float(tokens * 4), count=CE_ALLREDUCES, category=Category.TP_COMM))
@@ -606,6 +606,13 @@ def _stage_kinds(model: ModelSpec, plan: ParallelPlan) -> tuple[list, dict]:
     return per_stage, lists
 
 
+def _host_dispatch(plan: ParallelPlan, layer_ops: list[Op], stage_ops: list[Op]) -> tuple[float, float, float, float]:
+    """StageGraph.host_s of a stage (costmodel.kernel_basis.host_dispatch_s on the plan's framework)."""
+    compiled = get_framework(plan.framework).compiled
+    return (*host_dispatch_s(layer_ops, compiled, plan.cuda_graphs), *host_dispatch_s(stage_ops, compiled,
+                                                                                       plan.cuda_graphs))
+
+
 def build_graph(model: ModelSpec, plan: ParallelPlan) -> OperatorGraph:
     """Per-stage operator lists for ``plan`` (validated by the caller). Where layers differ (MoE models, sliding
     windows on some layers) a stage holds the average of its layers (:func:`_stage_kinds`) and its signature adds
@@ -626,7 +633,7 @@ def build_graph(model: ModelSpec, plan: ParallelPlan) -> OperatorGraph:
     stages: list[StageGraph] = []
     # stages with the same role and layer count share their operator lists and a signature, so
     # composition sums each distinct stage once (a 16-stage pipeline has at most 3 distinct kinds of stage)
-    shared: dict[tuple, tuple[list, list]] = {}
+    shared: dict[tuple, tuple[list, list, tuple[float, float, float, float]]] = {}
     for i, n_layers in enumerate(splits):
         first, last = i == 0, i == plan.pp - 1
         n_moe, kinds = 0, ()
@@ -646,10 +653,11 @@ def build_graph(model: ModelSpec, plan: ParallelPlan) -> OperatorGraph:
         if key not in shared:
             stage_ops: list[Op] = (emb if first else []) + (head if last else [])
             replicated = _tp_replicated_params(model, n_layers, n_moe) if varied or model.is_mla else 0
-            shared[key] = (stage_ops, _iteration_ops(model, plan, params, first, last, n_moe, replicated))
-        stage_ops, iteration_ops = shared[key]
+            shared[key] = (stage_ops, _iteration_ops(model, plan, params, first, last, n_moe, replicated),
+                           _host_dispatch(plan, layer_ops, stage_ops))
+        stage_ops, iteration_ops, host = shared[key]
         stages.append(StageGraph(i, n_layers, layer_ops, stage_ops, iteration_ops, overlap, params, key,
-                                 n_moe * model.num_experts * model.expert_params()))
+                                 n_moe * model.num_experts * model.expert_params(), host))
     p2p = None
     if plan.pp > 1:
         tokens = plan.micro_batch_size * plan.seq_len // plan.cp

@@ -64,6 +64,10 @@ def _plan_record(req: PlanRequest, res, pred: Prediction) -> dict:
     if res.model.is_moe:  # MoE keys only for MoE models: a dense plan's record stays as it was
         out.update(moe_plan_keys(plan))
     out.update(req.memory_fields())  # memory features only where the request sets them
+    if plan.cuda_graphs:  # absent without CUDA graphs: a plan's record stays as it was
+        out["cuda_graphs"] = True
+    if plan.cross_entropy_fusion is not None:
+        out["cross_entropy_fusion"] = plan.cross_entropy_fusion
     return out
 
 

@@ -106,6 +106,10 @@ PLAN_OPTIONS: tuple[PlanOption, ...] = (
                "expert_fc1,moe_act."),
     PlanOption("reshard_after_forward", Optional[bool], "ZeRO-3: free gathered parameters after forward (default) or "
                "keep them to backward.", ("--reshard-after-forward/--no-reshard-after-forward",)),
+    PlanOption("cuda_graphs", bool, "Layers replay from CUDA graphs (Megatron --cuda-graph-impl local): no per-kernel "
+               "CPU dispatch.", ("--cuda-graphs/--no-cuda-graphs",)),
+    PlanOption("cross_entropy_fusion", Optional[bool], "Fused loss kernel (Megatron --cross-entropy-loss-fusion; "
+               "default: the framework's).", ("--cross-entropy-fusion/--no-cross-entropy-fusion",)),
     PlanOption("layer_split", Optional[str], "Uneven layers per stage, e.g. 9,8,8,7."),
     PlanOption("pipeline_layout", Optional[str], "Layers per virtual stage (chunk a of stage b = entry a*PP+b), e.g. "
                "2,2,1,... or Megatron's --pipeline-model-parallel-layout string 'Et|(tt|)*30L'; VPP = entries / PP."),

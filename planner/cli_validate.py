@@ -33,7 +33,13 @@ from planner.reports.validate_report import (
     write_validation_report,
 )
 from planner.source_cv import CVReport, validate_source_cv
-from planner.validation.report import ValidationReport, default_moe_run_file, load_run_files, validate_files
+from planner.validation.report import (
+    ValidationReport,
+    default_gh200_run_file,
+    default_moe_run_file,
+    load_run_files,
+    validate_files,
+)
 
 FORMATS = ("table", "json", "csv", "md")
 CV_CHOICES = ("none", "source")
@@ -97,11 +103,29 @@ MOE_INTRO = (
     "(search_spaces/validation/published_sources.toml, rules tflops_mcore_*).")
 
 
-def moe_section(tiers: list[str] | None, cv: str, calibration: str | None) -> ReportSection | None:
+GH200_INTRO = (
+    "Quad-GH200 (JUPITER, CSCS Alps), small-model (llm.c, nanoGPT, TinyLlama) and Blackwell (NeMo on B200 / GB200) "
+    "runs (`gh200_small_blackwell_runs.csv`; GH200_SMALL_BLACKWELL_README.md describes the sources) are validated on "
+    "their own, read as `published_runs.csv` is. Their TFLOP/s column is Megatron-Core's own FLOPs counter, compared "
+    "in the formula of the release each source ran (search_spaces/validation/published_sources.toml, rules "
+    "tflops_mcore_*); with --cv source each source is predicted with constants fitted on the other sources of this "
+    "file only.")
+
+
+def gh200_section(tiers: list[str] | None, cv: str, calibration: str | None) -> ReportSection | None:
+    """The GH200 / small-model / Blackwell runs' section of the default report (None without the file), validated as
+    :func:`moe_section` validates the MoE runs."""
+    return moe_section(tiers, cv, calibration, default_gh200_run_file(),
+                       ("GH200, small-model and Blackwell runs", "gh200", GH200_INTRO))
+
+
+def moe_section(tiers: list[str] | None, cv: str, calibration: str | None, moe: Path | None = None,
+                heading: tuple[str, str, str] = ("Mixture-of-experts runs", "moe", MOE_INTRO)) -> ReportSection | None:
     """The MoE runs' section of the default report (None when the shared data has no moe_runs.csv), validated
     the way the report's headline is (--cv source or none); with --cv source it also lists the figures of the
-    shipped calibration, which was fitted on dense published runs only and so has seen no MoE run."""
-    moe = default_moe_run_file()
+    shipped calibration, which was fitted on dense published runs only and so has seen no MoE run. ``moe`` and
+    ``heading`` (title, key, intro) validate another run file the same way."""
+    moe = moe if moe is not None else default_moe_run_file()
     if moe is None:
         return None
     extra = []
@@ -117,13 +141,13 @@ def moe_section(tiers: list[str] | None, cv: str, calibration: str | None) -> Re
                 o = validate_files([moe], tiers, calibrated_predict("default"))[1].overall()
                 if o is not None:
                     extra.append(f"shipped calibration (fitted on the dense published runs only, so held out for "
-                                 f"every MoE run): MAPE {o.mape_pct:.1f} %, bias {o.bias_pct:+.1f} %")
+                                 f"every run of this file): MAPE {o.mape_pct:.1f} %, bias {o.bias_pct:+.1f} %")
         else:
             files, rep = validate_files([moe], tiers, calibrated_predict(calibration))
     except PlannerError as exc:
-        typer.echo(f"MoE runs not validated: {exc}", err=True)
+        typer.echo(f"{heading[0]} not validated: {exc}", err=True)
         return None
-    return ReportSection("Mixture-of-experts runs", "moe", rep, files, [MOE_INTRO], extra)
+    return ReportSection(heading[0], heading[1], rep, files, [heading[2]], extra)
 
 
 def _report(runs, tiers, calibration, cv) -> tuple[list[Path], ValidationReport]:
@@ -188,7 +212,8 @@ def register(app: typer.Typer) -> None:
         """Compare whole-iteration predictions with measured published training runs (summary first)."""
         cv = resolve_cv(cv, calibration, runs)
         if report is not None:
-            sections = [s for s in [moe_section(tier, cv, calibration) if not runs else None] if s is not None]
+            sections = [s for s in ([moe_section(tier, cv, calibration), gh200_section(tier, cv, calibration)]
+                                    if not runs else []) if s is not None]
             if cv == "source":
                 files_used, rep = cv_report(runs, tier)
                 files = write_validation_report(report, rep, files_used, sections=sections)

@@ -218,6 +218,15 @@ def _sharding_args(plan: ParallelPlan) -> Pairs:
     return out
 
 
+def _kernel_args(plan: ParallelPlan) -> Pairs:
+    """CUDA graphs and the fused loss (TransformerConfig.cuda_graph_impl, cross_entropy_loss_fusion:
+    megatron/core/transformer/transformer_config.py)."""
+    out: Pairs = [("--cuda-graph-impl", "local")] if plan.cuda_graphs else []
+    if plan.cross_entropy_fusion:
+        out.append(("--cross-entropy-loss-fusion", None))
+    return out
+
+
 def _precision_args(plan: ParallelPlan, hardware: Hardware | None, notes: list[str]) -> Pairs:
     """_add_mixed_precision_args, _add_transformer_engine_args."""
     out: Pairs = [("--fp16", None)] if plan.dtype == "fp16" else [("--bf16", None)]
@@ -244,7 +253,7 @@ def megatron_pairs(model: ModelSpec, plan: ParallelPlan, iterations: int | None 
     arch_pairs, arch_notes = megatron_arch_args(model)  # planner.export_megatron
     pairs += arch_pairs
     notes += arch_notes
-    pairs += _sharding_args(plan) + _precision_args(plan, hardware, notes)
+    pairs += _sharding_args(plan) + _kernel_args(plan) + _precision_args(plan, hardware, notes)
     mem_pairs, mem_notes = megatron_memory_args(plan)  # planner.export_memory
     return pairs + mem_pairs, notes + mem_notes
 

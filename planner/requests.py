@@ -139,6 +139,11 @@ class PlanRequest:
     reshard_after_forward: bool | None = None
     """ZeRO-3: free gathered parameters after each unit's forward (true) or keep them to its backward (false);
     None = true (FSDP2's default)."""
+    cross_entropy_fusion: bool | None = None
+    """Fused loss kernel (Megatron --cross-entropy-loss-fusion, NeMo's default); None = the framework's default."""
+    cuda_graphs: bool = False
+    """Layers replay from CUDA graphs (Megatron --cuda-graph-impl local; torch.compile reduce-overhead): no per-kernel
+    CPU dispatch."""
 
     def __post_init__(self) -> None:
         missing = [k for k in REQUIRED if getattr(self, k) is None]
@@ -215,7 +220,8 @@ class PlanRequest:
                             recompute=self.recompute, recompute_modules=self.recompute_modules,
                             sequence_parallel=self.sequence_parallel, zero=self.zero,
                             dtype=self.dtype, layer_split=self.layer_split, nvlink_domain=nvlink_domain,
-                            framework=self.framework, attention=self.attention, **self.moe_fields(), **layout,
+                            framework=self.framework, attention=self.attention, cuda_graphs=self.cuda_graphs,
+                            cross_entropy_fusion=self.cross_entropy_fusion, **self.moe_fields(), **layout,
                             **{k: tuple(v) if isinstance(v, list) else v for k, v in self.memory_fields().items()},
                             extra=dict(extra or {}))
         if self.moe_dispatcher == AUTO_DISPATCHER:
@@ -257,7 +263,7 @@ _DEFAULTS = {f.name: f.default for f in fields(PlanRequest)}
 _INT_KEYS = {"gpus", "gpus_per_node", "tp", "pp", "cp", "vpp", "mbs", "gbs", "tokens_per_batch", "seq_len", "zero",
              "ep", "etp"}
 _BOOL_KEYS = {"sequence_parallel", "moe_overlap_comm", "moe_grouped_gemm", "fp8_param_gather",
-              "reshard_after_forward"}
+              "reshard_after_forward", "cuda_graphs", "cross_entropy_fusion"}
 _TYPES: dict[str, type | tuple] = {"id": (str, int), "model": (str, dict), "gpu": str, "cluster": str,
                                    "recompute": str, "dtype": str, "framework": str, "attention": str,
                                    "moe_dispatcher": str, "moe_routing": str, "main_grads_dtype": str,

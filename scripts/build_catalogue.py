@@ -367,7 +367,7 @@ EXTRA_SOURCES = {
                     "in the index read)",
     },
 }
-merge_variants(globals())  # GPU variants and node types of published runs (scripts/catalogue_variants.py)
+merge_variants(globals())  # GPU variants, node types of published runs, quad-GH200 nodes, H800 (scripts/)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -61,3 +61,5 @@ def merge_variants(ns: dict) -> None:
     ns["CLUSTERS"].update(VARIANT_CLUSTERS)
     ns["GIVEN_FIGURES"].update(VARIANT_GIVEN)
     ns["EXTRA_SOURCES"].update(VARIANT_SOURCES)
+    from catalogue_gh200 import merge_gh200  # deferred: a sibling script, importable once build_catalogue set sys.path
+    merge_gh200(ns)  # quad-GH200 node types and the H800

@@ -386,7 +386,9 @@ def test_cli_explain_requires_the_gpu_as_predict_does():
 def test_cli_compare():
     out = _ok(["compare", "--model", "llama-13b", "--gpus", "16", "--gpu", "a100-80gb", "--gpu", "gh200",
                "--tokens", "1e12", "--price", "gh200=2.1", "--space", "megatron"])
-    assert "gh200" in out and "16 x 1" in out and "(--price)" in out and "cost to train" in out
+    # gh200's default node type is the quad-GH200 NVLink node (jupiter-booster): 4 nodes of 4
+    assert "gh200" in out and "4 x 4" in out and "jupiter-booster" in out and "(--price)" in out
+    assert "cost to train" in out
 
 
 def test_cli_size():

@@ -50,8 +50,8 @@ def test_every_moe_row_maps_or_states_a_reason(moe_rows):
         plan = V.row_to_inputs(moe_rows[run_id])[1]
         assert plan.pipeline_layout == (2,) * 29 + (1,) * 3 and plan.layer_split is None and plan.pp == pp
     assert "GBS not stated" in reason["MOE-TORCHTITAN-001"]
-    dsv3 = reason["MOE-DSV3REPORT-001"]  # its MTP depth is modelled; what is missing is the GPU and the schedule
-    assert "DualPipe" in dsv3 and "H800" in dsv3 and "MTP" not in dsv3
+    dsv3 = reason["MOE-DSV3REPORT-001"]  # its MTP depth and its H800s (hgx-h800) are modelled; the schedule is not
+    assert "DualPipe" in dsv3 and "H800" not in dsv3 and "MTP" not in dsv3
     assert moe_model(moe_rows["MOE-DSV3REPORT-001"], 4096, []).mtp_layers == 1
     assert "Local batch size is 10" in reason["MOE-TORCHTITAN-001"]
     # the DeepSeek-V3 GB200 write-up: its baseline is refused as host-bound (the source says so), its final row runs

@@ -24,7 +24,7 @@ Prediction intervals (``low_s``/``high_s``) come from the ensembles; fallback ro
 from __future__ import annotations
 
 import os
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -36,8 +36,10 @@ from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.hardware import Hardware
 from costmodel.cost.base import CostResult, CostSource, OperatorCostModel
 from costmodel.cost.basis import donor_for, roofline_ratio
-from costmodel.cost.roofline import RooflineCostModel
+from costmodel.cost.roofline import CPU_DEVICE, RooflineCostModel
+from costmodel.cost.same_die import SameDieSiblings
 from costmodel.cost.shape import ANCHORED_KINDS, byte_grid, clip_to_box, envelope_at, isotonic, knots
+from costmodel.kernel_basis import FUSED_ELEMENTWISE
 from costmodel.ops import Op
 from costmodel.regressors.artifacts import SHIPPED_MODELS_DIR, read_index
 from costmodel.regressors.features import DeviceConstants, build_features, feature_names
@@ -165,7 +167,41 @@ def _ring_twin(gm: "_GpuModels", kind: str) -> str | None:
     return twin if poor and twin_mape is not None and twin_mape <= MAX_CV_MAPE else None
 
 
-class MeasuredCostModel(OperatorCostModel):
+FUSED_METHOD = "HBM roofline at the fused kernel's efficiency measured on H100 (costmodel/data/fused_kernels.json)"
+"""How element-wise operators are costed on the fused kernel basis (costmodel.kernel_basis.FUSED_ELEMENTWISE)."""
+
+@dataclass
+class _Out:
+    """The arrays one prediction fills, and the cache it writes to."""
+
+    t: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    method: list
+    source: list
+    warns: dict
+    cache: dict
+
+    def parts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list, list, dict, dict]:
+        return self.t, self.lo, self.hi, self.method, self.source, self.warns, self.cache
+
+
+def _merge_results(n: int, *parts: tuple[list[int], CostResult]) -> CostResult:
+    """One CostResult of ``n`` rows from results of disjoint row lists."""
+    t, lo, hi = np.empty(n), np.empty(n), np.empty(n)
+    method, source = [""] * n, [CostSource.ROOFLINE] * n
+    warns: set[str] = set()
+    for idx, r in parts:
+        for j, i in enumerate(idx):
+            t[i] = r.time_s[j]
+            lo[i] = r.low_s[j] if r.low_s is not None else r.time_s[j]
+            hi[i] = r.high_s[j] if r.high_s is not None else r.time_s[j]
+            method[i], source[i] = r.method[j], r.source[j]
+        warns.update(r.warnings)
+    return CostResult(time_s=t, low_s=lo, high_s=hi, method=method, source=source, warnings=sorted(warns))
+
+
+class MeasuredCostModel(SameDieSiblings, OperatorCostModel):
     """Operator times from fitted xgboost regressors, falling back to the roofline where none exists."""
 
     name = "measured"
@@ -213,16 +249,18 @@ class MeasuredCostModel(OperatorCostModel):
     # -- predict -----------------------------------------------------------------------------
     def predict(self, ops: Sequence[Op], hardware: Hardware) -> CostResult:
         res = self._predict_basis(ops, hardware)
+        self._same_die_envelope(ops, hardware, res)
         self._attention_floor(ops, hardware, res)
         return res
 
     def _predict_basis(self, ops: Sequence[Op], hardware: Hardware) -> CostResult:
-        """This GPU's own models, or, for a GPU without any, its measured sibling's (costmodel/cost/basis.py)."""
+        """This GPU's own models (with its same-die siblings' for the operators it has no fused-basis model of), or,
+        for a GPU without any, its measured sibling's (costmodel/cost/basis.py)."""
         if not self._models(hardware.gpu.name).names:
             donor = self._donor(hardware)
             if donor is not None:
                 return self._borrowed(ops, hardware, *donor)
-        return self._predict_own(ops, hardware)
+        return self._predict_own(ops, hardware, borrow=True)
 
     def _donor(self, hardware: Hardware) -> tuple[Hardware, str] | None:
         g = hardware.gpu
@@ -234,15 +272,24 @@ class MeasuredCostModel(OperatorCostModel):
         return None if found is None else (Hardware(gpu=found[0], cluster=hardware.cluster), found[1])
 
     def _borrowed(self, ops: Sequence[Op], hardware: Hardware, donor: Hardware, note: str) -> CostResult:
-        r = self._predict_own(ops, donor)
-        ratio = roofline_ratio(self._roof, ops, hardware, donor)
+        """``ops`` costed by the donor's models scaled to ``hardware`` (basis.roofline_ratio); collectives only where
+        the node type's NVLink figure is the donor's (its samples describe that link), else the roofline."""
+        own_link = [i for i, o in enumerate(ops) if o.kind in COLLECTIVE_KINDS and not self._same_link(donor, hardware)]
+        lent = [i for i in range(len(ops)) if i not in set(own_link)]
+        sub = [ops[i] for i in lent]
+        r = self._predict_own(sub, donor, borrow=True)
+        ratio = roofline_ratio(self._roof, sub, hardware, donor)
         gpu = hardware.gpu.name
         method = [m if s is CostSource.NONE else f"{m} scaled to {gpu}" for m, s in zip(r.method, r.source)]
         source: list[CostSource] = [CostSource.DERIVED if s is CostSource.MEASURED else s for s in r.source]
         lo = r.low_s if r.low_s is not None else r.time_s
         hi = r.high_s if r.high_s is not None else r.time_s
-        return CostResult(time_s=r.time_s * ratio, low_s=lo * ratio, high_s=hi * ratio, method=method, source=source,
-                          warnings=sorted(set(r.warnings) | {note}))
+        out = CostResult(time_s=r.time_s * ratio, low_s=lo * ratio, high_s=hi * ratio, method=method, source=source,
+                         warnings=sorted(set(r.warnings) | {note}))
+        if not own_link:
+            return out
+        fb = self._predict_own([ops[i] for i in own_link], hardware, borrow=False)
+        return _merge_results(len(ops), (lent, out), (own_link, fb))
 
     def _attention_floor(self, ops: Sequence[Op], hardware: Hardware, res: CostResult) -> None:
         """Attention backward >= its forward (FlashAttention-2, arXiv 2307.08691, §3.1.2: the backward recomputes
@@ -268,46 +315,31 @@ class MeasuredCostModel(OperatorCostModel):
                "a lower bound (the FlashAttention backward recomputes the forward, FlashAttention-2 §3.1.2)")
         res.warnings = sorted(set(res.warnings) | {msg})
 
-    def _predict_own(self, ops: Sequence[Op], hardware: Hardware) -> CostResult:
+    def _predict_own(self, ops: Sequence[Op], hardware: Hardware, borrow: bool = False) -> CostResult:
+        """This GPU's models; with ``borrow``, a same-die sibling's for operators this GPU has no covering model of
+        (:meth:`_sibling_for`)."""
         gpu = hardware.gpu.name
         gm = self._models(gpu)
-        cache = self._cache.setdefault(RooflineCostModel._hw_key(hardware), {})
+        cache = self._cache.setdefault((RooflineCostModel._hw_key(hardware), borrow), {})
         n = len(ops)
-        t, lo, hi = np.empty(n), np.empty(n), np.empty(n)
-        method = [""] * n
-        source = [CostSource.ROOFLINE] * n
-        warns: dict[str, None] = {}
-        groups: dict[tuple, list[int]] = {}
-        fb: list[int] = []
-        cross: dict[str, list[int]] = {}
-        for i, op in enumerate(ops):
-            hit = cache.get(op.key())
-            if hit is not None:
-                t[i], lo[i], hi[i], method[i], source[i], w = hit
-                warns.update(dict.fromkeys(w))
-                continue
-            plan = self._route(gm, op)
-            if plan is None:
-                fb.append(i)
-            elif self._crosses_nodes(gm, plan[0], op):
-                cross.setdefault(plan[0], []).append(i)
-            else:
-                groups.setdefault(plan, []).append(i)
+        out = _Out(np.empty(n), np.empty(n), np.empty(n), [""] * n, [CostSource.ROOFLINE] * n, {}, cache)
+        groups, fb, cross, lent = self._classify(gm, ops, hardware, out, borrow)
         for name, idx in cross.items():
-            self._fallback(ops, idx, hardware, t, lo, hi, method, source, warns, cache,
+            self._fallback(ops, idx, hardware, *out.parts(),
                            (f"{name.split('.')[0]} across nodes: costed with the cluster's network figures "
                             "(alpha-beta model); measured samples describe another network or none",))
+        for sib, idx in lent.items():
+            self._lent(ops, idx, hardware, sib, out)
         for (name, factor, label, src), idx in groups.items():
             ent = gm.entry(name)
             if not isinstance(ent, _Entry):  # unusable artifact: flagged fallback, never a traceback
-                self._fallback(ops, idx, hardware, t, lo, hi, method, source, warns, cache,
+                self._fallback(ops, idx, hardware, *out.parts(),
                                (f"{ent}: using the analytical roofline for {name} on {gpu}",))
                 continue
             try:
-                self._predict_group(ent, name, factor, label, src, ops, idx, hardware, t, lo, hi, method, source,
-                                    warns, cache)
+                self._predict_group(ent, name, factor, label, src, ops, idx, hardware, *out.parts())
             except ValueError as exc:  # e.g. an artifact fitted with another feature layout: flagged fallback
-                self._fallback(ops, idx, hardware, t, lo, hi, method, source, warns, cache,
+                self._fallback(ops, idx, hardware, *out.parts(),
                                (f"model {gpu}/{name} cannot be used ({exc}); re-run `planner fit`: "
                                 f"using the analytical roofline",))
         if fb:
@@ -319,9 +351,36 @@ class MeasuredCostModel(OperatorCostModel):
                          f"--profile DIR --out DIR` and set {ENV_MODELS_DIR}=DIR): using the analytical roofline",)
             else:
                 extra = (f"no measured models for {gpu}: every operator uses the analytical roofline",)
-            self._fallback(ops, fb, hardware, t, lo, hi, method, source, warns, cache, extra, per_kind=bool(gm.names))
-        return CostResult(time_s=t, low_s=lo, high_s=hi, method=method, source=source, warnings=sorted(warns))
+            self._fallback(ops, fb, hardware, *out.parts(), extra, per_kind=bool(gm.names))
+        return CostResult(time_s=out.t, low_s=out.lo, high_s=out.hi, method=out.method, source=out.source,
+                          warnings=sorted(out.warns))
 
+    def _classify(self, gm: _GpuModels, ops: Sequence[Op], hardware: Hardware, out: "_Out", borrow: bool):
+        """(own model groups, fallback rows, rows crossing nodes per model, rows lent to a sibling per sibling);
+        cached rows are filled into ``out`` directly."""
+        groups: dict[tuple, list[int]] = {}
+        fb: list[int] = []
+        cross: dict[str, list[int]] = {}
+        lent: dict[str, list[int]] = {}
+        for i, op in enumerate(ops):
+            hit = out.cache.get(op.key())
+            if hit is not None:
+                out.t[i], out.lo[i], out.hi[i], out.method[i], out.source[i], w = hit
+                out.warns.update(dict.fromkeys(w))
+                continue
+            plan = self._route(gm, op)
+            sib = self._sibling_for(gm, plan, op, hardware) if borrow else None
+            if sib is not None:
+                lent.setdefault(sib, []).append(i)
+            elif plan is None:
+                fb.append(i)
+            elif self._crosses_nodes(gm, plan[0], op):
+                cross.setdefault(plan[0], []).append(i)
+            else:
+                groups.setdefault(plan, []).append(i)
+        return groups, fb, cross, lent
+
+    # -- same-die siblings (costmodel/cost/basis.py) ------------------------------------------------
     @staticmethod
     def _crosses_nodes(gm: _GpuModels, name: str, op: Op) -> bool:
         """A collective spanning several NVLink domains ("nodes" in the features, costmodel/graph.py) is costed
@@ -336,6 +395,8 @@ class MeasuredCostModel(OperatorCostModel):
         """(model name, factor, method label, cost source) for ``op``, or None for the fallback."""
         if op.kind in COLLECTIVE_KINDS and (op.features[1] <= 1 or op.features[0] <= 0):
             return None  # no communication: the fallback returns 0 for it
+        if op.kind in FUSED_ELEMENTWISE and gm.gpu != CPU_DEVICE:
+            return None  # the fused kernels measured on H100 (costmodel.kernel_basis), never a public sample
         # collectives are the same kernel in either pass: their data (nccl-tests) are stored as fwd
         direction = "bwd" if op.backward and op.kind not in COLLECTIVE_KINDS else "fwd"
         name = f"{op.kind}.{direction}"
@@ -463,11 +524,12 @@ class MeasuredCostModel(OperatorCostModel):
             op = ops[i]
             w = base_w
             silent = op.kind in COLLECTIVE_KINDS and (op.features[1] <= 1 or op.features[0] <= 0)
-            if per_kind and not silent and not extra:
+            fused = op.kind in FUSED_ELEMENTWISE and hw.gpu.name != CPU_DEVICE
+            if per_kind and not silent and not extra and not fused:
                 w = w + (f"no measured model for {op.kind} {'bwd' if op.backward else 'fwd'} on {hw.gpu.name}: "
                          f"using the analytical roofline",)
             t[i] = lo[i] = hi[i] = float(res.time_s[r])
-            method[i] = "none (single rank)" if silent else "roofline (no measured model)"
-            source[i] = CostSource.NONE if silent else CostSource.ROOFLINE
+            method[i] = "none (single rank)" if silent else FUSED_METHOD if fused else "roofline (no measured model)"
+            source[i] = CostSource.NONE if silent else CostSource.DERIVED if fused else CostSource.ROOFLINE
             warns.update(dict.fromkeys(w))
             cache[op.key()] = (t[i], lo[i], hi[i], method[i], source[i], w)

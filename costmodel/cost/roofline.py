@@ -50,9 +50,12 @@ from costmodel.conventions import (
 from costmodel.core.kinds import COLLECTIVE_KINDS, FEATURES
 from costmodel.core.specs.hardware import Hardware
 from costmodel.cost.base import CostResult, CostSource, OperatorCostModel
+from costmodel.kernel_basis import FUSED_ELEMENTWISE, fused_efficiency
 from costmodel.ops import Op
 
 TABLE_PATH = Path(__file__).resolve().parent.parent / "data" / "efficiency.json"
+CPU_DEVICE = "cpu"
+"""The profiled CPU's catalogue key (costmodel.cpu_hardware): its element-wise efficiencies are its own table's."""
 
 # ----------------------------------------------------------------------------------------------
 # Table access
@@ -199,9 +202,13 @@ class RooflineCostModel(OperatorCostModel):
             if kind == "attention_bwd":
                 t = t * res.get("attention_bwd_fwd_ratio", "value", what="attention backward")
             return t + launch
-        eff = res.get("memory", kind, "eff", what=f"{kind}")
         byts = np.array([o.bytes if o.bytes > 0 else mem_bytes(kind, o.feature_dict(), o.backward)
                          for o in ops], dtype=float)
+        own = (res.own or {}).get("memory", {}).get(kind) if g.name == CPU_DEVICE else None
+        if kind in FUSED_ELEMENTWISE and own is None:  # fused kernels measured on H100 (kernel_basis)
+            eff = np.array([fused_efficiency(kind, o.backward) or 1.0 for o in ops])
+        else:
+            eff = res.get("memory", kind, "eff", what=f"{kind}")
         return byts / (hbm * eff) + launch
 
     # -- collectives -------------------------------------------------------------------------

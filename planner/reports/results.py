@@ -77,21 +77,22 @@ def explain_out(result, fmt: str, top: int = 15) -> None:
 def compare_table(m, rows, tokens) -> None:
     """The rich table of `planner compare`: best plan per GPU type (or why none)."""
     t = Table(title=f"{m.name}: best plan per GPU type" + (f", {tokens:.3g} tokens" if tokens else ""))
-    head = ["GPU", "nodes x GPUs/node", "plan", "iter time [s]", "tokens/s", "MFU %", "$/GPU-h (date, source)",
-            "$/Mtoken"] + (["time to train", "cost to train [$]", "goodput", "ckpt every [min / it]"] if tokens else [])
+    head = ["GPU", "node type", "nodes x GPUs/node", "plan", "iter time [s]", "tokens/s", "MFU %",
+            "$/GPU-h (date, source)", "$/Mtoken"] + (["time to train", "cost to train [$]", "goodput",
+                                                       "ckpt every [min / it]"] if tokens else [])
     for h in head:
         t.add_column(escape(h), justify="left" if h in ("GPU", "plan") else "right")
     for r in rows:
         b = r.best
         if b is None:
-            t.add_row(r.gpu, "-", escape(r.message), *["-"] * (len(head) - 3))
+            t.add_row(r.gpu, r.hardware.cluster.name, "-", escape(r.message), *["-"] * (len(head) - 4))
             continue
         g = r.hardware.gpu
         src = f"{b.price_usd_per_gpu_hour:.2f} ({g.price_date or 'undated'}, {g.price_source or '--price'})" \
             if b.price_usd_per_gpu_hour is not None else "-"
         if b.price_usd_per_gpu_hour is not None and b.price_usd_per_gpu_hour != g.price_usd_per_gpu_hour:
             src = f"{b.price_usd_per_gpu_hour:.2f} (--price)"
-        row = [b.gpu, f"{b.nodes} x {b.gpus_per_node}", plan_text(b), f"{b.iteration_time_s:.3f}",
+        row = [b.gpu, r.hardware.cluster.name, f"{b.nodes} x {b.gpus_per_node}", plan_text(b), f"{b.iteration_time_s:.3f}",
                f"{b.tokens_per_s:,.0f}", f"{100 * b.mfu:.1f}", src,
                "-" if b.usd_per_mtoken is None else f"{b.usd_per_mtoken:.3f}"]
         if tokens:
@@ -101,6 +102,8 @@ def compare_table(m, rows, tokens) -> None:
         t.add_row(*[escape(c) for c in row])
     con = _console()
     con.print(t)
+    for line in hardware_lines([r.hardware for r in rows]):
+        con.print(escape(line))
     for note in compare_notes(rows):
         con.print(("" if note.startswith("warning") else "note: ") + escape(note), soft_wrap=True)
 
@@ -120,6 +123,31 @@ def compare_notes(rows) -> list[str]:
                 notes.append(note)
     overrides = {r.gpu: r.result.problem.prices[r.gpu] for r in rows if r.gpu in r.result.problem.prices}
     return notes + price_notes(rows, overrides)
+
+
+
+def hardware_lines(hardwares) -> list[str]:
+    """One line per GPU on its node type with the datasheet and node figures a comparison turns on, then, for GPUs of
+    one die, what differs between them (costmodel.cost.basis): why their predictions differ."""
+    # deferred: the cost-model basis module loads only where a comparison prints
+    from costmodel.cost.basis import die_of
+
+    out = []
+    for hw in hardwares:
+        g, c = hw.gpu, hw.cluster
+        out.append(f"{g.name} on {c.name}: {c.gpus_per_node} GPUs per node, NVLink domain {hw.nvlink_domain} at "
+                   f"{c.intra_node_bw_gbs:g} GB/s, network {c.inter_node_bw_gbs:g} GB/s per GPU; bf16 peak "
+                   f"{g.peak_tflops.get('bf16', 0):g} TFLOP/s, HBM {g.hbm_bw_gbs:,.0f} GB/s, {g.hbm_gb:g} GB")
+    for i, a in enumerate(hardwares):
+        for b in hardwares[i + 1:]:
+            die = die_of(a.gpu.name)
+            if die is not None and die == die_of(b.gpu.name):
+                out.append(f"{a.gpu.name} and {b.gpu.name}: the same {die} die and clocks; they differ in HBM "
+                           f"({a.gpu.hbm_bw_gbs:,.0f} vs {b.gpu.hbm_bw_gbs:,.0f} GB/s, {a.gpu.hbm_gb:g} vs "
+                           f"{b.gpu.hbm_gb:g} GB) and node type ({a.cluster.name} vs {b.cluster.name}: network "
+                           f"{a.cluster.inter_node_bw_gbs:g} vs {b.cluster.inter_node_bw_gbs:g} GB/s per GPU, "
+                           f"NVLink domains of {a.nvlink_domain} vs {b.nvlink_domain})")
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- size
@@ -179,14 +207,14 @@ def size_out(result, fmt: str) -> None:
               f"({res.searched} allocations evaluated" + (", interrupted" if res.interrupted else "") + ")")
     t = Table(title="Allocations that meet the deadline" + (" (expected times: goodput model)" if res.failures
                                                             is not None else " (a perfect run)"))
-    head = ("", "GPU", "nodes x GPUs/node", "GPUs", "plan", "time to train", "goodput", "ckpt every [min / it]",
-            "interruptions", "lost [GPU-h]", "GPU-hours", "cost [$]")
+    head = ("", "GPU", "node type", "nodes x GPUs/node", "GPUs", "plan", "time to train", "goodput",
+            "ckpt every [min / it]", "interruptions", "lost [GPU-h]", "GPU-hours", "cost [$]")
     for h in head:
         t.add_column(escape(h), justify="left" if h in ("", "GPU", "plan") else "right")
     for label, a in size_allocations(res):
         b = a.record
         g = goodput_cells(b)
-        t.add_row(escape(label), b.gpu, f"{b.nodes} x {b.gpus_per_node}", str(b.gpus), escape(plan_text(b)),
+        t.add_row(escape(label), b.gpu, b.cluster, f"{b.nodes} x {b.gpus_per_node}", str(b.gpus), escape(plan_text(b)),
                   human_duration(b.time_to_train_s), g[0], f"{g[1]} / {g[2]}", g[3], g[4], f"{a.gpu_hours:,.0f}",
                   "-" if a.cost_usd is None else f"{a.cost_usd:,.0f}")
     con.print(t)

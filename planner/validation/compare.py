@@ -12,7 +12,7 @@ from costmodel.core.errors import PlannerError
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
 from costmodel.flops import model_flops_per_iteration, published_flops_per_iteration
-from planner.validation.moe_rows import megatron_flops
+from planner.validation.moe_rows import TFLOPS_RULES, megatron_flops
 from planner.validation.runs import RunRow
 
 
@@ -36,8 +36,8 @@ def compare(row: RunRow, prediction, model: ModelSpec, plan: ParallelPlan, hardw
         pred = prediction.iteration_time_s
     elif metric == "tokens_per_s_per_gpu":
         pred = prediction.tokens_per_s_per_gpu
-    elif metric == "tflops_per_gpu" and model.is_moe:
-        # MoE sources' Megatron-Core counters (rule tflops_mcore_*; rows without one are refused when loaded)
+    elif metric == "tflops_per_gpu" and (model.is_moe or any(row.rule(r) for r in TFLOPS_RULES)):
+        # Megatron-Core counters (rule tflops_mcore_*; MoE rows without one are refused when loaded)
         causal = row.rule("tflops_mcore_causal") is not None
         if not causal and row.rule("tflops_mcore_full_attention") is None:
             raise PlannerError(f"row {row.id}: the FLOPs formula of its tflops_per_gpu is not known")

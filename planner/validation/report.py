@@ -22,6 +22,8 @@ from planner.validation.stats import GroupSummary, group_summaries
 RUN_FILE_NAME = "published_runs.csv"
 MOE_RUN_FILE_NAME = "moe_runs.csv"
 """The published mixture-of-experts runs beside it (shared/validation/MOE_README.md)."""
+GH200_RUN_FILE_NAME = "gh200_small_blackwell_runs.csv"
+"""Quad-GH200 (JUPITER, Alps), small-model and Blackwell runs beside it (GH200_SMALL_BLACKWELL_README.md)."""
 TIERS = ("A", "B", "C")
 
 
@@ -147,8 +149,17 @@ def expert_layout(model, plan) -> dict:
 
 def default_moe_run_file() -> Path | None:
     """shared/validation/moe_runs.csv, or None when the shared data has none."""
+    return _validation_file(MOE_RUN_FILE_NAME)
+
+
+def default_gh200_run_file() -> Path | None:
+    """shared/validation/gh200_small_blackwell_runs.csv, or None when the shared data has none."""
+    return _validation_file(GH200_RUN_FILE_NAME)
+
+
+def _validation_file(name: str) -> Path | None:
     d = validation_dir()
-    return d / MOE_RUN_FILE_NAME if d is not None and (d / MOE_RUN_FILE_NAME).is_file() else None
+    return d / name if d is not None and (d / name).is_file() else None
 
 
 def default_run_file() -> Path:

@@ -38,6 +38,16 @@ from planner.validation.moe_rows import (
     moe_refusals,
     stated_pipeline_layout,
 )
+from planner.validation.row_text import (
+    OTHER_STACKS,
+    _cuda_graphs,
+    _loss_fusion,
+    _padded_vocab,
+    _quad_node_type,
+    _row_domain,
+    _stated_bias_and_tying,
+    _stated_head_dim,
+)
 from planner.validation.sources import Rule, source_rule
 
 INT_COLUMNS = ("n_layers", "hidden", "n_heads", "n_kv_heads", "ffn_hidden", "vocab", "seq_len", "n_gpus",
@@ -215,6 +225,8 @@ def map_gpu(gpu: str) -> tuple[str, str]:
         return "mi300x", ""
     if "gh200" in t:
         return ("gh200-144gb" if "144" in t else "gh200"), ""
+    if "h800" in t:
+        return "h800", ""
     if "gb300" in t:
         return "gb300", ""
     if "b300" in t:
@@ -225,9 +237,6 @@ def map_gpu(gpu: str) -> tuple[str, str]:
         return "b200", ""
     if "h200" in t:
         return "h200", ""
-    if "h800" in t:
-        raise PlannerError(f"GPU {gpu!r}: the H800 (H100 SXM compute with NVLink cut to 400 GB/s and the DeepSeek "
-                           "cluster's 8 x 400 Gb/s InfiniBand) has no hardware-catalogue entry")
     if "h100" in t:
         if "pcie" in t:
             return "h100-pcie", ""
@@ -250,7 +259,7 @@ def map_gpu(gpu: str) -> tuple[str, str]:
 def _arch(row: RunRow, notes: list[str]) -> dict:
     """Activation, norm, position embedding, bias, tying and dropout from arch_notes / name."""
     text = (row.text["arch_notes"] + " " + row.model_name).lower()
-    llama, nemotron = "llama" in text, "nemotron" in text
+    llama, nemotron = "llama" in text or "qwen" in text, "nemotron" in text
     gpt = "gpt" in text and not (llama or nemotron)
     if re.search(r"squared[-_ ]relu", text):
         act = "squared_relu"
@@ -280,17 +289,16 @@ def _arch(row: RunRow, notes: list[str]) -> dict:
     else:
         pos = "learned" if gpt else "rope"
         notes.append(f"position embedding not stated, assumed {pos}")
-    if gpt:
-        notes.append("GPT family: biased linears and tied input/output embeddings assumed (Megatron GPT defaults)")
     dropout_rule = row.rule("dropout")
     dropout = dropout_rule is not None
     if dropout_rule is not None:
         notes.append(dropout_rule.assumption)
-    return dict(activation=act, norm=norm, position_embedding=pos, linear_bias=gpt, tied_embeddings=gpt,
+    bias, tied = _stated_bias_and_tying(text, gpt, notes)
+    return dict(activation=act, norm=norm, position_embedding=pos, linear_bias=bias, tied_embeddings=tied,
                 dropout=dropout)
 
 
-def _model(row: RunRow, seq_len: int, notes: list[str]) -> ModelSpec:
+def _model(row: RunRow, seq_len: int, notes: list[str], tp: int = 1) -> ModelSpec:
     L, h, a = row.get("n_layers"), row.get("hidden"), row.get("n_heads")
     if not L or not h or not a:
         raise PlannerError("n_layers, hidden or n_heads not stated")
@@ -312,8 +320,9 @@ def _model(row: RunRow, seq_len: int, notes: list[str]) -> ModelSpec:
         vocab = GPT2_BPE_VOCAB
         notes.append(f"vocab not stated, assumed GPT-2 BPE size {GPT2_BPE_VOCAB} (no padding)")
     return ModelSpec(name=row.model_name, num_layers=L, hidden_size=h, num_heads=a, num_kv_heads=kv,
-                     ffn_hidden_size=ffn, vocab_size=vocab, max_seq_len=seq_len, source=row.source,
-                     extra={"run_id": row.id}, **arch)
+                     ffn_hidden_size=ffn, vocab_size=_padded_vocab(row, vocab, tp, notes), max_seq_len=seq_len,
+                     source=row.source, head_dim=_stated_head_dim(row, h, a, notes), extra={"run_id": row.id},
+                     **arch)
 
 
 def _recompute(text: str, notes: list[str]) -> str:
@@ -334,9 +343,10 @@ def _zero(text: str, notes: list[str]) -> int:
     if not t:
         notes.append("distributed optimizer not stated, assumed ZeRO-1 (Megatron distributed optimizer)")
         return 1
-    if t == "none":
+    if t == "none" or t.startswith("none ("):  # "none (DDP)": replicated optimizer, gradients all-reduced
         return 0
-    if t.startswith("fsdp=0"):  # NeMo performance tables: FSDP=0 = Megatron DDP with the distributed optimizer
+    if t.startswith("fsdp=0") or re.search(r"fsdp column\s*=\s*0", t):
+        # NeMo performance tables: FSDP=0 = Megatron DDP with the distributed optimizer
         notes.append(f"'{text}' mapped to ZeRO-1 (Megatron distributed optimizer)")
         return 1
     if "not resharded" in t:
@@ -362,6 +372,10 @@ def _framework(text: str, notes: list[str], row_notes: str = "") -> str:
                 notes.append("ran without torch.compile (notes: eager): framework torchtitan-eager")
                 return "torchtitan-eager"
             return key
+    for key, words, why in OTHER_STACKS:
+        if any(w in t for w in words):
+            notes.append(f"framework {text!r}: {why}")
+            return key
     notes.append(f"framework {text!r} not recognised, assumed megatron" if t else
                  "framework not stated, assumed megatron")
     return "megatron"
@@ -380,12 +394,14 @@ def _torchtitan_interleaved_stages(row: RunRow, pp: int, notes: list[str]) -> in
 
 def _attention(row: RunRow, notes: list[str]) -> str:
     """'unfused' for rows of a published source whose stack predates FlashAttention (rule unfused_attention),
-    else "" (the framework's kernel)."""
-    rule = row.rule("unfused_attention")
-    if rule is None:
-        return ""
-    notes.append(rule.assumption)
-    return "unfused"
+    'flash2' for a source that chose FlashAttention-2 kernels (rule flash2_attention), else "" (the framework's
+    kernel)."""
+    for name, kernel in (("unfused_attention", "unfused"), ("flash2_attention", "flash2")):
+        rule = row.rule(name)
+        if rule is not None:
+            notes.append(rule.assumption)
+            return kernel
+    return ""
 
 
 def _dtype(text: str, notes: list[str]) -> str:
@@ -443,7 +459,7 @@ def row_to_inputs(row: RunRow) -> tuple[ModelSpec, ParallelPlan, str, int]:
     gpn = row.get("gpus_per_node") or 8
     if not row.get("gpus_per_node"):
         notes.append("gpus_per_node not stated, assumed 8")
-    row.cluster = NODE_TYPES_8GPU.get(gpu_key, "") if gpn == 8 else ""
+    row.cluster = NODE_TYPES_8GPU.get(gpu_key, "") if gpn == 8 else _quad_node_type(row, gpu_key, gpn, notes)
     if row.cluster and not row.text.get("interconnect"):
         notes.append(f"interconnect not stated, used catalogue node type {row.cluster}")
     cp = row.get("cp") or 1
@@ -473,7 +489,7 @@ def row_to_inputs(row: RunRow) -> tuple[ModelSpec, ParallelPlan, str, int]:
     if gbs % (mbs * dp):
         raise PlannerError(f"GBS={gbs} is not divisible by MBS*DP = {mbs}*{dp}")
     moe = is_moe_row(row)
-    model = moe_model(row, seq_len, notes) if moe else _model(row, seq_len, notes)
+    model = moe_model(row, seq_len, notes) if moe else _model(row, seq_len, notes, tp)
     sp_text = row.text["seq_parallel"].lower()
     if sp_text in ("y", "n"):
         sp = sp_text == "y"
@@ -489,8 +505,10 @@ def row_to_inputs(row: RunRow) -> tuple[ModelSpec, ParallelPlan, str, int]:
         sequence_parallel=sp, zero=zero, dtype=dtype, **_pipeline_split(row, model.num_layers, pp, vpp, moe, notes),
         framework=_framework(row.text["framework"], notes, row.text["notes"]), attention=_attention(row, notes),
         moe_dispatcher="alltoall",  # an MoE row's dispatcher is read from its text (moe_rows.moe_plan_fields)
+        cuda_graphs=_cuda_graphs(row, notes), cross_entropy_fusion=_loss_fusion(row, notes),
         **memory_fields(row, dtype, zero, notes))
-    plan = request.to_plan(model, gpus_per_node=gpn, extra={"run_id": row.id})
+    plan = request.to_plan(model, gpus_per_node=gpn, extra={"run_id": row.id},
+                           nvlink_domain=_row_domain(gpu_key, row.cluster, gpn, n))
     if moe:
         plan = _moe_plan(row, model, plan, notes)
     return model, _fit_unstated_recompute(row, model, plan, gpu_key, notes), gpu_key, gpn
@@ -530,7 +548,7 @@ def _pipeline_split(row: RunRow, L: int, pp: int, vpp: int, moe: bool, notes: li
                      f"{describe_split(layout)} layers per virtual stage")
         return {"pipeline_layout": layout}
     try:
-        return {"layer_split": (_moe_layer_split if moe else _layer_split)(L, pp, vpp, notes)}
+        return {"layer_split": (_moe_layer_split if moe else _dense_layer_split(row))(L, pp, vpp, notes)}
     except PlannerError:
         if not any(w in row.text["framework"].lower() for w in ("automodel", "torchtitan")):
             raise
@@ -538,6 +556,23 @@ def _pipeline_split(row: RunRow, L: int, pp: int, vpp: int, moe: bool, notes: li
     notes.append(f"layers={L} over PP={pp} x VPP={vpp} virtual stages, split as PyTorch pipelining does by default "
                  f"(first {L % (pp * vpp)} virtual stages one layer more): {describe_split(layout)}")
     return {"pipeline_layout": layout}
+
+
+def _dense_layer_split(row: RunRow):
+    """A dense row's split rule: Megatron's (:func:`_layer_split`), and for a Megatron-Core / NeMo row whose layers
+    no such split holds (126 layers over PP 8 x VPP 8 in NeMo's Llama 3.1 405B tables), the embedding and the loss
+    counted as layers, the split Megatron-Core builds with --account-for-embedding/loss-in-pipeline-split (126 + 2 =
+    128 over 64 virtual stages), as for MoE rows (:func:`_moe_layer_split`)."""
+    fw = row.text["framework"].lower()
+    if not any(w in fw for w in ("megatron", "nemo")) or "automodel" in fw:
+        return _layer_split
+
+    def split(L: int, pp: int, vpp: int, notes: list[str]) -> tuple[int, ...] | None:
+        try:
+            return _layer_split(L, pp, vpp, notes)
+        except PlannerError:
+            return _moe_layer_split(L, pp, vpp, notes)
+    return split
 
 
 def _moe_layer_split(L: int, pp: int, vpp: int, notes: list[str]) -> tuple[int, ...] | None:

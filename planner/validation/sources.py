@@ -26,9 +26,13 @@ RULES = {
     "unfused_attention": "the stack predates FlashAttention: the plan's attention kernel is unfused",
     "no_gradient_accumulation": "the stack has no gradient accumulation: an unstated micro-batch is the global "
                                 "batch over data-parallel replicas",
-    "tflops_mcore_full_attention": "an MoE source's tflops_per_gpu is Megatron-Core's 2024 FLOPs counter (full s x s "
+    "cross_entropy_fusion": "the source's runs fused the loss (Megatron --cross-entropy-loss-fusion): the plan's "
+                            "cross_entropy_fusion is on",
+    "flash2_attention": "the stack ran FlashAttention-2 kernels (Transformer Engine's flash backend): the plan's "
+                        "attention kernel is flash2",
+    "tflops_mcore_full_attention": "a source's tflops_per_gpu is Megatron-Core's 2024 FLOPs counter (full s x s "
                                    "attention; planner.validation.moe_rows.megatron_flops)",
-    "tflops_mcore_causal": "an MoE source's tflops_per_gpu is Megatron-Core's 2025+ FLOPs counter (causal half of "
+    "tflops_mcore_causal": "a source's tflops_per_gpu is Megatron-Core's 2025+ FLOPs counter (causal half of "
                            "the attention, dense/MoE/shared MLPs, MLA; planner.validation.moe_rows.megatron_flops)",
     "moe_token_drop": "an MoE source's recipe drops tokens at capacity factor 1 and pads every expert to capacity: "
                       "every expert runs the balanced share (routing imbalance 1)",

@@ -148,6 +148,8 @@ class Catalogue:
         if gpus_per_node is not None:
             if isinstance(gpus_per_node, bool) or not isinstance(gpus_per_node, int) or gpus_per_node <= 0:
                 raise PlannerError(f"gpus_per_node must be a positive integer, got {gpus_per_node!r}.")
+            if cluster is None:
+                self._check_node_size(g, c, gpus_per_node)
             domain = c.nvlink_domain or c.gpus_per_node
             if domain == c.gpus_per_node:  # the node is the NVLink domain: both change
                 c = dataclasses.replace(c, gpus_per_node=gpus_per_node, nvlink_domain=gpus_per_node)
@@ -157,6 +159,26 @@ class Catalogue:
             else:
                 c = dataclasses.replace(c, gpus_per_node=gpus_per_node)
         return Hardware(gpu=g, cluster=c)
+
+    def node_types_for(self, gpu: GPUSpec, gpus_per_node: int | None = None) -> list[str]:
+        """Node types built with ``gpu`` (its ``gpu`` or one of its ``other_gpus``), of ``gpus_per_node`` GPUs each
+        when given."""
+        return [n for n, x in self.clusters.items() if gpu.name in (x.gpu, *x.other_gpus)
+                and (gpus_per_node is None or x.gpus_per_node == gpus_per_node)]
+
+    def _check_node_size(self, g: GPUSpec, c: ClusterSpec, gpus_per_node: int) -> None:
+        """Refuse --gpus-per-node 1 when ``g``'s default node type ``c`` holds several GPUs and the catalogue has a
+        node type of ``g`` with one GPU per node: the user means that system (1 GH200 per node is TACC Vista, with its
+        own NIC and no NVLink peers), not a resized NVLink node. Other sizes resize ``c`` as before (4 A100s of a
+        DGX A100 and Perlmutter's 4 A100s are the same NVLink-3 node class)."""
+        matching = [n for n in self.node_types_for(g, gpus_per_node) if n != c.name]
+        if gpus_per_node != 1 or gpus_per_node == c.gpus_per_node or not matching:
+            return
+        link = "NVLink among them" if (c.nvlink_domain or c.gpus_per_node) > 1 else "no NVLink between them"
+        raise PlannerError(f"--gpus-per-node {gpus_per_node} contradicts {g.name}'s node type {c.name} "
+                           f"({c.gpus_per_node} GPUs per node, {link}); node types with {gpus_per_node} {g.name} per "
+                           f"node: {', '.join(matching)}. Pass --cluster {matching[0]}, or --cluster {c.name} "
+                           f"--gpus-per-node {gpus_per_node} to resize {c.name}.")
 
 
 # ---------------------------------------------------------------------------------------------- loading

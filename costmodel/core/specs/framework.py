@@ -67,6 +67,12 @@ class Framework:
     separate GEMMs (torchtitan models/llama3/model.py: ``wq``, ``wk``, ``wv`` and ``w1``, ``w3`` are separate
     nn.Linear) rather than one fused GEMM each (Megatron-Core ``linear_qkv`` and ``linear_fc1``): narrower GEMMs
     (a key projection of 1,024 columns, 128 at TP 8 on Llama 3 8B) run at lower efficiency."""
+    compiled_loss: bool = False
+    """Whether the loss (cross entropy over the logits) runs as a fused kernel by default (a plan may say otherwise,
+    ``ParallelPlan.cross_entropy_fusion``); False: a chain of eager kernels with fp32 intermediates: Megatron-LM's
+    vocab-parallel cross entropy without --cross-entropy-loss-fusion (TransformerConfig.cross_entropy_loss_fusion
+    defaults to False), torchtitan's F.cross_entropy(pred.float()) outside the compiled blocks, plain PyTorch
+    (costmodel.graph.cross_entropy_ops)."""
     compiled: bool = True
     """Whether the element-wise operators (norms, RoPE, the gated activation) run as fused kernels, as the cost
     model's element-wise measurements (Transformer Engine / Apex kernels, or torch.compile's generated ones)

@@ -132,6 +132,14 @@ class ParallelPlan:
     """ZeRO-3 (FSDP2 ``fully_shard(reshard_after_forward=...)``): free each unit's gathered parameters after its
     forward (True) or keep them until its backward (False); None = the framework's default
     (``costmodel.memory.reshards_after_forward``)."""
+    cross_entropy_fusion: bool | None = None
+    """The loss runs as a fused kernel (Megatron-Core --cross-entropy-loss-fusion, on in NeMo's GPT configs; TE's
+    Triton cross entropy; torch.compile) rather than an eager chain; None = the framework's default
+    (``Framework.compiled_loss``)."""
+    cuda_graphs: bool = False
+    """The layers' kernels replay from CUDA graphs (Megatron-Core --cuda-graph-impl local / transformer_engine /
+    full_iteration, formerly --enable-cuda-graph; torch.compile mode="reduce-overhead"): no per-kernel CPU dispatch,
+    so a step is never bound by the host issuing kernels (costmodel.kernel_basis.host_dispatch_s)."""
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:

@@ -10,10 +10,12 @@ from costmodel.core.errors import PlannerError
 from costmodel.core.kinds import FEATURES
 from costmodel.datasets.importers.table import Table, sha256
 from costmodel.datasets.schema import Dataset
+from costmodel.kernel_basis import OTHER_BASIS_ROLE
 
-ROLES = ("train", "spot_check", "composite_bwd")
+ROLES = ("train", "spot_check", "composite_bwd", OTHER_BASIS_ROLE)
 """``train`` (fit on it), ``spot_check`` (an independent hold-out: LLMCompass), ``composite_bwd``
-(estimate-train-time GEMM backward = dgrad + wgrad of the forward shape, for checks only)."""
+(estimate-train-time GEMM backward = dgrad + wgrad of the forward shape, for checks only), ``other_basis``
+(a kernel other than the fused one planner's costs stand for, costmodel.kernel_basis: kept, never trained on)."""
 
 
 class Builder:

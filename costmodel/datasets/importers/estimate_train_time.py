@@ -13,6 +13,7 @@ from costmodel.datasets.importers.builder import Builder
 from costmodel.datasets.importers.registry import register, source_root
 from costmodel.datasets.importers.table import read_table
 from costmodel.datasets.schema import Dataset
+from costmodel.kernel_basis import ett_operator_role
 
 ETT_SYSTEMS = {"Perlmutter": ("NVIDIAA100-SXM4-80GB", "a100-80gb"), "Vista": ("NVIDIAGH200120GB", "gh200")}
 """system -> (GPU string in the file names, catalogue GPU)."""
@@ -41,6 +42,10 @@ ETT_SKIPPED_OPERATORS = {"baddbmm": _ETT_UNFUSED, "bmm": _ETT_UNFUSED, "fillmask
                          "middleStage_optimizer": _ETT_STAGE, "lastStage_optimizer": _ETT_STAGE}
 _ETT_NCCL = re.compile(r"^(?P<dev>[A-Za-z0-9-]+)_(?P<op>allreduce|allreduce_large|allgather_large|p2p)_fp16_"
                        r"(?P<nodes>\d+)_(?P<gpn>\d+)\.csv$")
+ETT_KINDS = {"flash_atten": ("attention_fwd", "attention_bwd"), "RMSlayernorm": ("norm",), "RoPE": ("rope",),
+             "parallel_cross_entropy_128": ("cross_entropy",), "layernorm": ("norm",), "gelu": ("activation",),
+             "res_add": ("residual_add",), "optimizer": ("optimizer",)}
+"""Operator kinds of the estimate-train-time files whose basis costmodel.kernel_basis may set aside."""
 ETT_NCCL_KINDS = {"allreduce": "all_reduce", "allreduce_large": "all_reduce", "allgather_large": "all_gather",
                   "p2p": "send_recv"}
 
@@ -54,12 +59,16 @@ def ett_partition_vocab(mp):
 def _ett_operator(b: Builder, data: Path, path: Path, op: str, system: str, gpu: str, fp: dict) -> None:
     fb = ("F_dur(us)", "B_dur(us)")
     us = 1e-6
+    role, why = ett_operator_role(op, gpu)
+    if why:
+        b.note([(k, gpu) for k in ETT_KINDS.get(op, ())], f"estimate-train-time {op} imported with role {role} "
+                                                          f"(costmodel/kernel_basis.py): {why}")
 
     def both(t, kind, feats, bwd_filter=None, bwd_role="train"):
-        b.add(t, kind, gpu, "fwd", "fp16", feats, t.num(fb[0]) * us, column=fb[0], fingerprint=fp)
+        b.add(t, kind, gpu, "fwd", "fp16", feats, t.num(fb[0]) * us, column=fb[0], fingerprint=fp, role=role)
         filters = [] if bwd_filter is None else [(bwd_filter.__name__, *bwd_filter(t))]
-        b.add(t, kind, gpu, "bwd", "fp16", feats, t.num(fb[1]) * us, column=fb[1], fingerprint=fp, role=bwd_role,
-              filters=filters)
+        b.add(t, kind, gpu, "bwd", "fp16", feats, t.num(fb[1]) * us, column=fb[1], fingerprint=fp,
+              role=role if role != "train" else bwd_role, filters=filters)
 
     if op in ETT_LINEAR:
         t = read_table(data, path, ("mp", "b", "l", "dim", *fb))
@@ -72,11 +81,12 @@ def _ett_operator(b: Builder, data: Path, path: Path, op: str, system: str, gpu:
         heads, seq = t.num("h") / t.num("mp"), t.num("l")
         feats = {"batch": t.num("b"), "seq_q": seq, "seq_kv": seq, "heads": heads, "kv_heads": heads,
                  "head_dim": t.num("dim") / t.num("h"), "causal": 0}
-        b.add(t, "attention_fwd", gpu, "fwd", "fp16", feats, t.num(fb[0]) * us, column=fb[0], fingerprint=fp)
+        b.add(t, "attention_fwd", gpu, "fwd", "fp16", feats, t.num(fb[0]) * us, column=fb[0], fingerprint=fp,
+              role=role)
         filters = ([("filter_ett_vista_flash_atten_backward", *F.filter_ett_vista_flash_atten_backward(t))]
                    if system == "Vista" else [])
         b.add(t, "attention_bwd", gpu, "bwd", "fp16", feats, t.num(fb[1]) * us, column=fb[1], fingerprint=fp,
-              filters=filters)
+              filters=filters, role=role)
         b.note([("attention_fwd", gpu), ("attention_bwd", gpu)],
                "estimate-train-time flash_atten: flash_attn_func(Q, K, V) non-causal, heads h/mp, head_dim dim/h")
     elif op in ("layernorm", "RMSlayernorm"):
@@ -112,7 +122,7 @@ def _ett_operator(b: Builder, data: Path, path: Path, op: str, system: str, gpu:
     elif op == "optimizer":
         t = read_table(data, path, ("num_layers", "hidden_size", "param_tensors", "params", "dur"))
         b.add(t, "optimizer", gpu, "fwd", "fp16", {"params": t.num("params")}, t.num("dur") * us, column="dur",
-              fingerprint=fp)
+              fingerprint=fp, role=role)
         b.note([("optimizer", gpu)], "estimate-train-time optimizer: column 'dur' taken as µs, as PROVENANCE "
                                      "assumes; DeepSpeed FusedAdam step over 'params' parameters. Time is not "
                                      "monotone in params (it also varies with num_layers/param_tensors, not features "
@@ -120,12 +130,17 @@ def _ett_operator(b: Builder, data: Path, path: Path, op: str, system: str, gpu:
     else:
         raise AssertionError(op)
     if op in ETT_LINEAR:
-        b.note([("gemm", gpu)], "estimate-train-time GEMM rows: nn.Linear fp16 (linear1 with bias); a 'bwd' row is "
-                                "dgrad + wgrad of the forward (m, n, k) together (role composite_bwd): use it to check "
-                                "backward-as-GEMMs, not as one GEMM")
-        if op == "linear_final":
-            b.note([("gemm", gpu)], "estimate-train-time linear_final: n = per-rank padded vocab "
-                                    "ceil(50257/(128·mp))·128 (target_functions.py)")
+        _ett_gemm_notes(b, op, gpu)
+
+
+def _ett_gemm_notes(b: Builder, op: str, gpu: str) -> None:
+    b.note([("gemm", gpu)], "estimate-train-time GEMM rows: nn.Linear fp16 (linear1 with bias); a 'bwd' row is "
+                            "dgrad + wgrad of the forward (m, n, k) together (role composite_bwd, or other_basis "
+                            "with the forward rows): use it to check backward-as-GEMMs (fit.gemm_checks), not as "
+                            "one GEMM")
+    if op == "linear_final":
+        b.note([("gemm", gpu)], "estimate-train-time linear_final: n = per-rank padded vocab "
+                                "ceil(50257/(128·mp))·128 (target_functions.py)")
 
 
 @register("estimate-train-time")

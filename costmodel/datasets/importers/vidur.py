@@ -12,6 +12,7 @@ from costmodel.datasets.importers.builder import Builder
 from costmodel.datasets.importers.registry import register, source_root
 from costmodel.datasets.importers.table import read_table
 from costmodel.datasets.schema import Dataset
+from costmodel.kernel_basis import elementwise_role
 
 VIDUR_COMPUTE_GPU = {"a100": "a100-80gb", "h100": "h100-sxm"}
 VIDUR_NETWORK_GPU = {"a100_dgx": "a100-80gb", "h100_dgx": "h100-sxm"}
@@ -68,8 +69,12 @@ def _vidur_compute(b: Builder, data: Path, path: Path, gpu: str, fp: dict) -> No
             b.note([("residual_add", gpu)], f"{t.rel} 'add' not imported: parallel attention+MLP block, the "
                                             "timed add sums three tensors (mlp_impl.py)")
             continue
+        role, why = elementwise_role(kind, "vidur")
+        if why:
+            b.note([(kind, gpu)], f"vidur {op} imported with role {role} (costmodel/kernel_basis.py): {why}")
         b.add(t, kind, gpu, "fwd", "fp16", feats, t.num(f"time_stats.{op}.median") * 1e-3,
-              spread_s=t.num(f"time_stats.{op}.std") * 1e-3, column=f"time_stats.{op}.median", fingerprint=fp)
+              spread_s=t.num(f"time_stats.{op}.std") * 1e-3, column=f"time_stats.{op}.median", fingerprint=fp,
+              role=role)
 
 
 def _vidur_network(b: Builder, data: Path, path: Path, gpu: str, fp: dict) -> None:

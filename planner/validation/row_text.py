@@ -1,0 +1,130 @@
+"""What a validation row's free text states about its model, node and kernels (arch_notes, notes, framework, gpu,
+interconnect columns): stated head width, padded vocabulary, bias and tying, fused loss, CUDA graphs, the quad-GH200
+node type and the NVLink domain planner predict would place the job in."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from costmodel.core.errors import PlannerError
+from costmodel.core.specs.catalogue import load_catalogue
+
+if TYPE_CHECKING:  # runs.py imports this module
+    from planner.validation.runs import RunRow
+
+def _stated_bias_and_tying(text: str, gpt: bool, notes: list[str]) -> tuple[bool, bool]:
+    """(biased linears, tied embeddings): as the arch_notes state them ('no bias', 'bias=False', 'untied', 'tied
+    embeddings'), else the GPT family's Megatron defaults (both, for GPT-family rows; neither otherwise)."""
+    no_bias = "no bias" in text or "bias=false" in text
+    untied = "untied" in text
+    tied = re.search(r"(?<!un)tied (input/output )?embeddings|embeddings tied", text) is not None
+    bias = gpt and not no_bias
+    tying = (gpt or tied) and not untied
+    if gpt and (bias or tying):
+        what = " and ".join(w for w, on in (("biased linears", bias), ("tied input/output embeddings", tying)) if on)
+        notes.append(f"GPT family: {what} assumed (Megatron GPT defaults)" if not (no_bias or tied or untied)
+                     else f"GPT family: {what} (as stated or Megatron GPT defaults)")
+    return bias, tying
+
+
+def _stated_head_dim(row: RunRow, h: int, a: int, notes: list[str]) -> int:
+    """The per-head width the row's arch_notes state (``kv_channels 128``, ``kv_channels=128``, ``head_dim 128``,
+    ``32 heads x 128``; Qwen3 sets kv_channels 128 whatever hidden / heads is), else 0 (= hidden / heads)."""
+    m = re.search(r"kv_channels\s*=?\s*(\d+)|head_dim\s*=?\s*(\d+)|heads x (\d+)", row.text["arch_notes"])
+    if m is None:
+        return 0
+    d = int(next(g for g in m.groups() if g))
+    if d != h // a:
+        notes.append(f"head width {d} as the arch_notes state (not hidden/heads = {h // a})")
+    return d
+
+
+def _padded_vocab(row: RunRow, vocab: int, tp: int, notes: list[str]) -> int:
+    """The vocabulary the run computed with, when its arch_notes say the stack padded it: Megatron's
+    make-vocab-size-divisible-by (``pads to a multiple of 128*TP``), llm.c's ``pads vocab to N``; else as stated."""
+    text = row.text["arch_notes"]
+    m = re.search(r"pads vocab to (\d+)", text)
+    if m:
+        padded = max(vocab, int(m.group(1)))
+    elif re.search(r"pads to a multiple of 128\s*\*\s*TP", text):
+        padded = -(-vocab // (128 * tp)) * 128 * tp
+    else:
+        return vocab
+    if padded != vocab:
+        notes.append(f"vocab {vocab} padded to {padded} as the arch_notes state")
+    return padded
+
+
+CUDA_GRAPHS_ON = re.compile(r"(?<!no )(?<!partial )cuda graphs\b|cuda_graphs 1|"
+                            r"cuda_graph_impl (local|transformer_engine|full_iteration)|reduce-overhead|"
+                            r"captured as one cuda graph")
+"""Row text that states the run's layers replayed from CUDA graphs (negations and partial capture excluded)."""
+
+
+LOSS_FUSION = re.compile(r"cross[- _]entropy[- _](loss[- _])?fusion|fused [^;,.]*cross[- _]entropy|fused classifier")
+"""Row text that states a fused loss kernel (OELLM 'cross-entropy fusion', TinyLlama's 'fused ... cross-entropy')."""
+
+
+def _loss_fusion(row: RunRow, notes: list[str]) -> bool | None:
+    """True when the row says its loss ran fused, or its stack fuses it by default: NeMo's GPT configs
+    (cross_entropy_loss_fusion True, NeMo Recipe Configuration Map) and llm.c (its fused_classifier kernel,
+    karpathy/llm.c train_gpt2.cu); None (the framework's default: an eager chain) otherwise."""
+    text = " ".join((row.text["arch_notes"], row.text["notes"])).lower()
+    fw = row.text["framework"].lower()
+    nemo = fw.startswith("nemo") and "automodel" not in fw
+    rule = row.rule("cross_entropy_fusion")
+    if LOSS_FUSION.search(text) is None and rule is None and not nemo and "llm.c" not in fw:
+        return None
+    notes.append(rule.assumption if rule is not None else "fused cross-entropy kernel (" + (
+        "the row says so" if LOSS_FUSION.search(text) else "the stack's default") + ")")
+    return True
+
+
+def _cuda_graphs(row: RunRow, notes: list[str]) -> bool:
+    """Whether the row's framework / notes text says its kernels replayed from CUDA graphs (Megatron
+    cuda_graph_impl local, 'CUDA graphs (local, full scope)', torch.compile mode=reduce-overhead, a captured step);
+    'cuda_graph_impl none', 'No CUDA graphs' or nothing said: not."""
+    text = " ".join((row.text["framework"], row.text["notes"])).lower()
+    if CUDA_GRAPHS_ON.search(text) is None:
+        return False
+    notes.append("CUDA graphs (the row says so): no per-kernel CPU dispatch")
+    return True
+
+
+QUAD_NODE_TYPES = {"gh200": (("jupiter", "jupiter-booster"), ("alps", "alps-gh200"), ("cscs", "alps-gh200"),
+                             ("isambard", "isambard-ai"))}
+"""4-GPU-per-node GPUs -> (word of the row's gpu / interconnect text, catalogue node type): the quad-GH200 NVLink
+nodes of JUPITER, CSCS Alps and Isambard-AI (scripts/catalogue_gh200.py); GH200_SMALL_BLACKWELL_README.md: 'JUPITER
+and Alps GH200 nodes hold 4 GH200 connected by NVLink'."""
+
+
+def _quad_node_type(row: RunRow, gpu_key: str, gpn: int, notes: list[str]) -> str:
+    """The catalogue node type a 4-GPU-per-node row ran on ('' = the GPU's default node type)."""
+    if gpn != 4 or gpu_key not in QUAD_NODE_TYPES:
+        return ""
+    text = (row.text["gpu"] + " " + row.text.get("interconnect", "")).lower()
+    found = next((node for word, node in QUAD_NODE_TYPES[gpu_key] if word in text), "")
+    if found:
+        notes.append(f"4 {gpu_key} per node: catalogue node type {found}")
+    return found
+
+
+def _row_domain(gpu_key: str, cluster: str, gpn: int, n: int) -> int:
+    """GPUs per NVLink domain as planner predict places the job (PlanRequest.resolve; 0 = the node): a GB200 NVL72
+    rack spans 18 4-GPU trays, so TP, PP and FSDP groups across trays stay on NVLink."""
+    try:
+        return load_catalogue().resolve(gpu_key, cluster or None, gpn).domain_for(n)
+    except PlannerError:  # a GPU the catalogue does not know (the CPU rows): the node is the domain
+        return 0
+
+
+OTHER_STACKS = (
+    ("megatron", ("llm.c",), "hand-written fused CUDA kernels (layernorm, GELU, fused classifier), cuBLASLt GEMMs and "
+     "cuDNN flash attention (karpathy/llm.c train_gpt2.cu): costed on the fused-kernel basis of framework megatron"),
+    ("fsdp", ("lit-gpt", "lightning", "nanogpt", "pytorch"), "a PyTorch-native stack (DDP or FSDP, "
+     "scaled_dot_product_attention / flash-attn): framework fsdp"),
+)
+"""Stacks of the small-model rows (shared/validation/GH200_SMALL_BLACKWELL_README.md) mapped to the framework whose
+kernels they run; matched after the named frameworks, so a 'Megatron-Core ... PyTorch 24.04 container' row stays
+megatron."""

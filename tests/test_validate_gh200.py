@@ -1,0 +1,98 @@
+"""The GH200 / small-model / Blackwell runs (shared/validation/gh200_small_blackwell_runs.csv) read as
+published_runs.csv is (issue 24, item 5): node types, NVLink domains, optimizer sharding, head widths, padded
+vocabularies, CUDA graphs and the Megatron-Core FLOPs counters of their TFLOP/s column."""
+
+from __future__ import annotations
+
+import pytest
+
+import planner.validation.runs as V
+from planner.validation.compare import compare
+from planner.validation.moe_rows import megatron_flops
+
+
+@pytest.fixture
+def rows(shared_validation):
+    return {r.id: r for r in V.load_runs(shared_validation / "gh200_small_blackwell_runs.csv")}
+
+
+def test_every_row_maps_except_the_one_without_a_batch(rows):
+    assert len(rows) == 73
+    assert {k: r.skip_reason for k, r in rows.items() if r.skip_reason} == {"GH200-ALPS-003": "GBS not stated"}
+
+
+def test_quad_gh200_rows_run_on_their_systems_node_types(rows):
+    for rid, node in (("GH200-OELLM-SF-007", "jupiter-booster"), ("GH200-OELLMJS-010", "jupiter-booster"),
+                      ("GH200-ALPS-001", "alps-gh200")):
+        _, plan, gpu, gpn = V.row_to_inputs(rows[rid])
+        assert (gpu, gpn, rows[rid].cluster, plan.domain) == ("gh200", 4, node, 4), rid
+
+
+def test_gb200_rows_keep_their_nvl72_domain_and_the_fsdp_column(rows):
+    _, plan, _, _ = V.row_to_inputs(rows["BW-NEMO2504-001"])    # 128 GPUs: two racks of 64
+    assert plan.domain == 64 and plan.zero == 1                  # "FSDP column = 0": the distributed optimizer
+    _, plan, _, _ = V.row_to_inputs(rows["BW-NEMO2504-003"])
+    assert plan.domain == 64 and plan.zero == 3                  # "FSDP column = 1"
+    _, plan, _, _ = V.row_to_inputs(rows["BW-NEMO2502-004"])    # 126 layers over PP 8 x VPP 8
+    assert sum(plan.layer_split) == 126 and plan.layer_split[0] == plan.layer_split[-1]
+
+
+def test_stated_head_width_and_padded_vocabulary(rows):
+    model, plan, _, _ = V.row_to_inputs(rows["GH200-OELLMJS-013"])   # Qwen3-32B shape: 64 heads x 128
+    assert model.head_dim == 128 and model.q_dim == 8192 and model.vocab_size == 50688  # 50277 -> 128 x TP 4
+    model, _, _, _ = V.row_to_inputs(rows["SMALL-LLMC-001"])
+    assert model.vocab_size == 50304
+
+
+def test_megatron_counter_of_the_oellm_rows(rows):
+    """The TFLOP/s column is Megatron-Core's causal counter: the source's own TFLOP/s and tokens/s pairs give 10.48
+    (Qwen3-1.7B) and 201.6 GFLOP per token (32B shape) (search_spaces/validation/published_sources.toml)."""
+    for rid, gflop in (("GH200-OELLMJS-001", 10.48), ("GH200-OELLMJS-013", 201.7)):
+        model, plan, _, _ = V.row_to_inputs(rows[rid])
+        tokens = plan.global_batch_size * plan.seq_len
+        assert megatron_flops(model, plan.global_batch_size, plan.seq_len, True) / tokens / 1e9 == \
+            pytest.approx(gflop, rel=2e-3), rid
+    assert rows["GH200-OELLM-SF-001"].rule("tflops_mcore_causal") is not None
+    assert rows["GH200-ALPS-002"].rule("tflops_mcore_full_attention") is not None
+
+
+def test_compare_uses_the_counter(rows):
+    row = rows["GH200-OELLMJS-002"]
+    model, plan, _, _ = V.row_to_inputs(row)
+
+    class P:
+        iteration_time_s = 1.0
+    pred, _ = compare(row, P(), model, plan)
+    assert pred == pytest.approx(megatron_flops(model, plan.global_batch_size, plan.seq_len, True)
+                                 / plan.world_size / 1e12)
+
+
+def test_cuda_graphs_as_the_rows_state(rows):
+    on = {k for k, r in rows.items() if not r.skip_reason and V.row_to_inputs(r)[1].cuda_graphs}
+    assert on == {"GH200-OELLMJS-001", "GH200-OELLMJS-003", "GH200-OELLMJS-005"}
+
+
+def test_small_stacks_map_to_their_frameworks(rows):
+    frameworks = {rid: V.row_to_inputs(rows[rid])[1].framework for rid in
+                  ("SMALL-LLMC-001", "SMALL-MODDED-001", "SMALL-NANOGPT-001", "SMALL-TINYLLAMA-001")}
+    assert frameworks == {"SMALL-LLMC-001": "megatron", "SMALL-MODDED-001": "fsdp", "SMALL-NANOGPT-001": "fsdp",
+                          "SMALL-TINYLLAMA-001": "fsdp"}
+    assert V.row_to_inputs(rows["SMALL-NANOGPT-001"])[1].zero == 0     # "none (DDP)"
+
+
+def test_quad_gh200_node_types_and_the_single_gpu_node():
+    from costmodel.core.errors import PlannerError
+    from costmodel.core.specs.catalogue import load_catalogue
+
+    cat = load_catalogue()
+    for node in ("jupiter-booster", "alps-gh200", "isambard-ai"):
+        hw = cat.resolve(None, node)
+        assert hw.gpus_per_node == 4 and hw.cluster.intra_node_bw_gbs == 450 and hw.gpu.name.startswith("gh200")
+    assert cat.resolve("gh200").cluster.name == "jupiter-booster"
+    with pytest.raises(PlannerError, match="node types with 1 gh200 per node: vista"):
+        cat.resolve("gh200", None, 1)
+    assert cat.resolve("gh200", "vista").gpus_per_node == 1
+    assert cat.resolve("a100-80gb", None, 4).cluster.name == "dgx-a100"  # other sizes resize the node type
+    h800 = cat.resolve("h800")
+    h100 = cat.gpu("h100-sxm").peak_tflops
+    assert h800.cluster.intra_node_bw_gbs == 200 and all(h800.gpu.peak_tflops[d] == h100[d] for d in ("bf16", "fp8"))
