@@ -86,8 +86,8 @@ def memory_per_gpu() -> float:
     from costmodel.core.specs.presets import get_preset
 
     m = get_preset("llama-70b")
-    p = ParallelPlan(world_size=256, gpus_per_node=8, global_batch_size=128, seq_len=2048, tp=8, pp=8, vpp=2,
-                     micro_batch_size=1, recompute="selective", sequence_parallel=True, zero=1)
+    p = ParallelPlan(gpus=256, gpus_per_node=8, gbs=128, seq_len=2048, tp=8, pp=8, vpp=2,
+                     mbs=1, recompute="selective", sequence_parallel=True, zero=1)
     p.validate(m)
     return _per_call(lambda: mem.memory_per_gpu(m, p), 500)
 

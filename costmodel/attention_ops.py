@@ -158,7 +158,7 @@ def mla_tp_entry_bytes(model: ModelSpec, plan: ParallelPlan) -> float:
     projections all-gather their inputs, c_Q (q_lora_rank) and c_KV (kv_lora_rank), plus the rotary key k_R
     (qk_rope_head_dim) gathered for all heads [MCORE-MLA]; without SP the same widths' input gradients are
     all-reduced in backward. Without a query down projection (q_lora_rank 0) the query side gathers h."""
-    tokens = plan.micro_batch_size * plan.seq_len // plan.cp
+    tokens = plan.mbs * plan.seq_len // plan.cp
     q_in = model.q_lora_rank or model.hidden_size
     return float(tokens * (q_in + model.kv_lora_rank + model.qk_rope_head_dim) * elem_bytes(plan.dtype))
 
@@ -195,7 +195,7 @@ def mla_attention_operators(model: ModelSpec, plan: ParallelPlan, window: int = 
     ``2 b S/CP x (attention_params - norm weights)``."""
     dtype = plan.dtype
     t = plan.tp
-    b, s_full = plan.micro_batch_size, plan.seq_len
+    b, s_full = plan.mbs, plan.seq_len
     s = s_full // plan.cp
     tokens = b * s
     sp_tokens = tokens // t if plan.sp else tokens

@@ -122,7 +122,7 @@ def corun_slowdown(plan: ParallelPlan, hardware: Hardware, times: OperatorTimes)
     compute operator of the step, including those a pipeline stage runs while another stage idles in the
     bubble (an upper bound there). Times and interval ends unchanged without a measurement (GPU clusters)."""
     factors = hardware.cluster.corun_slowdown
-    ranks = min(plan.world_size, plan.gpus_per_node)
+    ranks = min(plan.gpus, plan.gpus_per_node)
     if not factors or ranks <= 1:
         return times
     warnings = times.warnings
@@ -316,7 +316,7 @@ def straggler_wait(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph,
     size ranks that synchronise at least once per iteration. 0 without a measured excess or on one rank.
     """
     excess = hardware.cluster.straggler_excess
-    n = plan.world_size
+    n = plan.gpus
     if excess <= 0 or n <= 1:
         return 0.0, []
     m = graph.num_microbatches
@@ -535,10 +535,10 @@ class Metrics:
 def metrics(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, iteration_s: float) -> Metrics:
     """Throughput, FLOP rates, MFU and memory for an iteration of ``iteration_s`` seconds."""
     tokens = plan.tokens_per_iteration
-    mflops = model_flops_per_iteration(model, plan.global_batch_size, plan.seq_len)
-    hflops = hardware_flops_per_iteration(executed_model(model, plan.tp), plan.global_batch_size, plan.seq_len,
+    mflops = model_flops_per_iteration(model, plan.gbs, plan.seq_len)
+    hflops = hardware_flops_per_iteration(executed_model(model, plan.tp), plan.gbs, plan.seq_len,
                                           plan.recompute, plan.recompute_modules)
-    per_gpu = iteration_s * plan.world_size
+    per_gpu = iteration_s * plan.gpus
     model_tflops = mflops / per_gpu / 1e12
     mem = memory_per_gpu(model, plan, hardware.gpu)
     return Metrics(

@@ -260,7 +260,7 @@ class _LayerDims:
 def _layer_dims(model: ModelSpec, plan: ParallelPlan) -> _LayerDims:
     eb = elem_bytes(plan.dtype)
     t = plan.tp
-    b, s_full = plan.micro_batch_size, plan.seq_len
+    b, s_full = plan.mbs, plan.seq_len
     s = s_full // plan.cp
     tokens = b * s
     h = model.hidden_size
@@ -434,7 +434,7 @@ def _zero3_gathers(model: ModelSpec, plan: ParallelPlan, moe: bool) -> list[Op]:
 def _embedding_ops(model: ModelSpec, plan: ParallelPlan) -> list[Op]:
     EB = elem_bytes(plan.dtype)
     t = plan.tp
-    tokens = plan.micro_batch_size * plan.seq_len // plan.cp
+    tokens = plan.mbs * plan.seq_len // plan.cp
     h = model.hidden_size
     v = -(-model.vocab_size // t)
     out = tokens * h * EB
@@ -475,7 +475,7 @@ def head_dtype(plan: ParallelPlan) -> str:
 def _head_ops(model: ModelSpec, plan: ParallelPlan) -> list[Op]:
     EB = elem_bytes(plan.dtype)
     t = plan.tp
-    tokens = plan.micro_batch_size * plan.seq_len // plan.cp
+    tokens = plan.mbs * plan.seq_len // plan.cp
     h = model.hidden_size
     v = -(-model.vocab_size // t)
     sp_tokens = tokens // t if plan.sp else tokens
@@ -660,7 +660,7 @@ def build_graph(model: ModelSpec, plan: ParallelPlan) -> OperatorGraph:
                                  n_moe * model.num_experts * model.expert_params(), host))
     p2p = None
     if plan.pp > 1:
-        tokens = plan.micro_batch_size * plan.seq_len // plan.cp
+        tokens = plan.mbs * plan.seq_len // plan.cp
         nbytes = tokens * model.hidden_size * elem_bytes(plan.dtype) / (plan.tp if plan.sp else 1)
         stride = plan.tp * plan.cp * plan.dp
         p2p = _p2p("pp.p2p", Phase.PP_COMM, nbytes, stride >= plan.domain, Category.PP_COMM)

@@ -217,7 +217,7 @@ def _layer_activation_bytes(model: ModelSpec, plan: ParallelPlan, recompute: str
     (``moe_memory.moe_mlp_activation_bytes`` instead of the dense MLP). MLA: ``moe_memory.mla_activation_bytes``."""
     t = plan.tp
     sp_div = t if plan.sp else 1
-    tokens = plan.seq_len / plan.cp * plan.micro_batch_size
+    tokens = plan.seq_len / plan.cp * plan.mbs
     h = model.hidden_size
     act_b = _act_bytes(plan)
     if recompute == "full":
@@ -248,7 +248,7 @@ def _layer_activation_bytes(model: ModelSpec, plan: ParallelPlan, recompute: str
         else:
             s = plan.seq_len / plan.cp
             per_score = act_b + ((BYTES_MASK + act_b) if dropout else 0.0)
-            core = per_score * heads * plan.micro_batch_size * s * s
+            core = per_score * heads * plan.mbs * s * s
     if recompute == "selective" and plan.recompute_modules:  # Megatron-Core --recompute-modules
         return seq_region / sp_div + attn + mlp + core - selective_cuts(model, plan, moe, tokens, act_b, mlp, gemm_b)
     return seq_region / sp_div + attn + mlp + core
@@ -292,7 +292,7 @@ def offloaded_layer_bytes(model: ModelSpec, plan: ParallelPlan, moe: bool = Fals
     if not mods or plan.recompute == "full":
         return 0.0
     t = plan.tp
-    tokens = plan.seq_len / plan.cp * plan.micro_batch_size
+    tokens = plan.seq_len / plan.cp * plan.mbs
     seq = tokens * model.hidden_size / (t if plan.sp else 1)
     act_b, gemm_b = _act_bytes(plan), gemm_input_bytes(plan)
     q = model.q_dim / t
@@ -310,7 +310,7 @@ def first_stage_extra_bytes(model: ModelSpec, plan: ParallelPlan) -> float:
     """Per-micro-batch activations of the embedding on stage 0: int64 token ids 8sb ([MEGATRON-TM])
     and, with dropout, the embedding-dropout mask sbh (sbh/t with SP) ([KORTHIKANTI] Sec. 4.3).
     The embedding output itself is the first layer's input, already counted in the layer."""
-    tokens = plan.seq_len / plan.cp * plan.micro_batch_size
+    tokens = plan.seq_len / plan.cp * plan.mbs
     sp_div = plan.tp if plan.sp else 1
     mask = BYTES_MASK * tokens * model.hidden_size / sp_div if model.dropout else 0.0
     return BYTES_TOKEN_ID * tokens + mask
@@ -320,7 +320,7 @@ def last_stage_extra_bytes(model: ModelSpec, plan: ParallelPlan) -> float:
     """Per-micro-batch activations of the head on the last stage ([KORTHIKANTI] Sec. 4.3):
     final-norm input 2sbh and output-layer input 2sbh (each /t with SP) and fp32 logits for the
     vocab-parallel cross entropy 4sbV/t, i.e. 4sbh/t (1 + V/h) with SP."""
-    tokens = plan.seq_len / plan.cp * plan.micro_batch_size
+    tokens = plan.seq_len / plan.cp * plan.mbs
     sp_div = plan.tp if plan.sp else 1
     hidden = 2 * _act_bytes(plan) * tokens * model.hidden_size / sp_div
     logit_bytes = get_framework(plan.framework).loss_logit_bytes  # BYTES_LOGIT for Megatron

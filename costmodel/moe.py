@@ -173,7 +173,7 @@ class _Block:
 
 
 def _block(model: ModelSpec, plan: ParallelPlan) -> _Block:
-    tokens = plan.micro_batch_size * (plan.seq_len // plan.cp)
+    tokens = plan.mbs * (plan.seq_len // plan.cp)
     f_e = model.expert_ffn // plan.expert_tp
     return _Block(tokens=tokens, T=tokens // plan.tp if plan.sp else tokens, h=model.hidden_size,
                   E=model.num_experts, k=model.experts_per_token, ep=plan.ep, etp=plan.expert_tp,

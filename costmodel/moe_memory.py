@@ -120,7 +120,7 @@ def moe_dispatch_working_bytes(model: ModelSpec, plan: ParallelPlan, act_b: floa
     alltoall/flex: the T_in x k permuted copies awaiting the all-to-all plus the R received rows before the chunk
     sort (the mirror image in the combine); allgather: the tokens gathered over the EP x ETP group, T_in x EP x
     ETP x h. DeepEP's pre-registered NVLink/RDMA buffers (flex) are not modelled."""
-    tokens = plan.seq_len / plan.cp * plan.micro_batch_size
+    tokens = plan.seq_len / plan.cp * plan.mbs
     t_in, received = _moe_received_tokens(model, plan, tokens)
     if plan.moe_dispatcher == "allgather":
         rows = t_in * plan.ep * plan.expert_tp

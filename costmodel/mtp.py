@@ -66,6 +66,6 @@ def mtp_activation_bytes(model: ModelSpec, plan: ParallelPlan, layer_bytes: floa
     head's). Only the micro-batch whose loss runs holds them (the head's rule of costmodel.memory)."""
     if not model.mtp_layers:
         return 0.0
-    tokens = plan.seq_len / plan.cp * plan.micro_batch_size / (plan.tp if plan.sp else 1)
+    tokens = plan.seq_len / plan.cp * plan.mbs / (plan.tp if plan.sp else 1)
     inputs = act_b * tokens * 4 * model.hidden_size
     return model.mtp_layers * (layer_bytes + inputs + head_bytes)

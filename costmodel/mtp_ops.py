@@ -26,7 +26,7 @@ PREFIX = "mtp."
 
 def _norms(model: ModelSpec, plan: ParallelPlan) -> list[Op]:
     """enorm and hnorm, forward and backward, on the sequence shard (the decoder norms' records)."""
-    tokens = plan.micro_batch_size * plan.seq_len // plan.cp
+    tokens = plan.mbs * plan.seq_len // plan.cp
     sp_tokens = tokens // plan.tp if plan.sp else tokens
     h = model.hidden_size
     nbytes = sp_tokens * h * elem_bytes(plan.dtype)
@@ -38,7 +38,7 @@ def _norms(model: ModelSpec, plan: ParallelPlan) -> list[Op]:
 def _eh_proj(model: ModelSpec, plan: ParallelPlan) -> list[Op]:
     """``eh_proj``: [Emb; h] (2h) -> h, column-parallel over TP, with the TP collectives of entering the region on
     the 2h input and leaving it on the h output."""
-    tokens = plan.micro_batch_size * plan.seq_len // plan.cp
+    tokens = plan.mbs * plan.seq_len // plan.cp
     h, t = model.hidden_size, plan.tp
     eb = elem_bytes(plan.dtype)
     topo = group_topology(t, 1, plan.domain)

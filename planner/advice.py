@@ -62,4 +62,4 @@ def memory_advice(rec: dict, moe: bool = False) -> str | None:
 def plan_keys(plan) -> dict:
     """The keys of a prediction record's ``plan`` dict that :func:`memory_advice` reads, from a ParallelPlan."""
     return {"zero": plan.zero, "tp": plan.tp, "pp": plan.pp, "cp": plan.cp, "seq_len": plan.seq_len,
-            "mbs": plan.micro_batch_size, "recompute": plan.recompute}
+            "mbs": plan.mbs, "recompute": plan.recompute}

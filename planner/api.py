@@ -50,9 +50,9 @@ def _plan_record(req: PlanRequest, res, pred: Prediction) -> dict:
     """The "plan" object of a `planner predict` record."""
     plan = res.plan
     out = {"model": res.model.name, "gpu": res.hardware.gpu.name, "cluster": res.hardware.cluster.name,
-           "gpus": plan.world_size, "gpus_per_node": plan.gpus_per_node, "tp": plan.tp,
+           "gpus": plan.gpus, "gpus_per_node": plan.gpus_per_node, "tp": plan.tp,
            "pp": plan.pp, "dp": plan.dp, "cp": plan.cp, "vpp": plan.vpp,
-           "mbs": plan.micro_batch_size, "gbs": plan.global_batch_size,
+           "mbs": plan.mbs, "gbs": plan.gbs,
            "seq_len": plan.seq_len, "num_microbatches": plan.num_microbatches,
            "recompute": plan.recompute, "sequence_parallel": plan.sp, "zero": plan.zero,
            "dtype": plan.dtype, "layer_split": pred.layer_split, "framework": plan.framework,

@@ -18,12 +18,12 @@ def save_interval(model: ModelSpec, plan: ParallelPlan, prediction, failures: Fa
     prediction (an export with no predicted iteration time)."""
     if prediction is None or not prediction.iteration_time_s > 0:
         return None
-    g = goodput(model.total_params(), plan.world_size, failures, dtype=plan.dtype, framework=plan.framework)
+    g = goodput(model.total_params(), plan.gpus, failures, dtype=plan.dtype, framework=plan.framework)
     if not math.isfinite(g.interval_s):
         return None
     steps = g.interval_iterations(prediction.iteration_time_s)
-    why = (f"checkpoint every {steps} steps = {g.interval_s / 60:.1f} min, Daly's optimum for {plan.world_size} GPUs "
-           f"(job MTBF {g.mtbf_s / 3600:.1f} h at {g.unplanned_per_s * 3600 / plan.world_size:.3g} interruptions per "
+    why = (f"checkpoint every {steps} steps = {g.interval_s / 60:.1f} min, Daly's optimum for {plan.gpus} GPUs "
+           f"(job MTBF {g.mtbf_s / 3600:.1f} h at {g.unplanned_per_s * 3600 / plan.gpus:.3g} interruptions per "
            f"GPU-hour, {g.checkpoint_bytes / 1e12:.2f} TB saved in {g.blocking_s:.1f} s; goodput {g.goodput:.3f}; "
            "costmodel/goodput.py)")
     return steps, why

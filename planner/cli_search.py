@@ -137,7 +137,7 @@ def _explain_rank(ranked: RankedPlans, rank: int, fmt: str) -> None:
     if not 1 <= rank <= len(records):
         raise PlannerError(f"--explain {rank} is not a rank between 1 and {len(records)}.")
     rec = records[rank - 1]
-    hw = next(t.hardware for t in problem.targets if t.hardware.gpu.name == rec.gpu and t.world_size == rec.gpus)
+    hw = next(t.hardware for t in problem.targets if t.hardware.gpu.name == rec.gpu and t.gpus == rec.gpus)
     explain_out(explain_plan(problem.model, rec.to_plan(), hw, calibration=problem.calibration),
                 "json" if fmt == "json" else "table")
 

@@ -186,7 +186,7 @@ def _pipeline_args(model: ModelSpec, plan: ParallelPlan) -> Pairs:
 
 def _training_args(model: ModelSpec, plan: ParallelPlan, iterations: int | None) -> Pairs:
     """Batch, sequence, recomputation (_add_training_args; selective takes no --recompute-method, validate_args)."""
-    out: Pairs = [("--micro-batch-size", plan.micro_batch_size), ("--global-batch-size", plan.global_batch_size),
+    out: Pairs = [("--micro-batch-size", plan.mbs), ("--global-batch-size", plan.gbs),
                   ("--seq-length", plan.seq_len), ("--max-position-embeddings", max(model.max_seq_len, plan.seq_len))]
     if iterations is not None:
         out.append(("--train-iters", iterations))
@@ -409,8 +409,8 @@ def nemo_config(model: ModelSpec, plan: ParallelPlan, iterations: int | None = N
     if iterations is not None:
         trainer["max_steps"] = iterations
     m: dict = {
-        "micro_batch_size": plan.micro_batch_size,
-        "global_batch_size": plan.global_batch_size,
+        "micro_batch_size": plan.mbs,
+        "global_batch_size": plan.gbs,
         "tensor_model_parallel_size": plan.tp,
         "pipeline_model_parallel_size": plan.pp,
         "virtual_pipeline_model_parallel_size": plan.vpp if plan.vpp > 1 else None,

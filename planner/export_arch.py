@@ -245,7 +245,7 @@ def note_lines(notes) -> list[str]:
 def header(title: str, model: ModelSpec, plan: ParallelPlan, hardware: Hardware,
            prediction: "Prediction | None") -> list[str]:
     """Comment lines opening every export: what, where, the layout, the architecture, the prediction."""
-    lines = [f"# {title} for {model.name} on {plan.world_size} x {hardware.gpu.name} "
+    lines = [f"# {title} for {model.name} on {plan.gpus} x {hardware.gpu.name} "
              f"({plan.num_nodes} node(s) x {plan.gpus_per_node} GPUs), written by `planner export`.",
              f"# Layout: {plan.factors()}",
              f"# Architecture: {describe_architecture(model, architecture(model))}."]

@@ -108,7 +108,7 @@ def _parallelism(model: ModelSpec, plan: ParallelPlan, notes: list[str]) -> dict
         notes.append("torchtitan's tensor parallelism always shards the sequence (sequence parallel) in norms")
     if plan.pp > 1:
         par["pipeline_parallel_schedule"] = "Interleaved1F1B" if plan.vpp > 1 else "1F1B"
-        par["pipeline_parallel_microbatch_size"] = plan.micro_batch_size
+        par["pipeline_parallel_microbatch_size"] = plan.mbs
         if is_uneven(plan):
             par["module_fqns_per_model_part"] = torchtitan_model_parts(plan)
         elif plan.vpp > 1:
@@ -140,8 +140,8 @@ def torchtitan_config(model: ModelSpec, plan: ParallelPlan, iterations: int | No
     par.update(torchtitan_memory_keys(plan))  # planner.export_memory
     # with PP, local_batch_size is split into micro-batches of pipeline_parallel_microbatch_size; without PP,
     # gradient accumulation steps = global_batch_size / (local_batch_size x DP)
-    local = plan.global_batch_size // plan.dp if plan.pp > 1 else plan.micro_batch_size
-    training: dict = {"local_batch_size": local, "global_batch_size": plan.global_batch_size,
+    local = plan.gbs // plan.dp if plan.pp > 1 else plan.mbs
+    training: dict = {"local_batch_size": local, "global_batch_size": plan.gbs,
                       "seq_len": plan.seq_len}
     if iterations is not None:
         training["steps"] = iterations

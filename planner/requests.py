@@ -215,8 +215,8 @@ class PlanRequest:
             layout = {"pipeline_layout": self.pipeline_layout}
             if vpp == 1 and self.pp and len(self.pipeline_layout) % self.pp == 0:
                 vpp = len(self.pipeline_layout) // self.pp
-        plan = ParallelPlan(world_size=self.gpus, gpus_per_node=gpus_per_node, global_batch_size=gbs, seq_len=seq,
-                            tp=self.tp, pp=self.pp, cp=self.cp, vpp=vpp, micro_batch_size=self.mbs,
+        plan = ParallelPlan(gpus=self.gpus, gpus_per_node=gpus_per_node, gbs=gbs, seq_len=seq,
+                            tp=self.tp, pp=self.pp, cp=self.cp, vpp=vpp, mbs=self.mbs,
                             recompute=self.recompute, recompute_modules=self.recompute_modules,
                             sequence_parallel=self.sequence_parallel, zero=self.zero,
                             dtype=self.dtype, layer_split=self.layer_split, nvlink_domain=nvlink_domain,

@@ -90,7 +90,7 @@ def _row_result(run: PreparedRun, rec: dict, cal) -> CVRowResult:
     res = CVRowResult(id=row.id, source=row.prefix, model=row.model_name, gpu=run.hardware.gpu.name,
                       cluster=row.cluster, n_gpus=row.get("n_gpus"),
                       layout={"tp": plan.tp, "pp": plan.pp, "dp": plan.dp, "cp": plan.cp, "vp": plan.vpp,
-                              "mbs": plan.micro_batch_size, "gbs": plan.global_batch_size,
+                              "mbs": plan.mbs, "gbs": plan.gbs,
                               **expert_layout(run.model, plan)},
                       kind=parallelism_kind(plan), metric=row.measured_metric, measured=row.measured_value,
                       predicted=rec["predicted"], error=rec["after"], tier=row.tier,

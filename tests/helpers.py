@@ -45,7 +45,7 @@ def llama(layers=32, hidden=4096, heads=32, kv=32, ffn=11008, vocab=32000, seq=4
 
 
 def plan(gpus=8, gpn=8, gbs=64, seq=2048, **kw) -> ParallelPlan:
-    return ParallelPlan(world_size=gpus, gpus_per_node=gpn, global_batch_size=gbs, seq_len=seq, **kw)
+    return ParallelPlan(gpus=gpus, gpus_per_node=gpn, gbs=gbs, seq_len=seq, **kw)
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -184,9 +184,9 @@ def setups(draw, model_strategy=None, pp_choices=POW2, min_dp=1):
     k = draw(st.integers(1, 8))
     gpu = draw(st.sampled_from(GPUS))
     gpus = tp * pp * dp
-    plan = ParallelPlan(world_size=gpus, gpus_per_node=min(hardware(gpu).cluster.gpus_per_node, gpus),
-                        global_batch_size=mbs * dp * k, seq_len=model.max_seq_len, tp=tp, pp=pp,
-                        micro_batch_size=mbs, recompute=draw(st.sampled_from(("none", "selective", "full"))),
+    plan = ParallelPlan(gpus=gpus, gpus_per_node=min(hardware(gpu).cluster.gpus_per_node, gpus),
+                        gbs=mbs * dp * k, seq_len=model.max_seq_len, tp=tp, pp=pp,
+                        mbs=mbs, recompute=draw(st.sampled_from(("none", "selective", "full"))),
                         zero=draw(st.sampled_from((0, 1, 2, 3))))
     assume(not plan.problems(model))
     return model, plan, gpu

@@ -162,7 +162,7 @@ def test_the_searchs_record_of_the_plan_is_the_python_api(api, light):
         problem = build_problem(res.model, [make_target(res.hardware, p["gpus"])], load_space("default"),
                                 gbs=p["gbs"], seq_len=p["seq_len"], calibration=cal)
         ev = Evaluator(problem, light=light)
-        got = ev.evaluate(Candidate(0, plan.tp, plan.pp, plan.cp, plan.vpp, plan.micro_batch_size, plan.recompute,
+        got = ev.evaluate(Candidate(0, plan.tp, plan.pp, plan.cp, plan.vpp, plan.mbs, plan.recompute,
                                     plan.sequence_parallel, plan.zero, plan.dtype, plan.framework, plan.ep,
                                     plan.etp if plan.etp != plan.tp else 0))
         assert got.status == "ok", (p, got.reason)

@@ -26,8 +26,8 @@ def llama() -> ModelSpec:
 
 
 def mkplan(tp=1, cp=1, sp=True, seq=4096, mbs=2, dtype="bf16", **kw) -> ParallelPlan:
-    return ParallelPlan(world_size=tp * cp, gpus_per_node=8, global_batch_size=mbs, seq_len=seq, tp=tp, cp=cp,
-                        micro_batch_size=mbs, sequence_parallel=sp, dtype=dtype, **kw)
+    return ParallelPlan(gpus=tp * cp, gpus_per_node=8, gbs=mbs, seq_len=seq, tp=tp, cp=cp,
+                        mbs=mbs, sequence_parallel=sp, dtype=dtype, **kw)
 
 
 def fwd_gemm_flops(ops) -> float:
@@ -49,7 +49,7 @@ def test_mla_gemm_flops_are_two_flops_per_param_per_token(q_lora, tp, cp):
     m = dsv3_like(q_lora)
     p = mkplan(tp=tp, cp=cp)
     ops = ao.mla_attention_operators(m, p)
-    tokens = p.micro_batch_size * p.seq_len // cp
+    tokens = p.mbs * p.seq_len // cp
     norm_weights = q_lora + m.kv_lora_rank
     # TP ranks together: the column/row-parallel GEMMs split the heads, the replicated down projections the
     # sequence (sequence parallelism)
@@ -62,7 +62,7 @@ def test_mla_down_projections_are_replicated_without_sp():
     m = dsv3_like()
     p = mkplan(tp=8, sp=False)
     ops = ao.mla_attention_operators(m, p)
-    tokens = p.micro_batch_size * p.seq_len
+    tokens = p.mbs * p.seq_len
     replicated = m.hidden_size * (m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim)
     split = m.attention_params() - m.q_lora_rank - m.kv_lora_rank - replicated
     assert fwd_gemm_flops(ops) == pytest.approx(2.0 * tokens * (split / 8 + replicated), rel=1e-12)
@@ -74,7 +74,7 @@ def test_mla_shapes_megatron_order():
     m = dsv3_like()
     p = mkplan(tp=8)
     ops = {o.name: o for o in ao.mla_attention_operators(m, p) if o.phase is Phase.FWD}
-    t = p.micro_batch_size * p.seq_len
+    t = p.mbs * p.seq_len
     assert ops["mla.q_down"].features == (t // 8, 1536, 7168)
     assert ops["mla.q_up"].features == (t, 16 * 192, 1536)
     assert ops["mla.kv_up"].features == (t, 16 * (128 + 128), 512)
@@ -106,13 +106,13 @@ def test_core_norm_and_rope_are_the_dense_graph_records(tp, cp, dtype):
     ops, _ = graph.layer_operators(m, p)
     dense = [o for o in ops if o.kind in ("attention_fwd", "attention_bwd")]
     s = p.seq_len // cp
-    mine = ao.attention_core_ops(p.micro_batch_size, s, p.seq_len, 32 // tp, max(1, 8 // tp), 128, dtype)
+    mine = ao.attention_core_ops(p.mbs, s, p.seq_len, 32 // tp, max(1, 8 // tp), 128, dtype)
     assert mine == dense and [o.key() for o in mine] == [o.key() for o in dense]
     norm = [o for o in ops if o.name == "attn_norm"]
-    sp_tokens = p.micro_batch_size * s // (tp if p.sp else 1)
+    sp_tokens = p.mbs * s // (tp if p.sp else 1)
     assert ao.norm_ops("attn_norm", sp_tokens, 4096, 1, dtype) == norm
     rope = [o for o in ops if o.kind == "rope"]
-    assert ao.rope_ops("rope", p.micro_batch_size * s, 32 // tp + max(1, 8 // tp), 128, dtype) == rope
+    assert ao.rope_ops("rope", p.mbs * s, 32 // tp + max(1, 8 // tp), 128, dtype) == rope
 
 
 @pytest.mark.parametrize("window", [4096, 8192, 10**6])

@@ -36,12 +36,12 @@ def test_one_rounding_for_predict_and_search():
     every command now takes the multiple of MBS x DP nearest the tokens."""
     req = PlanRequest(model="llama3-405b", gpu="h100-sxm", gpus=16384, tp=8, pp=16, tokens_per_batch=16_000_000)
     plan = req.resolve().plan
-    assert plan.global_batch_size == 1920  # DP 128: 15 steps (16e6 / 8192 = 1953 sequences)
+    assert plan.gbs == 1920  # DP 128: 15 steps (16e6 / 8192 = 1953 sequences)
     space = SearchSpace("t", tp=(8,), pp=(16,), cp=(1,), vpp=(1,), mbs=(1,), recompute=("selective",), zero=(1,))
     problem = build_problem(resolve_model("llama3-405b"), [make_target(CAT.resolve("h100-sxm"), 16384)], space,
                             tokens_per_batch=16_000_000)
     (cand,) = list(enumerate_candidates(problem))
-    assert candidate_plan(problem, cand).global_batch_size == plan.global_batch_size
+    assert candidate_plan(problem, cand).gbs == plan.gbs
 
 
 @pytest.mark.parametrize("seq", [2048, 4096, 8192])

@@ -79,7 +79,7 @@ def test_timed_pieces_call_what_they_name(monkeypatch):
     assert pieces["memory_per_gpu_s"]() == 0.125 and seen["n"] == 500
     seen["fn"]()
     (args, _), = mem
-    assert args[0].name == "llama-70b" and (args[1].tp, args[1].pp, args[1].vpp, args[1].world_size) == (8, 8, 2, 256)
+    assert args[0].name == "llama-70b" and (args[1].tp, args[1].pp, args[1].vpp, args[1].gpus) == (8, 8, 2, 256)
 
     pipe = _recorder(monkeypatch, timeline, "pipeline_time")
     assert pieces["pipeline_closed_form_s"]() == 0.125 and seen["n"] == 2000

@@ -118,7 +118,7 @@ def test_too_few_runs_is_refused(synthetic_runs, roofline):
 
 def test_unidentifiable_constant_is_kept_at_default(synthetic_runs, roofline):
     runs, _ = C.prepare_runs(load_runs(synthetic_runs), roofline)
-    single = [r for r in runs if r.plan.world_size == 8 and r.plan.zero == 1]  # no DP overlap at stake
+    single = [r for r in runs if r.plan.gpus == 8 and r.plan.zero == 1]  # no DP overlap at stake
     fit = C.fit_constants(single * 3, ["compute_scale", "overlap_efficiency"])
     assert fit.constants["overlap_efficiency"] == 1.0 and fit.uncertainty["overlap_efficiency"] is None
     assert any("overlap_efficiency has no effect" in w for w in fit.warnings)

@@ -19,7 +19,7 @@ from planner.prediction import predict
 
 FIX = Path(__file__).parent / "fixtures" / "hf_configs"
 HW = load_catalogue().resolve("h100-sxm")
-PLAN = ParallelPlan(world_size=8, gpus_per_node=8, global_batch_size=64, seq_len=4096, tp=2)
+PLAN = ParallelPlan(gpus=8, gpus_per_node=8, gbs=64, seq_len=4096, tp=2)
 
 
 def _names(ops, phase=Phase.FWD):

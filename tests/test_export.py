@@ -30,11 +30,11 @@ HW = load_catalogue().resolve("a100-80gb")
 
 # Llama-style GQA model, TP=2 PP=4 VPP=2 with SP, distributed optimizer (ZeRO-1), full recompute.
 LLAMA = llama(layers=32, hidden=4096, heads=32, kv=8, ffn=14336, vocab=128256, seq=4096, rope_theta=500000.0)
-P_MEGATRON = plan(gpus=64, gpn=8, gbs=128, seq=4096, tp=2, pp=4, vpp=2, micro_batch_size=2, recompute="full",
+P_MEGATRON = plan(gpus=64, gpn=8, gbs=128, seq=4096, tp=2, pp=4, vpp=2, mbs=2, recompute="full",
                   sequence_parallel=True, zero=1)
 # GPT-3-style model (learned positions, LayerNorm, GELU, biases, tied embeddings, dropout) under FSDP (ZeRO-3), fp16.
 GPT = gpt(layers=24, hidden=2048, heads=16, vocab=50257, seq=2048, tied_embeddings=True)
-P_FSDP = plan(gpus=16, gpn=8, gbs=256, seq=2048, micro_batch_size=4, recompute="selective", zero=3, dtype="fp16")
+P_FSDP = plan(gpus=16, gpn=8, gbs=256, seq=2048, mbs=4, recompute="selective", zero=3, dtype="fp16")
 
 
 def _flags(tokens: list[str]) -> dict:
@@ -96,7 +96,7 @@ def test_megatron_fsdp_gpt_fp16():
 
 
 def test_megatron_uneven_split_cp_fp8():
-    p = plan(gpus=64, gpn=8, gbs=64, seq=4096, tp=2, pp=4, cp=2, micro_batch_size=1, layer_split=(9, 7, 7, 9),
+    p = plan(gpus=64, gpn=8, gbs=64, seq=4096, tp=2, pp=4, cp=2, mbs=1, layer_split=(9, 7, 7, 9),
              dtype="fp8", recompute="none", zero=0, overlap_param_gather=True)
     f = _megatron(LLAMA, p)
     assert f["--decoder-first-pipeline-num-layers"] == "9" and f["--decoder-last-pipeline-num-layers"] == "9"

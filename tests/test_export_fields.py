@@ -31,7 +31,7 @@ def _hf(name):
 
 
 def _plan(gpus=16, tp=2, pp=2, **kw):
-    return ParallelPlan(world_size=gpus, gpus_per_node=8, global_batch_size=64, seq_len=2048, tp=tp, pp=pp, **kw)
+    return ParallelPlan(gpus=gpus, gpus_per_node=8, gbs=64, seq_len=2048, tp=tp, pp=pp, **kw)
 
 
 CASES = {

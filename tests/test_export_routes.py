@@ -187,7 +187,7 @@ def plan_for(model: ModelSpec, gpus: int = 16) -> ParallelPlan:
     for ep in (8, 4, 2, 1):
         if model.is_moe and model.num_experts % ep:
             continue
-        p = ParallelPlan(world_size=gpus, gpus_per_node=8, global_batch_size=64, seq_len=1024, pp=2,
+        p = ParallelPlan(gpus=gpus, gpus_per_node=8, gbs=64, seq_len=1024, pp=2,
                          ep=ep if model.is_moe else 1)
         try:
             p.validate(model)
@@ -229,7 +229,7 @@ def test_megatron_and_nemo_carry_every_field(name):
 @pytest.mark.parametrize("name", MODELS)
 def test_torchtitan_names_every_field_or_refuses_in_one_line(name):
     model = MODELS[name]
-    plan = dataclasses.replace(plan_for(model), pp=1, world_size=8, zero=3)
+    plan = dataclasses.replace(plan_for(model), pp=1, gpus=8, zero=3)
     try:
         text = export_plan(model, plan, HW, None, "torchtitan")
     except PlannerError as exc:  # torchtitan has no model for this MoE architecture
@@ -283,14 +283,14 @@ def test_torchtitan_uses_its_own_moe_model_names():
     for preset, name, flavor in (("deepseek-v3", "deepseek_v3", "671B"), ("qwen3-235b-a22b", "qwen3", "235B-A22B"),
                                  ("qwen3-30b-a3b", "qwen3", "30B-A3B"), ("llama3-70b", "llama3", "70B")):
         model = get_preset(preset)
-        plan = dataclasses.replace(plan_for(model), pp=1, world_size=8, zero=3)
+        plan = dataclasses.replace(plan_for(model), pp=1, gpus=8, zero=3)
         text = export_plan(model, plan, HW, None, "torchtitan")
         assert tomllib.loads(text)["model"] == {"name": name, "flavor": flavor}, preset
     text = export_plan(get_preset("qwen3-235b-a22b"), dataclasses.replace(
-        plan_for(get_preset("qwen3-235b-a22b")), pp=1, world_size=8, zero=3), HW, None, "torchtitan")
+        plan_for(get_preset("qwen3-235b-a22b")), pp=1, gpus=8, zero=3), HW, None, "torchtitan")
     assert "# NOTE: rope_theta: torchtitan's qwen3 235B-A22B flavor has 5000000.0, the model 1000000.0" in text
     ds = export_plan(get_preset("deepseek-v3"), dataclasses.replace(plan_for(get_preset("deepseek-v3")), pp=1,
-                                                                     world_size=8, zero=3), HW, None, "torchtitan")
+                                                                     gpus=8, zero=3), HW, None, "torchtitan")
     assert "# NOTE: num_nextn_predict_layers: torchtitan's deepseek_v3 671B flavor has 0" in ds
     assert "# NOTE: n_group: torchtitan" in ds  # group-limited routing is not implemented there
 
@@ -337,7 +337,7 @@ def _check_quoting(text: str) -> None:
 @pytest.mark.skipif(BASH is None, reason="bash is not installed")
 def test_pipeline_layout_and_layer_pattern_are_quoted(tmp_path):
     model = get_preset("deepseek-v3")
-    plan = ParallelPlan(world_size=512, gpus_per_node=8, global_batch_size=512, seq_len=4096, pp=8, ep=64,
+    plan = ParallelPlan(gpus=512, gpus_per_node=8, gbs=512, seq_len=4096, pp=8, ep=64,
                         pipeline_layout=(8,) + (7,) * 6 + (11,))
     text = export_plan(model, plan, HW, predict(model, plan, HW), "slurm", iterations=10)
     assert "--moe-layer-freq '([0]*3+[1]*58)'" in text

@@ -49,7 +49,7 @@ def test_ratio_table_describes_the_data(system):
 
 
 def _plan(dtype: str, **kw) -> ParallelPlan:
-    return ParallelPlan(world_size=16, gpus_per_node=8, tp=2, pp=2, micro_batch_size=1, global_batch_size=32,
+    return ParallelPlan(gpus=16, gpus_per_node=8, tp=2, pp=2, mbs=1, gbs=32,
                         seq_len=4096, dtype=dtype, **kw)
 
 

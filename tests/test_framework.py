@@ -233,10 +233,10 @@ def test_megatron_2020_rows_take_the_per_replica_batch_as_micro_batch():
         pytest.skip("../shared/validation not present")
     rows = {r.id: r for r in load_runs(vdir / "published_runs.csv")}
     _, plan, _, _ = row_to_inputs(rows["MLM-SEP20-002"])    # GBS 2048 over DP 128, no accumulation in 2020
-    assert plan.micro_batch_size == 16 and plan.num_microbatches == 1
+    assert plan.mbs == 16 and plan.num_microbatches == 1
     assert any("MBS = GBS / DP = 16" in a for a in rows["MLM-SEP20-002"].assumptions)
     _, plan, _, _ = row_to_inputs(rows["NARAY21-001"])      # no such rule: MBS not stated stays 1
-    assert plan.micro_batch_size == 1
+    assert plan.mbs == 1
 
 
 def test_power_capped_h100_is_priced_from_h100_measurements_at_its_own_peak_and_bandwidth():

@@ -31,9 +31,9 @@ def test_every_row_maps_to_the_single_gpu_plan_that_ran():
         assert not row.skip_reason, (row.id, row.skip_reason)
         model, plan, gpu, _gpn = V.row_to_inputs(row)
         assert gpu == "h100-sxm"
-        assert (plan.world_size, plan.tp, plan.pp, plan.cp, plan.zero) == (1, 1, 1, 1, 0)
+        assert (plan.gpus, plan.tp, plan.pp, plan.cp, plan.zero) == (1, 1, 1, 1, 0)
         assert plan.recompute == "none" and not plan.sequence_parallel and plan.dtype == "bf16"
-        assert plan.micro_batch_size == plan.global_batch_size == row.get("mbs")
+        assert plan.mbs == plan.gbs == row.get("mbs")
         assert not model.tied_embeddings and model.activation == "swiglu" and model.norm == "rmsnorm"
         frameworks[row.id] = plan.framework
         assert row.measured_metric == "iteration_time_s" and row.measured_value > 0

@@ -17,7 +17,7 @@ def _by_name(ops, phase=None):
 
 def test_tp_sharded_gemm_shapes_and_backward_layouts():
     m = llama(hidden=4096, heads=32, kv=8, ffn=14336)
-    p = plan(gpus=8, gbs=8, seq=4096, tp=4, micro_batch_size=2)
+    p = plan(gpus=8, gbs=8, seq=4096, tp=4, mbs=2)
     ops, _ = layer_operators(m, p)
     g = _by_name(ops)
     T = 2 * 4096
@@ -31,7 +31,7 @@ def test_tp_sharded_gemm_shapes_and_backward_layouts():
 
 def test_forward_gemm_flops_match_closed_form():
     m = llama(hidden=4096, heads=32, kv=8, ffn=14336)
-    p = plan(gpus=1, gpn=1, gbs=1, seq=2048, micro_batch_size=1)
+    p = plan(gpus=1, gpn=1, gbs=1, seq=2048, mbs=1)
     ops, _ = layer_operators(m, p)
     gemm_fwd = sum(o.flops for o in ops if o.kind == "gemm" and o.phase == "fwd")
     dense, _ = forward_flops_per_token_layer(m, 2048)

@@ -31,7 +31,7 @@ QUAD, TAPER, SIBLING = (str(EXAMPLES / f)
 
 def _predict(model: str, hw, **plan):
     m = resolve_model(model)
-    p = ParallelPlan(world_size=plan.pop("gpus"), gpus_per_node=hw.gpus_per_node, nvlink_domain=hw.nvlink_domain,
+    p = ParallelPlan(gpus=plan.pop("gpus"), gpus_per_node=hw.gpus_per_node, nvlink_domain=hw.nvlink_domain,
                      **plan)
     return predict(m, p, hw, calibration=calibration_option(None))
 
@@ -65,7 +65,7 @@ def _twin_file(tmp_path: Path, sibling: bool) -> str:
 
 
 def test_a_sibling_backed_gpu_with_the_siblings_figures_predicts_the_siblings_time(tmp_path):
-    plan = dict(gpus=64, tp=8, pp=2, global_batch_size=256, seq_len=4096)
+    plan = dict(gpus=64, tp=8, pp=2, gbs=256, seq_len=4096)
     ref = _predict("llama-13b", load_catalogue().resolve("h100-sxm"), **plan)
     twin = _predict("llama-13b", load_catalogue([_twin_file(tmp_path, True)]).resolve("twin"), **plan)
     assert twin.iteration_time_s == ref.iteration_time_s
@@ -78,7 +78,7 @@ def test_a_sibling_backed_gpu_with_the_siblings_figures_predicts_the_siblings_ti
 
 
 def test_the_600w_example_is_h100_scaled_by_the_roofline_ratio():
-    plan = dict(gpus=64, tp=8, global_batch_size=256, seq_len=4096)
+    plan = dict(gpus=64, tp=8, gbs=256, seq_len=4096)
     ref = _predict("llama-13b", load_catalogue().resolve("h100-sxm"), **plan)
     capped = _predict("llama-13b", load_catalogue([SIBLING]).resolve("example-h100-sxm-600w"), **plan)
     ratio = capped.iteration_time_s / ref.iteration_time_s
@@ -93,11 +93,11 @@ def test_oversubscription_slows_an_inter_node_dp_reduction_only_beyond_the_leaf(
     240 per group) the 2:1 taper lengthens it and the iteration; on 64 GPUs (16 nodes) nothing changes."""
     flat = load_catalogue([QUAD]).resolve("gh200", "example-quad-gh200")
     tapered = load_catalogue([QUAD, TAPER]).resolve("gh200", "example-quad-gh200")
-    big = dict(gpus=1024, tp=4, global_batch_size=512, seq_len=8192)
+    big = dict(gpus=1024, tp=4, gbs=512, seq_len=8192)
     a, b = _predict("llama3-8b", flat, **big), _predict("llama3-8b", tapered, **big)
     assert b.exposed_comm_s["dp"] > 1.5 * a.exposed_comm_s["dp"] and b.iteration_time_s > a.iteration_time_s
     assert b.exposed_comm_s["tp"] == a.exposed_comm_s["tp"]  # NVLink traffic untouched
-    small = dict(gpus=64, tp=4, global_batch_size=512, seq_len=8192)
+    small = dict(gpus=64, tp=4, gbs=512, seq_len=8192)
     assert _predict("llama3-8b", tapered, **small).iteration_time_s == \
         _predict("llama3-8b", flat, **small).iteration_time_s
 

@@ -46,7 +46,7 @@ def _cost_model():
 
 
 def _seconds_x_gpus(p, plan) -> float:
-    return p.iteration_time_s * plan.world_size
+    return p.iteration_time_s * plan.gpus
 
 
 # ------------------------------------------------------------------------------------------ FLOPs
@@ -69,7 +69,7 @@ def test_long_context_hardware_flops_within_peak():
 
     model = get_preset("llama3-8b")
     hw = load_catalogue().resolve("h100-sxm")
-    plan = ParallelPlan(world_size=64, gpus_per_node=8, global_batch_size=32, seq_len=131072, tp=2, cp=8)
+    plan = ParallelPlan(gpus=64, gpus_per_node=8, gbs=32, seq_len=131072, tp=2, cp=8)
     p = predict(model, plan, hw)
     assert p.model_tflops_per_gpu <= p.hardware_tflops_per_gpu <= hw.gpu.peak_flops("bf16") / 1e12
 
@@ -82,7 +82,7 @@ def test_mfu_not_above_hfu_and_follows_the_stated_convention(s):
     model, plan, gpu = s
     p = predict(model, plan, hardware(gpu))
     assert p.model_tflops_per_gpu <= p.hardware_tflops_per_gpu * (1 + REL)
-    gbs, seq = plan.global_batch_size, plan.seq_len
+    gbs, seq = plan.gbs, plan.seq_len
     flops = p.model_tflops_per_gpu * 1e12 * _seconds_x_gpus(p, plan)
     assert flops == pytest.approx(model_flops_per_iteration(model, gbs, seq), rel=REL)
     full_attention = 3 * 4.0 * seq * model.q_dim * model.num_layers * gbs * seq
@@ -113,7 +113,7 @@ def test_hardware_flops_are_what_the_graph_executes(s):
     multiple of TP and KV heads replicated when TP exceeds them, as the graph shards them)."""
     model, plan, gpu = s
     executed = executed_model(model, plan.tp)
-    expected = hardware_flops_per_iteration(executed, plan.global_batch_size, plan.seq_len, plan.recompute)
+    expected = hardware_flops_per_iteration(executed, plan.gbs, plan.seq_len, plan.recompute)
     assert _executed_flops(model, plan) == pytest.approx(expected, rel=REL)
 
 

@@ -12,6 +12,7 @@ import pytest
 from costmodel.core.errors import PlannerError
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.cost.basis import dominates, siblings
+from costmodel.estimate import default_cost_model
 from costmodel.fp8_block import TRAINING_FLOOR, ratio
 from costmodel.graph import build_graph
 from costmodel.kernel_basis import (
@@ -24,7 +25,7 @@ from costmodel.kernel_basis import (
     fused_efficiency,
     graph_bytes,
 )
-from planner.predict import default_cost_model, predict
+from planner.prediction import predict
 from tests.helpers import llama, plan
 
 REPO = Path(__file__).resolve().parent.parent
@@ -101,7 +102,7 @@ def test_fused_table_regenerates_from_the_h100_measurements():
 def test_graph_bytes_are_the_graphs_own_byte_counts():
     """The fused efficiencies are fitted against kernel_basis.graph_bytes: they must be the bytes the graph charges."""
     model = llama(layers=2, hidden=1024, heads=8, kv=8, ffn=2048, vocab=32000, seq=1024)
-    g = build_graph(model, plan(gpus=1, gpn=1, gbs=2, seq=1024, micro_batch_size=2, recompute="none", zero=0))
+    g = build_graph(model, plan(gpus=1, gpn=1, gbs=2, seq=1024, mbs=2, recompute="none", zero=0))
     tokens = 2 * 1024
     widths = {"norm": 1024, "activation": 2048, "rope": 1024, "residual_add": 1024, "cross_entropy": 32000}
     seen = set()
@@ -118,7 +119,7 @@ def test_fp8_block_is_never_faster_than_fp8():
             assert ratio(gpu, *shape) >= TRAINING_FLOOR
     model = llama(layers=4, hidden=4096, heads=32, kv=8, ffn=14336, vocab=128256, seq=8192)
     hw = load_catalogue().resolve("b200")
-    p = plan(gpus=8, gpn=8, gbs=64, seq=8192, micro_batch_size=1, recompute="none")
+    p = plan(gpus=8, gpn=8, gbs=64, seq=8192, mbs=1, recompute="none")
     t8 = predict(model, replace(p, dtype="fp8"), hw).iteration_time_s
     tb = predict(model, replace(p, dtype="fp8-block"), hw).iteration_time_s
     assert tb >= t8
@@ -128,7 +129,7 @@ def test_fp8_block_is_never_faster_than_fp8():
 def test_small_eager_steps_are_bound_by_the_cpu_issuing_kernels_and_cuda_graphs_remove_it():
     model = llama(layers=12, hidden=768, heads=12, kv=12, ffn=2048, vocab=32000, seq=1024)
     hw = load_catalogue().resolve("h100-sxm", None, 1)
-    p = plan(gpus=1, gpn=1, gbs=1, seq=1024, micro_batch_size=1, recompute="none", zero=0)
+    p = plan(gpus=1, gpn=1, gbs=1, seq=1024, mbs=1, recompute="none", zero=0)
     eager = predict(model, replace(p, framework="torchtitan-eager"), hw).iteration_time_s
     graphs = predict(model, replace(p, framework="torchtitan-eager", cuda_graphs=True), hw).iteration_time_s
     # measured on H100: 34.9-42.7 ms eager, 8.6 ms as one CUDA graph (reports/gpu-runs/h100-2026-11-27); the dispatch
@@ -141,7 +142,7 @@ def test_small_eager_steps_are_bound_by_the_cpu_issuing_kernels_and_cuda_graphs_
 def test_cost_sources_name_the_fused_basis():
     model = llama(layers=2, hidden=1024, heads=8, kv=8, ffn=2048, vocab=32000, seq=1024)
     hw = load_catalogue().resolve("gh200")
-    g = build_graph(model, plan(gpus=1, gpn=1, gbs=2, seq=1024, micro_batch_size=2, zero=0))
+    g = build_graph(model, plan(gpus=1, gpn=1, gbs=2, seq=1024, mbs=2, zero=0))
     ops = [o for o in g.stages[0].layer_ops if o.kind == "norm"]
     res = default_cost_model().predict(ops, hw)
     assert all("fused kernel" in m for m in res.method)

@@ -235,7 +235,7 @@ def test_plan_validation_accepts_uneven_layers_without_a_split():
     from costmodel.core.specs.presets import resolve_model
 
     model = resolve_model("llama3-405b")
-    plan = ParallelPlan(world_size=128, gpus_per_node=8, global_batch_size=64, seq_len=8192, tp=8, pp=16)
+    plan = ParallelPlan(gpus=128, gpus_per_node=8, gbs=64, seq_len=8192, tp=8, pp=16)
     assert plan.problems(model) == [] and plan.needs_layer_split(126)
     assert plan.stage_layers(126) == default_layer_split(126, 16)
 

@@ -33,8 +33,8 @@ def llama(layers: int = 32, h: int = 4096, a: int = 32, kv: int = 8, f: int = 14
 def plan(model: ModelSpec | None = None, *, tp=1, pp=1, cp=1, dp=1, vpp=1, mbs=1, m=None, seq=2048,
          recompute="selective", sp=True, zero=1, layer_split=None) -> ParallelPlan:
     m = pp if m is None else m
-    p = ParallelPlan(world_size=tp * pp * cp * dp, gpus_per_node=8, global_batch_size=mbs * dp * m,
-                     seq_len=seq, tp=tp, pp=pp, cp=cp, vpp=vpp, micro_batch_size=mbs, recompute=recompute,
+    p = ParallelPlan(gpus=tp * pp * cp * dp, gpus_per_node=8, gbs=mbs * dp * m,
+                     seq_len=seq, tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, recompute=recompute,
                      sequence_parallel=sp, zero=zero, layer_split=layer_split)
     if model is not None:
         p.validate(model)
@@ -111,8 +111,8 @@ FIG1 = {
 def _fig1_case(name, mode):
     layers, h, a, tp, pp, vpp, mbs, gbs, vals = FIG1[name]
     model = gpt(name, layers, h, a)
-    p = ParallelPlan(world_size=tp * pp, gpus_per_node=8, global_batch_size=gbs, seq_len=2048, tp=tp, pp=pp,
-                     vpp=vpp, micro_batch_size=mbs, recompute="none" if mode == "none" else "selective",
+    p = ParallelPlan(gpus=tp * pp, gpus_per_node=8, gbs=gbs, seq_len=2048, tp=tp, pp=pp,
+                     vpp=vpp, mbs=mbs, recompute="none" if mode == "none" else "selective",
                      sequence_parallel=(mode == "seqsel"), zero=0).validate(model)
     return model, p, vals[mode]
 
@@ -217,7 +217,7 @@ def test_matches_megatron_theoretical_weight_memory(zero):
 def _megatron_activation_bytes(model, p):
     """Transcription of compute_activation_memory (SP + selective) in Megatron-LM
     megatron/training/theoretical_memory_usage.py."""
-    s, b, h, t, pp = p.seq_len, p.micro_batch_size, model.hidden_size, p.tp, p.pp
+    s, b, h, t, pp = p.seq_len, p.mbs, model.hidden_size, p.tp, p.pp
     act = s * b * h * (18 + 4 * model.ffn_hidden_size / h) * model.num_layers
     act += 8 * s * b * pp + s * b * h * pp
     if p.vpp > 1:
@@ -465,8 +465,8 @@ def dsv3(layers: int = 8) -> ModelSpec:
 def moe_plan(model, *, gpus=64, tp=1, pp=4, ep=8, etp=None, mbs=1, seq=4096, zero=1, imbalance=None,
              recompute="selective", dispatcher="alltoall") -> ParallelPlan:
     dp = gpus // (tp * pp)
-    p = ParallelPlan(world_size=gpus, gpus_per_node=8, global_batch_size=mbs * dp * pp, seq_len=seq, tp=tp, pp=pp,
-                     micro_batch_size=mbs, zero=zero, ep=ep, etp=etp, moe_imbalance=imbalance, recompute=recompute,
+    p = ParallelPlan(gpus=gpus, gpus_per_node=8, gbs=mbs * dp * pp, seq_len=seq, tp=tp, pp=pp,
+                     mbs=mbs, zero=zero, ep=ep, etp=etp, moe_imbalance=imbalance, recompute=recompute,
                      moe_dispatcher=dispatcher)
     return p.validate(model)
 

@@ -30,7 +30,7 @@ def llama(layers: int = 8) -> ModelSpec:
 
 
 def plan(**kw) -> ParallelPlan:
-    base = dict(world_size=8, gpus_per_node=8, global_batch_size=32, seq_len=4096)
+    base = dict(gpus=8, gpus_per_node=8, gbs=32, seq_len=4096)
     return ParallelPlan(**{**base, **kw})
 
 
@@ -48,7 +48,7 @@ def per_param(p: ParallelPlan, m: ModelSpec | None = None) -> float:
 @pytest.mark.parametrize("zero,dp", [(0, 8), (1, 8), (1, 2)])
 def test_megatron_dist_optimizer_table(zero, dp):
     """Megatron-LM docs/user-guide/features/dist_optimizer.md: bf16 18 / 6 + 12/d; fp16 20 / 4 + 16/d."""
-    p = plan(world_size=dp, zero=zero)
+    p = plan(gpus=dp, zero=zero)
     d = dp if zero else 1
     assert per_param(p) == pytest.approx(18.0 if not zero else 6 + 12 / d)
     assert per_param(dataclasses.replace(p, dtype="fp16")) == pytest.approx(20.0 if not zero else 4 + 16 / d)
@@ -117,7 +117,7 @@ def test_deepspeed_zero3_gathers_modules_not_layers():
     big = ModelSpec(name="gpt-530b-like", num_layers=4, hidden_size=20480, num_heads=128, num_kv_heads=128,
                     ffn_hidden_size=81920, vocab_size=51200, activation="gelu", norm="layernorm",
                     tied_embeddings=True, position_embedding="learned", linear_bias=True)
-    p = plan(world_size=64, zero=3, dtype="fp16", global_batch_size=64, seq_len=2048, recompute="full")
+    p = plan(gpus=64, zero=3, dtype="fp16", gbs=64, seq_len=2048, recompute="full")
     ds, mg = (mem.memory_per_gpu(big, dataclasses.replace(p, framework=f)) for f in ("deepspeed", "megatron"))
     fc1 = 20480 * 81920
     shard = mem.stage_params(big, p)[0] / 64
@@ -164,7 +164,7 @@ def test_offload_time_on_the_host_link():
 def test_offload_costs_time_only_where_the_link_is_short():
     hw = load_catalogue().resolve("gh200", "vista")
     m = llama(layers=8)
-    p = plan(world_size=4, gpus_per_node=1, zero=1, global_batch_size=8, main_params_dtype="fp16")
+    p = plan(gpus=4, gpus_per_node=1, zero=1, gbs=8, main_params_dtype="fp16")
     t0 = predict(m, p, hw).iteration_time_s
     t1 = predict(m, dataclasses.replace(p, optimizer_offload_fraction=1.0), hw).iteration_time_s
     assert t1 > t0

@@ -18,8 +18,8 @@ from planner.export import megatron_args, nemo_config
 
 
 def _plan(gbs: int, pp: int, vpp: int, dp: int = 2, cp: int = 1, **kw) -> ParallelPlan:
-    return ParallelPlan(world_size=8 * pp * dp * cp, gpus_per_node=8, cp=cp, global_batch_size=gbs, seq_len=4096, tp=8,
-                        pp=pp, vpp=vpp, micro_batch_size=1, **kw)
+    return ParallelPlan(gpus=8 * pp * dp * cp, gpus_per_node=8, cp=cp, gbs=gbs, seq_len=4096, tp=8,
+                        pp=pp, vpp=vpp, mbs=1, **kw)
 
 
 @pytest.mark.parametrize("m, pp, group", [(256, 8, 8), (256, 9, 13), (10, 4, 5), (9, 4, 5), (3, 4, None),

@@ -404,7 +404,7 @@ def test_unread_config_keys_are_named_in_a_warning():
     m = from_hf_config({**data, "num_experts": 8, "my_new_trick": True, "bos_token_id": 7, "n_null": None})
     assert m.extra["unread_keys"] == ["my_new_trick", "num_experts"]             # irrelevant and null keys: silent
     hw = load_catalogue().resolve("a100-80gb")
-    p = predict(m, ParallelPlan(world_size=8, gpus_per_node=8, global_batch_size=64, seq_len=2048, tp=2), hw)
+    p = predict(m, ParallelPlan(gpus=8, gpus_per_node=8, gbs=64, seq_len=2048, tp=2), hw)
     assert any("keys planner does not read, ignored: my_new_trick, num_experts" in w for w in p.warnings)
     qwen = from_hf_config(Path(__file__).parent / "fixtures" / "hf_configs" / "qwen2-7b.json")
     assert "sliding_window" in qwen.extra["unread_keys"]                         # relevant at long sequences

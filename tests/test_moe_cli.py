@@ -113,7 +113,7 @@ def test_dense_predict_json_has_no_moe_keys_and_csv_has_ep_columns():
 # ------------------------------------------------------------------------------------ search space
 def _problem(model, gpus=64, **space):
     sp = load_space("default").override(**space)
-    return SearchProblem(model, (Target(H100, gpus),), sp, global_batch_size=512, seq_len=4096)
+    return SearchProblem(model, (Target(H100, gpus),), sp, gbs=512, seq_len=4096)
 
 
 def test_dense_search_has_no_expert_dimension():
@@ -201,7 +201,7 @@ def _flags(text: str) -> dict:
     return out
 
 
-P_MOE = ParallelPlan(world_size=64, gpus_per_node=8, global_batch_size=256, seq_len=4096, tp=2, pp=2, ep=8, etp=1,
+P_MOE = ParallelPlan(gpus=64, gpus_per_node=8, gbs=256, seq_len=4096, tp=2, pp=2, ep=8, etp=1,
                      moe_dispatcher="flex", moe_imbalance=1.0, moe_overlap_comm=True)
 
 
@@ -217,12 +217,12 @@ def test_megatron_export_moe_flags():
 
 
 def test_megatron_export_default_moe_plan_and_dense_plan():
-    p = ParallelPlan(world_size=64, gpus_per_node=8, global_batch_size=256, seq_len=4096, tp=2, ep=4)
+    p = ParallelPlan(gpus=64, gpus_per_node=8, gbs=256, seq_len=4096, tp=2, ep=4)
     f = _flags(export_plan(MIXTRAL, p, H100, None, "megatron"))
     assert f["--expert-tensor-parallel-size"] == "2" and f["--moe-token-dispatcher-type"] == "alltoall"
     assert "--moe-layer-freq" not in f and "--moe-shared-expert-intermediate-size" not in f
     assert "--moe-router-force-load-balancing" not in f  # imbalance left to the default: no forced balance
-    dense = _flags(export_plan(DENSE, ParallelPlan(world_size=64, gpus_per_node=8, global_batch_size=256,
+    dense = _flags(export_plan(DENSE, ParallelPlan(gpus=64, gpus_per_node=8, gbs=256,
                                                    seq_len=4096, tp=2), H100, None, "megatron"))
     assert not any(k.startswith(("--moe", "--expert", "--num-experts")) for k in dense)
 
@@ -239,7 +239,7 @@ def test_nemo_and_torchtitan_export_moe_keys():
             m["expert_tensor_parallel_size"], m["moe_token_dispatcher_type"], m["moe_grouped_gemm"]) == \
         (16, 4, 8, 1, "flex", True)
     assert m["moe_layer_freq"] == [0] + [1] * 7 and m["moe_shared_expert_intermediate_size"] == 1024
-    fsdp = ParallelPlan(world_size=64, gpus_per_node=8, global_batch_size=256, seq_len=4096, tp=2, ep=8, zero=3)
+    fsdp = ParallelPlan(gpus=64, gpus_per_node=8, gbs=256, seq_len=4096, tp=2, ep=8, zero=3)
     with pytest.raises(PlannerError, match="has no model for mixtral-test"):  # torchtitan has no Mixtral model
         export_plan(MIXTRAL, fsdp, H100, None, "torchtitan")
     text = export_plan(QWEN3_MOE, fsdp, H100, None, "torchtitan")  # a QK-norm MoE: torchtitan's qwen3 model
@@ -252,7 +252,7 @@ def test_nemo_and_torchtitan_export_moe_keys():
     etp1 = tomllib.loads(export_plan(QWEN3_MOE, dataclasses.replace(fsdp, etp=1), H100, None, "torchtitan"))
     assert etp1["parallelism"]["expert_tensor_parallel_degree"] == 1
     # without ZeRO-3 torchtitan still shards (it refuses DDP next to TP), so EP 8 <= 32 x CP fits
-    sharded = export_plan(QWEN3_MOE, ParallelPlan(world_size=64, gpus_per_node=8, global_batch_size=256,
+    sharded = export_plan(QWEN3_MOE, ParallelPlan(gpus=64, gpus_per_node=8, gbs=256,
                                                   seq_len=4096, tp=2, ep=8), H100, None, "torchtitan")
     assert "DDP has not supported > 1D parallelism" in sharded
 
@@ -339,7 +339,7 @@ def test_megatron_and_nemo_export_mla_flags_of_deepseek_v3():
     assert f["--moe-layer-freq"] == "([0]*3+[1]*58)" and f["--num-experts"] == "256"
     m = yaml.safe_load(runner.invoke(app, [*args, "--to", "nemo"]).stdout)["model"]
     assert (m["multi_latent_attention"], m["q_lora_rank"], m["qk_head_dim"], m["v_head_dim"]) == (True, 1536, 128, 128)
-    p8 = ParallelPlan(world_size=8, gpus_per_node=8, global_batch_size=8, seq_len=4096)
+    p8 = ParallelPlan(gpus=8, gpus_per_node=8, gbs=8, seq_len=4096)
     assert "--multi-latent-attention" not in _flags(export_plan(MIXTRAL, p8, H100, None, "megatron"))
 
 

@@ -29,7 +29,7 @@ def moe_model(**kw) -> ModelSpec:
 
 
 def moe_plan(**kw):
-    args = dict(gpus=8, gbs=16, seq=SEQ, micro_batch_size=MBS, ep=4, moe_imbalance=1.0)  # balanced unless asked
+    args = dict(gpus=8, gbs=16, seq=SEQ, mbs=MBS, ep=4, moe_imbalance=1.0)  # balanced unless asked
     args.update(kw)
     return plan(**args)
 

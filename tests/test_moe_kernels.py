@@ -81,7 +81,7 @@ def test_scaled_expert_time_follows_the_gemm_model_in_tokens_per_expert():
 
 
 def _moe_plan(**kw) -> ParallelPlan:
-    return ParallelPlan(world_size=64, gpus_per_node=8, global_batch_size=256, seq_len=4096, pp=4, ep=8, **kw)
+    return ParallelPlan(gpus=64, gpus_per_node=8, gbs=256, seq_len=4096, pp=4, ep=8, **kw)
 
 
 def _times(model, plan, gpu):
@@ -99,10 +99,10 @@ def test_compose_scales_only_expert_operators_of_grouped_gemm_plans():
     up = next(o for o in ops.values() if o.name == "moe.expert.up" and o.phase is Phase.FWD)
     factor = MK.training_factor(MK.system_of("h100-sxm", TABLE), up.features[0], up.count)
     assert factor == 1.0 and up.features[0] >= MK.M_COMPUTE_BOUND   # Mixtral EP8: 16,384 tokens on one expert
-    small = replace(plan, ep=1, micro_batch_size=1)                    # 8 local experts, 1,024 tokens each
+    small = replace(plan, ep=1, mbs=1)                    # 8 local experts, 1,024 tokens each
     hw, graph_s, times_s = _times(model, small, "h100-sxm")
     assert MK.apply(small, hw, graph_s, times_s).time_s == times_s.time_s
-    tiny = ParallelPlan(world_size=64, gpus_per_node=8, global_batch_size=256, seq_len=512, pp=4, ep=1)
+    tiny = ParallelPlan(gpus=64, gpus_per_node=8, gbs=256, seq_len=512, pp=4, ep=1)
     hw, graph, times = _times(model, tiny, "h100-sxm")                # 128 tokens per expert: floors
     out = MK.apply(tiny, hw, graph, times)
     ops = {o.key(): o for st in graph.stages for o in st.layer_ops}
@@ -138,7 +138,7 @@ def test_training_factor_is_one_when_compute_bound_and_capped_below():
 
 def test_same_die_borrows_and_other_dies_say_so():
     model = resolve_model("mixtral-8x7b")
-    plan = ParallelPlan(world_size=64, gpus_per_node=8, global_batch_size=256, seq_len=512, pp=4, ep=1)
+    plan = ParallelPlan(gpus=64, gpus_per_node=8, gbs=256, seq_len=512, pp=4, ep=1)
     hw, graph, times = _times(model, plan, "gh200")
     assert any("borrowed from h100-sxm" in w for w in MK.apply(plan, hw, graph, times).warnings)
     hw, graph, times = _times(model, plan, "a100-80gb")
@@ -148,7 +148,7 @@ def test_same_die_borrows_and_other_dies_say_so():
 
 def test_dense_graph_is_untouched():
     model = resolve_model("llama-7b")
-    plan = ParallelPlan(world_size=8, gpus_per_node=8, global_batch_size=64, seq_len=4096)
+    plan = ParallelPlan(gpus=8, gpus_per_node=8, gbs=64, seq_len=4096)
     hw, graph, times = _times(model, plan, "h100-sxm")
     assert MK.apply(plan, hw, graph, times) is times
 

@@ -18,7 +18,7 @@ NO_MTP = dataclasses.replace(V3, mtp_layers=0)
 
 
 def _plan(**kw) -> ParallelPlan:
-    args = dict(world_size=256, gpus_per_node=8, global_batch_size=512, seq_len=4096, pp=8, ep=32,
+    args = dict(gpus=256, gpus_per_node=8, gbs=512, seq_len=4096, pp=8, ep=32,
                 moe_imbalance=1.0)
     args.update(kw)
     return ParallelPlan(**args)

@@ -5,7 +5,7 @@ from tests.helpers import llama, plan
 
 
 def test_valid_plan_derives_dp_and_microbatches():
-    p = plan(gpus=64, gpn=8, gbs=512, tp=2, pp=4, micro_batch_size=2).validate(llama())
+    p = plan(gpus=64, gpn=8, gbs=512, tp=2, pp=4, mbs=2).validate(llama())
     assert p.dp == 8
     assert p.num_microbatches == 512 // (2 * 8)
     assert p.num_nodes == 8
@@ -13,7 +13,7 @@ def test_valid_plan_derives_dp_and_microbatches():
 
 
 def test_error_lists_every_problem_and_every_factor():
-    bad = plan(gpus=48, gpn=8, gbs=100, tp=3, pp=5, vpp=3, micro_batch_size=2)
+    bad = plan(gpus=48, gpn=8, gbs=100, tp=3, pp=5, vpp=3, mbs=2)
     with pytest.raises(PlanError) as exc:
         bad.validate(llama())
     msg = str(exc.value)
@@ -36,10 +36,10 @@ def test_gqa_kv_heads_and_tp():
         plan(gpus=24, gpn=8, gbs=24, tp=3).validate(llama(heads=24, kv=8, hidden=3072, ffn=8190, layers=8))
 
 
-@pytest.mark.parametrize("field,value", [("world_size", 0), ("tp", -1), ("micro_batch_size", 0),
+@pytest.mark.parametrize("field,value", [("gpus", 0), ("tp", -1), ("mbs", 0),
                                          ("seq_len", -5), ("zero", 4), ("recompute", "some"), ("dtype", "int8")])
 def test_bad_values(field, value):
-    kw = dict(world_size=8, gpus_per_node=8, global_batch_size=8, seq_len=1024)
+    kw = dict(gpus=8, gpus_per_node=8, gbs=8, seq_len=1024)
     kw[field] = value
     from costmodel.core.specs.plan import ParallelPlan
     with pytest.raises(PlanError):

@@ -35,8 +35,8 @@ ROOFLINE = RooflineCostModel()
 def _with(plan: ParallelPlan, **kw) -> ParallelPlan:
     """The plan with some fields changed and gpus_per_node kept consistent with the new GPU count."""
     new = replace(plan, **kw)
-    gpn = max(plan.gpus_per_node, min(8, new.world_size)) if new.world_size > plan.gpus_per_node else plan.gpus_per_node
-    return replace(new, gpus_per_node=min(gpn, new.world_size))
+    gpn = max(plan.gpus_per_node, min(8, new.gpus)) if new.gpus > plan.gpus_per_node else plan.gpus_per_node
+    return replace(new, gpus_per_node=min(gpn, new.gpus))
 
 
 def _pred(model, plan, gpu):
@@ -84,7 +84,7 @@ def test_measured_optimizer_time_monotone_in_params():
     from costmodel.graph import build_graph
 
     model = gpt(layers=9, hidden=576, heads=1, vocab=4151, seq=2048, ffn_hidden_size=2304)
-    graph = build_graph(model, ParallelPlan(world_size=1, gpus_per_node=1, global_batch_size=1, seq_len=2048))
+    graph = build_graph(model, ParallelPlan(gpus=1, gpus_per_node=1, gbs=1, seq_len=2048))
     (opt,) = [o for o in graph.stages[0].iteration_ops if o.kind == "optimizer"]
     ops = [dc_replace(opt, features=(float(n),)) for n in (1e7, 2e7, 4e7, 6e7, 8e7, 1e8, 2e8, 4e8)]
     res = MeasuredCostModel().predict(ops, hardware("a100-80gb"))
@@ -97,8 +97,8 @@ def test_measured_optimizer_time_monotone_in_params():
 @given(setups(), st.integers(1, 8))
 def test_larger_global_batch_never_faster(s, more):
     model, plan, gpu = s
-    unit = plan.micro_batch_size * plan.dp
-    big = replace(plan, global_batch_size=plan.global_batch_size + unit * more)
+    unit = plan.mbs * plan.dp
+    big = replace(plan, gbs=plan.gbs + unit * more)
     assume(not big.problems(model))
     t1 = _pred(model, plan, gpu).iteration_time_s
     t2 = _pred(model, big, gpu).iteration_time_s
@@ -110,7 +110,7 @@ def test_larger_global_batch_never_faster(s, more):
 def test_memory_never_grows_with_tp_or_pp(s, axis):
     # DP and GBS stay fixed (so the micro-batch count and the ZeRO shard stay fixed); GPUs grow.
     model, plan, gpu = s
-    bigger = _with(plan, **{axis: getattr(plan, axis) * 2}, world_size=plan.world_size * 2)
+    bigger = _with(plan, **{axis: getattr(plan, axis) * 2}, gpus=plan.gpus * 2)
     assume(not bigger.problems(model))
     # only for even splits: an uneven one (PP not dividing the layers) may give the first stage, which holds
     # PP micro-batches of activations, more than 1/PP of the layers (3 layers over PP=2: 2 + 1)
@@ -175,8 +175,8 @@ def test_single_gpu_composition_matches_a_hand_computation(model, mbs, k, recomp
     """One GPU (no pipeline, no communication): the iteration is every micro-batch's forward and backward
     operators plus the optimizer, each at its known time; every breakdown row is its operators' summed
     time; tokens/s and the model TFLOP/s follow from that hand-computed time (not from the prediction's)."""
-    plan = ParallelPlan(world_size=1, gpus_per_node=1, global_batch_size=mbs * k, seq_len=model.max_seq_len,
-                        micro_batch_size=mbs, recompute=recompute)
+    plan = ParallelPlan(gpus=1, gpus_per_node=1, gbs=mbs * k, seq_len=model.max_seq_len,
+                        mbs=mbs, recompute=recompute)
     assume(not plan.problems(model))
     cost = _KnownTimes()
     (stage,) = build_graph(model, plan).stages
@@ -218,8 +218,8 @@ def test_batch_and_single_agree_exactly(s):
     cfg = _hf_config(drawn)
     model = from_hf_config(cfg, name="prop")
     assume(not plan.problems(model))
-    line = json.dumps({"id": "p", "model": cfg, "gpu": gpu, "gpus": plan.world_size, "tp": plan.tp, "pp": plan.pp,
-                       "mbs": plan.micro_batch_size, "gbs": plan.global_batch_size, "seq_len": plan.seq_len,
+    line = json.dumps({"id": "p", "model": cfg, "gpu": gpu, "gpus": plan.gpus, "tp": plan.tp, "pp": plan.pp,
+                       "mbs": plan.mbs, "gbs": plan.gbs, "seq_len": plan.seq_len,
                        "recompute": plan.recompute, "zero": plan.zero, "dtype": plan.dtype})
     (rec,) = list(run_batch([line]))
     assert "error" not in rec, rec

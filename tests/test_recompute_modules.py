@@ -30,7 +30,7 @@ def llama() -> ModelSpec:
 
 
 def plan(modules=(), *, tp=2, ep=8, overlap=False, **kw) -> ParallelPlan:
-    return ParallelPlan(world_size=64, gpus_per_node=8, global_batch_size=64, seq_len=4096, tp=tp, ep=ep,
+    return ParallelPlan(gpus=64, gpus_per_node=8, gbs=64, seq_len=4096, tp=tp, ep=ep,
                         recompute_modules=tuple(modules), moe_overlap_comm=overlap, **kw)
 
 
@@ -216,7 +216,7 @@ def test_hfu_counts_the_gemms_each_module_reruns(modules, moe):
     one_kind = dataclasses.replace(m, num_layers=1, first_dense_layers=0) if moe else \
         dataclasses.replace(m, num_experts=0, experts_per_token=0, moe_ffn_hidden_size=0, num_shared_experts=0,
                             first_dense_layers=0, num_layers=1)
-    assert graph / (p.micro_batch_size * p.seq_len) == recomputed_module_flops_per_token(one_kind, tuple(modules))
+    assert graph / (p.mbs * p.seq_len) == recomputed_module_flops_per_token(one_kind, tuple(modules))
 
 
 def test_moe_module_recompute_raises_hfu_not_mfu():
@@ -232,6 +232,6 @@ def test_moe_module_recompute_raises_hfu_not_mfu():
     assert moe.hardware_tflops_per_gpu > base.hardware_tflops_per_gpu and moe.mfu == base.mfu
     assert moe.model_tflops_per_gpu == base.model_tflops_per_gpu
     p = plan(("moe",))
-    extra = recomputed_module_flops_per_token(m, ("moe",)) * p.tokens_per_iteration / (10.0 * p.world_size) / 1e12
+    extra = recomputed_module_flops_per_token(m, ("moe",)) * p.tokens_per_iteration / (10.0 * p.gpus) / 1e12
     assert extra > 0 and moe.hardware_tflops_per_gpu - base.hardware_tflops_per_gpu == pytest.approx(extra)
     assert attn.hardware_tflops_per_gpu == base.hardware_tflops_per_gpu

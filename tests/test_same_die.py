@@ -16,9 +16,10 @@ from hypothesis import strategies as st
 
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.plan import ParallelPlan
+from costmodel.estimate import default_cost_model
 from costmodel.graph import build_graph
 from costmodel.kernel_basis import FUSED_ELEMENTWISE
-from planner.predict import default_cost_model, predict
+from planner.prediction import predict
 from tests.helpers import SETTINGS, llama, models
 
 TOL = 1e-6
@@ -47,8 +48,8 @@ def small_plans(draw, gpus_max: int = 4, big: bool = False):
     dp = draw(st.sampled_from([d for d in (1, 2, 4) if tp * d <= gpus_max]))
     mbs = draw(st.integers(1, 4))
     gpus = tp * dp
-    plan = ParallelPlan(world_size=gpus, gpus_per_node=gpus, global_batch_size=mbs * dp * draw(st.integers(1, 4)),
-                        seq_len=model.max_seq_len, tp=tp, micro_batch_size=mbs, zero=draw(st.sampled_from((0, 1))),
+    plan = ParallelPlan(gpus=gpus, gpus_per_node=gpus, gbs=mbs * dp * draw(st.integers(1, 4)),
+                        seq_len=model.max_seq_len, tp=tp, mbs=mbs, zero=draw(st.sampled_from((0, 1))),
                         recompute=draw(st.sampled_from(("none", "selective", "full"))),
                         dtype=draw(st.sampled_from(("bf16", "fp8"))),
                         framework=draw(st.sampled_from(("megatron", "torchtitan", "torchtitan-eager"))),
@@ -60,7 +61,7 @@ def _time(model, plan, gpu):
     hw = hardware(gpu)
     if plan.dtype == "fp8" and not hw.gpu.has_fp8:
         plan = replace(plan, dtype="bf16")
-    return predict(model, replace(plan, gpus_per_node=min(plan.world_size, hw.gpus_per_node)), hw)
+    return predict(model, replace(plan, gpus_per_node=min(plan.gpus, hw.gpus_per_node)), hw)
 
 
 @SETTINGS
@@ -68,7 +69,7 @@ def _time(model, plan, gpu):
 def test_a_part_that_beats_its_sibling_on_every_figure_is_never_slower(s, pair):
     model, plan = s
     fast, slow = pair
-    assume(plan.world_size <= min(hardware(fast).nvlink_domain, hardware(slow).nvlink_domain))
+    assume(plan.gpus <= min(hardware(fast).nvlink_domain, hardware(slow).nvlink_domain))
     if "a100" in fast:
         plan = replace(plan, dtype="bf16")
     pf, ps = _time(model, plan, fast), _time(model, plan, slow)
@@ -120,7 +121,7 @@ def test_operator_speedups_are_bounded_by_the_datasheet_ratios(s, pair):
     Hopper: 1.5-2x the rate, Shah et al. arXiv:2407.08608), and the embedding's backward is a scatter-add bound by
     atomics, neither bound by a datasheet figure."""
     model, plan = s
-    plan = replace(plan, dtype="bf16", world_size=1, tp=1, global_batch_size=plan.micro_batch_size)
+    plan = replace(plan, dtype="bf16", gpus=1, tp=1, gbs=plan.mbs)
     slow, fast = (hardware(g) for g in pair)
     bound = max(fast.gpu.peak_tflops["bf16"] / slow.gpu.peak_tflops["bf16"], fast.gpu.hbm_bw_gbs / slow.gpu.hbm_bw_gbs)
     ops = [o for o in build_graph(model, plan).distinct_operators().values()

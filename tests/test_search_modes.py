@@ -40,7 +40,7 @@ def test_default_batch_lands_nearest_4m_tokens_at_every_dp(seq):
 
 def test_tokens_per_batch_request_and_conflict():
     req = PlanRequest(model="llama-13b", gpu="a100-80gb", gpus=128, tp=2, tokens_per_batch=2 * 1024 * 1024)
-    assert req.resolve().plan.global_batch_size == 512  # DP 64: 8 steps of 64 sequences of 4096 tokens
+    assert req.resolve().plan.gbs == 512  # DP 64: 8 steps of 64 sequences of 4096 tokens
     with pytest.raises(PlannerError, match="pass only one"):
         PlanRequest(model="llama-13b", gpu="a100-80gb", gpus=128, gbs=512, tokens_per_batch=2_000_000)
     with pytest.raises(PlannerError, match="tokens_per_batch"):

@@ -60,15 +60,15 @@ def stub_predict(model, plan, hardware):
 
 def convention_ratio(model, plan) -> float:
     """Published (full-attention) over planner's (causal) model FLOPs: compare() scales MFU by it."""
-    gbs, seq = plan.global_batch_size, plan.seq_len
+    gbs, seq = plan.gbs, plan.seq_len
     return published_flops_per_iteration(model, gbs, seq, "none") / model_flops_per_iteration(model, gbs, seq)
 
 
 def timed_for_tflops(model, plan, tflops: float, recompute: str = "none") -> dict:
     """The iteration time at which ``tflops`` per GPU in the published convention (compare() converts the
     predicted time into it); the predicted TFLOP/s fields are NaN so that using them shows up."""
-    flops = published_flops_per_iteration(model, plan.global_batch_size, plan.seq_len, recompute)
-    return dict(iteration_time_s=flops / (tflops * 1e12 * plan.world_size))
+    flops = published_flops_per_iteration(model, plan.gbs, plan.seq_len, recompute)
+    return dict(iteration_time_s=flops / (tflops * 1e12 * plan.gpus))
 
 
 def compare_row(row, prediction):
@@ -107,7 +107,7 @@ def test_every_real_row_maps_or_states_a_reason(shared_validation):
             continue
         model, plan, gpu_key, gpn = V.row_to_inputs(row)
         assert plan.problems(model) == [], row.id
-        assert plan.world_size == row.get("n_gpus")
+        assert plan.gpus == row.get("n_gpus")
         assert gpu_key in ("a100-40gb", "a100-80gb", "h100-sxm", "h100-sxm-500w", "h100-pcie", "h200"), row.id
     rows = by_id(rows)
     assert "CHECK" in rows["LLAMA3-003"].skip_reason

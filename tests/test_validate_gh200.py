@@ -49,8 +49,8 @@ def test_megatron_counter_of_the_oellm_rows(rows):
     (Qwen3-1.7B) and 201.6 GFLOP per token (32B shape) (search_spaces/validation/published_sources.toml)."""
     for rid, gflop in (("GH200-OELLMJS-001", 10.48), ("GH200-OELLMJS-013", 201.7)):
         model, plan, _, _ = V.row_to_inputs(rows[rid])
-        tokens = plan.global_batch_size * plan.seq_len
-        assert megatron_flops(model, plan.global_batch_size, plan.seq_len, True) / tokens / 1e9 == \
+        tokens = plan.gbs * plan.seq_len
+        assert megatron_flops(model, plan.gbs, plan.seq_len, True) / tokens / 1e9 == \
             pytest.approx(gflop, rel=2e-3), rid
     assert rows["GH200-OELLM-SF-001"].rule("tflops_mcore_causal") is not None
     assert rows["GH200-ALPS-002"].rule("tflops_mcore_full_attention") is not None
@@ -63,8 +63,8 @@ def test_compare_uses_the_counter(rows):
     class P:
         iteration_time_s = 1.0
     pred, _ = compare(row, P(), model, plan)
-    assert pred == pytest.approx(megatron_flops(model, plan.global_batch_size, plan.seq_len, True)
-                                 / plan.world_size / 1e12)
+    assert pred == pytest.approx(megatron_flops(model, plan.gbs, plan.seq_len, True)
+                                 / plan.gpus / 1e12)
 
 
 def test_cuda_graphs_as_the_rows_state(rows):

@@ -88,8 +88,8 @@ def test_megatron_causal_counter_reproduces_the_moezoo_table(moe_rows):
         printed = float(re.search(r"Per-GPU TFLOPS (\d+)", row.text["notes"]).group(1))
         model, plan, _, _ = V.row_to_inputs(row)
         for causal, lo, hi in ((True, -0.01, 0.01), (False, 0.10, 0.20)):
-            tf = megatron_flops(model, plan.global_batch_size, plan.seq_len, causal) / (
-                row.measured_value * plan.world_size) / 1e12
+            tf = megatron_flops(model, plan.gbs, plan.seq_len, causal) / (
+                row.measured_value * plan.gpus) / 1e12
             assert lo < tf / printed - 1 < hi, (row.id, causal, tf, printed)
 
 
@@ -111,7 +111,7 @@ def test_plan_fields_from_framework_and_notes(moe_rows):
     p = plan("MOE-NEMO25-003")  # FSDP=0: distributed optimizer, not ZeRO-3
     assert (p.zero, p.dtype) == (1, "fp8")
     p = plan("MOE-NEMO25-002")  # ETP 1 from the recommended-config file the notes quote, TP 2
-    assert (p.tp, p.etp, p.cp, p.global_batch_size, p.micro_batch_size) == (2, 1, 8, 64, 1)
+    assert (p.tp, p.etp, p.cp, p.gbs, p.mbs) == (2, 1, 8, 64, 1)
     assert (plan("MOE-AUTOMODEL-004").zero, plan("MOE-AUTOMODEL-004").framework) == (3, "fsdp")
     # 4-GPU GB200 trays in NVL72 racks: 256 GPUs over 4 racks, 64 each on NVLink (Hardware.domain_for)
     assert (plan("MOE-MOEZOO-015").gpus_per_node, plan("MOE-MOEZOO-015").domain) == (4, 64)
@@ -128,8 +128,8 @@ def test_gpu_hours_metric_is_converted(moe_rows):
 def test_moe_tflops_row_compared_in_its_source_convention(moe_rows):
     row = moe_rows["MOE-MLMREADME-001"]  # rule tflops_mcore_full_attention
     model, plan, _, _ = V.row_to_inputs(row)
-    flops = megatron_flops(model, plan.global_batch_size, plan.seq_len, causal=False)
-    t = flops / (row.measured_value * 1.1 * 1e12 * plan.world_size)
+    flops = megatron_flops(model, plan.gbs, plan.seq_len, causal=False)
+    t = flops / (row.measured_value * 1.1 * 1e12 * plan.gpus)
     pred = SimpleNamespace(iteration_time_s=t, model_tflops_per_gpu=float("nan"))
     value, err = compare(row, pred, model, plan)
     assert err == pytest.approx(0.1)

@@ -212,7 +212,7 @@ def search_report_text(md: Path, result, *, top: int = 10, command: str | None =
     s = result.summary()
     hws = list({(t.hardware.gpu.name, t.hardware.cluster.name): t.hardware for t in p.targets}.values())
     cms = [r.cost_model for r in result.records] or [(cost_model or _default_cm()).name]
-    alloc = ", ".join(f"{t.world_size} x {t.hardware.gpu.name} ({t.nodes} x {t.gpus_per_node} on "
+    alloc = ", ".join(f"{t.gpus} x {t.hardware.gpu.name} ({t.nodes} x {t.gpus_per_node} on "
                       f"{t.hardware.cluster.name})" for t in p.targets)
     extra = ["", f"Model {p.model.name}, {p.model.total_params() / 1e9:.2f} B parameters; allocation(s): {alloc}; "
              f"{p.batch_text()}, sequences of {p.seq_len} tokens"
@@ -245,7 +245,7 @@ def _default_cm():
 
 
 def _target_lookup(problem) -> Callable[[PlanRecord], Hardware]:
-    table = {(t.hardware.gpu.name, t.hardware.cluster.name, t.world_size): t.hardware for t in problem.targets}
+    table = {(t.hardware.gpu.name, t.hardware.cluster.name, t.gpus): t.hardware for t in problem.targets}
     return lambda r: table[(r.gpu, r.cluster, r.gpus)]
 
 

@@ -125,10 +125,10 @@ class SearchResult:
                 "feasible": self.counts.get("ok", 0), "invalid": self.counts.get("invalid", 0),
                 "out_of_memory": self.counts.get("memory", 0), "space_size": self.space_size,
                 "trials": self.trials, "study_trials": self.study_trials, "study_name": self.study_name,
-                "elapsed_s": round(self.elapsed_s, 3), "global_batch_size": self.problem.global_batch_size,
+                "elapsed_s": round(self.elapsed_s, 3), "global_batch_size": self.problem.gbs,
                 "seq_len": self.problem.seq_len, "tokens": self.problem.tokens,
-                "batch_tokens": (self.problem.global_batch_size * self.problem.seq_len
-                                 if self.problem.global_batch_size is not None else None),
+                "batch_tokens": (self.problem.gbs * self.problem.seq_len
+                                 if self.problem.gbs is not None else None),
                 "batch_range": self.problem.batch.to_dict() if self.problem.batch is not None else None,
                 "mode_note": self.mode_note,
                 "collapsed_equivalent": self.collapsed}
@@ -136,7 +136,7 @@ class SearchResult:
 
 def _space_size(problem: SearchProblem) -> int:
     """Cartesian size of the listed values times the allocations (MoE: times the EP and ETP choices)."""
-    eps, etps = moe_choices(problem.model, problem.space, max(t.world_size for t in problem.targets))
+    eps, etps = moe_choices(problem.model, problem.space, max(t.gpus for t in problem.targets))
     return problem.space.size() * len(problem.targets) * len(eps) * len(etps)
 
 

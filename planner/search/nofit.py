@@ -46,7 +46,7 @@ def min_gpus_to_fit(problem: SearchProblem, gbs_given: bool = False,
         c = _first_fit(p)
         return c
 
-    world = max(gpn, -(-problem.targets[0].world_size // gpn) * gpn)
+    world = max(gpn, -(-problem.targets[0].gpus // gpn) * gpn)
     lo = world
     hit = at(world)
     while hit is None:

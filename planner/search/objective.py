@@ -43,13 +43,13 @@ class Evaluation:
 
 def batch_cap_problem(problem: SearchProblem, c: Candidate) -> str | None:
     """Why the batch range holds no GBS for candidate ``c`` (its MBS x DP exceeds the batch), or None."""
-    if problem.global_batch_size is not None:
+    if problem.gbs is not None:
         return None
     t = problem.targets[c.target]
     mp = c.tp * c.pp * c.cp
-    if not mp or t.world_size % mp:
+    if not mp or t.gpus % mp:
         return None
-    unit = c.mbs * (t.world_size // mp)
+    unit = c.mbs * (t.gpus // mp)
     if problem.gbs_for(unit):
         return None
     return (f"the batch caps DP: MBS x DP = {unit} sequences ({tokens_text(unit * problem.seq_len)} tokens) exceeds "
@@ -153,7 +153,7 @@ class Evaluator:
             return rec
         p = self.problem
         target = next(t for t in p.targets if t.hardware.gpu.name == rec.gpu and t.hardware.cluster.name == rec.cluster
-                      and t.world_size == rec.gpus)
+                      and t.gpus == rec.gpus)
         plan = rec.to_plan()
         full = make_record(p, target, plan, predict(p.model, plan, target.hardware, self.cost_model,
                                                     calibration=p.calibration), p.price(target.hardware))

@@ -130,8 +130,8 @@ class PlanRecord:
     def to_plan(self) -> ParallelPlan:
         """The ParallelPlan this record describes."""
         return with_default_dispatcher(ParallelPlan(  # the search's dispatcher (planner.search.space)
-            world_size=self.gpus, gpus_per_node=self.gpus_per_node, global_batch_size=self.gbs,
-            seq_len=self.seq_len, tp=self.tp, pp=self.pp, cp=self.cp, vpp=self.vpp, micro_batch_size=self.mbs,
+            gpus=self.gpus, gpus_per_node=self.gpus_per_node, gbs=self.gbs,
+            seq_len=self.seq_len, tp=self.tp, pp=self.pp, cp=self.cp, vpp=self.vpp, mbs=self.mbs,
             recompute=self.recompute, sequence_parallel=self.sequence_parallel, zero=self.zero, dtype=self.dtype,
             layer_split=tuple(self.layer_split) if self.layer_split else None, nvlink_domain=self.nvlink_domain,
             framework=self.framework, ep=self.ep, etp=self.etp))
@@ -155,12 +155,12 @@ def make_record(problem, target, plan: ParallelPlan, pred, price: float | None) 
     """Summarise one prediction (planner.prediction.Prediction) of a feasible plan; with ``problem.failures`` (a
     costmodel.goodput.FailureModel) time and cost to train are expected values, divided by the goodput."""
     tps = pred.tokens_per_s
-    usd_per_mtoken = price * plan.world_size / 3600.0 / tps * 1e6 if price is not None else None
+    usd_per_mtoken = price * plan.gpus / 3600.0 / tps * 1e6 if price is not None else None
     rec = PlanRecord(
         model=problem.model.name, gpu=target.hardware.gpu.name, cluster=target.hardware.cluster.name,
         nodes=plan.num_nodes, gpus_per_node=plan.gpus_per_node, nvlink_domain=plan.nvlink_domain,
-        gpus=plan.world_size, tp=plan.tp, pp=plan.pp,
-        dp=plan.dp, cp=plan.cp, vpp=plan.vpp, mbs=plan.micro_batch_size, gbs=plan.global_batch_size,
+        gpus=plan.gpus, tp=plan.tp, pp=plan.pp,
+        dp=plan.dp, cp=plan.cp, vpp=plan.vpp, mbs=plan.mbs, gbs=plan.gbs,
         seq_len=plan.seq_len, num_microbatches=plan.num_microbatches, recompute=plan.recompute,
         sequence_parallel=plan.sp, zero=plan.zero, dtype=plan.dtype, framework=plan.framework, ep=plan.ep, etp=plan.etp,
         iteration_time_s=pred.iteration_time_s, iteration_time_low_s=pred.iteration_time_low_s,

@@ -180,36 +180,36 @@ class Target:
 
     hardware: Hardware
     """GPU and node type."""
-    world_size: int
+    gpus: int
     """Total GPUs."""
 
     @property
     def gpus_per_node(self) -> int:
         """GPUs per node as the plan sees it (a job smaller than a node uses part of one)."""
-        return min(self.hardware.gpus_per_node, self.world_size)
+        return min(self.hardware.gpus_per_node, self.gpus)
 
     @property
     def nodes(self) -> int:
-        return -(-self.world_size // self.gpus_per_node)
+        return -(-self.gpus // self.gpus_per_node)
 
     @property
     def nvlink_domain(self) -> int:
         """GPUs per NVLink domain as the plan sees it (Hardware.domain_for: e.g. 64 for 128 GPUs of NVL72)."""
-        return self.hardware.domain_for(self.world_size)
+        return self.hardware.domain_for(self.gpus)
 
     def label(self) -> str:
-        return f"{self.world_size} x {self.hardware.gpu.name}"
+        return f"{self.gpus} x {self.hardware.gpu.name}"
 
 
-def make_target(hardware: Hardware, world_size: int) -> Target:
+def make_target(hardware: Hardware, gpus: int) -> Target:
     """A target, checking that the GPU count fills whole nodes."""
     gpn = hardware.gpus_per_node
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size <= 0:
-        raise PlannerError(f"the GPU count must be a positive integer, got {world_size!r}.")
-    if world_size > gpn and world_size % gpn != 0:
-        raise PlannerError(f"{world_size} GPUs is not a multiple of {gpn} GPUs per node of {hardware.cluster.name} "
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus <= 0:
+        raise PlannerError(f"the GPU count must be a positive integer, got {gpus!r}.")
+    if gpus > gpn and gpus % gpn != 0:
+        raise PlannerError(f"{gpus} GPUs is not a multiple of {gpn} GPUs per node of {hardware.cluster.name} "
                            f"({hardware.gpu.name}); pass a multiple of {gpn} or use --nodes.")
-    return Target(hardware, world_size)
+    return Target(hardware, gpus)
 
 
 @dataclass(frozen=True)
@@ -222,7 +222,7 @@ class SearchProblem:
     """Allocations to choose from (GPU type x GPU count); one categorical dimension when > 1."""
     space: SearchSpace
     """Candidate values per plan dimension."""
-    global_batch_size: int | None
+    gbs: int | None
     """Sequences per optimizer step when fixed (--gbs); None = each plan's own from ``batch`` (planner.batch:
     plans then compare by time per token, not per iteration)."""
     seq_len: int
@@ -237,7 +237,7 @@ class SearchProblem:
     """Calibration every prediction of the search applies (planner.calibrate.Calibration, as `planner predict`
     applies it); None = uncalibrated."""
     batch: BatchRange | None = None
-    """Batch range in tokens each plan's GBS is taken from (planner.batch.batch_steps) when global_batch_size is
+    """Batch range in tokens each plan's GBS is taken from (planner.batch.batch_steps) when gbs is
     None."""
     failures: object = None
     """costmodel.goodput.FailureModel of time and cost to train (None: a perfect run, goodput not reported)."""
@@ -245,12 +245,12 @@ class SearchProblem:
     def gbs_for(self, unit: int) -> int:
         """GBS of a plan whose MBS x DP is ``unit``: the fixed one, else from the batch range (0: the range holds no
         multiple of ``unit``, the batch caps DP)."""
-        fixed = self.global_batch_size
+        fixed = self.gbs
         return fixed if fixed is not None else unit * batch_steps(self.seq_len, unit, self.batch)
 
     def batch_text(self) -> str:
         """The batch as titles state it, e.g. 'GBS 512 (4.19M tokens)' or 'batch 4.19M-16.8M tokens, GBS per plan'."""
-        fixed = self.global_batch_size
+        fixed = self.gbs
         return f"GBS {fixed} ({tokens_text(fixed * self.seq_len)} tokens)" if fixed is not None else \
             f"batch {self.batch.text()} tokens, GBS per plan"
 
@@ -270,8 +270,8 @@ class SearchProblem:
         if not self.model.is_moe:  # dense: no expert dimensions (the identity of studies stored before them)
             sp.pop("ep"), sp.pop("etp")
         return {"model": self.model.name, "targets": [[t.hardware.gpu.name, t.hardware.cluster.name,
-                                                        t.gpus_per_node, t.world_size] for t in self.targets],
-                "gbs": self.global_batch_size if self.global_batch_size is not None else self.batch.to_dict(),
+                                                        t.gpus_per_node, t.gpus] for t in self.targets],
+                "gbs": self.gbs if self.gbs is not None else self.batch.to_dict(),
                 "seq_len": self.seq_len,
                 "space": {k: list(v) if isinstance(v, tuple) else v for k, v in sp.items()}}
 
@@ -390,7 +390,7 @@ def factorizations(model: ModelSpec, target: Target, space: SearchSpace) -> list
     """Valid (TP, PP, CP) degrees for one target: TP*PP*CP divides the GPU count, TP splits the heads
     and stays within a node (unless allowed), PP is at most the layer count (a PP that does not divide the
     layers gets an uneven Megatron split, chosen when the plan is predicted)."""
-    world, gpn = target.world_size, target.nvlink_domain   # TP stays within the NVLink domain
+    world, gpn = target.gpus, target.nvlink_domain   # TP stays within the NVLink domain
     out = []
     for tp, pp, cp in itertools.product(space.tp, space.pp, space.cp):
         mp = tp * pp * cp
@@ -404,7 +404,7 @@ def factorizations(model: ModelSpec, target: Target, space: SearchSpace) -> list
 
 def factorization_problem(model: ModelSpec, target: Target, space: SearchSpace) -> str:
     """Why no (TP, PP, CP) of the space is valid for a target: each rule with the degrees it rules out."""
-    world, gpn = target.world_size, target.nvlink_domain
+    world, gpn = target.gpus, target.nvlink_domain
     rules = {"TP*PP*CP must divide the GPU count": [], f"TP must split the {model.num_heads} heads, "
              f"{model.num_kv_heads} KV heads and FFN width": [],
              f"TP must stay within an NVLink domain of {gpn} GPUs (--allow-tp-across-nodes)": [],
@@ -447,11 +447,11 @@ def enumerate_candidates(problem: SearchProblem) -> Iterator[Candidate]:
     rest = list(itertools.product(sp.mbs, sp.recompute, sp.sequence_parallel, sp.zero, sp.dtype, sp.framework))
     model = problem.model
     for ti, target in enumerate(problem.targets):
-        eps, etps = moe_choices(model, sp, target.world_size)
+        eps, etps = moe_choices(model, sp, target.gpus)
         for tp, pp, cp in factorizations(model, target, sp):
             vpps = [v for v in sp.vpp if v == 1 or (pp > 1 and _vpp_ok(model, pp, v))]
             experts = [(e, t) for e in eps for t in dict.fromkeys(0 if t in (0, tp) else t for t in etps)
-                       if not model.is_moe or _expert_grid_ok(model, target.world_size, tp, pp, True, e, t)]
+                       if not model.is_moe or _expert_grid_ok(model, target.gpus, tp, pp, True, e, t)]
             for vpp in vpps:
                 for mbs, rc, seqp, zero, dt, fw in rest:
                     if tp == 1 and seqp and False in sp.sequence_parallel:
@@ -481,7 +481,7 @@ def dimension_choices(problem: SearchProblem) -> dict[str, list]:
                 "sequence_parallel": list(sp.sequence_parallel), "zero": sorted(sp.zero), "dtype": list(sp.dtype),
                 "framework": list(sp.framework)})
     if problem.model.is_moe:  # dense models: no EP/ETP dimension (the same Optuna parameters as before)
-        world = max(t.world_size for t in problem.targets)
+        world = max(t.gpus for t in problem.targets)
         eps, etps = moe_choices(problem.model, sp, world)
         out.update({"ep": sorted(eps) or [1], "etp": sorted(set(etps))})
     return out
@@ -597,10 +597,10 @@ def candidate_plan(problem: SearchProblem, c: Candidate) -> ParallelPlan:
     """The ParallelPlan of a candidate (not validated). Its GBS is SearchProblem.gbs_for(MBS x DP); where the batch
     range holds no multiple of MBS x DP the plan gets one micro-batch per DP rank (and the evaluator refuses it)."""
     t, mp = problem.targets[c.target], c.tp * c.pp * c.cp
-    unit = c.mbs * (t.world_size // mp if mp and t.world_size % mp == 0 else 1)
+    unit = c.mbs * (t.gpus // mp if mp and t.gpus % mp == 0 else 1)
     # the MoE token dispatcher of the framework's recipes for the EP group's placement (costmodel.moe)
     return with_default_dispatcher(ParallelPlan(
-        world_size=t.world_size, gpus_per_node=t.gpus_per_node, global_batch_size=problem.gbs_for(unit) or unit,
-        seq_len=problem.seq_len, tp=c.tp, pp=c.pp, cp=c.cp, vpp=c.vpp, micro_batch_size=c.mbs, recompute=c.recompute,
+        gpus=t.gpus, gpus_per_node=t.gpus_per_node, gbs=problem.gbs_for(unit) or unit,
+        seq_len=problem.seq_len, tp=c.tp, pp=c.pp, cp=c.cp, vpp=c.vpp, mbs=c.mbs, recompute=c.recompute,
         sequence_parallel=c.sequence_parallel, zero=c.zero, dtype=c.dtype, nvlink_domain=t.nvlink_domain,
         framework=c.framework, ep=c.ep, etp=c.etp or None))

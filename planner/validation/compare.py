@@ -41,22 +41,22 @@ def compare(row: RunRow, prediction, model: ModelSpec, plan: ParallelPlan, hardw
         causal = row.rule("tflops_mcore_causal") is not None
         if not causal and row.rule("tflops_mcore_full_attention") is None:
             raise PlannerError(f"row {row.id}: the FLOPs formula of its tflops_per_gpu is not known")
-        flops = megatron_flops(model, plan.global_batch_size, plan.seq_len, causal)
-        pred = flops / (prediction.iteration_time_s * plan.world_size) / 1e12
+        flops = megatron_flops(model, plan.gbs, plan.seq_len, causal)
+        pred = flops / (prediction.iteration_time_s * plan.gpus) / 1e12
     elif metric == "tflops_per_gpu":
         # published TFLOP/s use SC21 eq. 3 / PaLM counting (full s x s attention), not planner's causal
         # MFU convention (costmodel/flops.py): convert the predicted time into the source's convention
         hfu = row.rule("tflops_counts_recompute") is not None
-        flops = published_flops_per_iteration(model, plan.global_batch_size, plan.seq_len,
+        flops = published_flops_per_iteration(model, plan.gbs, plan.seq_len,
                                               plan.recompute if hfu else "none")
-        pred = flops / (prediction.iteration_time_s * plan.world_size) / 1e12
+        pred = flops / (prediction.iteration_time_s * plan.gpus) / 1e12
     elif metric == "mfu" and model.is_moe:
         raise PlannerError(f"row {row.id}: MFU of a mixture-of-experts run: its FLOPs convention is not known")
     elif metric == "mfu":
         # published MFU (PaLM appendix B, Llama 3, Megatron) counts full attention too: scale planner's causal
         # MFU by the ratio of the two conventions' model FLOPs (same time, same peak)
-        ratio = (published_flops_per_iteration(model, plan.global_batch_size, plan.seq_len, "none")
-                 / model_flops_per_iteration(model, plan.global_batch_size, plan.seq_len))
+        ratio = (published_flops_per_iteration(model, plan.gbs, plan.seq_len, "none")
+                 / model_flops_per_iteration(model, plan.gbs, plan.seq_len))
         pred = 100.0 * prediction.mfu * ratio
         if uses_fp8_peak(row):
             if hardware is None:

@@ -122,7 +122,7 @@ def validate(rows: list[RunRow], predict_fn: Callable | None = None, tiers: Iter
         res.assumptions = list(row.assumptions)
         res.gpu, res.kind, res.cluster = gpu_key, parallelism_kind(plan), row.cluster
         res.layout = {"tp": plan.tp, "pp": plan.pp, "dp": plan.dp, "cp": plan.cp, "vp": plan.vpp,
-                      "mbs": plan.micro_batch_size, "gbs": plan.global_batch_size, **expert_layout(model, plan)}
+                      "mbs": plan.mbs, "gbs": plan.gbs, **expert_layout(model, plan)}
         try:
             key = (gpu_key, gpn, row.cluster)
             if key not in hw_cache:

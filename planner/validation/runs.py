@@ -605,7 +605,7 @@ def _moe_plan(row: RunRow, model: ModelSpec, plan: ParallelPlan, notes: list[str
     # the NVLink domain as planner predict places the job (PlanRequest.resolve): a GB200/GB300 NVL72 rack spans
     # 18 4-GPU trays, so EP groups across trays stay on NVLink
     domain = load_catalogue().resolve(map_gpu(row.text["gpu"])[0], row.cluster or None,
-                                      plan.gpus_per_node).domain_for(plan.world_size)
+                                      plan.gpus_per_node).domain_for(plan.gpus)
     if domain != plan.domain:
         fields["nvlink_domain"] = domain
         notes.append(f"NVLink domain {domain} GPUs (catalogue node type of {row.text['gpu']!r})")

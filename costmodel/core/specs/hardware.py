@@ -200,21 +200,21 @@ class Hardware:
         """GPUs in one NVLink (scale-up) domain (the node when the catalogue gives none)."""
         return self.cluster.nvlink_domain or self.cluster.gpus_per_node
 
-    def domain_for(self, world_size: int) -> int:
-        """NVLink-domain size as a job of ``world_size`` GPUs sees it (what collective topology uses).
+    def domain_for(self, gpus: int) -> int:
+        """NVLink-domain size as a job of ``gpus`` GPUs sees it (what collective topology uses).
 
         A job within one domain has a domain of its own size. A job over several domains whose size does
         not divide it (128 GB200 on NVL72 racks) is spread over the fewest domains, ``ceil(N / domain)``,
         in whole nodes as evenly as they go, and every domain is taken to hold the smallest share (128 ->
         2 x 64, 200 -> 68 + 68 + 64 taken as 3 x 64): a synchronous collective runs at the pace of its
         slowest group, so it is never costed as faster than on the least-filled domain. When the domain
-        equals the node (DGX/HGX, Perlmutter, Vista) this is ``min(gpus_per_node, world_size)``, as before.
+        equals the node (DGX/HGX, Perlmutter, Vista) this is ``min(gpus_per_node, gpus)``, as before.
         """
         d, unit = self.nvlink_domain, self.gpus_per_node
-        if world_size <= d or world_size % d == 0:
-            return min(d, world_size)
-        domains = -(-world_size // d)
-        return max(unit, (world_size // unit) // domains * unit)
+        if gpus <= d or gpus % d == 0:
+            return min(d, gpus)
+        domains = -(-gpus // d)
+        return max(unit, (gpus // unit) // domains * unit)
 
     @property
     def price_usd_per_gpu_hour(self) -> float | None:

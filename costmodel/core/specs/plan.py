@@ -29,13 +29,13 @@ Blackwell name by the request layer, costmodel/fp8_block.py says how that approx
 
 @dataclass(frozen=True)
 class ParallelPlan:
-    """One training layout. ``dp`` is derived: world_size / (tp * pp * cp)."""
+    """One training layout. ``dp`` is derived: gpus / (tp * pp * cp)."""
 
-    world_size: int
+    gpus: int
     """Total number of GPUs."""
     gpus_per_node: int
     """GPUs in one node (the fast-interconnect domain)."""
-    global_batch_size: int
+    gbs: int
     """Sequences per optimizer step (GBS)."""
     seq_len: int
     """Tokens per sequence."""
@@ -47,7 +47,7 @@ class ParallelPlan:
     """Context-parallel degree (sequence split across GPUs for attention)."""
     vpp: int = 1
     """Virtual pipeline chunks per stage (interleaved 1F1B when > 1)."""
-    micro_batch_size: int = 1
+    mbs: int = 1
     """Sequences per micro-batch (MBS)."""
     recompute: str = "selective"
     """Activation recomputation: none, selective (attention core), full (whole layer)."""
@@ -161,7 +161,7 @@ class ParallelPlan:
 
     @property
     def dp(self) -> int:
-        return self.world_size // self.model_parallel if self.model_parallel else 0
+        return self.gpus // self.model_parallel if self.model_parallel else 0
 
     @property
     def expert_tp(self) -> int:
@@ -171,14 +171,14 @@ class ParallelPlan:
 
     @property
     def expert_dp(self) -> int:
-        """Expert data-parallel degree: world_size / (ETP * EP * PP) (Megatron-Core parallel_state.py
+        """Expert data-parallel degree: gpus / (ETP * EP * PP) (Megatron-Core parallel_state.py
         ``expert_data_parallel_size``); the group over which expert gradients are reduced."""
         denom = self.expert_tp * self.ep * self.pp
-        return self.world_size // denom if denom else 0
+        return self.gpus // denom if denom else 0
 
     @property
     def num_nodes(self) -> int:
-        return -(-self.world_size // self.gpus_per_node)
+        return -(-self.gpus // self.gpus_per_node)
 
     @property
     def domain(self) -> int:
@@ -187,8 +187,8 @@ class ParallelPlan:
 
     @property
     def num_microbatches(self) -> int:
-        denom = self.micro_batch_size * self.dp
-        return self.global_batch_size // denom if denom else 0
+        denom = self.mbs * self.dp
+        return self.gbs // denom if denom else 0
 
     @property
     def vpp_microbatch_group(self) -> int | None:
@@ -212,7 +212,7 @@ class ParallelPlan:
 
     @property
     def tokens_per_iteration(self) -> int:
-        return self.global_batch_size * self.seq_len
+        return self.gbs * self.seq_len
 
     @property
     def sp(self) -> bool:
@@ -259,9 +259,9 @@ class ParallelPlan:
 
     # ------------------------------------------------------------ validation
     def factors(self) -> str:
-        return (f"GPUs={self.world_size} gpus_per_node={self.gpus_per_node} TP={self.tp} PP={self.pp} "
-                f"CP={self.cp} DP={self.dp} VPP={self.vpp} MBS={self.micro_batch_size} "
-                f"GBS={self.global_batch_size} seq_len={self.seq_len} recompute={self.recompute} "
+        return (f"GPUs={self.gpus} gpus_per_node={self.gpus_per_node} TP={self.tp} PP={self.pp} "
+                f"CP={self.cp} DP={self.dp} VPP={self.vpp} MBS={self.mbs} "
+                f"GBS={self.gbs} seq_len={self.seq_len} recompute={self.recompute} "
                 f"SP={self.sequence_parallel} ZeRO={self.zero} dtype={self.dtype} framework={self.framework}"
                 + (f" attention={self.attention}" if self.attention else "")
                 + (f" EP={self.ep} ETP={self.etp} EDP={self.expert_dp} dispatcher={self.moe_dispatcher}"
@@ -287,8 +287,7 @@ class ParallelPlan:
         return p
 
     def _integer_problems(self) -> list[str]:
-        names = ("world_size", "gpus_per_node", "global_batch_size", "seq_len", "tp", "pp", "cp", "vpp",
-                 "micro_batch_size", "ep", "etp")
+        names = ("gpus", "gpus_per_node", "gbs", "seq_len", "tp", "pp", "cp", "vpp", "mbs", "ep", "etp")
         return [f"{name}={v!r} must be a positive integer" for name in names
                 if not isinstance(v := getattr(self, name), int) or isinstance(v, bool) or v <= 0]
 
@@ -323,11 +322,11 @@ class ParallelPlan:
     def _factor_problems(self) -> list[str]:
         """How TP, PP, CP, EP and ETP divide the GPUs, and the MoE options that need no model."""
         p: list[str] = []
-        if self.world_size % self.model_parallel != 0:
+        if self.gpus % self.model_parallel != 0:
             p.append(f"TP*PP*CP = {self.tp}*{self.pp}*{self.cp} = {self.model_parallel} must divide "
-                     f"GPUs={self.world_size} (DP = GPUs / (TP*PP*CP))")
-        if self.world_size > self.gpus_per_node and self.world_size % self.gpus_per_node != 0:
-            p.append(f"GPUs={self.world_size} must be a multiple of gpus_per_node={self.gpus_per_node}")
+                     f"GPUs={self.gpus} (DP = GPUs / (TP*PP*CP))")
+        if self.gpus > self.gpus_per_node and self.gpus % self.gpus_per_node != 0:
+            p.append(f"GPUs={self.gpus} must be a multiple of gpus_per_node={self.gpus_per_node}")
         p += [f"{name}={value!r} must be one of {', '.join(choices)}" for name, value, choices in (
             ("moe_dispatcher", self.moe_dispatcher, MOE_DISPATCHERS), ("moe_routing", self.moe_routing, MOE_ROUTINGS))
             if value not in choices]
@@ -337,9 +336,9 @@ class ParallelPlan:
         # Megatron-Core parallel_state.py initialize_model_parallel: "world_size ... is not divisible by
         # expert_tensor_model_pipeline_parallel size" (ETP * EP * PP)
         etp = self.expert_tp
-        if self.world_size % (etp * self.ep * self.pp) != 0:
+        if self.gpus % (etp * self.ep * self.pp) != 0:
             p.append(f"ETP*EP*PP = {etp}*{self.ep}*{self.pp} = {etp * self.ep * self.pp} must divide "
-                     f"GPUs={self.world_size} (expert DP = GPUs / (ETP*EP*PP))")
+                     f"GPUs={self.gpus} (expert DP = GPUs / (ETP*EP*PP))")
         # Megatron-LM arguments.py: "When using expert parallelism and tensor parallelism, sequence parallelism
         # must be used"
         if self.ep > 1 and self.tp > 1 and not self.sequence_parallel:
@@ -356,9 +355,9 @@ class ParallelPlan:
             if why:
                 p.append(why)
         dp = self.dp
-        if dp > 0 and self.global_batch_size % (self.micro_batch_size * dp) != 0:
-            p.append(f"GBS={self.global_batch_size} must be a multiple of MBS*DP = "
-                     f"{self.micro_batch_size}*{dp} = {self.micro_batch_size * dp}")
+        if dp > 0 and self.gbs % (self.mbs * dp) != 0:
+            p.append(f"GBS={self.gbs} must be a multiple of MBS*DP = "
+                     f"{self.mbs}*{dp} = {self.mbs * dp}")
         if self.cp > 1 and self.seq_len % (2 * self.cp) != 0:
             p.append(f"seq_len={self.seq_len} must be a multiple of 2*CP = {2 * self.cp} (load-balanced causal CP)")
         if self.sp and self.seq_len % self.tp != 0:
