@@ -229,6 +229,37 @@ the H100 measurement 13.2x, 5.8x, 1.67x and 6.0x the time, costmodel/data/fused_
 """
 
 
+MEGATRON_LOSS_BYTES = (38.0, 14.0)
+"""HBM bytes per logit (forward, backward) of Megatron-Core's vocab-parallel cross entropy on bf16 logits, counted
+from megatron/core/tensor_parallel/cross_entropy.py (VocabParallelCrossEntropy, NVIDIA/Megatron-LM @00611e6e), one
+HBM read of every input and one write of every output per pass over the [tokens, vocab / TP] logits:
+
+* forward: ``logits.float()`` (read 2, write 4), ``torch.max`` over the vocabulary (read 4), the in-place
+  subtraction of the max (4 + 4), ``torch.exp(out=)`` in place (4 + 4), ``sum`` (read 4), the in-place division
+  into the saved fp32 softmax (4 + 4): 38 bytes;
+* backward: the in-place ``grad_input.mul_(grad_output)`` over the saved softmax (4 + 4), and autograd's cast of
+  the fp32 gradient back to the bf16 logits (read 4, write 2): 14 bytes (the target scatter touches one logit per
+  token).
+
+``--cross-entropy-loss-fusion`` with the default ``--cross-entropy-fusion-impl native``
+(megatron/core/fusions/fused_cross_entropy.py) runs the same steps under ``jit_fuser`` (torch.compile): it saves
+the all-reduces and kernel launches, not the fp32 passes (the file notes that Inductor materialises its in-place
+exp and scatter into fresh logits-sized buffers and copies them back), so it is costed alike. Only a single-kernel
+loss (``ParallelPlan.cross_entropy_fusion``: ``--cross-entropy-fusion-impl te``, Transformer Engine's Triton
+cross entropy) reads the logits once: costmodel.graph.cross_entropy_ops."""
+
+
+def megatron_loss_extra_bytes(backward: bool, fused_bytes: float, logits: float) -> float:
+    """Residual-add-equivalent bytes (costmodel.opbuild.hbm_pass) that bring a fused cross entropy of ``fused_bytes``
+    over ``logits`` logits to Megatron-Core's vocab-parallel chain (:data:`MEGATRON_LOSS_BYTES`): the chain's passes
+    stream at the residual add's fused efficiency (fused_kernels.json), the fused kernel's own time is kept."""
+    eff, res = fused_efficiency("cross_entropy", backward), fused_efficiency("residual_add", False)
+    if not eff or not res:
+        return 0.0
+    chain = MEGATRON_LOSS_BYTES[1 if backward else 0] * logits
+    return max(0.0, chain - fused_bytes * res / eff)
+
+
 def eager_extra_bytes(kind: str, backward: bool, fused_bytes: float) -> float:
     """Residual-add-equivalent bytes (costmodel.opbuild.hbm_pass, costed at the residual add's efficiency) that bring
     a fused ``kind`` operator of ``fused_bytes`` to the measured eager / fused time ratio of torchtitan's eager

@@ -145,3 +145,29 @@ def test_cost_sources_name_the_fused_basis():
     ops = [o for o in g.stages[0].layer_ops if o.kind == "norm"]
     res = default_cost_model().predict(ops, hw)
     assert all("fused kernel" in m for m in res.method)
+
+
+def test_megatron_loss_is_its_counted_fp32_chain_and_a_single_kernel_reads_the_logits_once():
+    from costmodel.core.kinds import Phase
+    from costmodel.graph import cross_entropy_ops
+    from costmodel.kernel_basis import MEGATRON_LOSS_BYTES
+    from costmodel.opbuild import hbm_pass
+    from planner.export import megatron_args
+
+    p, tokens, v = plan(gpus=1, gbs=1), 4096, 32000
+    hw = load_catalogue().resolve("h100-sxm")
+    cm = default_cost_model()
+    chain, single = cross_entropy_ops(p, tokens, v), cross_entropy_ops(replace(p, cross_entropy_fusion=True), tokens, v)
+    assert [o.name for o in single] == ["cross_entropy", "cross_entropy"]
+    assert [o.name for o in chain][2:] == ["hbm.megatron.cross_entropy"] * 2
+    # the chain's time is its counted bytes streamed at the residual add's fused efficiency
+    for phase, nbytes in zip((Phase.FWD, Phase.BWD), MEGATRON_LOSS_BYTES):
+        got = sum(cm.predict([o], hw).time_s[0] for o in chain if o.phase is phase)
+        want = cm.predict([hbm_pass("x", phase, nbytes * tokens * v, "bf16")], hw).time_s[0]
+        assert got == pytest.approx(want, rel=1e-2)  # one kernel launch floor apart
+    # torchtitan's loss is PyTorch's eager F.cross_entropy(pred.float()), not Megatron's chain
+    titan = cross_entropy_ops(replace(p, framework="torchtitan"), tokens, v)
+    assert [o.name for o in titan][2:] == ["hbm.eager.cross_entropy"] * 2
+    args = megatron_args(llama(layers=2), replace(p, cross_entropy_fusion=True))[0]
+    i = args.index("--cross-entropy-fusion-impl")
+    assert "--cross-entropy-loss-fusion" in args and args[i + 1] == "te"
