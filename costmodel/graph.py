@@ -32,7 +32,7 @@ from costmodel.core.kinds import FEATURES, Category, Phase
 from costmodel.core.specs.framework import attention_kernel, get_framework
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
-from costmodel.kernel_basis import eager_extra_bytes, host_dispatch_s, megatron_loss_extra_bytes
+from costmodel.kernel_basis import eager_extra_bytes, host_dispatch_s, megatron_loss_extra_bytes, python_layer_host_s
 from costmodel.memory import stage_host_offload
 from costmodel.moe import dispatcher_notes, expert_params_per_gpu, moe_block_operators
 from costmodel.mtp import mtp_layer, mtp_params
@@ -612,10 +612,13 @@ def _stage_kinds(model: ModelSpec, plan: ParallelPlan) -> tuple[list, dict]:
 
 
 def _host_dispatch(plan: ParallelPlan, layer_ops: list[Op], stage_ops: list[Op]) -> tuple[float, float, float, float]:
-    """StageGraph.host_s of a stage (costmodel.kernel_basis.host_dispatch_s on the plan's framework)."""
-    compiled = get_framework(plan.framework).compiled
-    return (*host_dispatch_s(layer_ops, compiled, plan.cuda_graphs), *host_dispatch_s(stage_ops, compiled,
-                                                                                       plan.cuda_graphs))
+    """StageGraph.host_s of a stage (costmodel.kernel_basis.host_dispatch_s on the plan's framework; a stack running its
+    layers as PyTorch modules at least costmodel.kernel_basis.host_layer_s per layer)."""
+    fw = get_framework(plan.framework)
+    hf, hb = host_dispatch_s(layer_ops, fw.compiled, plan.cuda_graphs)
+    if fw.python_layers:
+        hf, hb = python_layer_host_s(hf, hb)
+    return (hf, hb, *host_dispatch_s(stage_ops, fw.compiled, plan.cuda_graphs))
 
 
 def build_graph(model: ModelSpec, plan: ParallelPlan) -> OperatorGraph:

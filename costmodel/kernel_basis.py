@@ -182,15 +182,32 @@ def fit_fused(folder: Path) -> dict:
                 effs.setdefault("optimizer", {}).setdefault("fwd", []).append(eff)
     kinds = {k: {d: {"eff": round(_median(v), 4), "n": len(v), "min": round(min(v), 4), "max": round(max(v), 4)}
                  for d, v in sorted(dirs.items())} for k, dirs in sorted(effs.items())}
-    return {"kinds": kinds, "eager_over_fused": eager, "hbm_gbs": MEASURED_HBM_GBS, "provenance": {
+    return {"kinds": kinds, "eager_over_fused": eager, "hbm_gbs": MEASURED_HBM_GBS,
+            "host_layer_s": _host_layer_s(folder), "provenance": {
         "measured": "one NVIDIA H100 80GB HBM3 SXM (reports/gpu-runs/h100-2026-11-27/PROVENANCE.md), "
-                    "benchmarks/gpu/measure_h100.py: elementwise.csv gpu_ms (launch gaps hidden), optimizer.csv",
+                    "benchmarks/gpu/measure_h100.py: elementwise.csv gpu_ms (launch gaps hidden), optimizer.csv, "
+                    "train_steps.csv",
         "rows": {f"{op}/{impl}": kind for (op, impl), kind in FUSED_ROWS.items()} | {"AdamW/fused": "optimizer"},
         "method": "per kind and direction: median over shapes of costmodel.kernel_basis.graph_bytes / (time x "
                   "3350 GB/s); optimizer: 28 bytes per parameter / (fused AdamW step time x 3350 GB/s); "
                   "eager_over_fused: median over the compiled rows' shapes of the eager implementation's time / the "
-                  "compiled one's (EAGER_ROWS)",
+                  "compiled one's (EAGER_ROWS); host_layer_s: median over the models of the smallest CPU time of an "
+                  "eager training step (train_steps.csv step_cpu_ms_median) per transformer layer",
         "command": "python -m costmodel.kernel_basis --measurements reports/gpu-runs/h100-2026-11-27/raw/run1"}}
+
+
+def _host_layer_s(folder: Path) -> dict:
+    """The CPU seconds a PyTorch eager training step spends per transformer layer (forward + backward), fitted from the
+    measured steps (``train_steps.csv``): per model the smallest step_cpu_ms_median / n_layers over its eager rows
+    (the CPU-bound configurations; the optimizer step, loss and zero_grad are inside it), then the median over the
+    models."""
+    per_model: dict[str, list[float]] = {}
+    with (folder / "train_steps.csv").open(newline="", encoding="utf-8") as fh:
+        for r in csv.DictReader(fh):
+            if r["mode"] == "eager" and r["status"] == "ok":
+                per_model.setdefault(r["model"], []).append(float(r["step_cpu_ms_median"]) * 1e-3 / int(r["n_layers"]))
+    return {"value": round(_median([min(v) for v in per_model.values()]), 6),
+            "per_model": {m: round(min(v), 6) for m, v in sorted(per_model.items())}}
 
 
 def _eager_ratios(folder: Path) -> dict:
@@ -319,6 +336,27 @@ EAGER_KERNELS = {"norm": (8, 10), "rope": (5, 5), "activation": (2, 3), "cross_e
 them: RMSNorm x.float(), pow, mean, add eps, rsqrt, mul, type_as, mul weight (8) and its autograd nodes (10); the
 complex RoPE's view, mul, view, flatten, type_as (5 each way); SwiGLU silu and mul (2, backward 3); the loss's cast
 and log_softmax (2, backward 3). A fused or compiled stack runs each as one kernel."""
+
+
+def host_layer_s() -> float:
+    """CPU seconds per transformer layer and micro-batch (forward + backward) of a stack that runs its layers as PyTorch
+    modules without CUDA graphs (Framework.python_layers): fitted by costmodel.kernel_basis.fit_fused on the H100 eager
+    training steps (fused_kernels.json ``host_layer_s``: 3.0-3.2 ms per layer for the 125M, 370M and 1.1B models, the
+    same with torchtitan-style per-block torch.compile, 3.3-3.7 ms; ANALYSIS.md sec. 2). The per-kernel sum of
+    :func:`host_dispatch_s` is a third of it: the autograd engine, module hooks and autocast casts add the rest. The
+    measuring host is a 2.1 GHz Xeon VM (bare-metal hosts dispatch faster): judged on the other small-model sources
+    (shared/validation gh200_small_blackwell_runs.csv SMALL-*), not on the H100 runs it is fitted on."""
+    return float(fused_table().get("host_layer_s", {}).get("value", 0.0))
+
+
+def python_layer_host_s(fwd: float, bwd: float) -> tuple[float, float]:
+    """(forward, backward) host seconds of one layer of a PyTorch-module stack: the per-kernel estimate scaled up to at
+    least :func:`host_layer_s` in total, split as the per-kernel estimate splits it."""
+    floor = host_layer_s()
+    if fwd + bwd <= 0 or fwd + bwd >= floor:
+        return fwd, bwd
+    k = floor / (fwd + bwd)
+    return fwd * k, bwd * k
 
 
 def host_dispatch_s(ops, compiled: bool, cuda_graphs: bool) -> tuple[float, float]:

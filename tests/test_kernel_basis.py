@@ -23,6 +23,7 @@ from costmodel.kernel_basis import (
     fit_fused,
     fused_efficiency,
     graph_bytes,
+    host_layer_s,
 )
 from planner.predict import default_cost_model, predict
 from tests.helpers import llama, plan
@@ -131,11 +132,15 @@ def test_small_eager_steps_are_bound_by_the_cpu_issuing_kernels_and_cuda_graphs_
     p = plan(gpus=1, gpn=1, gbs=1, seq=1024, micro_batch_size=1, recompute="none", zero=0)
     eager = predict(model, replace(p, framework="torchtitan-eager"), hw).iteration_time_s
     graphs = predict(model, replace(p, framework="torchtitan-eager", cuda_graphs=True), hw).iteration_time_s
-    # measured on H100: 34.9-42.7 ms eager, 8.6 ms as one CUDA graph (reports/gpu-runs/h100-2026-11-27); the dispatch
-    # costs of single kernels (overheads.csv) give about half the measured per-layer CPU time: the floor binds, low
-    assert eager > 1.8 * graphs
+    # measured on H100: 34.9-42.7 ms eager, 8.6 ms as one CUDA graph (reports/gpu-runs/h100-2026-11-27): a layer of a
+    # PyTorch-module stack costs the CPU the measured ~3.1 ms (host_layer_s), the per-kernel dispatch sum a third of it
+    assert 34.9e-3 * 0.85 < eager < 42.7e-3 * 1.15 and eager > 3.5 * graphs
     g = build_graph(model, replace(p, framework="torchtitan-eager"))
-    assert g.stages[0].host_s[0] > 0 and build_graph(model, replace(p, cuda_graphs=True)).stages[0].host_s == (0,) * 4
+    assert sum(g.stages[0].host_s[:2]) == pytest.approx(host_layer_s()) and 3.0e-3 < host_layer_s() < 3.2e-3
+    assert build_graph(model, replace(p, cuda_graphs=True)).stages[0].host_s == (0,) * 4
+    # Megatron / Transformer Engine layers keep the per-kernel estimate (no measurement of their CPU time here)
+    mega = build_graph(model, replace(p, framework="megatron")).stages[0].host_s
+    assert 0 < sum(mega[:2]) < host_layer_s()
 
 
 def test_cost_sources_name_the_fused_basis():

@@ -77,6 +77,11 @@ class Framework:
     """Whether the loss is Megatron-Core's vocab-parallel cross entropy (fp32 passes over the logits,
     costmodel.kernel_basis.MEGATRON_LOSS_BYTES) when it is not a single fused kernel; False: PyTorch's
     ``F.cross_entropy(logits.float())`` (its measured eager / fused ratio)."""
+    python_layers: bool = False
+    """Whether each transformer layer runs as PyTorch modules under autograd (torchtitan, plain PyTorch FSDP / DDP
+    models): without CUDA graphs a layer then takes at least the CPU time measured per layer of such a stack
+    (costmodel.kernel_basis.host_layer_s); False: the per-kernel estimate only (Megatron-Core / Transformer Engine,
+    not measured here)."""
     compiled: bool = True
     """Whether the element-wise operators (norms, RoPE, the gated activation) run as fused kernels, as the cost
     model's element-wise measurements (Transformer Engine / Apex kernels, or torch.compile's generated ones)
@@ -114,12 +119,14 @@ register(Framework(
 register(Framework(
     "fsdp", "PyTorch FSDP / FSDP2 with scaled_dot_product_attention", "flash2", True, "hierarchical",
     "PyTorch FSDP reduce-scatters gradients in backward hooks (torch.distributed.fsdp docs); "
-    "F.scaled_dot_product_attention's flash backend is FlashAttention-2 (PyTorch 2.2 release notes)"))
+    "F.scaled_dot_product_attention's flash backend is FlashAttention-2 (PyTorch 2.2 release notes)",
+    python_layers=True))
 register(Framework(
     "torchtitan", "torchtitan (FSDP2, TP, PP, CP on PyTorch)", "flash2", True, "hierarchical",
     "torchtitan docs/fsdp.md (FSDP2) and models/llama3 attention (F.scaled_dot_product_attention); selective AC "
     "'op' saves all compute ops except every second mm (torchtitan parallelize_llama.py _custom_policy)",
-    selective_recompute="op", loss_logit_bytes=12.0, fsdp2_copy_bytes=14.0, separate_projections=True))
+    selective_recompute="op", loss_logit_bytes=12.0, fsdp2_copy_bytes=14.0, separate_projections=True,
+    python_layers=True))
 register(Framework(
     "torchtitan-eager", "torchtitan without torch.compile (training.compile = false: PyTorch eager kernels)",
     "flash2", True, "hierarchical",
@@ -127,7 +134,7 @@ register(Framework(
     "(x.float(), pow, mean, rsqrt, mul, type_as, mul weight), models/llama/model.py apply_rotary_emb (float(), "
     "complex mul, type_as) and FeedForward (silu, mul); torch.compile is opt-in (job_config training.compile)",
     selective_recompute="op", loss_logit_bytes=12.0, fsdp2_copy_bytes=14.0, compiled=False,
-    separate_projections=True))
+    separate_projections=True, python_layers=True))
 
 FRAMEWORKS: tuple[str, ...] = tuple(_REGISTRY)
 DEFAULT_FRAMEWORK = "megatron"
