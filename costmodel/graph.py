@@ -32,7 +32,7 @@ from costmodel.core.kinds import FEATURES, Category, Phase
 from costmodel.core.specs.framework import attention_kernel, get_framework
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
-from costmodel.kernel_basis import eager_extra_bytes, host_dispatch_s
+from costmodel.kernel_basis import eager_extra_bytes, host_dispatch_s, megatron_loss_extra_bytes, python_layer_host_s
 from costmodel.memory import stage_host_offload
 from costmodel.moe import dispatcher_notes, expert_params_per_gpu, moe_block_operators
 from costmodel.mtp import mtp_layer, mtp_params
@@ -448,17 +448,22 @@ def _embedding_ops(model: ModelSpec, plan: ParallelPlan) -> list[Op]:
 
 
 def cross_entropy_ops(plan: ParallelPlan, tokens: int, v: int) -> list[Op]:
-    """The loss on ``tokens`` x ``v`` logits as a fused kernel (costmodel.kernel_basis.graph_bytes: the forward reads
-    the 2-byte logits, the backward reads them and writes their gradient), plus, where the loss is not fused
-    (``ParallelPlan.cross_entropy_fusion``, else ``Framework.compiled_loss``), the HBM traffic of the eager chain's
-    separate kernels at the measured eager / fused ratio (costmodel.kernel_basis.eager_extra_bytes: PyTorch's eager
-    F.cross_entropy(logits.float()) takes 6x the fused kernel's time on H100; estimate-train-time's Megatron
-    vocab-parallel cross entropy on A100 6.5x the fused time scaled from H100: the same chain)."""
+    """The loss on ``tokens`` x ``v`` logits as one fused kernel (costmodel.kernel_basis.graph_bytes: the forward
+    reads the 2-byte logits, the backward reads them and writes their gradient) where the plan fuses it
+    (``ParallelPlan.cross_entropy_fusion``, else ``Framework.compiled_loss``); otherwise plus the HBM traffic of the
+    framework's chain: Megatron-Core's vocab-parallel cross entropy (``Framework.vocab_parallel_loss``: its fp32 passes,
+    costmodel.kernel_basis.MEGATRON_LOSS_BYTES) or PyTorch's eager F.cross_entropy(logits.float()) at the measured
+    eager / fused ratio (costmodel.kernel_basis.eager_extra_bytes: 6x the fused kernel's time on H100)."""
     ops = [_mem("cross_entropy", "cross_entropy", Phase.FWD, (tokens, v), 2.0 * tokens * v, 5.0 * tokens * v),
            _mem("cross_entropy", "cross_entropy", Phase.BWD, (tokens, v), 4.0 * tokens * v, 2.0 * tokens * v)]
+    fw = get_framework(plan.framework)
     fused = plan.cross_entropy_fusion
-    if fused if fused is not None else get_framework(plan.framework).compiled_loss:
+    if fused if fused is not None else fw.compiled_loss:
         return ops
+    if fw.vocab_parallel_loss:
+        return ops + [hbm_pass("megatron.cross_entropy", o.phase,
+                               megatron_loss_extra_bytes(o.backward, o.bytes, float(tokens * v)), plan.dtype)
+                      for o in ops]
     return ops + [hbm_pass("eager.cross_entropy", o.phase, eager_extra_bytes("cross_entropy", o.backward, o.bytes),
                            plan.dtype) for o in ops]
 
@@ -607,10 +612,13 @@ def _stage_kinds(model: ModelSpec, plan: ParallelPlan) -> tuple[list, dict]:
 
 
 def _host_dispatch(plan: ParallelPlan, layer_ops: list[Op], stage_ops: list[Op]) -> tuple[float, float, float, float]:
-    """StageGraph.host_s of a stage (costmodel.kernel_basis.host_dispatch_s on the plan's framework)."""
-    compiled = get_framework(plan.framework).compiled
-    return (*host_dispatch_s(layer_ops, compiled, plan.cuda_graphs), *host_dispatch_s(stage_ops, compiled,
-                                                                                       plan.cuda_graphs))
+    """StageGraph.host_s of a stage (costmodel.kernel_basis.host_dispatch_s on the plan's framework; a stack running its
+    layers as PyTorch modules at least costmodel.kernel_basis.host_layer_s per layer)."""
+    fw = get_framework(plan.framework)
+    hf, hb = host_dispatch_s(layer_ops, fw.compiled, plan.cuda_graphs)
+    if fw.python_layers:
+        hf, hb = python_layer_host_s(hf, hb)
+    return (hf, hb, *host_dispatch_s(stage_ops, fw.compiled, plan.cuda_graphs))
 
 
 def build_graph(model: ModelSpec, plan: ParallelPlan) -> OperatorGraph:

@@ -182,15 +182,32 @@ def fit_fused(folder: Path) -> dict:
                 effs.setdefault("optimizer", {}).setdefault("fwd", []).append(eff)
     kinds = {k: {d: {"eff": round(_median(v), 4), "n": len(v), "min": round(min(v), 4), "max": round(max(v), 4)}
                  for d, v in sorted(dirs.items())} for k, dirs in sorted(effs.items())}
-    return {"kinds": kinds, "eager_over_fused": eager, "hbm_gbs": MEASURED_HBM_GBS, "provenance": {
+    return {"kinds": kinds, "eager_over_fused": eager, "hbm_gbs": MEASURED_HBM_GBS,
+            "host_layer_s": _host_layer_s(folder), "provenance": {
         "measured": "one NVIDIA H100 80GB HBM3 SXM (reports/gpu-runs/h100-2026-11-27/PROVENANCE.md), "
-                    "benchmarks/gpu/measure_h100.py: elementwise.csv gpu_ms (launch gaps hidden), optimizer.csv",
+                    "benchmarks/gpu/measure_h100.py: elementwise.csv gpu_ms (launch gaps hidden), optimizer.csv, "
+                    "train_steps.csv",
         "rows": {f"{op}/{impl}": kind for (op, impl), kind in FUSED_ROWS.items()} | {"AdamW/fused": "optimizer"},
         "method": "per kind and direction: median over shapes of costmodel.kernel_basis.graph_bytes / (time x "
                   "3350 GB/s); optimizer: 28 bytes per parameter / (fused AdamW step time x 3350 GB/s); "
                   "eager_over_fused: median over the compiled rows' shapes of the eager implementation's time / the "
-                  "compiled one's (EAGER_ROWS)",
+                  "compiled one's (EAGER_ROWS); host_layer_s: median over the models of the smallest CPU time of an "
+                  "eager training step (train_steps.csv step_cpu_ms_median) per transformer layer",
         "command": "python -m costmodel.kernel_basis --measurements reports/gpu-runs/h100-2026-11-27/raw/run1"}}
+
+
+def _host_layer_s(folder: Path) -> dict:
+    """The CPU seconds a PyTorch eager training step spends per transformer layer (forward + backward), fitted from the
+    measured steps (``train_steps.csv``): per model the smallest step_cpu_ms_median / n_layers over its eager rows
+    (the CPU-bound configurations; the optimizer step, loss and zero_grad are inside it), then the median over the
+    models."""
+    per_model: dict[str, list[float]] = {}
+    with (folder / "train_steps.csv").open(newline="", encoding="utf-8") as fh:
+        for r in csv.DictReader(fh):
+            if r["mode"] == "eager" and r["status"] == "ok":
+                per_model.setdefault(r["model"], []).append(float(r["step_cpu_ms_median"]) * 1e-3 / int(r["n_layers"]))
+    return {"value": round(_median([min(v) for v in per_model.values()]), 6),
+            "per_model": {m: round(min(v), 6) for m, v in sorted(per_model.items())}}
 
 
 def _eager_ratios(folder: Path) -> dict:
@@ -227,6 +244,37 @@ the H100 measurement 13.2x, 5.8x, 1.67x and 6.0x the time, costmodel/data/fused_
 * cross entropy (F.cross_entropy(pred.float())), per logit: the cast (2 + 4) and log_softmax (4 + 4) = 14 vs 2: +12;
   backward nll_loss's gradient (4), log_softmax_backward (4 + 4 + 4) and the cast back (4 + 2) = 22 vs 4: +18.
 """
+
+
+MEGATRON_LOSS_BYTES = (38.0, 14.0)
+"""HBM bytes per logit (forward, backward) of Megatron-Core's vocab-parallel cross entropy on bf16 logits, counted
+from megatron/core/tensor_parallel/cross_entropy.py (VocabParallelCrossEntropy, NVIDIA/Megatron-LM @00611e6e), one
+HBM read of every input and one write of every output per pass over the [tokens, vocab / TP] logits:
+
+* forward: ``logits.float()`` (read 2, write 4), ``torch.max`` over the vocabulary (read 4), the in-place
+  subtraction of the max (4 + 4), ``torch.exp(out=)`` in place (4 + 4), ``sum`` (read 4), the in-place division
+  into the saved fp32 softmax (4 + 4): 38 bytes;
+* backward: the in-place ``grad_input.mul_(grad_output)`` over the saved softmax (4 + 4), and autograd's cast of
+  the fp32 gradient back to the bf16 logits (read 4, write 2): 14 bytes (the target scatter touches one logit per
+  token).
+
+``--cross-entropy-loss-fusion`` with the default ``--cross-entropy-fusion-impl native``
+(megatron/core/fusions/fused_cross_entropy.py) runs the same steps under ``jit_fuser`` (torch.compile): it saves
+the all-reduces and kernel launches, not the fp32 passes (the file notes that Inductor materialises its in-place
+exp and scatter into fresh logits-sized buffers and copies them back), so it is costed alike. Only a single-kernel
+loss (``ParallelPlan.cross_entropy_fusion``: ``--cross-entropy-fusion-impl te``, Transformer Engine's Triton
+cross entropy) reads the logits once: costmodel.graph.cross_entropy_ops."""
+
+
+def megatron_loss_extra_bytes(backward: bool, fused_bytes: float, logits: float) -> float:
+    """Residual-add-equivalent bytes (costmodel.opbuild.hbm_pass) that bring a fused cross entropy of ``fused_bytes``
+    over ``logits`` logits to Megatron-Core's vocab-parallel chain (:data:`MEGATRON_LOSS_BYTES`): the chain's passes
+    stream at the residual add's fused efficiency (fused_kernels.json), the fused kernel's own time is kept."""
+    eff, res = fused_efficiency("cross_entropy", backward), fused_efficiency("residual_add", False)
+    if not eff or not res:
+        return 0.0
+    chain = MEGATRON_LOSS_BYTES[1 if backward else 0] * logits
+    return max(0.0, chain - fused_bytes * res / eff)
 
 
 def eager_extra_bytes(kind: str, backward: bool, fused_bytes: float) -> float:
@@ -288,6 +336,27 @@ EAGER_KERNELS = {"norm": (8, 10), "rope": (5, 5), "activation": (2, 3), "cross_e
 them: RMSNorm x.float(), pow, mean, add eps, rsqrt, mul, type_as, mul weight (8) and its autograd nodes (10); the
 complex RoPE's view, mul, view, flatten, type_as (5 each way); SwiGLU silu and mul (2, backward 3); the loss's cast
 and log_softmax (2, backward 3). A fused or compiled stack runs each as one kernel."""
+
+
+def host_layer_s() -> float:
+    """CPU seconds per transformer layer and micro-batch (forward + backward) of a stack that runs its layers as PyTorch
+    modules without CUDA graphs (Framework.python_layers): fitted by costmodel.kernel_basis.fit_fused on the H100 eager
+    training steps (fused_kernels.json ``host_layer_s``: 3.0-3.2 ms per layer for the 125M, 370M and 1.1B models, the
+    same with torchtitan-style per-block torch.compile, 3.3-3.7 ms; ANALYSIS.md sec. 2). The per-kernel sum of
+    :func:`host_dispatch_s` is a third of it: the autograd engine, module hooks and autocast casts add the rest. The
+    measuring host is a 2.1 GHz Xeon VM (bare-metal hosts dispatch faster): judged on the other small-model sources
+    (shared/validation gh200_small_blackwell_runs.csv SMALL-*), not on the H100 runs it is fitted on."""
+    return float(fused_table().get("host_layer_s", {}).get("value", 0.0))
+
+
+def python_layer_host_s(fwd: float, bwd: float) -> tuple[float, float]:
+    """(forward, backward) host seconds of one layer of a PyTorch-module stack: the per-kernel estimate scaled up to at
+    least :func:`host_layer_s` in total, split as the per-kernel estimate splits it."""
+    floor = host_layer_s()
+    if fwd + bwd <= 0 or fwd + bwd >= floor:
+        return fwd, bwd
+    k = floor / (fwd + bwd)
+    return fwd * k, bwd * k
 
 
 def host_dispatch_s(ops, compiled: bool, cuda_graphs: bool) -> tuple[float, float]:

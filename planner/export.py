@@ -219,11 +219,12 @@ def _sharding_args(plan: ParallelPlan) -> Pairs:
 
 
 def _kernel_args(plan: ParallelPlan) -> Pairs:
-    """CUDA graphs and the fused loss (TransformerConfig.cuda_graph_impl, cross_entropy_loss_fusion:
-    megatron/core/transformer/transformer_config.py)."""
+    """CUDA graphs and the single-kernel loss (TransformerConfig.cuda_graph_impl, cross_entropy_loss_fusion with
+    cross_entropy_fusion_impl 'te', Transformer Engine's Triton cross entropy: megatron/core/transformer/
+    transformer_config.py; the default impl 'native' keeps the fp32 chain the plan costs without the fusion)."""
     out: Pairs = [("--cuda-graph-impl", "local")] if plan.cuda_graphs else []
     if plan.cross_entropy_fusion:
-        out.append(("--cross-entropy-loss-fusion", None))
+        out += [("--cross-entropy-loss-fusion", None), ("--cross-entropy-fusion-impl", "te")]
     return out
 
 

@@ -2,7 +2,8 @@
 
 A GPU that matches or beats another of its die on every datasheet figure is never predicted slower on a plan inside
 one NVLink domain: GH200 and H200 >= H100 SXM, GB200 >= B200, A100-80GB >= A100-40GB (where memory does not bind).
-B300 is a Blackwell Ultra part costed from B200's measurements: at most the HBM ratio slower. Across GPUs, the
+B300, costed from its own measurements, is at most the HBM ratio slower than B200 on operators that datasheet figures
+bound. Across GPUs, the
 predicted speed-up of an operator is bounded by the largest ratio of the datasheet figures that bound it (dense
 peak, HBM bandwidth, NVLink)."""
 
@@ -94,8 +95,11 @@ def _compute_s(pred) -> float:
 
 
 @SETTINGS
-@given(small_plans())
+@given(small_plans(big=True))
 def test_b300_is_at_most_the_hbm_ratio_slower_than_b200(s):
+    """B300 is costed from its own aiconfigurator measurements (b300_sxm GEMMs, attention, NCCL): on operators its
+    datasheet figures bound it is at most the HBM ratio slower than B200. Tiny plans are launch-bound, and B300's
+    element-wise launch floor is the efficiency table's default (hardware/gpus.yaml has no B300 entry to fit one)."""
     model, plan = s
     b300, b200 = _time(model, plan, "b300"), _time(model, plan, "b200")
     ratio = hardware("b200").gpu.hbm_bw_gbs / hardware("b300").gpu.hbm_bw_gbs   # 8,000 / 7,750 (catalogue)

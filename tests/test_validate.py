@@ -241,7 +241,10 @@ def test_shipped_source_rules_are_checked():
                                                             "cross_entropy_fusion"} - memory
     assert set(shipped["MOE-MOEZOO"].rules) == {"tflops_mcore_causal", "fp8_param_gather", "fp8_moments_bf16"}
     assert set(shipped["MOE-NEMO25"].rules) == {"moe_token_drop"}
-    assert set(shipped["MOE-MLMDSV3"].rules) == {"tflops_mcore_causal"}
+    assert set(shipped["MOE-MLMDSV3"].rules) == {"tflops_mcore_causal", "cross_entropy_fusion"}
+    assert set(shipped["MOE-MOEZOO:QWEN3"].rules) == {"tflops_mcore_causal", "fp8_param_gather", "fp8_moments_bf16",
+                                                       "cross_entropy_fusion"}
+    assert "cross_entropy_fusion" not in shipped["GH200-OELLMJS"].rules  # their native fused loss: the fp32 chain
     assert set(shipped["NEMO2407:SFT"].rules) == {"grads_bf16", "optimizer_states_bf16", "fp8_param_gather"}
     assert "no_gradient_accumulation" in shipped["MLM-SEP20"].rules
     assert shipped["TORCHTITAN"].rules == {}

@@ -96,3 +96,13 @@ def test_quad_gh200_node_types_and_the_single_gpu_node():
     h800 = cat.resolve("h800")
     h100 = cat.gpu("h100-sxm").peak_tflops
     assert h800.cluster.intra_node_bw_gbs == 200 and all(h800.gpu.peak_tflops[d] == h100[d] for d in ("bf16", "fp8"))
+
+
+def test_loss_kernels_as_the_rows_state(rows):
+    # one fused kernel: llm.c's fused classifier, TinyLlama's flash-attn cross entropy; Megatron's --cross-entropy-
+    # loss-fusion with its default native impl is the fp32 chain (None = the framework's default)
+    fusion = {rid: V.row_to_inputs(rows[rid])[1].cross_entropy_fusion for rid in
+              ("SMALL-LLMC-001", "SMALL-TINYLLAMA-001", "GH200-OELLMJS-001", "GH200-ALPS-001", "BW-NEMO2502-002")}
+    assert fusion == {"SMALL-LLMC-001": True, "SMALL-TINYLLAMA-001": True, "GH200-OELLMJS-001": None,
+                      "GH200-ALPS-001": None, "BW-NEMO2502-002": None}
+    assert any("native impl" in a for a in rows["GH200-OELLMJS-001"].assumptions)

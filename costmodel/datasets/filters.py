@@ -26,7 +26,8 @@ class Table(Protocol):
 # context_attention/: A100 has only `flash_attention`; H100/H200 `fa3` is the default (13,703 rows) and
 # `triton` (578) is pinned for particular models; Blackwell: "`trtllm_mha` = SGLang's default SM100/103 backend").
 AIC_DEFAULT_ATTENTION_KERNEL = {"a100_sxm": "flash_attention", "h100_sxm": "fa3", "h200_sxm": "fa3",
-                                "b200_sxm": "trtllm_mha", "gb200": "trtllm_mha"}
+                                "b200_sxm": "trtllm_mha", "gb200": "trtllm_mha", "b300_sxm": "trtllm_mha",
+                                "gb300": "trtllm_mha"}
 
 
 def _n(t: Table) -> int:

@@ -63,22 +63,34 @@ CUDA_GRAPHS_ON = re.compile(r"(?<!no )(?<!partial )cuda graphs\b|cuda_graphs 1|"
 
 
 LOSS_FUSION = re.compile(r"cross[- _]entropy[- _](loss[- _])?fusion|fused [^;,.]*cross[- _]entropy|fused classifier")
-"""Row text that states a fused loss kernel (OELLM 'cross-entropy fusion', TinyLlama's 'fused ... cross-entropy')."""
+"""Row text that states a fused loss (OELLM 'cross-entropy fusion', TinyLlama's 'fused ... cross-entropy')."""
+SINGLE_KERNEL_IMPL = re.compile(r"cross[-_ ]entropy[-_ ]fusion[-_ ]impl[ =:]*te\b")
+"""Row text that names Megatron-Core's single-kernel loss (--cross-entropy-fusion-impl te)."""
 
 
 def _loss_fusion(row: RunRow, notes: list[str]) -> bool | None:
-    """True when the row says its loss ran fused, or its stack fuses it by default: NeMo's GPT configs
-    (cross_entropy_loss_fusion True, NeMo Recipe Configuration Map) and llm.c (its fused_classifier kernel,
-    karpathy/llm.c train_gpt2.cu); None (the framework's default: an eager chain) otherwise."""
+    """True when the row's loss ran as one fused kernel: the source rule cross_entropy_fusion (Megatron-Core
+    --cross-entropy-fusion-impl te), llm.c (its fused_classifier kernel, karpathy/llm.c train_gpt2.cu) or a non-Megatron
+    stack that says it fused the loss (TinyLlama: flash-attn's cross-entropy kernel). A Megatron / NeMo row's
+    --cross-entropy-loss-fusion (said in the text, or NeMo's GPT default) is the native impl, Megatron's fp32 chain
+    under jit_fuser (costmodel.kernel_basis.MEGATRON_LOSS_BYTES): None, the framework's default, with a note."""
     text = " ".join((row.text["arch_notes"], row.text["notes"])).lower()
     fw = row.text["framework"].lower()
-    nemo = fw.startswith("nemo") and "automodel" not in fw
+    megatron = any(w in fw for w in ("megatron", "nemo")) and "automodel" not in fw
     rule = row.rule("cross_entropy_fusion")
-    if LOSS_FUSION.search(text) is None and rule is None and not nemo and "llm.c" not in fw:
+    if rule is not None or SINGLE_KERNEL_IMPL.search(text):
+        notes.append(rule.assumption if rule is not None else "single-kernel loss (--cross-entropy-fusion-impl te)")
+        return True
+    said = LOSS_FUSION.search(text) is not None
+    if megatron and (said or fw.startswith("nemo")):
+        notes.append("Megatron's fused loss (" + ("the row says so" if said else "NeMo's default") + ") with the "
+                     "native impl: the fp32 vocab-parallel chain, costed as the unfused one")
         return None
-    notes.append(rule.assumption if rule is not None else "fused cross-entropy kernel (" + (
-        "the row says so" if LOSS_FUSION.search(text) else "the stack's default") + ")")
-    return True
+    if said or "llm.c" in fw:
+        notes.append("fused cross-entropy kernel (" + ("the row says so" if said else "llm.c's fused classifier")
+                     + ")")
+        return True
+    return None
 
 
 def _cuda_graphs(row: RunRow, notes: list[str]) -> bool:

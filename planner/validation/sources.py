@@ -26,8 +26,8 @@ RULES = {
     "unfused_attention": "the stack predates FlashAttention: the plan's attention kernel is unfused",
     "no_gradient_accumulation": "the stack has no gradient accumulation: an unstated micro-batch is the global "
                                 "batch over data-parallel replicas",
-    "cross_entropy_fusion": "the source's runs fused the loss (Megatron --cross-entropy-loss-fusion): the plan's "
-                            "cross_entropy_fusion is on",
+    "cross_entropy_fusion": "the source's runs computed the loss with one fused kernel (Megatron-Core "
+                            "--cross-entropy-fusion-impl te): the plan's cross_entropy_fusion is on",
     "flash2_attention": "the stack ran FlashAttention-2 kernels (Transformer Engine's flash backend): the plan's "
                         "attention kernel is flash2",
     "tflops_mcore_full_attention": "a source's tflops_per_gpu is Megatron-Core's 2024 FLOPs counter (full s x s "

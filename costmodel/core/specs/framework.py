@@ -68,11 +68,20 @@ class Framework:
     nn.Linear) rather than one fused GEMM each (Megatron-Core ``linear_qkv`` and ``linear_fc1``): narrower GEMMs
     (a key projection of 1,024 columns, 128 at TP 8 on Llama 3 8B) run at lower efficiency."""
     compiled_loss: bool = False
-    """Whether the loss (cross entropy over the logits) runs as a fused kernel by default (a plan may say otherwise,
-    ``ParallelPlan.cross_entropy_fusion``); False: a chain of eager kernels with fp32 intermediates: Megatron-LM's
-    vocab-parallel cross entropy without --cross-entropy-loss-fusion (TransformerConfig.cross_entropy_loss_fusion
-    defaults to False), torchtitan's F.cross_entropy(pred.float()) outside the compiled blocks, plain PyTorch
-    (costmodel.graph.cross_entropy_ops)."""
+    """Whether the loss (cross entropy over the logits) runs as one fused kernel by default (a plan may say otherwise,
+    ``ParallelPlan.cross_entropy_fusion``); False: a chain of kernels with fp32 intermediates: Megatron-Core's
+    vocab-parallel cross entropy, fused by ``jit_fuser`` or not (``vocab_parallel_loss``; TransformerConfig
+    cross_entropy_fusion_impl defaults to native), torchtitan's F.cross_entropy(pred.float()) outside the compiled
+    blocks, plain PyTorch (costmodel.graph.cross_entropy_ops)."""
+    vocab_parallel_loss: bool = False
+    """Whether the loss is Megatron-Core's vocab-parallel cross entropy (fp32 passes over the logits,
+    costmodel.kernel_basis.MEGATRON_LOSS_BYTES) when it is not a single fused kernel; False: PyTorch's
+    ``F.cross_entropy(logits.float())`` (its measured eager / fused ratio)."""
+    python_layers: bool = False
+    """Whether each transformer layer runs as PyTorch modules under autograd (torchtitan, plain PyTorch FSDP / DDP
+    models): without CUDA graphs a layer then takes at least the CPU time measured per layer of such a stack
+    (costmodel.kernel_basis.host_layer_s); False: the per-kernel estimate only (Megatron-Core / Transformer Engine,
+    not measured here)."""
     compiled: bool = True
     """Whether the element-wise operators (norms, RoPE, the gated activation) run as fused kernels, as the cost
     model's element-wise measurements (Transformer Engine / Apex kernels, or torch.compile's generated ones)
@@ -98,7 +107,8 @@ def register(framework: Framework) -> Framework:
 register(Framework(
     "megatron", "Megatron-LM / Megatron-Core / NeMo (Transformer Engine)", "fused", True, "hierarchical",
     "Megatron-Core DistributedDataParallelConfig.overlap_grad_reduce (on in NeMo and Megatron-Core recipes); "
-    "Transformer Engine DotProductAttention (cuDNN fused attention on Hopper)"))
+    "Transformer Engine DotProductAttention (cuDNN fused attention on Hopper); loss: "
+    "megatron/core/tensor_parallel/cross_entropy.py", vocab_parallel_loss=True))
 register(Framework(
     "deepspeed", "DeepSpeed (ZeRO) or Megatron-DeepSpeed", "flash2", False, "flat",
     "DeepSpeed config docs, zero_optimization.overlap_comm: default false for stages 1-2; ZeRO-3's per-GPU "
@@ -109,12 +119,14 @@ register(Framework(
 register(Framework(
     "fsdp", "PyTorch FSDP / FSDP2 with scaled_dot_product_attention", "flash2", True, "hierarchical",
     "PyTorch FSDP reduce-scatters gradients in backward hooks (torch.distributed.fsdp docs); "
-    "F.scaled_dot_product_attention's flash backend is FlashAttention-2 (PyTorch 2.2 release notes)"))
+    "F.scaled_dot_product_attention's flash backend is FlashAttention-2 (PyTorch 2.2 release notes)",
+    python_layers=True))
 register(Framework(
     "torchtitan", "torchtitan (FSDP2, TP, PP, CP on PyTorch)", "flash2", True, "hierarchical",
     "torchtitan docs/fsdp.md (FSDP2) and models/llama3 attention (F.scaled_dot_product_attention); selective AC "
     "'op' saves all compute ops except every second mm (torchtitan parallelize_llama.py _custom_policy)",
-    selective_recompute="op", loss_logit_bytes=12.0, fsdp2_copy_bytes=14.0, separate_projections=True))
+    selective_recompute="op", loss_logit_bytes=12.0, fsdp2_copy_bytes=14.0, separate_projections=True,
+    python_layers=True))
 register(Framework(
     "torchtitan-eager", "torchtitan without torch.compile (training.compile = false: PyTorch eager kernels)",
     "flash2", True, "hierarchical",
@@ -122,7 +134,7 @@ register(Framework(
     "(x.float(), pow, mean, rsqrt, mul, type_as, mul weight), models/llama/model.py apply_rotary_emb (float(), "
     "complex mul, type_as) and FeedForward (silu, mul); torch.compile is opt-in (job_config training.compile)",
     selective_recompute="op", loss_logit_bytes=12.0, fsdp2_copy_bytes=14.0, compiled=False,
-    separate_projections=True))
+    separate_projections=True, python_layers=True))
 
 FRAMEWORKS: tuple[str, ...] = tuple(_REGISTRY)
 DEFAULT_FRAMEWORK = "megatron"

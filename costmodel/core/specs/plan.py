@@ -133,8 +133,10 @@ class ParallelPlan:
     forward (True) or keep them until its backward (False); None = the framework's default
     (``costmodel.memory.reshards_after_forward``)."""
     cross_entropy_fusion: bool | None = None
-    """The loss runs as a fused kernel (Megatron-Core --cross-entropy-loss-fusion, on in NeMo's GPT configs; TE's
-    Triton cross entropy; torch.compile) rather than an eager chain; None = the framework's default
+    """The loss runs as one fused kernel that reads the logits once (Megatron-Core --cross-entropy-loss-fusion
+    --cross-entropy-fusion-impl te: Transformer Engine's Triton cross entropy; llm.c's fused classifier; flash-attn's
+    cross-entropy kernel; torch.compile) rather than a chain with fp32 intermediates (Megatron's native loss, fused by
+    jit_fuser or not: costmodel.kernel_basis.MEGATRON_LOSS_BYTES; PyTorch eager); None = the framework's default
     (``Framework.compiled_loss``)."""
     cuda_graphs: bool = False
     """The layers' kernels replay from CUDA graphs (Megatron-Core --cuda-graph-impl local / transformer_engine /

@@ -13,11 +13,14 @@ from costmodel.datasets.importers.registry import register, source_root
 from costmodel.datasets.importers.table import read_table
 from costmodel.datasets.schema import Dataset
 
-AIC_GPU = {"a100_sxm": "a100-80gb", "h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200", "gb200": "gb200"}
+AIC_GPU = {"a100_sxm": "a100-80gb", "h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200", "gb200": "gb200",
+           "b300_sxm": "b300", "gb300": "gb300"}
 """aiconfigurator system -> catalogue GPU (device strings in PROVENANCE 'Measured on')."""
 AIC_DEVICE = {"a100_sxm": "NVIDIA A100-SXM4-80GB", "h100_sxm": "NVIDIA H100 80GB HBM3", "h200_sxm": "NVIDIA H200",
-              "b200_sxm": "NVIDIA B200", "gb200": "NVIDIA GB200"}
-AIC_NOT_CATALOGUE = ("b300_sxm", "gb300")
+              "b200_sxm": "NVIDIA B200", "gb200": "NVIDIA GB200", "b300_sxm": "NVIDIA B300 SXM6 AC",
+              "gb300": "NVIDIA GB300"}
+AIC_NOT_CATALOGUE: tuple[str, ...] = ()
+"""aiconfigurator systems without a catalogue GPU (none since the Blackwell Ultra parts b300 / gb300 joined it)."""
 AIC_NCCL_OPS = {"all_gather": "all_gather", "all_reduce": "all_reduce", "alltoall": "all_to_all",
                 "reduce_scatter": "reduce_scatter"}
 _AIC_FILE = re.compile(r"^(?P<system>[a-z0-9_]+?)_(?P<what>bf16_gemm|fp8_block_gemm|fp8_gemm|"
