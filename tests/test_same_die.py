@@ -15,9 +15,9 @@ from functools import lru_cache
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from costmodel.core.kinds import COLLECTIVE_KINDS
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.plan import ParallelPlan
-from costmodel.core.kinds import COLLECTIVE_KINDS
 from costmodel.estimate import default_cost_model, estimate
 from costmodel.graph import build_graph
 from costmodel.kernel_basis import FUSED_ELEMENTWISE
@@ -102,9 +102,10 @@ def _compute_s(model, plan, gpu) -> float:
     est = estimate(model, *_plan_on(plan, gpu))
     m = est.graph.num_microbatches
     total = 0.0
-    for st in est.graph.stages:
-        for ops, reps in ((st.layer_ops, st.layers * m), (st.layer_overlap_ops, st.layers * m), (st.stage_ops, m),
-                          (st.iteration_ops, 1)):
+    for stage in est.graph.stages:
+        per_layer = stage.layers * m
+        for ops, reps in ((stage.layer_ops, per_layer), (stage.layer_overlap_ops, per_layer), (stage.stage_ops, m),
+                          (stage.iteration_ops, 1)):
             total += sum(est.times.time_s[o.key()] * o.count * reps for o in ops if o.kind not in COLLECTIVE_KINDS)
     return total
 
