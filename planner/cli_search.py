@@ -37,6 +37,7 @@ def register(app: typer.Typer) -> None:
     app.command("size")(size_command)
 
 
+@O.spec_file
 def search_command(
     model: O.Model,
     gpu: O.SearchGpuList = [],
@@ -164,6 +165,7 @@ def explain_command(
         raise _err(str(exc)) from None
 
 
+@O.spec_file
 def compare_command(
     model: O.Model,
     gpu: O.CompareGpuList = [],
@@ -211,6 +213,7 @@ def compare_command(
         raise _err(res.rows[0].message)
 
 
+@O.spec_file
 def size_command(
     model: O.Model,
     tokens: O.TokenBudget,
