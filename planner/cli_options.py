@@ -25,6 +25,7 @@ from planner.models_dir import announce_models_dir, use_models_dir
 from planner.plan_file import given_flags, merge_plan_file, merge_spec_file
 from planner.requests import REQUIRED, PlanRequest
 from planner.search.api import DEFAULT_GPU, SIZE_DEFAULT_GPUS
+from planner.tables import use_wide
 
 _REQUEST_DEFAULTS = {f.name: f.default for f in fields(PlanRequest)}
 
@@ -219,6 +220,9 @@ SpecFile = Annotated[Optional[str], typer.Option(
     "flags given override it.")]
 
 
+Wide = Annotated[bool, typer.Option(
+    "--wide", callback=use_wide, help="Tables with every column and full headers, at any width (default: fit the "
+    "terminal, 100 columns when piped; the output says which columns it left out).")]
 HardwareFile = Annotated[list[str], typer.Option("--hardware-file", help="TOML/YAML file adding GPUs/clusters.")]
 
 
