@@ -155,6 +155,8 @@ def plan_options(command: Callable) -> Callable:
     def with_plan(**values: Any) -> Any:
         plan = {o.name: values.pop(o.name) for o in PLAN_OPTIONS}
         path, ctx = values.pop("plan_file"), values.pop("typer_ctx", None)
+        if path is not None and values.get("batch") is not None:
+            raise _err(f"--plan {path} and --batch {values['batch']} both name the plans; pass one of them")
         if path is not None:
             try:
                 plan = merge_plan_file(path, plan, given_flags(ctx, plan))

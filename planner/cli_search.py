@@ -135,7 +135,7 @@ def search_footer(ranked: RankedPlans) -> list[str]:
     lines = [f"search: {result.method} ({result.mode_note}); {s['elapsed_s']:.2f} s"
              + (f"; study {result.study_name!r} has {result.study_trials} trials" if result.study_name else ""),
              f"plans: {s['space_size']:,} combinations in the space; {s['evaluated']:,} evaluated"
-             + (f" by {result.trials:,} trials" if not exhaustive else "")
+             + (f" by {result.study_trials or result.trials:,} trials" if not exhaustive else "")
              + (f" ({skipped:,} ruled out before costing: degrees that do not divide the GPUs or the model, or "
                 "duplicates)" if exhaustive else f" ({skipped:,} not visited)")
              + f" = {s['feasible']:,} feasible + {s['out_of_memory']:,} out of memory + {s['invalid']:,} invalid; "

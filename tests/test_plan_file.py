@@ -103,6 +103,11 @@ def test_missing_or_misnamed_plan_file(tmp_path, name, words):
     assert all(w in res.stderr for w in words)
 
 
+def test_plan_and_batch_together_are_refused(tmp_path):
+    res = _run(["predict", "--plan", str(PLAN), "--batch", str(tmp_path / "b.jsonl")])
+    assert res.exit_code == 2 and "pass one of them" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
 def test_yaml_without_pyyaml_says_so(tmp_path, monkeypatch):
     import sys
 
