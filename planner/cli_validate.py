@@ -238,7 +238,8 @@ def register(app: typer.Typer) -> None:
             sections = [s for s in ([moe_section(tier, cv, calibration), gh200_section(tier, cv, calibration)]
                                     if not runs else []) if s is not None]
             if cv == "source":
-                files_used, rep = cv_report(runs, tier)
+                with progress_bar("predicting runs", not quiet) as update:
+                    files_used, rep = cv_report(runs, tier, progress=update)
                 files = write_validation_report(report, rep, files_used, sections=sections)
             else:
                 files, rep = build_and_write(report, runs, tier, predict_fn=calibrated_predict(calibration),
