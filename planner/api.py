@@ -18,6 +18,7 @@ from pathlib import Path
 from costmodel.core.specs.framework import attention_kernel
 from planner.calibrate import Calibration, calibration_option
 from planner.models_dir import models_dir_for, use_models_dir
+from planner.plan_file import plan_file_values
 from planner.prediction import Prediction
 from planner.prediction import predict as predict_plan
 from planner.requests import REQUEST_KEYS, REQUIRED, PlanRequest
@@ -82,8 +83,12 @@ def predict_request(req: PlanRequest, hardware_files: tuple = (), calibration: C
                          models_dir=models_dir_for(res.hardware.gpu.name), plan=_plan_record(req, res, pred))
 
 
-def _inputs(plan: dict, hardware_file, models, calibration) -> tuple[PlanRequest, tuple, Calibration | None]:
-    """The request, hardware files and calibration of an API call (``models``: as the CLI's --models)."""
+def _inputs(plan: dict, hardware_file, models, calibration, plan_file=None
+            ) -> tuple[PlanRequest, tuple, Calibration | None]:
+    """The request, hardware files and calibration of an API call (``models``: as the CLI's --models;
+    ``plan_file``: a plan file whose keys the keywords given override)."""
+    if plan_file is not None:
+        plan = {**plan_file_values(plan_file), **plan}
     if models is not None:
         use_models_dir(Path(models))
     cal = calibration if isinstance(calibration, Calibration) else calibration_option(calibration)
@@ -91,23 +96,25 @@ def _inputs(plan: dict, hardware_file, models, calibration) -> tuple[PlanRequest
 
 
 def predict(*, hardware_file: list[str] | tuple[str, ...] = (), models: str | Path | None = None,
-            calibration: str | Calibration | None = None, **plan) -> PredictResult:
+            calibration: str | Calibration | None = None, plan: str | Path | None = None, **keys) -> PredictResult:
     """`planner predict`: one plan's iteration time, throughput, MFU, memory and operator breakdown.
 
-    ``plan``: the plan keywords (``model``, ``gpu`` and ``gpus`` required; see the signature). ``calibration``:
+    ``keys``: the plan keywords (``model``, ``gpu`` and ``gpus`` required unless ``plan`` gives them; see the
+    signature). ``plan``: a plan file (TOML/YAML, the batch keys; planner.plan_file); keywords given override it.
+    ``calibration``:
     None = the shipped default calibration, 'none' = uncalibrated, a NAME or file from `planner calibrate`, or a
     :class:`planner.calibrate.Calibration`. ``models``: a folder from `planner fit --out DIR`, read first from then
     on in this process (as --models). ``hardware_file``: TOML/YAML files adding GPUs or clusters.
     """
-    req, files, cal = _inputs(plan, hardware_file, models, calibration)
+    req, files, cal = _inputs(keys, hardware_file, models, calibration, plan)
     return predict_request(req, files, cal)
 
 
 def explain(*, hardware_file: list[str] | tuple[str, ...] = (), models: str | Path | None = None,
-            calibration: str | Calibration | None = None, **plan) -> ExplainResult:
+            calibration: str | Calibration | None = None, plan: str | Path | None = None, **keys) -> ExplainResult:
     """`planner explain`: :func:`predict`'s prediction (the same iteration time) with every operator per pipeline
     stage and phase. Keywords as :func:`predict`'s."""
-    req, files, cal = _inputs(plan, hardware_file, models, calibration)
+    req, files, cal = _inputs(keys, hardware_file, models, calibration, plan)
     res = req.resolve(files)
     return explain_plan(res.model, res.plan, res.hardware, calibration=cal)
 

@@ -343,12 +343,17 @@ class PreparedRun:
         return compare(self.row, self.predict(cal), self.model, self.plan, self.hardware)[0]
 
 
-def prepare_runs(rows: Iterable[RunRow], cost_model=None, hardware_fn: Callable | None = None
+def prepare_runs(rows: Iterable[RunRow], cost_model=None, hardware_fn: Callable | None = None,
+                 progress: Callable[[int, int], None] | None = None
                  ) -> tuple[list[PreparedRun], list[tuple[str, str]]]:
-    """(prepared runs, [(run id, reason)] of rows that cannot be predicted)."""
+    """(prepared runs, [(run id, reason)] of rows that cannot be predicted); ``progress(done, total)`` is called
+    before each row."""
     hardware_fn = hardware_fn or default_hardware()
     prepared, skipped, hw_cache = [], [], {}
-    for row in rows:
+    rows = list(rows)
+    for i, row in enumerate(rows):
+        if progress is not None:
+            progress(i, len(rows))
         if row.skip_reason:
             skipped.append((row.id, row.skip_reason))
             continue

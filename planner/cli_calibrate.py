@@ -8,14 +8,15 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from costmodel.core.errors import PlannerError
 from planner.calibrate import CONSTANTS, USER_DIR, calibrate_files, calibration_dir
-from planner.cli_options import ModelsDir
+from planner.cli_options import ModelsDir, Wide
 from planner.formats import csv_text, md_rows
+from planner.tables import console as table_console
+from planner.tables import print_table
 
 FORMATS = ("table", "json", "csv", "md")
 
@@ -59,7 +60,7 @@ def error_rows(cal) -> list[dict]:
 def render_table(cal, path: Path | None) -> str:
     """Plain-text report: constants with uncertainty, before/after error (held-out and in-sample)."""
     buf = io.StringIO()
-    con = Console(file=buf, width=200, no_color=True, force_terminal=False)
+    con = table_console(file=buf, no_color=True, force_terminal=False)
     n_runs = sum(len(f["run_ids"]) for f in cal.fitted_on)
     con.print(f"calibration {cal.name!r}: {n_runs} runs, cost model {cal.cost_model}, planner {cal.planner_version}")
     t = Table(title="Fitted constants", title_justify="left")
@@ -69,7 +70,7 @@ def render_table(cal, path: Path | None) -> str:
         spec = CONSTANTS[name]
         unit = f" {spec.unit}" if spec.unit else ""
         t.add_row(name, f"{value:.4g}{unit}", _fmt(cal.uncertainty.get(name)), f"{spec.default:g}", spec.doc)
-    con.print(t)
+    print_table(con, t, ("uncalibrated", "+- 1 sigma"))
     e = Table(title="Error vs measured, (predicted - measured) / measured", title_justify="left")
     for col in ("runs", "n", "MAPE [%] before -> after", "median |err| [%] before -> after",
                 "bias [%] before -> after"):
@@ -82,7 +83,7 @@ def render_table(cal, path: Path | None) -> str:
         e.add_row(escape(label), str(after["n"]), f"{_pc(before['mape_pct'])} -> {_pc(after['mape_pct'])}",
                   f"{_pc(before['median_abs_pct'])} -> {_pc(after['median_abs_pct'])}",
                   f"{_fmt(before['bias_pct'], True)} -> {_fmt(after['bias_pct'], True)}")
-    con.print(e)
+    print_table(con, e)
     for w in cal.warnings:
         con.print(f"warning: {escape(w)}")
     if path is not None:
@@ -119,6 +120,7 @@ def register(app: typer.Typer) -> None:
         fmt: Annotated[str, typer.Option(
             "--format", help="table | json | csv (the constants) | md (constants and errors).")] = "table",
         models: ModelsDir = None,
+        wide: Wide = False,
     ) -> None:
         """Fit a few composition constants (compute/comm scale, overlap, overhead) to your measured runs."""
 

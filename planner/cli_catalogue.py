@@ -11,13 +11,14 @@ from typing import List, Optional
 
 import typer
 from rich import box
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from costmodel.core.errors import PlannerError
 from costmodel.core.specs.catalogue import Catalogue, load_catalogue
+from planner.cli_options import Wide
 from planner.formats import csv_text, md_rows
+from planner.tables import console, print_table
 
 
 class OutputFormat(str, Enum):
@@ -93,8 +94,8 @@ def _tables(cat: Catalogue) -> tuple[Table, Table]:
                f"{r['intra BW [GB/s]']}/{r['inter BW [GB/s]']}", f"{r['intra lat [us]']}/{r['inter lat [us]']}",
                r["price [USD/GPU-h]"] + ("*" if r["price of"] == "GPU" else "")) for r in cluster_rows(cat)]
     clusters = _table("Node types (bandwidth per GPU per direction; intra = inside the NVLink domain)", c_heads,
-                      c_rows, 2, "* the GPU type's price (the node type has none of its own); networks: "
-                      "--format csv|md|json")
+                      c_rows, 2, "legend: * = the GPU type's price (the node type has none of its own); "
+                      "networks: --format csv|md|json")
     return gpus, clusters
 
 
@@ -117,6 +118,7 @@ def gpus_command(
     format: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table | json | csv | md."),
     hardware_file: Optional[List[Path]] = typer.Option(
         None, "--hardware-file", help="TOML/YAML file with [gpus.NAME] / [clusters.NAME] tables (repeatable)."),
+    wide: Wide = False,
 ) -> None:
     """List the GPU and node types the planner knows, with their figures, prices and sources.
 
@@ -137,9 +139,9 @@ def gpus_command(
     elif format == OutputFormat.md:
         sys.stdout.write("### GPUs\n\n" + md_rows(gpu_rows(cat)) + "\n### Node types\n\n" + md_rows(cluster_rows(cat)))
     else:
-        console = Console()
+        con = console()
         for table in _tables(cat):
-            console.print(table)
+            print_table(con, table)
 
 
 def register(app: typer.Typer) -> None:

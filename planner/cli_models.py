@@ -8,13 +8,14 @@ from enum import Enum
 
 import typer
 from rich import box
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.presets import get_preset, preset_names
+from planner.cli_options import Wide
 from planner.formats import HEADERS, csv_text, md_rows
+from planner.tables import console, print_table
 
 
 class OutputFormat(str, Enum):
@@ -83,6 +84,7 @@ def register(app: typer.Typer) -> None:
     @app.command("models")
     def models(
         fmt: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table | json | csv | md."),
+        wide: Wide = False,
     ) -> None:
         """List the shipped model presets (use a name with --model, or pass a config.json path)."""
         rows = [model_row(get_preset(n)) for n in preset_names()]
@@ -92,4 +94,4 @@ def register(app: typer.Typer) -> None:
             cells = [{COLUMNS[k]: v for k, v in r.items()} for r in rows]
             sys.stdout.write(csv_text(cells) if fmt is OutputFormat.csv else md_rows(cells))
         else:
-            Console().print(_table(rows))
+            print_table(console(), _table(rows))

@@ -9,6 +9,7 @@ dataclass's default. A command that takes a plan is decorated with :func:`plan_o
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 from collections.abc import Callable
@@ -18,10 +19,13 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from costmodel.core.errors import PlannerError
 from costmodel.core.fileio import atomic_write_text
 from planner.models_dir import announce_models_dir, use_models_dir
+from planner.plan_file import given_flags, merge_plan_file, merge_spec_file
 from planner.requests import REQUIRED, PlanRequest
 from planner.search.api import DEFAULT_GPU, SIZE_DEFAULT_GPUS
+from planner.tables import use_wide
 
 _REQUEST_DEFAULTS = {f.name: f.default for f in fields(PlanRequest)}
 
@@ -144,15 +148,83 @@ def plan_options(command: Callable) -> Callable:
     flags = [inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, default=o.default,
                                annotation=o.annotation(required_note=True)) for o in PLAN_OPTIONS]
 
+    plan_file = inspect.Parameter("plan_file", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=PlanFile)
+    context = inspect.Parameter("typer_ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
+
     @functools.wraps(command)
     def with_plan(**values: Any) -> Any:
         plan = {o.name: values.pop(o.name) for o in PLAN_OPTIONS}
+        path, ctx = values.pop("plan_file"), values.pop("typer_ctx", None)
+        if path is not None and values.get("batch") is not None:
+            raise _err(f"--plan {path} and --batch {values['batch']} both name the plans; pass one of them")
+        if path is not None:
+            try:
+                plan = merge_plan_file(path, plan, given_flags(ctx, plan))
+            except PlannerError as exc:
+                raise _err(str(exc)) from None
         return command(plan=plan, **values)
 
-    with_plan.__signature__ = inspect.Signature(flags + own)  # type: ignore[attr-defined]
+    with_plan.__signature__ = inspect.Signature([context, plan_file, *flags, *own])  # type: ignore[attr-defined]
     return with_plan
 
 
+PlanFile = Annotated[Optional[str], typer.Option(
+    "--plan", help="TOML/YAML plan file: the `predict --batch` keys (e.g. examples/llama13b_a100_tp2pp2.toml); "
+    "flags given override it.")]
+
+
+def spec_file(command: Callable) -> Callable:
+    """Give a typer command (search, compare, size) ``--spec FILE``: a TOML/YAML file of its options by name
+    (planner.plan_file), flags given on the command line overriding it. Options the command requires become
+    optional on the command line and are checked after the file is read (exit 2, one line)."""
+    sig = inspect.signature(command, eval_str=True)
+    required = [p.name for p in sig.parameters.values() if _required(p)]
+    own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY, default=_optional(p.default))
+           for p in sig.parameters.values()]
+    spec = inspect.Parameter("spec", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=SpecFile)
+    context = inspect.Parameter("typer_ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
+
+    @functools.wraps(command)
+    def with_spec(**values: Any) -> Any:
+        path, ctx = values.pop("spec"), values.pop("typer_ctx")
+        if path is not None:
+            try:
+                values = merge_spec_file(path, ctx, values, exclude=("spec",))
+            except PlannerError as exc:
+                raise _err(str(exc)) from None
+        missing = [f"--{n.replace('_', '-')}" for n in required if values.get(n) is None]
+        if missing:
+            raise _err(f"missing {', '.join(missing)}: give it as a flag or a key of the --spec file, e.g. "
+                       f"examples/search_llama13b_128.toml")
+        return command(**values)
+
+    with_spec.__signature__ = inspect.Signature([context, spec, *own])  # type: ignore[attr-defined]
+    return with_spec
+
+
+def _required(p: inspect.Parameter) -> bool:
+    """A parameter click would require: no default, or ``typer.Option(...)``."""
+    return p.default is inspect.Parameter.empty or getattr(p.default, "default", None) is Ellipsis
+
+
+def _optional(default: Any) -> Any:
+    """``default`` with "required" (none, or ``typer.Option(...)``) made None: a spec file may give the value."""
+    if default is inspect.Parameter.empty:
+        return None
+    if getattr(default, "default", None) is Ellipsis:
+        default = copy.copy(default)
+        default.default = None
+    return default
+
+
+SpecFile = Annotated[Optional[str], typer.Option(
+    "--spec", help="TOML/YAML file of this command's options by name (e.g. examples/search_llama13b_128.toml); "
+    "flags given override it.")]
+
+
+Wide = Annotated[bool, typer.Option(
+    "--wide", callback=use_wide, help="Tables with every column and full headers, at any width (default: fit the "
+    "terminal, 100 columns when piped; the output says which columns it left out).")]
 HardwareFile = Annotated[list[str], typer.Option("--hardware-file", help="TOML/YAML file adding GPUs/clusters.")]
 
 

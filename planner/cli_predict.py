@@ -7,7 +7,6 @@ import sys
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
@@ -21,6 +20,7 @@ from planner.api import predict_request
 from planner.calibrate import calibration_option
 from planner.formats import PLAN_FIELDS, csv_text, md_rows, prediction_row, shown_warnings
 from planner.requests import PlanRequest
+from planner.tables import console, print_table
 
 FORMATS = ("table", "json", "jsonl", "csv", "md")
 
@@ -65,7 +65,7 @@ def _notes(req: PlanRequest) -> tuple[str, ...]:
 
 
 def _render_table(rec: dict, verbose: bool = False, notes: tuple = ()) -> None:
-    con = Console()
+    con = console()
     p = rec["plan"]
     con.print(f"[bold]{p['model']}[/] on {p['gpus']} x {p['gpu']} ({p['cluster']}, {p['gpus_per_node']}/node)  "
               f"TP={p['tp']} PP={p['pp']} DP={p['dp']} CP={p['cp']} VPP={p['vpp']} MBS={p['mbs']} GBS={p['gbs']} "
@@ -75,14 +75,14 @@ def _render_table(rec: dict, verbose: bool = False, notes: tuple = ()) -> None:
               + (f"EP={p['ep']} ETP={p['etp']} EDP={p['expert_dp']} dispatcher={p['moe_dispatcher']}  "
                  if p.get("ep") is not None else "") +
               f"[dim](cost model: {describe_cost_sources(rec.get('cost_sources') or {}, rec['cost_model'])})[/]")
-    con.print(_metrics_table(rec))
+    print_table(con, _metrics_table(rec))
     for note in notes:
         con.print(f"note: {escape(note)}")
     advice = memory_advice(rec, moe=p.get("ep") is not None)
     if advice:
         con.print(f"[red]does not fit:[/] {escape(advice)}")
     for table in _operator_tables(rec["breakdown"]):
-        con.print(table)
+        print_table(con, table, ("phase",))
     con.print(f"fitted models: {escape(rec.get('models_dir') or 'none for this GPU (roofline)')}")
     con.print(f"calibration: {escape(rec.get('calibration') or 'none')}"
               + (f"; interval: {escape(rec['interval'])}" if rec.get("interval") else ""))
@@ -175,7 +175,7 @@ def predict_command(
         "default); csv and md give the plan columns shared with search, compare and size."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Every warning on its own line (default: "
                                  "one line per cause with a count)."),
-    hardware_file: O.HardwareFile = [],
+    hardware_file: O.HardwareFile = [], wide: O.Wide = False,
     models: O.ModelsDir = None,
     calibration: O.CalibrationRef = None,
 ) -> None:

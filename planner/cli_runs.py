@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 
 from costmodel.core.errors import PlannerError
 from costmodel.core.fileio import atomic_write_text
 from planner import cli_options as O
 from planner.formats import FORMATS, render_rows, rich_rows
 from planner.runs_import import DEFAULT_SKIP, FRAMEWORKS, Layout, check_row, lost_fields, read_log, run_row, to_csv
+from planner.tables import console, print_table
 
 EXAMPLE = ("planner runs import --from megatron train.log --model llama-7b --gpu h100-sxm --gpus 8 --tp 1 --pp 1 "
            "--mbs 1 --seq-len 4096 --dtype bf16 --out runs.csv")
@@ -99,6 +99,7 @@ def register(app: typer.Typer) -> None:
         append: Annotated[bool, typer.Option("--append", help="Add the rows to an existing --out file.")] = False,
         id_prefix: Annotated[Optional[str], typer.Option(
             "--id", help="Run id prefix (default: the log's file name); ids get -001, -002, ...")] = None,
+        wide: O.Wide = False,
     ) -> None:
         """Read iteration times (TFLOP/s, tokens/s, MFU where printed) from training logs into the run-file
         schema of `planner validate --runs` and `planner calibrate --runs`."""
@@ -118,7 +119,8 @@ def register(app: typer.Typer) -> None:
             rows = list(csv.DictReader(io.StringIO(text)))
             shown = text if fmt == "csv" else render_rows(fmt, rows, title="Imported runs")
             if shown is None:
-                Console().print(rich_rows(rows, "Imported runs (run-file schema)"))
+                table = rich_rows(rows, "Imported runs (run-file schema)")
+                print_table(console(), table, [h for h in reversed(list(rows[0])) if h != "id"] if rows else ())
             else:
                 typer.echo(shown, nl=False)
         else:

@@ -10,6 +10,7 @@ import sys
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
 from costmodel.core.errors import Interrupted, PlannerError
 from planner import cli_options as O
@@ -23,6 +24,7 @@ from planner.search.api import compare as compare_gpus
 from planner.search.api import size as size_allocation
 from planner.search.explain import explain_plan
 from planner.search.records import rank
+from planner.tables import console
 
 
 def _err(message: str) -> typer.Exit:
@@ -37,6 +39,7 @@ def register(app: typer.Typer) -> None:
     app.command("size")(size_command)
 
 
+@O.spec_file
 def search_command(
     model: O.Model,
     gpu: O.SearchGpuList = [],
@@ -83,7 +86,7 @@ def search_command(
     explain: Optional[int] = typer.Option(None, "--explain", help="Also explain the plan ranked N."),
     progress: bool = typer.Option(
         True, "--progress/--no-progress", help="Progress bar on stderr (terminals only)."),
-    hardware_file: O.HardwareFile = [],
+    hardware_file: O.HardwareFile = [], wide: O.Wide = False,
     report: O.Report = None, models: O.ModelsDir = None,
 ) -> None:
     """Search parallel layouts (every valid plan when the space is small enough, else Optuna) and print the
@@ -108,27 +111,42 @@ def search_command(
 
 
 def _print_search(ranked: RankedPlans, fmt: str) -> None:
-    """The ranked plans in ``fmt``; a table ends with how the search went."""
-    result, problem, s = ranked.result, ranked.result.problem, ranked.search
+    """The ranked plans in ``fmt``; a table ends with how the search went (:func:`search_footer`)."""
+    result, problem = ranked.result, ranked.result.problem
     recs = ranked.plans
     title = (f"{problem.model.name}: top {len(recs)} of {len(result.records)} distinct feasible plans "
              f"({problem.batch_text()}, seq {problem.seq_len}, "
              f"{result.method}, objective {result.objective})")
-    emit_records(recs, fmt, problem.model, {"model": ranked.model, "search": s}, title)
+    emit_records(recs, fmt, problem.model, {"model": ranked.model, "search": ranked.search}, title)
     if fmt != "table":
         return
-    typer.echo(f"search: {result.method} ({result.mode_note}); "
-               f"{s['evaluated']} distinct candidates evaluated of a space of {s['space_size']}: "
-               f"{s['feasible']} feasible, {s['out_of_memory']} out of memory, {s['invalid']} invalid; "
-               f"{s['elapsed_s']:.2f} s" + (f"; study {result.study_name!r} has {result.study_trials} "
-                                             "trials" if result.study_name else "")
-               + ("; * = on the time/cost Pareto front" if result.objective == "pareto" else ""))
-    for note in ranked.notes:
-        typer.echo(f"note: {note}")
+    con = console()
+    for line in search_footer(ranked):
+        con.print(escape(line))
+
+
+def search_footer(ranked: RankedPlans) -> list[str]:
+    """How the search went: what ran and why, then one count line whose numbers add up (space = evaluated +
+    ruled out; evaluated = feasible + out of memory + invalid; feasible = distinct + folded; shown <= distinct),
+    the notes, and the folded equivalents."""
+    result, s, recs = ranked.result, ranked.search, ranked.plans
+    exhaustive = result.method == "exhaustive"
+    skipped = s["space_size"] - s["evaluated"]
+    lines = [f"search: {result.method} ({result.mode_note}); {s['elapsed_s']:.2f} s"
+             + (f"; study {result.study_name!r} has {result.study_trials} trials" if result.study_name else ""),
+             f"plans: {s['space_size']:,} combinations in the space; {s['evaluated']:,} evaluated"
+             + (f" by {result.study_trials or result.trials:,} trials" if not exhaustive else "")
+             + (f" ({skipped:,} ruled out before costing: degrees that do not divide the GPUs or the model, or "
+                "duplicates)" if exhaustive else f" ({skipped:,} not visited)")
+             + f" = {s['feasible']:,} feasible + {s['out_of_memory']:,} out of memory + {s['invalid']:,} invalid; "
+             f"{s['feasible']:,} feasible = {len(result.records):,} distinct + {result.collapsed:,} folded as "
+             f"equivalent; {len(recs):,} shown"]
+    lines += [f"note: {note}" for note in ranked.notes]
     same = [f"#{r.rank} = {', '.join(r.equivalent)}" for r in recs if r.equivalent]
     if same:
-        typer.echo("equivalent plans folded into one row (same predicted time and cost, memory within "
-                   f"0.1 GiB; the row keeps the least memory): {'; '.join(same)}")
+        lines.append("equivalent plans folded into one row (same predicted time and cost, memory within 0.1 GiB; the "
+                     f"row keeps the least memory): {'; '.join(same)}")
+    return lines
 
 
 def _explain_rank(ranked: RankedPlans, rank: int, fmt: str) -> None:
@@ -147,7 +165,7 @@ def explain_command(
     plan: dict,
     fmt: str = typer.Option("table", "--format", help="table | json | csv | md (csv, md: every operator)."),
     top: int = typer.Option(15, "--top", help="Operators per table."),
-    hardware_file: O.HardwareFile = [],
+    hardware_file: O.HardwareFile = [], wide: O.Wide = False,
     models: O.ModelsDir = None,
     calibration: O.CalibrationRef = None,
 ) -> None:
@@ -164,6 +182,7 @@ def explain_command(
         raise _err(str(exc)) from None
 
 
+@O.spec_file
 def compare_command(
     model: O.Model,
     gpu: O.CompareGpuList = [],
@@ -180,7 +199,7 @@ def compare_command(
     ckpt_mode: O.CkptMode = None, ckpt_bandwidth: O.CkptBandwidth = None, ckpt_interval: O.CkptInterval = None,
     slowdown: O.Slowdown = None,
     fmt: str = typer.Option("table", "--format", help="table | json | csv | md."),
-    hardware_file: O.HardwareFile = [],
+    hardware_file: O.HardwareFile = [], wide: O.Wide = False,
     report: O.Report = None,
 ) -> None:
     """Best plan per GPU type: time/iteration, tokens/s, $ per Mtoken, time and cost to train (expected, with
@@ -211,6 +230,7 @@ def compare_command(
         raise _err(res.rows[0].message)
 
 
+@O.spec_file
 def size_command(
     model: O.Model,
     tokens: O.TokenBudget,
@@ -230,7 +250,7 @@ def size_command(
     slowdown: O.Slowdown = None,
     fmt: str = typer.Option("table", "--format", help="table | json | csv | md."),
     progress: O.ProgressBar = True,
-    hardware_file: O.HardwareFile = [],
+    hardware_file: O.HardwareFile = [], wide: O.Wide = False,
     report: O.Report = None,
 ) -> None:
     """Smallest allocation (nodes of which GPU) that trains the tokens before the deadline, proved minimal; also

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -17,7 +18,7 @@ from rich.table import Table
 
 from costmodel.core.errors import PlannerError
 from planner.calibrate import calibration_option, default_calibration_path, load_calibration
-from planner.cli_options import ModelsDir, write_or_print
+from planner.cli_options import ModelsDir, Wide, write_or_print
 from planner.formats import csv_text
 from planner.intervals import MIN_GROUP_RUNS
 from planner.prediction import predict
@@ -33,6 +34,8 @@ from planner.reports.validate_report import (
     write_validation_report,
 )
 from planner.source_cv import CVReport, validate_source_cv
+from planner.tables import console as table_console
+from planner.tables import print_table, progress_bar
 from planner.validation.report import (
     ValidationReport,
     default_gh200_run_file,
@@ -49,29 +52,41 @@ PER_RUN_TABLES = ("Predicted vs measured", "Assumptions and warnings per run")
 """Titles (starts) of the tables with one row per run: on stdout only with --verbose (the report has them)."""
 
 
+TABLE_DROP = {"Predicted vs measured": ("tier", "MBS [seq]", "GBS [seq]", "GPUs [#]", "model", "GPU"),
+              "Error summary": ("p90 |err| [%]", "median |err| [%]")}
+"""Columns of the validation tables left out, in this order, when the terminal is too narrow (--wide: none)."""
+
+
 def render_rich(report: ValidationReport, console: Console, per_run: bool = True) -> None:
-    """The summary tables first (error summary, skipped runs), then, when ``per_run``, the per-run tables."""
+    """The summary tables first (error summary, skipped runs), then, when ``per_run``, the per-run tables; each
+    fitted to the console (planner.tables)."""
     tables = report_tables(report)
     summary = [t for t in tables if not t[0].startswith(PER_RUN_TABLES)]
     for title, headers, rows in summary + ([t for t in tables if t not in summary] if per_run else []):
-        table = Table(title=escape(title), title_justify="left", box=box.SIMPLE_HEAD, show_edge=False)
-        for h in headers:
-            table.add_column(escape(h), overflow="fold")
+        table = Table(title=escape(title), title_justify="left", box=box.SIMPLE_HEAD, show_edge=False,
+                      pad_edge=False, padding=(0, 0, 0, 1))
+        for i, h in enumerate(headers):
+            number = bool(rows) and all(NUMBER.fullmatch(row[i]) for row in rows)
+            table.add_column(escape(h), justify="right" if number else "left")
         for row in rows:
             table.add_row(*(escape(c) for c in row))
-        console.print(table)
+        print_table(console, table, next((d for k, d in TABLE_DROP.items() if title.startswith(k)), ()))
     if report.excluded_by_tier:
         console.print(f"{report.excluded_by_tier} runs left out by the tier filter.")
 
 
-def cv_report(runs: list[Path] | None, tiers: list[str] | None, constants: str | None = None
-              ) -> tuple[list[Path], CVReport]:
+NUMBER = re.compile(r"[+-]?[\d,]*\.?\d+(e[+-]?\d+)?|-")
+"""A cell that is a number (or '-', none): right-aligned."""
+
+
+def cv_report(runs: list[Path] | None, tiers: list[str] | None, constants: str | None = None,
+              progress: Callable[[int, int], None] | None = None) -> tuple[list[Path], CVReport]:
     """Load the run files as `planner validate` does and validate them leave-one-source-out, fitting the
     constants the shipped default calibration fits (its headline is then the shipped calibration's)."""
     files, rows, wanted = load_run_files(runs, tiers)
     if constants is None and default_calibration_path().is_file():
         constants = ",".join(load_calibration(default_calibration_path()).constants)
-    return files, validate_source_cv(rows, wanted, constants)
+    return files, validate_source_cv(rows, wanted, constants, progress=progress)
 
 
 def calibrated_predict(calibration: str | None) -> Callable | None:
@@ -150,20 +165,24 @@ def moe_section(tiers: list[str] | None, cv: str, calibration: str | None, moe: 
     return ReportSection(heading[0], heading[1], rep, files, [heading[2]], extra)
 
 
-def _report(runs, tiers, calibration, cv) -> tuple[list[Path], ValidationReport]:
-    if cv == "source":
-        return cv_report(runs, tiers)
-    return validate_files(runs, tiers, calibrated_predict(calibration))
+def _report(runs, tiers, calibration, cv, progress: bool = False) -> tuple[list[Path], ValidationReport]:
+    """The validation report (a progress bar on a terminal's stderr while the runs are predicted, ``progress``)."""
+    with progress_bar("predicting runs", progress) as update:
+        if cv == "source":
+            return cv_report(runs, tiers, progress=update)
+        return validate_files(runs, tiers, calibrated_predict(calibration), progress=update)
 
 
 def run_validate(runs: list[Path] | None, tiers: list[str] | None, fmt: str, out: Path | None,
-                 calibration: str | None = None, cv: str = "none", verbose: bool = False) -> str | None:
+                 calibration: str | None = None, cv: str = "none", verbose: bool = False, quiet: bool = False
+                 ) -> str | None:
     """Load, predict and render; returns the text for json/csv/md and for a table written to ``out`` (None
     when printed as rich tables). A table printed to the terminal is the summary (headline, error summaries,
-    skipped runs); the per-run rows follow only with ``verbose`` (they are in ``out``, csv, md and json)."""
+    skipped runs); the per-run rows follow only with ``verbose`` (they are in ``out``, csv, md and json). A progress
+    bar shows on a terminal's stderr unless ``quiet`` or JSON."""
     if fmt not in FORMATS:
         raise PlannerError(f"unknown --format {fmt!r}: use one of {', '.join(FORMATS)}.")
-    _, report = _report(runs, tiers, calibration, cv)
+    _, report = _report(runs, tiers, calibration, cv, progress=not quiet and fmt != "json")
     if fmt == "json":
         return json.dumps(report.to_dict(), indent=2)
     if fmt == "csv":
@@ -171,7 +190,7 @@ def run_validate(runs: list[Path] | None, tiers: list[str] | None, fmt: str, out
     preface = render_cv_preface(report)
     if fmt == "md":
         return "".join(f"{line}\n\n" for line in preface) + render_markdown(report)
-    console = Console() if out is None else None
+    console = table_console() if out is None else None
     buf = io.StringIO()
     console = console or Console(file=buf, width=240, no_color=True, force_terminal=False)
     for line in preface:
@@ -208,6 +227,10 @@ def register(app: typer.Typer) -> None:
         models: ModelsDir = None,
         verbose: Annotated[bool, typer.Option(
             "--verbose", "-v", help="Table format: also print the per-run rows after the summary.")] = False,
+        quiet: Annotated[bool, typer.Option(
+            "--quiet", "-q", help="No progress bar (it shows on a terminal's stderr, never with --format json).")
+        ] = False,
+        wide: Wide = False,
     ) -> None:
         """Compare whole-iteration predictions with measured published training runs (summary first)."""
         cv = resolve_cv(cv, calibration, runs)
@@ -215,7 +238,8 @@ def register(app: typer.Typer) -> None:
             sections = [s for s in ([moe_section(tier, cv, calibration), gh200_section(tier, cv, calibration)]
                                     if not runs else []) if s is not None]
             if cv == "source":
-                files_used, rep = cv_report(runs, tier)
+                with progress_bar("predicting runs", not quiet) as update:
+                    files_used, rep = cv_report(runs, tier, progress=update)
                 files = write_validation_report(report, rep, files_used, sections=sections)
             else:
                 files, rep = build_and_write(report, runs, tier, predict_fn=calibrated_predict(calibration),
@@ -226,7 +250,7 @@ def register(app: typer.Typer) -> None:
                        err=True)
             if fmt == "table" and out is None:
                 return
-        text = run_validate(runs, tier, fmt, out, calibration, cv, verbose)
+        text = run_validate(runs, tier, fmt, out, calibration, cv, verbose, quiet)
         if text is None:
             return
         write_or_print(text, out)

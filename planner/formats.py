@@ -169,7 +169,7 @@ def rich_rows(rows: Sequence[dict], title: str = "", headers: Sequence[str] | No
     head = list(headers if headers is not None else (rows[0].keys() if rows else []))
     t = Table(title=escape(title) if title else None)
     for h in head:
-        t.add_column(escape(h), overflow="fold")
+        t.add_column(escape(h))
     for r in rows:
         t.add_row(*(escape("-" if r.get(h) is None else str(r.get(h))) for h in head))
     return t

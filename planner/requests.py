@@ -298,6 +298,12 @@ def parse_batch_tokens(text: str | int | None) -> int | None:
     return int(round(v))
 
 
+def check_value(key: str, value: object) -> object:
+    """One batch-line key's value checked and normalised as :class:`PlanRequest` does (PlannerError naming the key
+    when it is of the wrong type or range); plan files check their keys with it."""
+    return _check_type(key, value)
+
+
 def _check_type(key: str, value: object) -> object:
     if key == "tokens_per_batch" and isinstance(value, str):
         value = parse_batch_tokens(value)

@@ -113,12 +113,14 @@ def _covered_summaries(done: Sequence[CVRowResult]) -> list[CoveredSummary]:
 
 def validate_source_cv(rows: Iterable[RunRow], tiers: Iterable[str] | None = None,
                        constants: Sequence[str] | str | None = None, cost_model=None,
-                       hardware_fn: Callable | None = None, in_sample: bool = True) -> CVReport:
-    """Leave-one-source-out validation of ``rows`` (of the selected tiers): see the module docstring."""
+                       hardware_fn: Callable | None = None, in_sample: bool = True,
+                       progress: Callable[[int, int], None] | None = None) -> CVReport:
+    """Leave-one-source-out validation of ``rows`` (of the selected tiers): see the module docstring.
+    ``progress(done, total)`` is called before each run is predicted."""
     rows = list(rows)
     selected = rows if tiers is None else [r for r in rows if r.tier in {t.upper() for t in tiers}]
     names = parse_constants(constants)
-    runs, skipped = prepare_runs(selected, cost_model, hardware_fn)
+    runs, skipped = prepare_runs(selected, cost_model, hardware_fn, progress)
     if len({r.row.prefix for r in runs}) < 2:
         raise PlannerError("--cv source needs predictable runs of at least two sources (run id prefixes); "
                            "add runs or use --cv none.")

@@ -51,7 +51,7 @@ def test_tables_fit_80_columns_without_cut_cells(args):
 def test_node_types_show_a_price_not_the_word_gpus():
     out = _run(["gpus"])
     assert "GPU's" not in out
-    assert "* the GPU type's price" in out
+    assert "legend: * = the GPU type's price" in out
     cat = load_catalogue()
     inherit = [c for c in cat.clusters.values() if c.price_usd_per_gpu_hour is None
                and cat.gpus[c.gpu].price_usd_per_gpu_hour is not None]

@@ -322,7 +322,7 @@ def test_cli_search_formats():
     assert len(data["plans"]) == 3 and data["search"]["method"] == "exhaustive"
     md = _ok(base + ["--format", "md"])
     assert md.startswith("| # | GPU |") and md.count("\n") == 5
-    table = _ok(base + ["--tokens", "1e12", "--explain", "1"])
+    table = _ok(base + ["--tokens", "1e12", "--explain", "1", "--wide"])  # --wide: every column, full headers
     assert "time to train" in table and "Per stage" in table
 
 
@@ -385,7 +385,7 @@ def test_cli_explain_requires_the_gpu_as_predict_does():
 
 def test_cli_compare():
     out = _ok(["compare", "--model", "llama-13b", "--gpus", "16", "--gpu", "a100-80gb", "--gpu", "gh200",
-               "--tokens", "1e12", "--price", "gh200=2.1", "--space", "megatron"])
+               "--tokens", "1e12", "--price", "gh200=2.1", "--space", "megatron", "--wide"])
     # gh200's default node type is the quad-GH200 NVLink node (jupiter-booster): 4 nodes of 4
     assert "gh200" in out and "4 x 4" in out and "jupiter-booster" in out and "(--price)" in out
     assert "cost to train" in out

@@ -220,7 +220,7 @@ def test_every_catalogue_gpu_has_a_price_or_says_it_has_none(tmp_path):
 
 def test_compare_and_search_show_goodput_and_price_sources():
     r = CliRunner().invoke(app, ["compare", "--model", "llama-7b", "--gpu", "a100-80gb", "--gpu", "h200", "--gpus",
-                                 "16", "--space", "megatron", "--tokens", "1e11"])
+                                 "16", "--space", "megatron", "--tokens", "1e11", "--wide"])
     assert r.exit_code == 0, r.output
     assert "goodput" in r.output and "ckpt every" in r.output and "not modelled:" in r.output
     assert "warning: the prices come from different sources" in r.output

@@ -18,7 +18,10 @@ from rich.table import Table
 
 from planner.formats import PLAN_FIELDS, csv_text, md_rows, plan_row
 from planner.search.explain import render_explanation
+from planner.tables import console, is_wide, print_table
 from planner.search.records import (
+    DROP_FIRST,
+    MARKERS,
     flat_record,
     human_duration,
     plan_text,
@@ -27,11 +30,6 @@ from planner.search.records import (
     to_json,
     to_markdown,
 )
-
-
-def _console(width: int = 200) -> Console:
-    """stdout: the terminal's width, or ``width`` columns when piped (tables are not squeezed)."""
-    return Console(width=None if sys.stdout.isatty() else width)
 
 
 def emit_records(records, fmt: str, model, meta: dict, title: str) -> None:
@@ -43,7 +41,9 @@ def emit_records(records, fmt: str, model, meta: dict, title: str) -> None:
     elif fmt == "md":
         sys.stdout.write(to_markdown(records))
     else:
-        _console(240).print(rich_table(records, title))
+        con = console()
+        print_table(con, rich_table(records, title, is_wide()), DROP_FIRST, MARKERS,
+                    [f"{r.rank}{'*' if r.pareto else ''}" for r in records])
 
 
 # ------------------------------------------------------------------------------------------- explain
@@ -70,42 +70,58 @@ def explain_out(result, fmt: str, top: int = 15) -> None:
     elif fmt == "md":
         sys.stdout.write(md_rows(explain_rows(ex), EXPLAIN_COLUMNS))
     else:
-        render_explanation(ex, _console(), top)
+        render_explanation(ex, console(), top)
 
 
 # ------------------------------------------------------------------------------------------- compare
+COMPARE_HEAD = ("GPU", "node type", "nodes x GPUs/node", "plan", "iter time [s]", "tokens/s", "MFU [%]",
+                "$/GPU-h (date, source)", "cost [$/Mtoken]")
+COMPARE_TRAIN = ("time to train", "cost to train [$]", "goodput", "ckpt every [min / it]")
+COMPARE_SHORT = {"nodes x GPUs/node": "nodes x GPUs", "iter time [s]": "time [s]", "$/GPU-h (date, source)":
+                 "$/GPU-h", "cost [$/Mtoken]": "$/Mtok", "time to train": "train", "cost to train [$]": "train [$]",
+                 "ckpt every [min / it]": "ckpt [min / it]"}
+COMPARE_DROP = ("node type", "tokens/s", "ckpt [min / it]", "goodput", "$/GPU-h", "MFU [%]", "train [$]")
+"""Columns of `planner compare` left out, in this order, when the terminal is too narrow (--wide: none)."""
+
+
+def _compare_cells(r, tokens, wide: bool) -> list[str]:
+    """One GPU type's row of the compare table."""
+    b, g = r.best, r.hardware.gpu
+    price = "-" if b.price_usd_per_gpu_hour is None else f"{b.price_usd_per_gpu_hour:.2f}"
+    if wide and b.price_usd_per_gpu_hour is not None:
+        price += (" (--price)" if b.price_usd_per_gpu_hour != g.price_usd_per_gpu_hour
+                  else f" ({g.price_date or 'undated'}, {g.price_source or '--price'})")
+    nodes = f"{b.nodes} x {b.gpus_per_node}" if wide else f"{b.nodes}x{b.gpus_per_node}"
+    row = [b.gpu, r.hardware.cluster.name, nodes, plan_text(b), f"{b.iteration_time_s:.3f}",
+           f"{b.tokens_per_s:,.0f}", f"{100 * b.mfu:.1f}", price,
+           "-" if b.usd_per_mtoken is None else f"{b.usd_per_mtoken:.3f}"]
+    if tokens:
+        gc = goodput_cells(b)
+        row += [human_duration(b.time_to_train_s),
+                "-" if b.cost_to_train_usd is None else f"{b.cost_to_train_usd:,.0f}", gc[0], f"{gc[1]} / {gc[2]}"]
+    return row
+
+
 def compare_table(m, rows, tokens) -> None:
-    """The rich table of `planner compare`: best plan per GPU type (or why none)."""
-    t = Table(title=f"{m.name}: best plan per GPU type" + (f", {tokens:.3g} tokens" if tokens else ""))
-    head = ["GPU", "node type", "nodes x GPUs/node", "plan", "iter time [s]", "tokens/s", "MFU %",
-            "$/GPU-h (date, source)", "$/Mtoken"] + (["time to train", "cost to train [$]", "goodput",
-                                                       "ckpt every [min / it]"] if tokens else [])
+    """The rich table of `planner compare`: best plan per GPU type (or why none), then the hardware and notes."""
+    wide = is_wide()
+    t = Table(title=f"{m.name}: best plan per GPU type" + (f", {tokens:.3g} tokens" if tokens else "")
+              + (f", seq {rows[0].result.problem.seq_len}" if rows else ""))
+    head = [*COMPARE_HEAD, *(COMPARE_TRAIN if tokens else ())]
     for h in head:
-        t.add_column(escape(h), justify="left" if h in ("GPU", "plan") else "right")
+        t.add_column(escape(h if wide else COMPARE_SHORT.get(h, h)),
+                     justify="left" if h in ("GPU", "plan") else "right")
     for r in rows:
-        b = r.best
-        if b is None:
+        if r.best is None:
             t.add_row(r.gpu, r.hardware.cluster.name, "-", escape(r.message), *["-"] * (len(head) - 4))
-            continue
-        g = r.hardware.gpu
-        src = f"{b.price_usd_per_gpu_hour:.2f} ({g.price_date or 'undated'}, {g.price_source or '--price'})" \
-            if b.price_usd_per_gpu_hour is not None else "-"
-        if b.price_usd_per_gpu_hour is not None and b.price_usd_per_gpu_hour != g.price_usd_per_gpu_hour:
-            src = f"{b.price_usd_per_gpu_hour:.2f} (--price)"
-        row = [b.gpu, r.hardware.cluster.name, f"{b.nodes} x {b.gpus_per_node}", plan_text(b), f"{b.iteration_time_s:.3f}",
-               f"{b.tokens_per_s:,.0f}", f"{100 * b.mfu:.1f}", src,
-               "-" if b.usd_per_mtoken is None else f"{b.usd_per_mtoken:.3f}"]
-        if tokens:
-            g = goodput_cells(b)
-            row += [human_duration(b.time_to_train_s),
-                    "-" if b.cost_to_train_usd is None else f"{b.cost_to_train_usd:,.0f}", g[0], f"{g[1]} / {g[2]}"]
-        t.add_row(*[escape(c) for c in row])
-    con = _console()
-    con.print(t)
+        else:
+            t.add_row(*[escape(c) for c in _compare_cells(r, tokens, wide)])
+    con = console()
+    print_table(con, t, COMPARE_DROP)
     for line in hardware_lines([r.hardware for r in rows]):
         con.print(escape(line))
     for note in compare_notes(rows):
-        con.print(("" if note.startswith("warning") else "note: ") + escape(note), soft_wrap=True)
+        con.print(("" if note.startswith("warning") else "note: ") + escape(note))
 
 
 def compare_notes(rows) -> list[str]:
@@ -202,44 +218,73 @@ def size_out(result, fmt: str) -> None:
         head = [*SIZE_COLUMNS, *(f.header for f in PLAN_FIELDS)]
         sys.stdout.write(csv_text(rows, head) if fmt == "csv" else md_rows(rows, head))
         return
-    con = _console()
-    con.print(f"[bold]{escape(m.name)}[/]: {tokens:.3g} tokens within {human_duration(deadline_s)} "
+    con = console()
+    con.print(f"[bold]{escape(m.name)}[/]: {tokens:.3g} tokens within {human_duration(deadline_s)}, seq "
+              f"{_size_seq(res)} "
               f"({res.searched} allocations evaluated" + (", interrupted" if res.interrupted else "") + ")")
+    print_table(con, allocation_table(res), SIZE_DROP)
+    frontier, marks = frontier_table(res, deadline_s)
+    print_table(con, frontier, FRONTIER_DROP, FRONTIER_MARKERS, marks)
+    for gpu, why in res.left_out:
+        con.print(f"left out {escape(gpu)}: {escape(why)}")
+    for note in res.notes:
+        con.print(("" if note.startswith("warning") else "note: ") + escape(note))
+
+
+SIZE_HEAD = ("", "GPU", "node type", "nodes x GPUs/node", "GPUs", "plan", "time to train", "goodput",
+             "ckpt every [min / it]", "interruptions", "lost [GPU-h]", "GPU-hours [GPU-h]", "cost [$]")
+SIZE_SHORT = {"nodes x GPUs/node": "nodes x GPUs", "time to train": "train", "ckpt every [min / it]":
+              "ckpt [min / it]", "interruptions": "stops", "lost [GPU-h]": "lost [GPU-h]",
+              "GPU-hours [GPU-h]": "GPU-h"}
+SIZE_DROP = ("node type", "stops", "lost [GPU-h]", "ckpt [min / it]", "goodput", "GPUs")
+"""Columns of the allocations table left out, in this order, when the terminal is too narrow (--wide: none)."""
+FRONTIER_DROP = ("USD/GPU-h", "cost [$]")
+FRONTIER_MARKERS = {"*": "meets the deadline", "e": "best of every plan (exhaustive search; unmarked: best of the "
+                    "plan shapes searched)"}
+"""Markers of the frontier's nodes column."""
+
+
+def _size_seq(res) -> str:
+    """The sequence length the sizing searched (its first allocation's plans)."""
+    a = res.smallest or next(iter(res.per_gpu), None)
+    return str(a.record.seq_len) if a is not None else "-"
+
+
+def allocation_table(res) -> Table:
+    """Allocations that meet the deadline: the smallest, the cheapest, the smallest per GPU type."""
+    wide = is_wide()
     t = Table(title="Allocations that meet the deadline" + (" (expected times: goodput model)" if res.failures
                                                             is not None else " (a perfect run)"))
-    head = ("", "GPU", "node type", "nodes x GPUs/node", "GPUs", "plan", "time to train", "goodput",
-            "ckpt every [min / it]", "interruptions", "lost [GPU-h]", "GPU-hours", "cost [$]")
-    for h in head:
-        t.add_column(escape(h), justify="left" if h in ("", "GPU", "plan") else "right")
+    for h in SIZE_HEAD:
+        t.add_column(escape(h if wide else SIZE_SHORT.get(h, h)), justify="left" if h in ("", "GPU", "plan")
+                     else "right")
     for label, a in size_allocations(res):
         b = a.record
         g = goodput_cells(b)
-        t.add_row(escape(label), b.gpu, b.cluster, f"{b.nodes} x {b.gpus_per_node}", str(b.gpus), escape(plan_text(b)),
+        nodes = f"{b.nodes} x {b.gpus_per_node}" if wide else f"{b.nodes}x{b.gpus_per_node}"
+        t.add_row(escape(label), b.gpu, b.cluster, nodes, f"{b.gpus:,}", escape(plan_text(b)),
                   human_duration(b.time_to_train_s), g[0], f"{g[1]} / {g[2]}", g[3], g[4], f"{a.gpu_hours:,.0f}",
                   "-" if a.cost_usd is None else f"{a.cost_usd:,.0f}")
-    con.print(t)
-    con.print(frontier_table(res, deadline_s))
-    for gpu, why in res.left_out:
-        con.print(f"left out {escape(gpu)}: {escape(why)}", soft_wrap=True)
-    for note in res.notes:
-        con.print(("" if note.startswith("warning") else "note: ") + escape(note), soft_wrap=True)
+    return t
 
 
-def frontier_table(res, deadline_s: float) -> Table:
-    """Frontier of every GPU type: GPUs vs expected days vs USD (meeting the deadline or not)."""
-    t = Table(title="Frontier: GPUs vs days vs USD (* = meets the deadline; e = best of every plan, else of the "
-                    "plan shapes)")
+def frontier_table(res, deadline_s: float) -> tuple[Table, list[str]]:
+    """Frontier of every GPU type: GPUs vs expected days vs USD (meeting the deadline or not), and the marked
+    cells (for the legend)."""
+    t = Table(title="Frontier: GPUs vs days vs USD")
     for h in ("GPU", "nodes", "GPUs", "days", "cost [$]", "USD/GPU-h", "plan"):
         t.add_column(h, justify="left" if h in ("GPU", "plan") else "right")
+    marks = []
     for ty in res.types:
         for p in ty.frontier:
             r = p.record
             mark = ("*" if p.meets(deadline_s) else " ") + ("e" if p.exhaustive else " ")
+            marks.append(mark)
             t.add_row(ty.gpu, f"{p.nodes}{mark}", f"{p.gpus:,}", "-" if p.days is None else f"{p.days:.1f}",
                       "-" if p.cost_usd is None else f"{p.cost_usd:,.0f}",
                       "-" if r.price_usd_per_gpu_hour is None else f"{r.price_usd_per_gpu_hour:.2f}",
                       escape(plan_text(r)))
-    return t
+    return t, marks
 
 
 @contextmanager

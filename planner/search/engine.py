@@ -626,7 +626,8 @@ def search(problem: SearchProblem, objective: str = "time", *, exhaustive: bool 
         else:
             n = count_plans(problem, max_plans)
             mode = choose_mode(n, max_plans)
-            note = (f"auto: exhaustive, the space has {n:,} valid plans (<= {max_plans:,})" if mode == "exhaustive"
+            note = (f"auto: exhaustive, the space has {n:,} valid plans by the quick memory check (<= {max_plans:,})"
+                    if mode == "exhaustive"
                     else f"auto: Optuna {sampler}, the space has more than {max_plans:,} valid plans")
     if mode == "exhaustive":
         res = exhaustive_search(problem, objective, cost_model, progress, jobs, detail)

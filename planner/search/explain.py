@@ -96,10 +96,12 @@ def distinct_stages(stages: list[dict]) -> list[list[int]]:
 
 
 def render_explanation(ex: dict, console, top: int = 15) -> None:
-    """Print an explanation with rich: stage summary, critical-stage breakdown, operators per stage."""
+    """Print an explanation with rich: stage summary, critical-stage breakdown, operators per stage (each table
+    fitted to the console, planner.tables)."""
     # deferred: rich loads only when a table is printed (JSON and CSV output never need it)
     from rich.markup import escape
-    from rich.table import Table
+
+    from planner.tables import print_table  # deferred: as above
 
     pred = ex["prediction"]
     split = f"  layers per stage: {describe_split(ex['layer_split'])}" if ex.get("layer_split") else ""
@@ -111,29 +113,58 @@ def render_explanation(ex: dict, console, top: int = 15) -> None:
                   f"MFU {100 * pred['mfu']:.1f} %, memory {pred['memory_gib_per_gpu']:.1f} GiB/GPU, "
                   f"bubble {100 * pred['bubble_fraction']:.1f} %, bottleneck: {pred['bottleneck']}, "
                   f"{ex['num_microbatches']} micro-batches  [dim](cost model: {sources})[/]")
-    phase_names = sorted({p for s in ex["stages"] for p in s["phases_s"]})
-    t = Table(title="Per stage: seconds per micro-batch and per iteration by phase")
-    for h in ["stage", "layers", "fwd/mb", "bwd/mb"] + phase_names:
+    stages, drop = _stage_table(ex)
+    print_table(console, stages, drop)
+    print_table(console, _critical_table(pred, top), ("phase",))
+    for group in distinct_stages(ex["stages"]):
+        print_table(console, _operator_table(ex, group, top), ("calls", "per call [s]"))
+
+
+def _stage_table(ex: dict):
+    """Seconds per micro-batch and per iteration by phase, per stage; and the phase columns least worth their
+    room first (smallest total time)."""
+    from rich.markup import escape  # deferred: rich loads only when a table is printed
+    from rich.table import Table
+
+    totals: dict[str, float] = {}
+    for s in ex["stages"]:
+        for p, v in s["phases_s"].items():
+            totals[p] = totals.get(p, 0.0) + v
+    phase_names = sorted(totals)
+    t = Table(title="Per stage: seconds per micro-batch (/mb) and per iteration by phase")
+    for h in ["stage", "layers", "fwd/mb [s]", "bwd/mb [s]"] + [f"{p} [s]" for p in phase_names]:
         t.add_column(escape(h), justify="right")
     for s in ex["stages"]:
         t.add_row(str(s["stage"]), str(s["layers"]), f"{s['fwd_per_microbatch_s']:.4g}",
                   f"{s['bwd_per_microbatch_s']:.4g}", *[f"{s['phases_s'].get(p, 0.0):.4g}" for p in phase_names])
-    console.print(t)
+    return t, [f"{p} [s]" for p in sorted(phase_names, key=totals.__getitem__)]
+
+
+def _critical_table(pred: dict, top: int):
+    from rich.markup import escape  # deferred: rich loads only when a table is printed
+    from rich.table import Table
+
     b = Table(title="Critical stage, whole iteration (shares of the iteration time)")
     for col in ("operator", "phase", "time [s]", "share [%]"):
         b.add_column(escape(col), justify="left" if col in ("operator", "phase") else "right")
     for row in pred["breakdown"][:top]:
         b.add_row(escape(row["operator"]), row["phase"], f"{row['time_s']:.4g}", f"{100 * row['share']:.1f}")
-    console.print(b)
-    for group in distinct_stages(ex["stages"]):
-        s = ex["stages"][group[0]]
-        label = f"stage {group[0]}" if len(group) == 1 else f"stages {group[0]}-{group[-1]}" \
-            if group == list(range(group[0], group[-1] + 1)) else f"stages {', '.join(map(str, group))}"
-        o = Table(title=f"Operators of {label} (per GPU, per iteration; top {top})")
-        for col in ("operator", "phase", "calls", "s/call", "s/iteration"):
-            o.add_column(escape(col), justify="left" if col in ("operator", "phase") else "right")
-        for r in s["operators"][:top]:
-            ph = r["phase"] + (" (overlapped)" if r["overlapped"] else "")
-            o.add_row(escape(r["operator"]), escape(ph), f"{r['calls_per_iteration']:g}",
-                      f"{r['time_per_call_s']:.3g}", f"{r['time_per_iteration_s']:.4g}")
-        console.print(o)
+    return b
+
+
+def _operator_table(ex: dict, group: list[int], top: int):
+    """The top operators of one stage (or of identical stages ``group``)."""
+    from rich.markup import escape  # deferred: rich loads only when a table is printed
+    from rich.table import Table
+
+    s = ex["stages"][group[0]]
+    label = f"stage {group[0]}" if len(group) == 1 else f"stages {group[0]}-{group[-1]}" \
+        if group == list(range(group[0], group[-1] + 1)) else f"stages {', '.join(map(str, group))}"
+    o = Table(title=f"Operators of {label} (per GPU, per iteration; top {top})")
+    for col in ("operator", "phase", "calls", "per call [s]", "time [s]"):
+        o.add_column(escape(col), justify="left" if col in ("operator", "phase") else "right")
+    for r in s["operators"][:top]:
+        ph = r["phase"] + (" (overlapped)" if r["overlapped"] else "")
+        o.add_row(escape(r["operator"]), escape(ph), f"{r['calls_per_iteration']:g}",
+                  f"{r['time_per_call_s']:.3g}", f"{r['time_per_iteration_s']:.4g}")
+    return o

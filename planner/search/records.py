@@ -299,7 +299,7 @@ def _pp_cell(r: PlanRecord) -> str:
 def display_rows(records: list[PlanRecord], with_train: bool = False) -> tuple[list[str], list[list[str]]]:
     """Header and string cells of the ranked table (shared by the rich table and Markdown)."""
     head = ["#", "GPU", "nodes x GPUs/node", "TP", "PP", "DP", "CP", "VPP", "MBS", "GBS (tokens)", "recompute", "ZeRO",
-            "iter time [s]", "tokens/s", "MFU %", "mem/GPU [GiB]", "$/Mtoken", "bottleneck"]
+            "iter time [s]", "tokens/s", "MFU [%]", "mem/GPU [GiB]", "cost [$/Mtoken]", "bottleneck"]
     if with_train:
         head[-1:-1] = ["time to train", "cost to train [$]"]
     rows = []
@@ -320,7 +320,7 @@ def display_rows(records: list[PlanRecord], with_train: bool = False) -> tuple[l
         for row, r in zip(rows, records):
             row[at:at] = [str(r.ep), str(r.etp if r.etp is not None else r.tp)]
     if any(r.goodput is not None for r in records):  # expected times and costs: the goodput they assume
-        at = head.index("$/Mtoken") + 1
+        at = head.index("cost [$/Mtoken]") + 1
         head.insert(at, "goodput")
         for row, r in zip(rows, records):
             row.insert(at, "-" if r.goodput is None else f"{r.goodput:.3f}")
@@ -348,17 +348,45 @@ def to_markdown(records: list[PlanRecord]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def rich_table(records: list[PlanRecord], title: str = ""):
-    """A rich Table of the ranked records."""
+SHORT_HEADERS = {"nodes x GPUs/node": "nodes x GPUs", "GBS (tokens)": "GBS (tokens)", "recompute": "recomp",
+                 "iter time [s]": "time [s]", "mem/GPU [GiB]": "mem [GiB]", "cost [$/Mtoken]": "$/Mtok",
+                 "time to train": "train", "cost to train [$]": "train [$]", "bottleneck": "bound by"}
+"""Headers of the ranked table in a terminal (the full ones, as Markdown has them, with --wide)."""
+DROP_FIRST = ("range [s]", "tokens/s", "bound by", "train [$]", "goodput", "VPP", "CP", "ZeRO", "recomp",
+              "framework", "mem [GiB]", "GPU", "nodes x GPUs", "MFU [%]", "$/Mtok", "ETP", "GBS (tokens)")
+"""Columns the ranked table leaves out, in this order, when the terminal is too narrow for all (--wide: none)."""
+MARKERS = {"*": "on the time/cost Pareto front (no other plan is both faster and cheaper per token)"}
+"""Markers of the ranked table's rank column."""
+
+
+def table_rows(records: list[PlanRecord], wide: bool = False) -> tuple[list[str], list[list[str]]]:
+    """Header and cells of the ranked table in a terminal: :func:`display_rows` with the band of the iteration
+    time in a column of its own, and short headers unless ``wide``."""
+    head, rows = display_rows(records, any(r.time_to_train_s is not None for r in records))
+    at = head.index("iter time [s]")
+    head.insert(at + 1, "range [s]")
+    for row in rows:
+        time, _, band = row[at].partition(" ")
+        row[at:at + 1] = [time, band.strip("[]") or "-"]
+    if not wide:
+        nodes = head.index("nodes x GPUs/node")
+        for row in rows:
+            row[nodes] = row[nodes].replace(" x ", "x")
+        head = [SHORT_HEADERS.get(h, h) for h in head]
+    return head, rows
+
+
+def rich_table(records: list[PlanRecord], title: str = "", wide: bool = False):
+    """A rich Table of the ranked records (:func:`planner.tables.fit` fits it to the terminal)."""
     # deferred: rich loads only when a table is printed (JSON and CSV output never need it)
     from rich.markup import escape
     from rich.table import Table
 
-    with_train = any(r.time_to_train_s is not None for r in records)
-    head, rows = display_rows(records, with_train)
-    t = Table(title=title or None, show_header=True)
+    head, rows = table_rows(records, wide)
+    t = Table(title=escape(title) if title else None, show_header=True)
     for h in head:
-        t.add_column(escape(h), justify="left" if h in ("GPU", "recompute", "bottleneck") else "right")
+        t.add_column(escape(h), justify="left" if h in ("GPU", "recompute", "recomp", "bottleneck", "bound by",
+                                                        "framework") else "right")
     for row in rows:
         t.add_row(*[escape(c) for c in row])
     return t

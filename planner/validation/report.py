@@ -93,12 +93,13 @@ class ValidationReport:
 
 
 def validate(rows: list[RunRow], predict_fn: Callable | None = None, tiers: Iterable[str] | None = None,
-             hardware_fn: Callable | None = None) -> ValidationReport:
+             hardware_fn: Callable | None = None, progress: Callable[[int, int], None] | None = None
+             ) -> ValidationReport:
     """Predict every usable row (of the selected tiers, when ``tiers`` is given) and summarise the errors.
 
     ``predict_fn(model, plan, hardware)`` defaults to :func:`planner.prediction.predict`;
     ``hardware_fn(gpu_key, gpus_per_node, cluster)`` defaults to the hardware catalogue
-    (:func:`planner.validation.runs.default_hardware`).
+    (:func:`planner.validation.runs.default_hardware`). ``progress(done, total)`` is called before each row.
     """
     if tiers is None:  # no filter: every row, including users' runs without a TIER= tag
         selected = list(rows)
@@ -108,7 +109,9 @@ def validate(rows: list[RunRow], predict_fn: Callable | None = None, tiers: Iter
     predict_fn = predict_fn or predict
     hw_cache: dict = {}
     results = []
-    for row in selected:
+    for i, row in enumerate(selected):
+        if progress is not None:
+            progress(i, len(selected))
         res = RowResult(id=row.id, source=row.prefix, model=row.model_name, gpu="", cluster="",
                         n_gpus=row.get("n_gpus"),
                         layout={}, kind="", metric=row.measured_metric, measured=row.measured_value,
@@ -171,12 +174,13 @@ def default_run_file() -> Path:
 
 
 def validate_files(runs: Sequence[Path] | None, tiers: Sequence[str] | None,
-                   predict_fn: Callable | None = None) -> tuple[list[Path], ValidationReport]:
+                   predict_fn: Callable | None = None, progress: Callable[[int, int], None] | None = None
+                   ) -> tuple[list[Path], ValidationReport]:
     """Load the run files (default: shared/validation/published_runs.csv), check the tier filter and
     predict every run with ``predict_fn`` (default :func:`planner.prediction.predict`; the CLI passes a
-    calibrated one for ``--calibration``)."""
+    calibrated one for ``--calibration``; ``progress`` as :func:`validate`'s)."""
     files, rows, tiers = load_run_files(runs, tiers)
-    return files, validate(rows, predict_fn=predict_fn, tiers=tiers)
+    return files, validate(rows, predict_fn=predict_fn, tiers=tiers, progress=progress)
 
 
 def load_run_files(runs: Sequence[Path] | None, tiers: Sequence[str] | None
