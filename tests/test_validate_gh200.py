@@ -106,3 +106,24 @@ def test_loss_kernels_as_the_rows_state(rows):
     assert fusion == {"SMALL-LLMC-001": True, "SMALL-TINYLLAMA-001": True, "GH200-OELLMJS-001": None,
                       "GH200-ALPS-001": None, "BW-NEMO2502-002": None}
     assert any("native impl" in a for a in rows["GH200-OELLMJS-001"].assumptions)
+
+
+def test_dp_overlap_as_the_rows_and_their_source_state(rows):
+    # (overlap_grad_reduce, overlap_param_gather): stated overlap on; 'No grad/param overlap' off; a Megatron-LM
+    # launch naming no overlap ran with pretrain_gpt.py's argparse defaults (off); the OELLM speed-scaling sweeps
+    # inherit both from their production config (source rule dp_overlap)
+    def overlap(rid):
+        plan = V.row_to_inputs(rows[rid])[1]
+        return plan.overlap_grad_reduce, plan.overlap_param_gather
+    assert overlap("GH200-OELLMJS-014") == (True, True)       # "+ overlap grad-reduce/param-gather"
+    assert overlap("GH200-OELLMJS-013") == (False, False)     # "No grad/param overlap."
+    assert overlap("GH200-OELLMJS-001") == (False, False)     # common.yaml: use_distributed_optimizer only
+    assert overlap("GH200-ALPS-001") == (True, True)
+    assert overlap("GH200-OELLM-SF-017") == (True, True)
+    assert overlap("BW-NEMO2502-002") == (True, True)         # NeMo: the framework default
+    assert any("argparse defaults" in a for a in rows["GH200-OELLMJS-001"].assumptions)
+
+
+def test_oellm_speed_scaling_rows_use_the_single_kernel_loss(rows):
+    assert V.row_to_inputs(rows["GH200-OELLM-SF-001"])[1].cross_entropy_fusion is True
+    assert V.row_to_inputs(rows["GH200-OELLMJS-001"])[1].cross_entropy_fusion is None

@@ -41,6 +41,7 @@ from planner.validation.moe_rows import (
 from planner.validation.row_text import (
     OTHER_STACKS,
     _cuda_graphs,
+    _dp_overlap,
     _loss_fusion,
     _padded_vocab,
     _quad_node_type,
@@ -509,6 +510,11 @@ def row_to_inputs(row: RunRow) -> tuple[ModelSpec, ParallelPlan, str, int]:
         **memory_fields(row, dtype, zero, notes))
     plan = request.to_plan(model, gpus_per_node=gpn, extra={"run_id": row.id},
                            nvlink_domain=_row_domain(gpu_key, row.cluster, gpn, n))
+    grad_overlap, param_overlap = _dp_overlap(row, notes)
+    if grad_overlap is not None:
+        plan = dataclasses.replace(plan, overlap_grad_reduce=grad_overlap)
+    if param_overlap is not None:
+        plan = dataclasses.replace(plan, overlap_param_gather=param_overlap)
     if moe:
         plan = _moe_plan(row, model, plan, notes)
     return model, _fit_unstated_recompute(row, model, plan, gpu_key, notes), gpu_key, gpn
