@@ -75,7 +75,8 @@ class ParallelPlan:
     overlap_param_gather: bool = True
     """Overlap ZeRO parameter all-gathers with compute (prefetch)."""
     dp_bucket_mb: float = 40.0
-    """DP gradient bucket size in MB (Megatron DDP default bucket_size = 40M elements... see docs)."""
+    """DP gradient bucket size: millions of parameters for Megatron (Megatron-Core DDP bucket_size, default 40M,
+    raised to 1M x DP; ``costmodel.compose.bucket_fraction``), megabytes of gradients for other stacks."""
     nvlink_domain: int = 0
     """GPUs per NVLink (scale-up) domain as this job is placed (``Hardware.domain_for``): process groups
     within it use NVLink, across it the scale-out network. 0 = ``gpus_per_node`` (the node is the domain)."""
