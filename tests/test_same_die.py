@@ -1,7 +1,8 @@
 """Same-die invariants over the catalogue, on random plans (issue 24, item 3; costmodel/cost/basis.py).
 
 A GPU that matches or beats another of its die on every datasheet figure is never predicted slower on a plan inside
-one NVLink domain (on compute time where the two node types wire NVLink differently): GH200 and H200 >= H100 SXM, GB200 >= B200, A100-80GB >= A100-40GB (where memory does not bind).
+one NVLink domain (on compute time where the two node types wire NVLink differently): GH200 and H200 >= H100 SXM,
+GB200 >= B200, A100-80GB >= A100-40GB (where memory does not bind).
 B300, costed from its own measurements, is at most the HBM ratio slower than B200 on operators that datasheet figures
 bound. Across GPUs, the
 predicted speed-up of an operator is bounded by the largest ratio of the datasheet figures that bound it (dense

@@ -116,7 +116,8 @@ defaults), as opposed to NeMo or a Megatron-Core recipe."""
 def _dp_overlap(row: RunRow, notes: list[str]) -> tuple[bool | None, bool | None]:
     """(overlap_grad_reduce, overlap_param_gather) a Megatron row states; None = the framework's default.
 
-    The source rule dp_overlap (its configuration turns both on): on. Stated in the optimizer column or the notes ('+ overlap grad-reduce/param-gather', 'No grad/param overlap'):
+    The source rule dp_overlap (its configuration turns both on): on. Stated in the optimizer column or the notes
+    ('+ overlap grad-reduce/param-gather', 'No grad/param overlap'):
     as stated. A distributed-optimizer run launched through Megatron-LM's pretrain_gpt.py that names no overlap
     ran with Megatron-LM's argparse defaults, --overlap-grad-reduce and --overlap-param-gather off
     (NVIDIA/Megatron-LM megatron/training/arguments.py: both action='store_true'; the Megatron-Core recipes and
