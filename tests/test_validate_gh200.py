@@ -127,3 +127,11 @@ def test_dp_overlap_as_the_rows_and_their_source_state(rows):
 def test_oellm_speed_scaling_rows_use_the_single_kernel_loss(rows):
     assert V.row_to_inputs(rows["GH200-OELLM-SF-001"])[1].cross_entropy_fusion is True
     assert V.row_to_inputs(rows["GH200-OELLMJS-001"])[1].cross_entropy_fusion is None
+
+
+def test_nemo_performance_fp8_runs_reduce_bf16_gradients(rows):
+    # NeMo 25.02 / 25.04 performance scripts: fp8 -> recipe.trainer.plugins.grad_reduce_in_fp32 = False
+    for rid in ("BW-NEMO2502-006", "BW-NEMO2504-001"):
+        plan = V.row_to_inputs(rows[rid])[1]
+        assert plan.main_grads_dtype == "bf16", rid
+    assert V.row_to_inputs(rows["GH200-OELLMJS-001"])[1].main_grads_dtype != "bf16"
