@@ -135,3 +135,12 @@ def test_nemo_performance_fp8_runs_reduce_bf16_gradients(rows):
         plan = V.row_to_inputs(rows[rid])[1]
         assert plan.main_grads_dtype == "bf16", rid
     assert V.row_to_inputs(rows["GH200-OELLMJS-001"])[1].main_grads_dtype != "bf16"
+
+
+def test_nemo_performance_recipes_recompute_nothing(rows, shared_validation):
+    # NeMo 25.02 performance recipes set no recompute (source rule recompute_none): unstated -> none
+    assert V.row_to_inputs(rows["BW-NEMO2502-002"])[1].recompute == "none"
+    moe = {r.id: r for r in V.load_runs(shared_validation / "moe_runs.csv")}
+    assert V.row_to_inputs(moe["MOE-NEMO25-001"])[1].recompute == "none"
+    published = {r.id: r for r in V.load_runs(shared_validation / "published_runs.csv")}
+    assert V.row_to_inputs(published["NEMO2407-001"])[1].recompute == "selective"  # no rule: the old assumption

@@ -326,7 +326,8 @@ def _model(row: RunRow, seq_len: int, notes: list[str], tp: int = 1) -> ModelSpe
                      **arch)
 
 
-def _recompute(text: str, notes: list[str]) -> str:
+def _recompute(text: str, notes: list[str], rule: Rule | None = None) -> str:
+    """The row's recompute mode; unstated: none under the source rule recompute_none, else selective."""
     t = text.lower()
     for mode in ("full", "selective", "none"):
         if t.startswith(mode):
@@ -335,6 +336,9 @@ def _recompute(text: str, notes: list[str]) -> str:
             elif "per-op" in t:
                 notes.append("per-op selective activation checkpointing (torchtitan SAC) mapped to selective")
             return mode
+    if rule is not None and not t.strip():
+        notes.append(rule.assumption)
+        return "none"
     notes.append(f"recompute not stated ({text!r}), assumed selective")
     return "selective"
 
@@ -502,7 +506,7 @@ def row_to_inputs(row: RunRow) -> tuple[ModelSpec, ParallelPlan, str, int]:
     zero, dtype = _zero(row.text["dist_optimizer_or_zero"], notes), _dtype(row.text["precision"], notes)
     request = PlanRequest(
         id=row.id, model=model, gpu=gpu_key, gpus=n, gpus_per_node=gpn, cluster=row.cluster or None, tp=tp, pp=pp,
-        cp=cp, vpp=vpp, mbs=mbs, gbs=gbs, seq_len=seq_len, recompute=_recompute(row.text["recompute"], notes),
+        cp=cp, vpp=vpp, mbs=mbs, gbs=gbs, seq_len=seq_len, recompute=_recompute(row.text["recompute"], notes, row.rule("recompute_none")),
         sequence_parallel=sp, zero=zero, dtype=dtype, **_pipeline_split(row, model.num_layers, pp, vpp, moe, notes),
         framework=_framework(row.text["framework"], notes, row.text["notes"]), attention=_attention(row, notes),
         moe_dispatcher="alltoall",  # an MoE row's dispatcher is read from its text (moe_rows.moe_plan_fields)
