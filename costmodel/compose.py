@@ -452,18 +452,19 @@ class Breakdown:
 
 def _overlap_shares(plan: ParallelPlan, st: StageGraph, times: Times,
                     has_ep: bool) -> list[tuple[str, Category, float]]:
-    """(kind, category, share) of a layer's exposed overlapped communication: all of it CP (CP > 1) or ZeRO-3
-    without MoE expert-parallel overlap; with it (``plan.moe_overlap_comm``), split in proportion to each kind's
-    overlapped seconds."""
+    """(kind, category, share) of a layer's exposed overlapped communication, in proportion to each kind's
+    overlapped seconds: MoE expert-parallel (``plan.moe_overlap_comm``), tensor-parallel (``plan.tp_comm_overlap``)
+    and the rest, CP (CP > 1) or ZeRO-3."""
     other = ("cp", Category.CP_COMM) if plan.cp > 1 else ("zero", Category.ZERO_COMM)
-    if not has_ep:
-        return [(other[0], other[1], 1.0)]
-    ep = sum(times[o.key()] * o.count for o in st.layer_overlap_ops if o.category is Category.EP_COMM)
-    rest = sum(times[o.key()] * o.count for o in st.layer_overlap_ops if o.category is not Category.EP_COMM)
-    total = ep + rest
+    secs = {"ep": 0.0, "tp": 0.0, other[0]: 0.0}
+    for o in st.layer_overlap_ops:
+        kind = "ep" if o.category is Category.EP_COMM else "tp" if o.category is Category.TP_COMM else other[0]
+        secs[kind] += times[o.key()] * o.count
+    total = sum(secs.values())
     if total <= 0:
         return [(other[0], other[1], 1.0)]
-    return [(k, c, v / total) for k, c, v in (("ep", Category.EP_COMM, ep), (other[0], other[1], rest)) if v > 0]
+    cat = {"ep": Category.EP_COMM, "tp": Category.TP_COMM, other[0]: other[1]}
+    return [(k, cat[k], v / total) for k, v in secs.items() if v > 0]
 
 
 def breakdown(plan: ParallelPlan, graph: OperatorGraph, times: Times, stages: StageTimes, pipe: PipelineResult,

@@ -199,3 +199,23 @@ def test_megatron_buckets_grow_with_data_parallelism_and_expose_the_reduction():
     graph, times, comp = _composed(m, wide, hw)
     t_grad = sum(times.time_s[o.key()] * o.count for o in graph.stages[0].iteration_ops if o.phase is Phase.DP_COMM)
     assert wide.overlap_grad_reduce and comp.tail.stages[0].grad_reduce_s == pytest.approx(t_grad)
+
+
+def test_tp_comm_overlap_hides_tp_collectives_under_the_layer_compute(a100):
+    # Transformer Engine userbuffers (ParallelPlan.tp_comm_overlap, needs SP): the layer's TP all-gathers and
+    # reduce-scatters move to the overlapped list and are exposed only beyond the layer's compute
+    m = llama(layers=4, hidden=8192, heads=64, kv=8, ffn=28672)
+    base = plan(gpus=8, gbs=8, seq=4096, tp=8).validate(m)
+    over = dataclasses.replace(base, tp_comm_overlap=True)
+    g0, g1 = build_graph(m, base), build_graph(m, over)
+    tp0 = [o for o in g0.stages[0].layer_ops if o.category is Category.TP_COMM and o.phase in (Phase.FWD, Phase.BWD)]
+    assert tp0 and not any(o.category is Category.TP_COMM and o.phase in (Phase.FWD, Phase.BWD)
+                           for o in g1.stages[0].layer_ops)
+    assert {o.key() for o in tp0} <= {o.key() for o in g1.stages[0].layer_overlap_ops}
+    _, _, c0 = _composed(m, base, a100)
+    _, _, c1 = _composed(m, over, a100)
+    assert c1.iteration_time_s < c0.iteration_time_s
+    assert c1.breakdown.exposed_comm_s["tp"] < c0.breakdown.exposed_comm_s["tp"]
+    no_sp = dataclasses.replace(over, sequence_parallel=False)  # userbuffers need sequence parallelism
+    assert build_graph(m, no_sp).stages[0].layer_overlap_ops == build_graph(m, dataclasses.replace(
+        base, sequence_parallel=False)).stages[0].layer_overlap_ops

@@ -144,3 +144,14 @@ def test_nemo_performance_recipes_recompute_nothing(rows, shared_validation):
     assert V.row_to_inputs(moe["MOE-NEMO25-001"])[1].recompute == "none"
     published = {r.id: r for r in V.load_runs(shared_validation / "published_runs.csv")}
     assert V.row_to_inputs(published["NEMO2407-001"])[1].recompute == "selective"  # no rule: the old assumption
+
+
+def test_tp_comm_overlap_as_the_rows_and_their_source_state(rows, shared_validation):
+    tpco = {rid: V.row_to_inputs(rows[rid])[1].tp_comm_overlap for rid in
+            ("GH200-OELLMJS-021", "GH200-OELLMJS-020", "BW-NEMO2502-006", "BW-NEMO2502-002", "GH200-OELLM-SF-007")}
+    # JS-021 '+ tp_comm_overlap'; JS-020 not; NeMo recipes at TP > 1 (rule); Llama 3 8B runs TP 1; the OELLM
+    # speed-scaling sweeps set tp_comm_overlap: false (not in the row text)
+    assert tpco == {"GH200-OELLMJS-021": True, "GH200-OELLMJS-020": False, "BW-NEMO2502-006": True,
+                    "BW-NEMO2502-002": False, "GH200-OELLM-SF-007": False}
+    published = {r.id: r for r in V.load_runs(shared_validation / "published_runs.csv")}
+    assert V.row_to_inputs(published["MCORE-H100-004"])[1].tp_comm_overlap  # 'Overlaps: ... --tp-comm-overlap'

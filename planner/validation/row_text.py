@@ -141,6 +141,23 @@ def _dp_overlap(row: RunRow, notes: list[str]) -> tuple[bool | None, bool | None
     return None, None
 
 
+TP_OVERLAP = re.compile(r"tp[-_ ]comm[-_ ]overlap(?![-_ :=]*(false|off|0\b))")
+"""Row text that states Transformer Engine's TP communication overlap on (Megatron --tp-comm-overlap,
+'tp_comm_overlap true', '+ tp_comm_overlap'); 'tp_comm_overlap: false' does not match."""
+
+
+def _tp_overlap(row: RunRow, notes: list[str]) -> bool:
+    """Whether the row's TP all-gathers / reduce-scatters overlapped the GEMMs: the source rule tp_comm_overlap, or
+    the row's text saying so."""
+    rule = row.rule("tp_comm_overlap")
+    said = TP_OVERLAP.search(" ".join((row.text["framework"], row.text["notes"])).lower()) is not None
+    if rule is None and not said:
+        return False
+    notes.append(rule.assumption if rule is not None else "TP communication overlapped with the GEMMs (the row "
+                                                            "says tp_comm_overlap)")
+    return True
+
+
 QUAD_NODE_TYPES = {"gh200": (("jupiter", "jupiter-booster"), ("alps", "alps-gh200"), ("cscs", "alps-gh200"),
                              ("isambard", "isambard-ai"))}
 """4-GPU-per-node GPUs -> (word of the row's gpu / interconnect text, catalogue node type): the quad-GH200 NVLink

@@ -48,6 +48,7 @@ from planner.validation.row_text import (
     _row_domain,
     _stated_bias_and_tying,
     _stated_head_dim,
+    _tp_overlap,
 )
 from planner.validation.sources import Rule, source_rule
 
@@ -506,7 +507,8 @@ def row_to_inputs(row: RunRow) -> tuple[ModelSpec, ParallelPlan, str, int]:
     zero, dtype = _zero(row.text["dist_optimizer_or_zero"], notes), _dtype(row.text["precision"], notes)
     request = PlanRequest(
         id=row.id, model=model, gpu=gpu_key, gpus=n, gpus_per_node=gpn, cluster=row.cluster or None, tp=tp, pp=pp,
-        cp=cp, vpp=vpp, mbs=mbs, gbs=gbs, seq_len=seq_len, recompute=_recompute(row.text["recompute"], notes, row.rule("recompute_none")),
+        cp=cp, vpp=vpp, mbs=mbs, gbs=gbs, seq_len=seq_len,
+        recompute=_recompute(row.text["recompute"], notes, row.rule("recompute_none")),
         sequence_parallel=sp, zero=zero, dtype=dtype, **_pipeline_split(row, model.num_layers, pp, vpp, moe, notes),
         framework=_framework(row.text["framework"], notes, row.text["notes"]), attention=_attention(row, notes),
         moe_dispatcher="alltoall",  # an MoE row's dispatcher is read from its text (moe_rows.moe_plan_fields)
@@ -519,6 +521,8 @@ def row_to_inputs(row: RunRow) -> tuple[ModelSpec, ParallelPlan, str, int]:
         plan = dataclasses.replace(plan, overlap_grad_reduce=grad_overlap)
     if param_overlap is not None:
         plan = dataclasses.replace(plan, overlap_param_gather=param_overlap)
+    if plan.tp > 1 and _tp_overlap(row, notes):
+        plan = dataclasses.replace(plan, tp_comm_overlap=True)
     if moe:
         plan = _moe_plan(row, model, plan, notes)
     return model, _fit_unstated_recompute(row, model, plan, gpu_key, notes), gpu_key, gpn

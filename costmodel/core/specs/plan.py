@@ -103,6 +103,10 @@ class ParallelPlan:
     --moe-router-force-load-balancing: random logits, top-k uniformly at random) or ``round_robin`` (NeMo
     AutoModel fake_balanced_gate: token t to experts t k ... t k + k - 1 mod E). Sets how many EP ranks and
     NVLink domains a token's copies reach (the flex dispatcher's bytes, costmodel.moe_routing)."""
+    tp_comm_overlap: bool = False
+    """Overlap the tensor-parallel all-gathers / reduce-scatters with the layer's GEMMs (Transformer Engine
+    userbuffers: Megatron --tp-comm-overlap, NeMo MegatronCommOverlapCallback(tp_comm_overlap=True)); needs
+    sequence parallelism. Exposed TP communication is then only what exceeds the layer's compute."""
     moe_overlap_comm: bool = False
     """Overlap the EP dispatch/combine with compute of another micro-batch (Megatron-Core
     --overlap-moe-expert-parallel-comm)."""
