@@ -335,6 +335,24 @@ def straggler_wait(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph,
     return excess * rank_scale(n, measured) * max(per_stage), warnings
 
 
+def bucket_fraction(plan: ParallelPlan, st: StageGraph) -> float:
+    """Share of a stage's DP gradient bytes in its last-reduced (and first-gathered) bucket.
+
+    Megatron (``framework`` megatron): buckets of ``max(dp_bucket_mb, DP) x 1e6`` parameters, ``dp_bucket_mb`` read
+    as millions of parameters: Megatron-Core DDP's default bucket_size is max(40M, 1M x DP) parameters ('If using
+    very large dp_sizes, make buckets larger ... bandwidth-bound rather than latency-bound',
+    megatron/core/distributed/distributed_data_parallel.py). Pipeline stages after the first run one bucket there
+    ('since data-parallel communication on these stages is not on the critical path'); that is not modelled: their
+    parameter gather would overlap the next iteration's pipeline fill, which the tail does not see. Other stacks:
+    ``dp_bucket_mb`` megabytes of gradients."""
+    params = st.params / plan.tp
+    if st.expert_params:  # MoE: routed experts sharded E/EP per GPU and / ETP
+        params = (st.params - st.expert_params) / plan.tp + st.expert_params / (plan.ep * plan.expert_tp)
+    if plan.framework == "megatron":
+        return min(1.0, max(plan.dp_bucket_mb, plan.dp) * 1e6 / max(params, 1.0))
+    return min(1.0, plan.dp_bucket_mb * 1e6 / max(params * GRAD_REDUCE_BYTES, 1.0))
+
+
 def iteration_tail(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph, times: Times,
                    stages: StageTimes, pipe: PipelineResult,
                    calibration: Calibration | None = None) -> tuple[IterationTail, list[str]]:
@@ -356,18 +374,16 @@ def iteration_tail(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph,
             if st.signature:
                 memo[st.signature] = sums
         t_grad, t_ag, t_opt = sums
+        bucket = bucket_fraction(plan, st)
         if plan.overlap_grad_reduce and overlaps and t_grad > 0:
-            grad_bytes = st.params / plan.tp * GRAD_REDUCE_BYTES
-            if st.expert_params:  # MoE: routed experts sharded E/EP per GPU and / ETP
-                grad_bytes = ((st.params - st.expert_params) / plan.tp
-                              + st.expert_params / (plan.ep * plan.expert_tp)) * GRAD_REDUCE_BYTES
-            last_bucket = t_grad * min(1.0, plan.dp_bucket_mb * 1e6 / max(grad_bytes, 1.0))
             # reduced while the last micro-batch runs backward; at most overlap_eff of it hides there
             # (overlap_eff = 1: max(last_bucket, t_grad - bwd[i]), the uncalibrated form, exactly)
-            exp_grad = max(last_bucket, t_grad - min(stages.bwd_s[i], overlap_eff * t_grad))
+            exp_grad = max(t_grad * bucket, t_grad - min(stages.bwd_s[i], overlap_eff * t_grad))
         else:
             exp_grad = t_grad
-        exp_ag = max(0.0, t_ag - stages.fwd_s[i]) if plan.overlap_param_gather and overlaps else t_ag
+        # the first bucket's gather is waited for before the first layer's forward (Megatron-Core
+        # distributed optimizer, overlap_param_gather: one bucket gathered per forward pre-hook)
+        exp_ag = max(t_ag * bucket, t_ag - stages.fwd_s[i]) if plan.overlap_param_gather and overlaps else t_ag
         host_opt, host_act = stage_offload_s(plan, hardware.gpu, graph, stages.fwd_s[i], stages.bwd_s[i], i)
         t_opt += host_opt
         # stage i ends its last backward before stage 0 does, by the backward of the stages before it
@@ -436,18 +452,19 @@ class Breakdown:
 
 def _overlap_shares(plan: ParallelPlan, st: StageGraph, times: Times,
                     has_ep: bool) -> list[tuple[str, Category, float]]:
-    """(kind, category, share) of a layer's exposed overlapped communication: all of it CP (CP > 1) or ZeRO-3
-    without MoE expert-parallel overlap; with it (``plan.moe_overlap_comm``), split in proportion to each kind's
-    overlapped seconds."""
+    """(kind, category, share) of a layer's exposed overlapped communication, in proportion to each kind's
+    overlapped seconds: MoE expert-parallel (``plan.moe_overlap_comm``), tensor-parallel (``plan.tp_comm_overlap``)
+    and the rest, CP (CP > 1) or ZeRO-3."""
     other = ("cp", Category.CP_COMM) if plan.cp > 1 else ("zero", Category.ZERO_COMM)
-    if not has_ep:
-        return [(other[0], other[1], 1.0)]
-    ep = sum(times[o.key()] * o.count for o in st.layer_overlap_ops if o.category is Category.EP_COMM)
-    rest = sum(times[o.key()] * o.count for o in st.layer_overlap_ops if o.category is not Category.EP_COMM)
-    total = ep + rest
+    secs = {"ep": 0.0, "tp": 0.0, other[0]: 0.0}
+    for o in st.layer_overlap_ops:
+        kind = "ep" if o.category is Category.EP_COMM else "tp" if o.category is Category.TP_COMM else other[0]
+        secs[kind] += times[o.key()] * o.count
+    total = sum(secs.values())
     if total <= 0:
         return [(other[0], other[1], 1.0)]
-    return [(k, c, v / total) for k, c, v in (("ep", Category.EP_COMM, ep), (other[0], other[1], rest)) if v > 0]
+    cat = {"ep": Category.EP_COMM, "tp": Category.TP_COMM, other[0]: other[1]}
+    return [(k, cat[k], v / total) for k, v in secs.items() if v > 0]
 
 
 def breakdown(plan: ParallelPlan, graph: OperatorGraph, times: Times, stages: StageTimes, pipe: PipelineResult,

@@ -530,10 +530,12 @@ def build(data: Path) -> dict[str, dict]:
         notes.append("price: no public per-GPU-hour price for this node type; the GPU's price applies.")
         clusters[key] = {
             "display_name": spec["display_name"], "gpu": spec["gpu"], "gpus_per_node": gpn, "nvlink_domain": domain,
+            **({"nvlink_mesh": GIVEN_FIGURES[key]["mesh"]} if GIVEN_FIGURES.get(key, {}).get("mesh") else {}),
             **({"other_gpus": OTHER_GPUS[key]} if key in OTHER_GPUS else {}),
             "intra_node_bw_gbs": intra, "intra_node_latency_us": intra_lat,
             "inter_node_bw_gbs": inter, "inter_node_latency_us": INTER_LAT_US, "network": spec["network"],
             "sources": {"gpus_per_node": spec["src_gpn"], "nvlink_domain": spec["src_gpn"],
+                        **({"nvlink_mesh": spec["src_intra"]} if GIVEN_FIGURES.get(key, {}).get("mesh") else {}),
                         **({"other_gpus": spec["src_gpn"]} if key in OTHER_GPUS else {}),
                         "intra_node_bw_gbs": spec["src_intra"], "intra_node_latency_us": lat_src,
                         "inter_node_bw_gbs": spec["src_inter"], "inter_node_latency_us": ["nccl_tests_150"],

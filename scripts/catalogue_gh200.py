@@ -29,7 +29,9 @@ _H100_SXM = dict(peak_tflops={"bf16": 989.4, "fp16": 989.4, "fp8": 1978.9, "tf32
 
 _QUAD_NOTE = ("intra_node_bw_gbs: per GPU and direction over its three NVLink 4 peers, 3 x 150 GB/s (DERIVED; NCCL "
               "rings use every link of the 4-GPU mesh). inter_node_bw_gbs: 200 Gb/s per GPU / 8 (DERIVED). "
-              "intra_node_latency_us: COMPARABLE aiconfigurator H100 SXM 4-GPU (same NVLink 4 generation).")
+              "intra_node_latency_us: COMPARABLE aiconfigurator H100 SXM 4-GPU (same NVLink 4 generation). "
+              "nvlink_mesh: the four GPUs are wired pairwise (150 GB/s per direction per pair), no NVSwitch: a "
+              "2-GPU group has one pair link (DERIVED).")
 
 GH200_CLUSTERS = {
     "jupiter-booster": dict(
@@ -66,9 +68,9 @@ GH200_CLUSTERS = {
               "Their V3 report measures about 160 GB/s over NVLink in practice. intra_node_latency_us: COMPARABLE "
               "aiconfigurator H100 SXM 8-GPU."),
 }
-GH200_GIVEN = {"jupiter-booster": dict(gpus_per_node=4, nvlink_domain=4, intra=450.0, inter=25.0),
-               "alps-gh200": dict(gpus_per_node=4, nvlink_domain=4, intra=450.0, inter=25.0),
-               "isambard-ai": dict(gpus_per_node=4, nvlink_domain=4, intra=450.0, inter=25.0),
+GH200_GIVEN = {"jupiter-booster": dict(gpus_per_node=4, nvlink_domain=4, intra=450.0, inter=25.0, mesh=4),
+               "alps-gh200": dict(gpus_per_node=4, nvlink_domain=4, intra=450.0, inter=25.0, mesh=4),
+               "isambard-ai": dict(gpus_per_node=4, nvlink_domain=4, intra=450.0, inter=25.0, mesh=4),
                "hgx-h800": dict(gpus_per_node=8, nvlink_domain=8, intra=200.0, inter=50.0)}
 
 H800 = {

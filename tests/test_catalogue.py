@@ -330,3 +330,15 @@ def test_hardware_file_capacity_in_gb_replaces_the_driver_figure(tmp_path):
     f.write_text("[gpus.h100-sxm]\nhbm_gb = 40\n")
     g = load_catalogue([f]).gpu("h100-sxm")
     assert g.hbm_mib == 0 and g.hbm_bytes == 40e9 and "hbm_mib" not in g.sources
+
+
+def test_quad_gh200_nodes_are_a_direct_wired_mesh(cat):
+    # JUPITER / Alps / Isambard-AI: four GH200 wired pairwise (150 GB/s per direction per pair), no NVSwitch: a
+    # 2-GPU group has one pair link, the whole node all three; an NVSwitch node gives any group the full figure
+    for name in ("jupiter-booster", "alps-gh200", "isambard-ai"):
+        c = cat.cluster(name)
+        assert c.nvlink_mesh == 4 and c.intra_bw_gbs(2) == 150.0 and c.intra_bw_gbs(4) == 450.0, name
+        assert c.sources["nvlink_mesh"]
+    assert cat.cluster("dgx-h100").nvlink_mesh == 0 and cat.cluster("dgx-h100").intra_bw_gbs(2) == 450.0
+    resized = cat.resolve("gh200", "jupiter-booster", 2).cluster  # two GPUs of a quad node: still one pair link
+    assert resized.intra_bw_gbs(2) == 150.0

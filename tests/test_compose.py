@@ -4,7 +4,14 @@ import dataclasses
 
 import pytest
 
-from costmodel.compose import OperatorTimes, compose, compose_iteration_time, cost_operators, stage_times
+from costmodel.compose import (
+    OperatorTimes,
+    bucket_fraction,
+    compose,
+    compose_iteration_time,
+    cost_operators,
+    stage_times,
+)
 from costmodel.core.kinds import COLLECTIVE_KINDS, Category, CostSource, Phase, describe_cost_sources
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.cost.measured import FUSED_METHOD, MeasuredCostModel
@@ -175,3 +182,40 @@ def test_operator_times_interval_and_scaling():
     doubled = band.scaled(lambda d: {k: 2 * v for k, v in d.items()})
     assert band.has_interval and (doubled.low_s, doubled.high_s) == ({("a",): 1.0}, {("a",): 3.0})
     assert not dataclasses.replace(band, low_s={("a",): 1.0}, high_s={("a",): 1.0}).has_interval
+
+
+def test_megatron_buckets_grow_with_data_parallelism_and_expose_the_reduction():
+    # Megatron-Core DDP: bucket_size = max(40M, 1M x DP) parameters; a stage's last bucket is what backward
+    # cannot hide (and its first the forward waits for). At DP 2048 a 1.3B-parameter model is one bucket.
+    m = llama(layers=24, hidden=2048, heads=16, kv=16, ffn=5504)
+    small = plan(gpus=8, gbs=64, seq=2048).validate(m)
+    wide = plan(gpus=2048, gpn=4, gbs=2048, seq=2048).validate(m)
+    st_small, st_wide = build_graph(m, small).stages[0], build_graph(m, wide).stages[0]
+    assert bucket_fraction(small, st_small) == pytest.approx(40e6 / st_small.params)
+    assert bucket_fraction(wide, st_wide) == 1.0
+    titan = dataclasses.replace(small, framework="torchtitan", zero=1)  # other stacks: dp_bucket_mb megabytes
+    assert bucket_fraction(titan, st_small) == pytest.approx(40e6 / (st_small.params * 4))
+    hw = load_catalogue().resolve("gh200", "jupiter-booster", 4)
+    graph, times, comp = _composed(m, wide, hw)
+    t_grad = sum(times.time_s[o.key()] * o.count for o in graph.stages[0].iteration_ops if o.phase is Phase.DP_COMM)
+    assert wide.overlap_grad_reduce and comp.tail.stages[0].grad_reduce_s == pytest.approx(t_grad)
+
+
+def test_tp_comm_overlap_hides_tp_collectives_under_the_layer_compute(a100):
+    # Transformer Engine userbuffers (ParallelPlan.tp_comm_overlap, needs SP): the layer's TP all-gathers and
+    # reduce-scatters move to the overlapped list and are exposed only beyond the layer's compute
+    m = llama(layers=4, hidden=8192, heads=64, kv=8, ffn=28672)
+    base = plan(gpus=8, gbs=8, seq=4096, tp=8).validate(m)
+    over = dataclasses.replace(base, tp_comm_overlap=True)
+    g0, g1 = build_graph(m, base), build_graph(m, over)
+    tp0 = [o for o in g0.stages[0].layer_ops if o.category is Category.TP_COMM and o.phase in (Phase.FWD, Phase.BWD)]
+    assert tp0 and not any(o.category is Category.TP_COMM and o.phase in (Phase.FWD, Phase.BWD)
+                           for o in g1.stages[0].layer_ops)
+    assert {o.key() for o in tp0} <= {o.key() for o in g1.stages[0].layer_overlap_ops}
+    _, _, c0 = _composed(m, base, a100)
+    _, _, c1 = _composed(m, over, a100)
+    assert c1.iteration_time_s < c0.iteration_time_s
+    assert c1.breakdown.exposed_comm_s["tp"] < c0.breakdown.exposed_comm_s["tp"]
+    no_sp = dataclasses.replace(over, sequence_parallel=False)  # userbuffers need sequence parallelism
+    assert build_graph(m, no_sp).stages[0].layer_overlap_ops == build_graph(m, dataclasses.replace(
+        base, sequence_parallel=False)).stages[0].layer_overlap_ops

@@ -1,7 +1,8 @@
 """Same-die invariants over the catalogue, on random plans (issue 24, item 3; costmodel/cost/basis.py).
 
 A GPU that matches or beats another of its die on every datasheet figure is never predicted slower on a plan inside
-one NVLink domain: GH200 and H200 >= H100 SXM, GB200 >= B200, A100-80GB >= A100-40GB (where memory does not bind).
+one NVLink domain (on compute time where the two node types wire NVLink differently): GH200 and H200 >= H100 SXM,
+GB200 >= B200, A100-80GB >= A100-40GB (where memory does not bind).
 B300, costed from its own measurements, is at most the HBM ratio slower than B200 on operators that datasheet figures
 bound. Across GPUs, the
 predicted speed-up of an operator is bounded by the largest ratio of the datasheet figures that bound it (dense
@@ -88,11 +89,13 @@ def test_a_part_that_beats_its_sibling_on_every_figure_is_never_slower(s, pair):
                                                                      ps.iteration_time_s)
 
 
-OTHER_BOARD = {("gb200", "b200")}
+OTHER_BOARD = {("gb200", "b200"), ("gh200", "h100-sxm")}
 """Pairs whose NVLink domains are different boards: their collectives are each node type's own measurements, not
 bounded by the sibling's (costmodel.cost.same_die), and GB200 NVL72's are measured slower than B200 HGX's at small
 messages (aiconfigurator nccl tables gb200 / b200_sxm nccl-2.29.2: 2-GPU all_reduce of 256 B - 1 MB takes 1-6 % longer
-on GB200). For them the invariant is on the compute time."""
+on GB200); the quad-GH200 node wires its four GPUs pairwise without NVSwitch, so a 2-GPU group has one 150 GB/s link
+where an H100 SXM pair has the switch's 450 (ClusterSpec.nvlink_mesh). For them the invariant is on the compute
+time."""
 
 
 def _compute_s(model, plan, gpu) -> float:

@@ -238,13 +238,15 @@ def test_shipped_source_rules_are_checked():
     memory = {"grads_bf16", "fp8_param_gather", "fp8_moments_bf16", "optimizer_states_bf16", "bf16_model_states"}
     assert set(shipped["NARAY21"].rules) == set(S.RULES) - {"no_gradient_accumulation", "tflops_mcore_full_attention",
                                                             "tflops_mcore_causal", "moe_token_drop", "flash2_attention",
-                                                            "cross_entropy_fusion"} - memory
+                                                            "cross_entropy_fusion", "dp_overlap", "recompute_none",
+                                                            "tp_comm_overlap"} - memory
     assert set(shipped["MOE-MOEZOO"].rules) == {"tflops_mcore_causal", "fp8_param_gather", "fp8_moments_bf16"}
-    assert set(shipped["MOE-NEMO25"].rules) == {"moe_token_drop"}
+    assert set(shipped["MOE-NEMO25"].rules) == {"moe_token_drop", "recompute_none"}
     assert set(shipped["MOE-MLMDSV3"].rules) == {"tflops_mcore_causal", "cross_entropy_fusion"}
     assert set(shipped["MOE-MOEZOO:QWEN3"].rules) == {"tflops_mcore_causal", "fp8_param_gather", "fp8_moments_bf16",
                                                        "cross_entropy_fusion"}
     assert "cross_entropy_fusion" not in shipped["GH200-OELLMJS"].rules  # their native fused loss: the fp32 chain
+    assert {"cross_entropy_fusion", "dp_overlap"} <= set(shipped["GH200-OELLM-SF"].rules)  # the production config's
     assert set(shipped["NEMO2407:SFT"].rules) == {"grads_bf16", "optimizer_states_bf16", "fp8_param_gather"}
     assert "no_gradient_accumulation" in shipped["MLM-SEP20"].rules
     assert shipped["TORCHTITAN"].rules == {}

@@ -106,3 +106,52 @@ def test_loss_kernels_as_the_rows_state(rows):
     assert fusion == {"SMALL-LLMC-001": True, "SMALL-TINYLLAMA-001": True, "GH200-OELLMJS-001": None,
                       "GH200-ALPS-001": None, "BW-NEMO2502-002": None}
     assert any("native impl" in a for a in rows["GH200-OELLMJS-001"].assumptions)
+
+
+def test_dp_overlap_as_the_rows_and_their_source_state(rows):
+    # (overlap_grad_reduce, overlap_param_gather): stated overlap on; 'No grad/param overlap' off; a Megatron-LM
+    # launch naming no overlap ran with pretrain_gpt.py's argparse defaults (off); the OELLM speed-scaling sweeps
+    # inherit both from their production config (source rule dp_overlap)
+    def overlap(rid):
+        plan = V.row_to_inputs(rows[rid])[1]
+        return plan.overlap_grad_reduce, plan.overlap_param_gather
+    assert overlap("GH200-OELLMJS-014") == (True, True)       # "+ overlap grad-reduce/param-gather"
+    assert overlap("GH200-OELLMJS-013") == (False, False)     # "No grad/param overlap."
+    assert overlap("GH200-OELLMJS-001") == (False, False)     # common.yaml: use_distributed_optimizer only
+    assert overlap("GH200-ALPS-001") == (True, True)
+    assert overlap("GH200-OELLM-SF-017") == (True, True)
+    assert overlap("BW-NEMO2502-002") == (True, True)         # NeMo: the framework default
+    assert any("argparse defaults" in a for a in rows["GH200-OELLMJS-001"].assumptions)
+
+
+def test_oellm_speed_scaling_rows_use_the_single_kernel_loss(rows):
+    assert V.row_to_inputs(rows["GH200-OELLM-SF-001"])[1].cross_entropy_fusion is True
+    assert V.row_to_inputs(rows["GH200-OELLMJS-001"])[1].cross_entropy_fusion is None
+
+
+def test_nemo_performance_fp8_runs_reduce_bf16_gradients(rows):
+    # NeMo 25.02 / 25.04 performance scripts: fp8 -> recipe.trainer.plugins.grad_reduce_in_fp32 = False
+    for rid in ("BW-NEMO2502-006", "BW-NEMO2504-001"):
+        plan = V.row_to_inputs(rows[rid])[1]
+        assert plan.main_grads_dtype == "bf16", rid
+    assert V.row_to_inputs(rows["GH200-OELLMJS-001"])[1].main_grads_dtype != "bf16"
+
+
+def test_nemo_performance_recipes_recompute_nothing(rows, shared_validation):
+    # NeMo 25.02 performance recipes set no recompute (source rule recompute_none): unstated -> none
+    assert V.row_to_inputs(rows["BW-NEMO2502-002"])[1].recompute == "none"
+    moe = {r.id: r for r in V.load_runs(shared_validation / "moe_runs.csv")}
+    assert V.row_to_inputs(moe["MOE-NEMO25-001"])[1].recompute == "none"
+    published = {r.id: r for r in V.load_runs(shared_validation / "published_runs.csv")}
+    assert V.row_to_inputs(published["NEMO2407-001"])[1].recompute == "selective"  # no rule: the old assumption
+
+
+def test_tp_comm_overlap_as_the_rows_and_their_source_state(rows, shared_validation):
+    tpco = {rid: V.row_to_inputs(rows[rid])[1].tp_comm_overlap for rid in
+            ("GH200-OELLMJS-021", "GH200-OELLMJS-020", "BW-NEMO2502-006", "BW-NEMO2502-002", "GH200-OELLM-SF-007")}
+    # JS-021 '+ tp_comm_overlap'; JS-020 not; NeMo recipes at TP > 1 (rule); Llama 3 8B runs TP 1; the OELLM
+    # speed-scaling sweeps set tp_comm_overlap: false (not in the row text)
+    assert tpco == {"GH200-OELLMJS-021": True, "GH200-OELLMJS-020": False, "BW-NEMO2502-006": True,
+                    "BW-NEMO2502-002": False, "GH200-OELLM-SF-007": False}
+    published = {r.id: r for r in V.load_runs(shared_validation / "published_runs.csv")}
+    assert V.row_to_inputs(published["MCORE-H100-004"])[1].tp_comm_overlap  # 'Overlaps: ... --tp-comm-overlap'

@@ -274,7 +274,8 @@ class MeasuredCostModel(SameDieSiblings, OperatorCostModel):
     def _borrowed(self, ops: Sequence[Op], hardware: Hardware, donor: Hardware, note: str) -> CostResult:
         """``ops`` costed by the donor's models scaled to ``hardware`` (basis.roofline_ratio); collectives only where
         the node type's NVLink figure is the donor's (its samples describe that link), else the roofline."""
-        own_link = [i for i, o in enumerate(ops) if o.kind in COLLECTIVE_KINDS and not self._same_link(donor, hardware)]
+        own_link = [i for i, o in enumerate(ops)
+                    if o.kind in COLLECTIVE_KINDS and not self._same_link(donor, hardware, o)]
         lent = [i for i in range(len(ops)) if i not in set(own_link)]
         sub = [ops[i] for i in lent]
         r = self._predict_own(sub, donor, borrow=True)

@@ -231,7 +231,7 @@ class RooflineCostModel(OperatorCostModel):
         if n <= 1:
             return 0.0
         a, eff = self._tier(res, "intra", op, n, c.intra_node_latency_us)
-        return a + float(busbw_factor(op, n)) * nbytes / (c.intra_node_bw_gbs * 1e9 * eff)
+        return a + float(busbw_factor(op, n)) * nbytes / (c.intra_bw_gbs(n) * 1e9 * eff)
 
     def _inter(self, res, c, op: str, nbytes: float, n: int) -> float:
         if n <= 1:
@@ -258,5 +258,5 @@ class RooflineCostModel(OperatorCostModel):
         t = a_x + nbytes * (ranks - rpn) / ranks / (c.scale_out_bw_gbs(nodes) * 1e9 * e_x)
         if rpn > 1:
             a_i, e_i = self._tier(res, "intra", op, rpn, c.intra_node_latency_us)
-            t += a_i + nbytes * (rpn - 1) / ranks / (c.intra_node_bw_gbs * 1e9 * e_i)
+            t += a_i + nbytes * (rpn - 1) / ranks / (c.intra_bw_gbs(rpn) * 1e9 * e_i)
         return t

@@ -41,9 +41,11 @@ class SameDieSiblings:
         def _predict_basis(self, ops: Sequence[Op], hardware: Hardware) -> CostResult: ...
 
     @staticmethod
-    def _same_link(donor: Hardware, hardware: Hardware) -> bool:
-        """The donor's NVLink figure is the node type's: its collective samples describe the link ``hardware`` has."""
-        return abs(donor.gpu.nvlink_bw_gbs - hardware.cluster.intra_node_bw_gbs) < 1e-9
+    def _same_link(donor: Hardware, hardware: Hardware, op: Op) -> bool:
+        """The donor's NVLink figure is the bandwidth ``op``'s group has on the node type: its collective samples
+        describe that link (a group smaller than a direct-wired mesh has only its members' links, ClusterSpec.
+        intra_bw_gbs)."""
+        return abs(donor.gpu.nvlink_bw_gbs - hardware.cluster.intra_bw_gbs(int(op.features[1]))) < 1e-9
 
     def _siblings(self, hardware: Hardware) -> list:
         """The measured GPUs of ``hardware``'s die (specs), nearest in HBM bandwidth first."""
@@ -78,7 +80,7 @@ class SameDieSiblings:
         if plan is not None and self._covers(gm, plan[0], op):
             return None
         for sib in self._siblings(hardware):
-            if op.kind in COLLECTIVE_KINDS and not self._same_link(Hardware(sib, hardware.cluster), hardware):
+            if op.kind in COLLECTIVE_KINDS and not self._same_link(Hardware(sib, hardware.cluster), hardware, op):
                 continue
             sgm = self._models(sib.name)
             splan = self._route(sgm, op)

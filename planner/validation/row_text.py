@@ -104,6 +104,60 @@ def _cuda_graphs(row: RunRow, notes: list[str]) -> bool:
     return True
 
 
+NO_DP_OVERLAP = re.compile(r"no (grad(ient)?[-/ _]?(reduce)?[-/ _]?(and |/)?param(eter)?[-/ _]?(gather)? )?overlap")
+"""Row text that says the DP gradient reduction and parameter gather were not overlapped ('No grad/param overlap')."""
+GRAD_OVERLAP = re.compile(r"overlap[-_ ]grad[-_ ]reduce|overlap grad-reduce")
+PARAM_OVERLAP = re.compile(r"overlap[-_ ]param[-_ ]gather|grad-reduce/param-gather")
+MEGATRON_LM_ARGPARSE = re.compile(r"^megatron-lm\b")
+"""Framework text of a run launched through Megatron-LM's own entry point (pretrain_gpt.py and its argparse
+defaults), as opposed to NeMo or a Megatron-Core recipe."""
+
+
+def _dp_overlap(row: RunRow, notes: list[str]) -> tuple[bool | None, bool | None]:
+    """(overlap_grad_reduce, overlap_param_gather) a Megatron row states; None = the framework's default.
+
+    The source rule dp_overlap (its configuration turns both on): on. Stated in the optimizer column or the notes
+    ('+ overlap grad-reduce/param-gather', 'No grad/param overlap'):
+    as stated. A distributed-optimizer run launched through Megatron-LM's pretrain_gpt.py that names no overlap
+    ran with Megatron-LM's argparse defaults, --overlap-grad-reduce and --overlap-param-gather off
+    (NVIDIA/Megatron-LM megatron/training/arguments.py: both action='store_true'; the Megatron-Core recipes and
+    NeMo turn them on, the framework default here)."""
+    dist = row.text["dist_optimizer_or_zero"].lower()
+    text = dist + " " + row.text["notes"].lower()
+    rule = row.rule("dp_overlap")
+    if rule is not None:
+        notes.append(rule.assumption)
+        return True, True
+    if NO_DP_OVERLAP.search(text):
+        notes.append("DP gradient reduction and parameter gather not overlapped (the row says so)")
+        return False, False
+    grad, param = GRAD_OVERLAP.search(text) is not None, PARAM_OVERLAP.search(text) is not None
+    if grad or param:
+        return (True if grad else None), (True if param else None)
+    if "distributed optimizer" in dist and MEGATRON_LM_ARGPARSE.search(row.text["framework"].lower()):
+        notes.append("Megatron-LM launch naming no --overlap-grad-reduce / --overlap-param-gather: both off "
+                     "(Megatron-LM's argparse defaults)")
+        return False, False
+    return None, None
+
+
+TP_OVERLAP = re.compile(r"tp[-_ ]comm[-_ ]overlap(?![-_ :=]*(false|off|0\b))")
+"""Row text that states Transformer Engine's TP communication overlap on (Megatron --tp-comm-overlap,
+'tp_comm_overlap true', '+ tp_comm_overlap'); 'tp_comm_overlap: false' does not match."""
+
+
+def _tp_overlap(row: RunRow, notes: list[str]) -> bool:
+    """Whether the row's TP all-gathers / reduce-scatters overlapped the GEMMs: the source rule tp_comm_overlap, or
+    the row's text saying so."""
+    rule = row.rule("tp_comm_overlap")
+    said = TP_OVERLAP.search(" ".join((row.text["framework"], row.text["notes"])).lower()) is not None
+    if rule is None and not said:
+        return False
+    notes.append(rule.assumption if rule is not None else "TP communication overlapped with the GEMMs (the row "
+                                                            "says tp_comm_overlap)")
+    return True
+
+
 QUAD_NODE_TYPES = {"gh200": (("jupiter", "jupiter-booster"), ("alps", "alps-gh200"), ("cscs", "alps-gh200"),
                              ("isambard", "isambard-ai"))}
 """4-GPU-per-node GPUs -> (word of the row's gpu / interconnect text, catalogue node type): the quad-GH200 NVLink

@@ -41,12 +41,14 @@ from planner.validation.moe_rows import (
 from planner.validation.row_text import (
     OTHER_STACKS,
     _cuda_graphs,
+    _dp_overlap,
     _loss_fusion,
     _padded_vocab,
     _quad_node_type,
     _row_domain,
     _stated_bias_and_tying,
     _stated_head_dim,
+    _tp_overlap,
 )
 from planner.validation.sources import Rule, source_rule
 
@@ -325,7 +327,8 @@ def _model(row: RunRow, seq_len: int, notes: list[str], tp: int = 1) -> ModelSpe
                      **arch)
 
 
-def _recompute(text: str, notes: list[str]) -> str:
+def _recompute(text: str, notes: list[str], rule: Rule | None = None) -> str:
+    """The row's recompute mode; unstated: none under the source rule recompute_none, else selective."""
     t = text.lower()
     for mode in ("full", "selective", "none"):
         if t.startswith(mode):
@@ -334,6 +337,9 @@ def _recompute(text: str, notes: list[str]) -> str:
             elif "per-op" in t:
                 notes.append("per-op selective activation checkpointing (torchtitan SAC) mapped to selective")
             return mode
+    if rule is not None and not t.strip():
+        notes.append(rule.assumption)
+        return "none"
     notes.append(f"recompute not stated ({text!r}), assumed selective")
     return "selective"
 
@@ -501,7 +507,8 @@ def row_to_inputs(row: RunRow) -> tuple[ModelSpec, ParallelPlan, str, int]:
     zero, dtype = _zero(row.text["dist_optimizer_or_zero"], notes), _dtype(row.text["precision"], notes)
     request = PlanRequest(
         id=row.id, model=model, gpu=gpu_key, gpus=n, gpus_per_node=gpn, cluster=row.cluster or None, tp=tp, pp=pp,
-        cp=cp, vpp=vpp, mbs=mbs, gbs=gbs, seq_len=seq_len, recompute=_recompute(row.text["recompute"], notes),
+        cp=cp, vpp=vpp, mbs=mbs, gbs=gbs, seq_len=seq_len,
+        recompute=_recompute(row.text["recompute"], notes, row.rule("recompute_none")),
         sequence_parallel=sp, zero=zero, dtype=dtype, **_pipeline_split(row, model.num_layers, pp, vpp, moe, notes),
         framework=_framework(row.text["framework"], notes, row.text["notes"]), attention=_attention(row, notes),
         moe_dispatcher="alltoall",  # an MoE row's dispatcher is read from its text (moe_rows.moe_plan_fields)
@@ -509,6 +516,13 @@ def row_to_inputs(row: RunRow) -> tuple[ModelSpec, ParallelPlan, str, int]:
         **memory_fields(row, dtype, zero, notes))
     plan = request.to_plan(model, gpus_per_node=gpn, extra={"run_id": row.id},
                            nvlink_domain=_row_domain(gpu_key, row.cluster, gpn, n))
+    grad_overlap, param_overlap = _dp_overlap(row, notes)
+    if grad_overlap is not None:
+        plan = dataclasses.replace(plan, overlap_grad_reduce=grad_overlap)
+    if param_overlap is not None:
+        plan = dataclasses.replace(plan, overlap_param_gather=param_overlap)
+    if plan.tp > 1 and _tp_overlap(row, notes):
+        plan = dataclasses.replace(plan, tp_comm_overlap=True)
     if moe:
         plan = _moe_plan(row, model, plan, notes)
     return model, _fit_unstated_recompute(row, model, plan, gpu_key, notes), gpu_key, gpn

@@ -28,6 +28,12 @@ RULES = {
                                 "batch over data-parallel replicas",
     "cross_entropy_fusion": "the source's runs computed the loss with one fused kernel (Megatron-Core "
                             "--cross-entropy-fusion-impl te): the plan's cross_entropy_fusion is on",
+    "dp_overlap": "the source's runs overlapped the DP gradient reduction and the distributed optimizer's "
+                  "parameter all-gather with compute (Megatron --overlap-grad-reduce --overlap-param-gather)",
+    "recompute_none": "the source's recipes recompute nothing: a row that states no recompute mode ran without "
+                      "activation recomputation",
+    "tp_comm_overlap": "the source's runs overlapped the TP all-gathers / reduce-scatters with the GEMMs "
+                       "(Transformer Engine userbuffers: Megatron --tp-comm-overlap)",
     "flash2_attention": "the stack ran FlashAttention-2 kernels (Transformer Engine's flash backend): the plan's "
                         "attention kernel is flash2",
     "tflops_mcore_full_attention": "a source's tflops_per_gpu is Megatron-Core's 2024 FLOPs counter (full s x s "

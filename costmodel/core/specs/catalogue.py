@@ -87,6 +87,8 @@ CLUSTER_FIELDS["other_gpus"] = ("names", "a list of GPU names (other GPUs this n
 CLUSTER_FIELDS["rails"] = ("int", "an integer > 0 (scale-out NICs per node, each on a switch plane of its own)")
 CLUSTER_FIELDS["oversubscription"] = ("ratio", "a number >= 1 (NIC injection / uplink bandwidth above leaf_nodes "
                                                "nodes; 1 = non-blocking)")
+CLUSTER_FIELDS["nvlink_mesh"] = ("int", "an integer > 0 (GPUs wired to each other directly by NVLink, no "
+                                         "NVSwitch; a group uses the links to its own members)")
 CLUSTER_FIELDS["leaf_nodes"] = ("int", "an integer > 0 (nodes below one switch of the non-blocking level)")
 CLUSTER_REQUIRED = ("gpu", "gpus_per_node", "intra_node_bw_gbs", "intra_node_latency_us",
                     "inter_node_bw_gbs", "inter_node_latency_us")

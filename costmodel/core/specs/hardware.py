@@ -157,10 +157,25 @@ class ClusterSpec:
     one switch of that level / that switch's uplink bandwidth (Al-Fares, Loukissas & Vahdat, SIGCOMM 2008, §2.1:
     1:1 lets every host use its full bandwidth to any other; 2:1 leaves half of it to traffic that leaves). 1 =
     non-blocking (the catalogue's clusters). Used by :meth:`scale_out_bw_gbs`."""
+    nvlink_mesh: int = 0
+    """GPUs wired to each other directly by NVLink, without NVSwitch (4 on the quad-GH200 nodes: NVLink 4 at 150 GB/s
+    per direction between every pair; JSC JUPITER configuration page): ``intra_node_bw_gbs`` is then a GPU's bandwidth
+    over its links to all ``nvlink_mesh - 1`` peers, and a group of n of them uses the links to its n - 1 peers only
+    (:meth:`intra_bw_gbs`). 0: an NVSwitch gives every group the full figure."""
     leaf_nodes: int = 0
     """Nodes below one switch of the non-blocking level (a rail's leaf switch of a DGX SuperPOD scalable unit: 32 DGX
     nodes; a JUPITER Dragonfly+ group, a non-blocking fat tree: 240 nodes). 0 = not given: with
     ``oversubscription`` > 1 every collective across nodes is taken to leave it."""
+
+    def intra_bw_gbs(self, ranks: int) -> float:
+        """Per-GPU, per-direction NVLink bandwidth of a collective among ``ranks`` GPUs of one node, GB/s:
+        ``intra_node_bw_gbs``, or on a direct-wired node (``nvlink_mesh`` m > 2) its share over the links to the
+        group's other members, intra_node_bw_gbs x (n - 1) / (m - 1) with n = min(ranks, m) (a ring over a full mesh
+        sends on every link to a group peer at once; 2 of 4 quad-GH200 GPUs share one 150 GB/s pair link)."""
+        m = self.nvlink_mesh
+        if m <= 2 or ranks >= m:
+            return self.intra_node_bw_gbs
+        return self.intra_node_bw_gbs * max(ranks - 1, 1) / (m - 1)
 
     def scale_out_bw_gbs(self, domains: int) -> float:
         """Per-GPU, per-direction scale-out bandwidth of a collective whose group spans ``domains`` NVLink domains,

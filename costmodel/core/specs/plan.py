@@ -75,7 +75,8 @@ class ParallelPlan:
     overlap_param_gather: bool = True
     """Overlap ZeRO parameter all-gathers with compute (prefetch)."""
     dp_bucket_mb: float = 40.0
-    """DP gradient bucket size in MB (Megatron DDP default bucket_size = 40M elements... see docs)."""
+    """DP gradient bucket size: millions of parameters for Megatron (Megatron-Core DDP bucket_size, default 40M,
+    raised to 1M x DP; ``costmodel.compose.bucket_fraction``), megabytes of gradients for other stacks."""
     nvlink_domain: int = 0
     """GPUs per NVLink (scale-up) domain as this job is placed (``Hardware.domain_for``): process groups
     within it use NVLink, across it the scale-out network. 0 = ``gpus_per_node`` (the node is the domain)."""
@@ -102,6 +103,10 @@ class ParallelPlan:
     --moe-router-force-load-balancing: random logits, top-k uniformly at random) or ``round_robin`` (NeMo
     AutoModel fake_balanced_gate: token t to experts t k ... t k + k - 1 mod E). Sets how many EP ranks and
     NVLink domains a token's copies reach (the flex dispatcher's bytes, costmodel.moe_routing)."""
+    tp_comm_overlap: bool = False
+    """Overlap the tensor-parallel all-gathers / reduce-scatters with the layer's GEMMs (Transformer Engine
+    userbuffers: Megatron --tp-comm-overlap, NeMo MegatronCommOverlapCallback(tp_comm_overlap=True)); needs
+    sequence parallelism. Exposed TP communication is then only what exceeds the layer's compute."""
     moe_overlap_comm: bool = False
     """Overlap the EP dispatch/combine with compute of another micro-batch (Megatron-Core
     --overlap-moe-expert-parallel-comm)."""
