@@ -67,6 +67,8 @@ def _plan_record(req: PlanRequest, res, pred: Prediction) -> dict:
     out.update(req.memory_fields())  # memory features only where the request sets them
     if plan.cuda_graphs:  # absent without CUDA graphs: a plan's record stays as it was
         out["cuda_graphs"] = True
+    if plan.tp_comm_overlap:  # absent without it: a plan's record stays as it was
+        out["tp_comm_overlap"] = True
     if plan.cross_entropy_fusion is not None:
         out["cross_entropy_fusion"] = plan.cross_entropy_fusion
     return out

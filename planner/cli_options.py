@@ -112,6 +112,8 @@ PLAN_OPTIONS: tuple[PlanOption, ...] = (
                "keep them to backward.", ("--reshard-after-forward/--no-reshard-after-forward",)),
     PlanOption("cuda_graphs", bool, "Layers replay from CUDA graphs (Megatron --cuda-graph-impl local): no per-kernel "
                "CPU dispatch.", ("--cuda-graphs/--no-cuda-graphs",)),
+    PlanOption("tp_comm_overlap", bool, "Overlap TP all-gathers / reduce-scatters with the GEMMs (Megatron "
+               "--tp-comm-overlap; needs sequence parallelism).", ("--tp-comm-overlap/--no-tp-comm-overlap",)),
     PlanOption("cross_entropy_fusion", Optional[bool], "Fused loss kernel (Megatron --cross-entropy-loss-fusion; "
                "default: the framework's).", ("--cross-entropy-fusion/--no-cross-entropy-fusion",)),
     PlanOption("layer_split", Optional[str], "Uneven layers per stage, e.g. 9,8,8,7."),

@@ -144,6 +144,9 @@ class PlanRequest:
     cuda_graphs: bool = False
     """Layers replay from CUDA graphs (Megatron --cuda-graph-impl local; torch.compile reduce-overhead): no per-kernel
     CPU dispatch."""
+    tp_comm_overlap: bool = False
+    """TP all-gathers / reduce-scatters overlapped with the layer's GEMMs (Megatron --tp-comm-overlap, Transformer
+    Engine userbuffers; needs sequence parallelism)."""
 
     def __post_init__(self) -> None:
         missing = [k for k in REQUIRED if getattr(self, k) is None]
@@ -221,6 +224,7 @@ class PlanRequest:
                             sequence_parallel=self.sequence_parallel, zero=self.zero,
                             dtype=self.dtype, layer_split=self.layer_split, nvlink_domain=nvlink_domain,
                             framework=self.framework, attention=self.attention, cuda_graphs=self.cuda_graphs,
+                            tp_comm_overlap=self.tp_comm_overlap,
                             cross_entropy_fusion=self.cross_entropy_fusion, **self.moe_fields(), **layout,
                             **{k: tuple(v) if isinstance(v, list) else v for k, v in self.memory_fields().items()},
                             extra=dict(extra or {}))
@@ -263,7 +267,7 @@ _DEFAULTS = {f.name: f.default for f in fields(PlanRequest)}
 _INT_KEYS = {"gpus", "gpus_per_node", "tp", "pp", "cp", "vpp", "mbs", "gbs", "tokens_per_batch", "seq_len", "zero",
              "ep", "etp"}
 _BOOL_KEYS = {"sequence_parallel", "moe_overlap_comm", "moe_grouped_gemm", "fp8_param_gather",
-              "reshard_after_forward", "cuda_graphs", "cross_entropy_fusion"}
+              "reshard_after_forward", "cuda_graphs", "cross_entropy_fusion", "tp_comm_overlap"}
 _TYPES: dict[str, type | tuple] = {"id": (str, int), "model": (str, dict), "gpu": str, "cluster": str,
                                    "recompute": str, "dtype": str, "framework": str, "attention": str,
                                    "moe_dispatcher": str, "moe_routing": str, "main_grads_dtype": str,

@@ -521,7 +521,7 @@ def row_to_inputs(row: RunRow) -> tuple[ModelSpec, ParallelPlan, str, int]:
         plan = dataclasses.replace(plan, overlap_grad_reduce=grad_overlap)
     if param_overlap is not None:
         plan = dataclasses.replace(plan, overlap_param_gather=param_overlap)
-    if plan.tp > 1 and _tp_overlap(row, notes):
+    if plan.sp and _tp_overlap(row, notes):  # Megatron: --tp-comm-overlap needs sequence parallelism
         plan = dataclasses.replace(plan, tp_comm_overlap=True)
     if moe:
         plan = _moe_plan(row, model, plan, notes)

@@ -367,6 +367,11 @@ class ParallelPlan:
                      f"{self.mbs}*{dp} = {self.mbs * dp}")
         if self.cp > 1 and self.seq_len % (2 * self.cp) != 0:
             p.append(f"seq_len={self.seq_len} must be a multiple of 2*CP = {2 * self.cp} (load-balanced causal CP)")
+        if self.tp_comm_overlap and not self.sp:
+            # Megatron-LM arguments.py validate_args: "Tensor parallel communication/GEMM overlap can happen only
+            # when sequence parallelism is enabled"
+            p.append(f"tp_comm_overlap needs TP > 1 with sequence parallelism (TP={self.tp}, sequence_parallel="
+                     f"{self.sequence_parallel}); drop --tp-comm-overlap or use --tp 2+ --sequence-parallel")
         if self.sp and self.seq_len % self.tp != 0:
             p.append(f"seq_len={self.seq_len} must be a multiple of TP={self.tp} with sequence parallelism")
         if self.vpp > 1 and dp > 0 and self.vpp_microbatch_group is None:
