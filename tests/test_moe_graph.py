@@ -117,7 +117,33 @@ def test_allgather_dispatcher_gathers_tokens_over_ep_x_etp():
     f2a = {o.key(): o for o in alltoall if o.kind == "all_to_all"}
     for o in (o for o in flex if o.kind == "all_to_all"):
         assert o.bytes == pytest.approx(next(a for a in f2a.values() if a.name == o.name).bytes * ranks_hit / 2)
-    assert [o for o in flex if o.kind != "all_to_all"] == [o for o in alltoall if o.kind != "all_to_all"]
+    moved = ("moe.permute", "moe.unpermute", "moe.sort_chunks", "moe.unsort_chunks")
+    assert ([o for o in flex if o.kind != "all_to_all" and o.name not in moved]
+            == [o for o in alltoall if o.kind != "all_to_all" and o.name not in moved])
+
+
+def test_flex_dispatcher_permutes_received_rows_once():
+    """Megatron-Core token_dispatcher.py @d98e8a64: the all-to-all dispatcher permutes the T x k routed rows and sorts
+    the received chunks by local expert (and back); DeepEP's dispatch kernel fuses the first permutation, then
+    _DeepepManager permutes the received rows once by expert (and back); HybridEP's manager does no permute pass."""
+    m, p = moe_model(), moe_plan(moe_dispatcher="alltoall")
+    p.validate(m)
+    T, k = MBS * SEQ, 2
+
+    def passes(plan):
+        ops, _ = moe_block_operators(m, plan)
+        return sorted((o.name, o.phase.value, o.bytes) for o in ops
+                      if o.name in ("moe.permute", "moe.unpermute", "moe.sort_chunks", "moe.unsort_chunks"))
+
+    a2a = passes(p)
+    assert len(a2a) == 8 and {n for n, _, _ in a2a} == {"moe.permute", "moe.unpermute", "moe.sort_chunks",
+                                                          "moe.unsort_chunks"}
+    deepep = passes(dataclasses.replace(p, moe_dispatcher="flex"))
+    received = next(b for n, _, b in a2a if n == "moe.sort_chunks")  # the received rows' bytes (ETP 1)
+    assert [n for n, _, _ in deepep] == ["moe.permute", "moe.permute", "moe.unpermute", "moe.unpermute"]
+    assert all(b == received for _, _, b in deepep) and received == T * k * H * 2 * 2
+    hybridep = dataclasses.replace(p, moe_dispatcher="flex", nvlink_domain=72)
+    assert passes(hybridep) == []
 
 
 def test_round_robin_routing_reaches_one_rank_per_token_when_aligned():
