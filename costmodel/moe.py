@@ -339,7 +339,28 @@ def moe_block_operators(model: ModelSpec, plan: ParallelPlan) -> tuple[list[Op],
            + shared_expert_operators(model, plan, b))
     if not plan.moe_overlap_comm:
         return ops + comm, []
-    return ops + sm_share_operators(plan), overlapped_comm(plan, comm)
+    f = unpaired_fraction(plan)
+    exposed = [replace(o, count=o.count * f) for o in comm] if f > 0 else []
+    paired = [replace(o, count=o.count * (1.0 - f)) for o in comm] if f > 0 else comm
+    return ops + exposed + sm_share_operators(plan), overlapped_comm(plan, paired)
+
+
+def unpaired_fraction(plan: ParallelPlan) -> float:
+    """Share of a rank's model-chunk forwards (and, mirrored, backwards) that --overlap-moe-expert-parallel-comm
+    cannot pair with another micro-batch's backward, so their EP dispatch/combine stays exposed: the warm-up
+    forwards and cool-down backwards of the schedule. NVIDIA/Megatron-LM megatron/core/pipeline_parallel/
+    schedules.py @d98e8a64 get_pp_rank_microbatches: interleaved, (PP - r - 1) x 2 + (VPP - 1) x group + 1 warm-up
+    chunks on PP rank r ("one extra micro-batch forward step before the 1f1b stages" with the overlap; group =
+    ``microbatch_group_size_per_vp_stage``, default PP), of m x VPP; averaged over the ranks: PP - 1 + (VPP - 1) x
+    group + 1 (without interleaving PP - r - 1, mean (PP - 1) / 2). Without pipelining
+    (combined_1f1b_schedule_for_no_pipelining) the first forward and the last backward run alone: 1 of m. Capped at 1
+    (every chunk in warm-up)."""
+    m = max(plan.num_microbatches, 1)
+    if plan.pp <= 1:
+        return min(1.0, 1.0 / m)
+    group = plan.vpp_microbatch_group or plan.pp
+    warmup = plan.pp - 1 + (plan.vpp - 1) * group + 1 if plan.vpp > 1 else (plan.pp - 1) / 2
+    return min(1.0, warmup / (m * plan.vpp))
 
 
 SM_SHARE = "moe.overlap_sm_share"
