@@ -236,16 +236,33 @@ def alltoall_dispatch(model: ModelSpec, plan: ParallelPlan, b: _Block) -> list[O
             + _coll("all_to_all", "moe.dispatch", Phase.BWD, a2a, b.ep, ep_topo))
 
 
-def permute_operators(b: _Block, allgather: bool) -> list[Op]:
-    """Token permute / unpermute (moe_utils.py permute, unpermute) of the routed rows, forward and backward, and
-    with the all-to-all and E/EP > 1 the sort of the received chunks by local expert and back
-    (sort_chunks_by_idxs). With the all-gather each rank permutes its experts' share of the gathered tokens."""
-    rows = b.received if allgather else b.T * b.k
+def flex_backend(plan: ParallelPlan) -> str:
+    """The flex dispatcher's backend: HybridEP inside an NVLink domain larger than :data:`BIG_DOMAIN` (NVL72), DeepEP
+    elsewhere (the recipes of :func:`default_dispatcher`; costmodel.moe_kernels charges their SMs alike)."""
+    return "hybridep" if plan.domain > BIG_DOMAIN else "deepep"
+
+
+def permute_operators(b: _Block, dispatcher: str, backend: str = "deepep") -> list[Op]:
+    """Token permute / unpermute (moe_utils.py permute, unpermute), forward and backward, as each dispatcher of
+    NVIDIA/Megatron-LM megatron/core/transformer/moe/token_dispatcher.py (@d98e8a64) runs them:
+
+    * ``alltoall``: permute of the T x k routed rows before the all-to-all and unpermute after the combine, and with
+      E/EP > 1 the sort of the received chunks by local expert and back (sort_chunks_by_idxs);
+    * ``allgather``: each rank permutes its experts' share of the gathered tokens;
+    * ``flex``: DeepEP's dispatch kernel sends the unpermuted tokens (the permutation is fused into it, "fused
+      permutation and AlltoAll"), then _DeepepManager.get_permuted_hidden_states_by_experts permutes the received
+      rows once by expert and get_restored_hidden_states_by_experts unpermutes them before the combine: one permute
+      and one unpermute of the received rows, no chunk sort. HybridEP's manager returns the dispatched rows as they
+      are (its kernels order them by expert): no permute pass."""
+    if dispatcher == "flex" and backend == "hybridep":
+        return []
+    flex = dispatcher == "flex"
+    rows = b.received if dispatcher == "allgather" or flex else b.T * b.k
     ops: list[Op] = []
     for phase in (Phase.FWD, Phase.BWD):
         ops.append(_copy("moe.permute", phase, rows, b.h, b.eb))
         ops.append(_copy("moe.unpermute", phase, rows, b.h, b.eb))
-        if b.e_local > 1 and not allgather:
+        if b.e_local > 1 and dispatcher == "alltoall":
             ops.append(_copy("moe.sort_chunks", phase, b.received, b.h, b.eb))
             ops.append(_copy("moe.unsort_chunks", phase, b.received, b.h, b.eb))
     return ops
@@ -300,7 +317,7 @@ def moe_block_operators(model: ModelSpec, plan: ParallelPlan) -> tuple[list[Op],
     """(operators, overlapped EP communication) of one MoE layer's MLP part, one micro-batch, one GPU.
 
     Forward order: router GEMM (T, E, h); scoring + top-k over T x E (:func:`router_operators`); permute of the
-    T x k routed token copies; dispatch (:func:`alltoall_dispatch` / :func:`allgather_dispatch`); the local
+    T x k routed token copies (the all-to-all dispatcher's; the flex dispatcher's in :func:`permute_operators`); dispatch (:func:`alltoall_dispatch` / :func:`allgather_dispatch`); the local
     experts' chunk sort (E/EP > 1; :func:`permute_operators`); the expert GEMMs (:func:`expert_operators`); the
     mirror image back (chunk sort, ETP reduce-scatter, combine, unpermute). Backward runs the mirror of each
     step (combine-grad, then dispatch-grad). Shared experts: :func:`shared_expert_operators`.
@@ -317,11 +334,33 @@ def moe_block_operators(model: ModelSpec, plan: ParallelPlan) -> tuple[list[Op],
     b = _block(model, plan)
     allgather = plan.moe_dispatcher == "allgather"
     comm = allgather_dispatch(b) if allgather else alltoall_dispatch(model, plan, b)
-    ops = (router_operators(b) + permute_operators(b, allgather) + expert_operators(model, plan, b)
+    ops = (router_operators(b) + permute_operators(b, plan.moe_dispatcher, flex_backend(plan))
+           + expert_operators(model, plan, b)
            + shared_expert_operators(model, plan, b))
     if not plan.moe_overlap_comm:
         return ops + comm, []
-    return ops + sm_share_operators(plan), overlapped_comm(plan, comm)
+    f = unpaired_fraction(plan)
+    exposed = [replace(o, count=o.count * f) for o in comm] if f > 0 else []
+    paired = [replace(o, count=o.count * (1.0 - f)) for o in comm] if f > 0 else comm
+    return ops + exposed + sm_share_operators(plan), overlapped_comm(plan, paired)
+
+
+def unpaired_fraction(plan: ParallelPlan) -> float:
+    """Share of a rank's model-chunk forwards (and, mirrored, backwards) that --overlap-moe-expert-parallel-comm
+    cannot pair with another micro-batch's backward, so their EP dispatch/combine stays exposed: the warm-up
+    forwards and cool-down backwards of the schedule. NVIDIA/Megatron-LM megatron/core/pipeline_parallel/
+    schedules.py @d98e8a64 get_pp_rank_microbatches: interleaved, (PP - r - 1) x 2 + (VPP - 1) x group + 1 warm-up
+    chunks on PP rank r ("one extra micro-batch forward step before the 1f1b stages" with the overlap; group =
+    ``microbatch_group_size_per_vp_stage``, default PP), of m x VPP; averaged over the ranks: PP - 1 + (VPP - 1) x
+    group + 1 (without interleaving PP - r - 1, mean (PP - 1) / 2). Without pipelining
+    (combined_1f1b_schedule_for_no_pipelining) the first forward and the last backward run alone: 1 of m. Capped at 1
+    (every chunk in warm-up)."""
+    m = max(plan.num_microbatches, 1)
+    if plan.pp <= 1:
+        return min(1.0, 1.0 / m)
+    group = plan.vpp_microbatch_group or plan.pp
+    warmup = plan.pp - 1 + (plan.vpp - 1) * group + 1 if plan.vpp > 1 else (plan.pp - 1) / 2
+    return min(1.0, warmup / (m * plan.vpp))
 
 
 SM_SHARE = "moe.overlap_sm_share"

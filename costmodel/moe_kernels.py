@@ -62,7 +62,7 @@ from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.plan import ParallelPlan
 from costmodel.cost.measured import MeasuredCostModel
 from costmodel.graph import OperatorGraph
-from costmodel.moe import BIG_DOMAIN, SM_SHARE
+from costmodel.moe import SM_SHARE, flex_backend
 from costmodel.ops import Op
 
 TABLE_PATH = Path(__file__).resolve().parent / "data" / "moe_kernels.json"
@@ -325,7 +325,7 @@ def sm_share_times(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph,
             if sms is None:
                 out[ph.key()] = 0.0
                 continue
-            backend = "hybridep" if plan.domain > BIG_DOMAIN else "deepep"
+            backend = flex_backend(plan)
             comm = sum(times[o.key()] * o.count for o in st.layer_overlap_ops
                        if o.category is Category.EP_COMM and o.phase is ph.phase)
             out[ph.key()] = FLEX_SMS[backend] / sms * comm / ph.count
@@ -335,7 +335,7 @@ def sm_share_times(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph,
         return out, [f"overlapped flex dispatcher on {hardware.gpu.name}: SM count not listed, the SMs its kernels "
                      "take from the overlapped compute are not charged"]
     return out, [f"overlapped EP communication: the flex dispatcher's kernels hold "
-                 f"{FLEX_SMS['hybridep' if plan.domain > BIG_DOMAIN else 'deepep']} of {sms} SMs while they run, "
+                 f"{FLEX_SMS[flex_backend(plan)]} of {sms} SMs while they run, "
                  "charged to the compute they overlap"]
 
 

@@ -411,8 +411,9 @@ def _residuals(runs: Sequence[PreparedRun], names: Sequence[str], x: np.ndarray)
     return np.array([math.log(r.predicted_value(cal) / r.row.measured_value) for r in runs])
 
 
-def fit_constants(runs: Sequence[PreparedRun], names: Sequence[str]) -> FitResult:
-    """Least-squares fit of ``names`` to the log errors of ``runs`` (bounded, trust-region reflective)."""
+def fit_constants(runs: Sequence[PreparedRun], names: Sequence[str], prior: dict | None = None) -> FitResult:
+    """Least-squares fit of ``names`` to the log errors of ``runs`` (bounded, trust-region reflective). A constant
+    these runs cannot move keeps its value in ``prior`` (a calibration fitted on other runs), else its default."""
     least_squares = _least_squares()
     names = list(names)
     lb = np.array([CONSTANTS[n].lower for n in names])
@@ -433,8 +434,8 @@ def fit_constants(runs: Sequence[PreparedRun], names: Sequence[str]) -> FitResul
     ident = col > 1e-9 * max(1.0, float(col.max()) if col.size else 1.0)
     for i, name in enumerate(names):
         if not ident[i]:
-            x[i] = x_default[i]
-            warnings.append(f"{name} has no effect on these runs at the fitted point: kept at {x_default[i]:g}")
+            x[i] = float((prior or {}).get(name, x_default[i]))
+            warnings.append(f"{name} has no effect on these runs at the fitted point: kept at {x[i]:g}")
     idx = np.flatnonzero(ident)
     std = np.full(k, np.nan)
     if idx.size and n > idx.size:
@@ -470,8 +471,9 @@ def _rel_error(run: PreparedRun, cal: Calibration | None) -> float:
 
 
 def cross_validate(runs: Sequence[PreparedRun], names: Sequence[str], scheme: str = "kfold", folds: int = 5,
-                   seed: int = 0) -> dict:
-    """Held-out error before/after: fit on the training runs of each fold, predict the held-out ones."""
+                   seed: int = 0, prior: dict | None = None) -> dict:
+    """Held-out error before/after: fit on the training runs of each fold, predict the held-out ones; a constant a
+    fold's training runs cannot move keeps its ``prior`` value (:func:`fit_constants`)."""
     from sklearn.model_selection import KFold, LeaveOneGroupOut  # deferred: scikit-learn (~0.5 s) only for CV
 
     if scheme not in CV_SCHEMES:
@@ -491,7 +493,7 @@ def cross_validate(runs: Sequence[PreparedRun], names: Sequence[str], scheme: st
         if len(train) < len(names):
             skipped_folds += 1
             continue
-        fit = fit_constants([runs[i] for i in train], names)
+        fit = fit_constants([runs[i] for i in train], names, prior)
         cal = identity(fit.constants, name=f"fold-{fold}")
         fold_constants.append({"fold": fold, "held_out": sorted({cv_group(runs[i], scheme) for i in test})
                                if scheme != "kfold" else [], "constants": fit.constants,

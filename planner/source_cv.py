@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from costmodel.core.errors import PlannerError
 from planner.calibrate import (
     PreparedRun,
+    calibration_option,
     cross_validate,
     error_stats,
     fit_constants,
@@ -111,6 +112,20 @@ def _covered_summaries(done: Sequence[CVRowResult]) -> list[CoveredSummary]:
     return out
 
 
+def independent_prior(runs: Sequence[PreparedRun]) -> dict | None:
+    """The shipped default calibration's constants when it was fitted on none of ``runs`` (e.g. the MoE or GH200
+    runs: it is fitted on the dense published runs only), else None. A fold keeps them for a constant its training
+    runs cannot move (compute_scale_torch when the only PyTorch-native source is held out) instead of the
+    constant's neutral default: they come from other runs, so the held-out source still plays no part."""
+    cal = calibration_option(None)
+    if cal is None:
+        return None
+    fitted = {rid for entry in cal.fitted_on for rid in entry.get("run_ids", ())}
+    if not fitted or any(r.row.id in fitted for r in runs):
+        return None
+    return dict(cal.constants)
+
+
 def validate_source_cv(rows: Iterable[RunRow], tiers: Iterable[str] | None = None,
                        constants: Sequence[str] | str | None = None, cost_model=None,
                        hardware_fn: Callable | None = None, in_sample: bool = True,
@@ -124,7 +139,7 @@ def validate_source_cv(rows: Iterable[RunRow], tiers: Iterable[str] | None = Non
     if len({r.row.prefix for r in runs}) < 2:
         raise PlannerError("--cv source needs predictable runs of at least two sources (run id prefixes); "
                            "add runs or use --cv none.")
-    cv = cross_validate(runs, names, "source")
+    cv = cross_validate(runs, names, "source", prior=independent_prior(runs))
     fold_cal = {f["fold"]: identity(f["constants"], name=f"cv-fold-{f['fold']}") for f in cv["fold_constants"]}
     recs = {p["id"]: p for p in cv["per_run"]}
     bands = dict(zip((p["id"] for p in cv["per_run"]), held_out_coverage(cv["per_run"])))

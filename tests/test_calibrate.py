@@ -122,6 +122,11 @@ def test_unidentifiable_constant_is_kept_at_default(synthetic_runs, roofline):
     fit = C.fit_constants(single * 3, ["compute_scale", "overlap_efficiency"])
     assert fit.constants["overlap_efficiency"] == 1.0 and fit.uncertainty["overlap_efficiency"] is None
     assert any("overlap_efficiency has no effect" in w for w in fit.warnings)
+    # a prior (a calibration fitted on other runs) replaces the default for a constant these runs cannot move only
+    fit = C.fit_constants(single * 3, ["compute_scale", "overlap_efficiency"],
+                          prior={"overlap_efficiency": 0.7, "compute_scale": 9.0})
+    assert fit.constants["overlap_efficiency"] == 0.7 and fit.constants["compute_scale"] != 9.0
+    assert any("kept at 0.7" in w for w in fit.warnings)
 
 
 # ------------------------------------------------------------------------------------------ predict

@@ -214,3 +214,19 @@ def test_source_shifted_residuals_carry_the_between_source_spread():
     recs += [{"source": s, "gpu": "b200", "framework": "megatron", "residual": 0.0} for s in "BC" for _ in range(5)]
     key, g = I.lookup(I.fit_intervals(recs), "h100-sxm", "fsdp")
     assert key == "pooled" and g["sources"] == 3
+
+
+def test_independent_prior_only_from_a_default_fitted_on_other_runs(runs_file, roofline):
+    """The shipped default calibration lends its constants to the folds only when it was fitted on none of the
+    validated runs (the dense published runs it was fitted on get no prior: their held-out source is in it)."""
+    from planner.source_cv import independent_prior
+
+    runs, _ = C.prepare_runs(load_runs(runs_file), roofline)
+    default = C.calibration_option(None)
+    assert independent_prior(runs) == default.constants  # synthetic ids: not among the default's runs
+    fitted = default.fitted_on[0]["run_ids"][0]
+    runs[0].row.id, old = fitted, runs[0].row.id
+    try:
+        assert independent_prior(runs) is None
+    finally:
+        runs[0].row.id = old

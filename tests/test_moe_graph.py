@@ -13,7 +13,7 @@ from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.model import ModelSpec
 from costmodel.cost.roofline import RooflineCostModel
 from costmodel.graph import build_graph, group_topology, layer_operators
-from costmodel.moe import flex_byte_factor, moe_block_operators, routing_imbalance
+from costmodel.moe import flex_byte_factor, moe_block_operators, routing_imbalance, unpaired_fraction
 from costmodel.moe_routing import AUX_FREE_MAXVIO, AUX_LOSS_MAXVIO, MAXVIO_EXPERTS, expected_max_normal
 from tests.helpers import plan
 
@@ -117,7 +117,33 @@ def test_allgather_dispatcher_gathers_tokens_over_ep_x_etp():
     f2a = {o.key(): o for o in alltoall if o.kind == "all_to_all"}
     for o in (o for o in flex if o.kind == "all_to_all"):
         assert o.bytes == pytest.approx(next(a for a in f2a.values() if a.name == o.name).bytes * ranks_hit / 2)
-    assert [o for o in flex if o.kind != "all_to_all"] == [o for o in alltoall if o.kind != "all_to_all"]
+    moved = ("moe.permute", "moe.unpermute", "moe.sort_chunks", "moe.unsort_chunks")
+    assert ([o for o in flex if o.kind != "all_to_all" and o.name not in moved]
+            == [o for o in alltoall if o.kind != "all_to_all" and o.name not in moved])
+
+
+def test_flex_dispatcher_permutes_received_rows_once():
+    """Megatron-Core token_dispatcher.py @d98e8a64: the all-to-all dispatcher permutes the T x k routed rows and sorts
+    the received chunks by local expert (and back); DeepEP's dispatch kernel fuses the first permutation, then
+    _DeepepManager permutes the received rows once by expert (and back); HybridEP's manager does no permute pass."""
+    m, p = moe_model(), moe_plan(moe_dispatcher="alltoall")
+    p.validate(m)
+    T, k = MBS * SEQ, 2
+
+    def passes(plan):
+        ops, _ = moe_block_operators(m, plan)
+        return sorted((o.name, o.phase.value, o.bytes) for o in ops
+                      if o.name in ("moe.permute", "moe.unpermute", "moe.sort_chunks", "moe.unsort_chunks"))
+
+    a2a = passes(p)
+    assert len(a2a) == 8 and {n for n, _, _ in a2a} == {"moe.permute", "moe.unpermute", "moe.sort_chunks",
+                                                          "moe.unsort_chunks"}
+    deepep = passes(dataclasses.replace(p, moe_dispatcher="flex"))
+    received = next(b for n, _, b in a2a if n == "moe.sort_chunks")  # the received rows' bytes (ETP 1)
+    assert [n for n, _, _ in deepep] == ["moe.permute", "moe.permute", "moe.unpermute", "moe.unpermute"]
+    assert all(b == received for _, _, b in deepep) and received == T * k * H * 2 * 2
+    hybridep = dataclasses.replace(p, moe_dispatcher="flex", nvlink_domain=72)
+    assert passes(hybridep) == []
 
 
 def test_round_robin_routing_reaches_one_rank_per_token_when_aligned():
@@ -202,12 +228,35 @@ def test_default_imbalance_follows_the_router_and_the_ep_split():
 
 def test_overlap_moves_ep_comm_to_the_overlapped_list():
     m = moe_model()
-    ops, overlap = moe_block_operators(m, moe_plan(moe_overlap_comm=True))
-    assert not [o for o in ops if o.category is Category.EP_COMM]
+    p = moe_plan(moe_overlap_comm=True, gbs=64)  # DP 8 x MBS 2: 4 micro-batches, PP 1
+    ops, overlap = moe_block_operators(m, p)
     assert {o.name for o in overlap} == {"moe.dispatch", "moe.combine"}
+    # without pipelining the first forward and the last backward have no partner: 1 of 4 stays exposed
+    assert unpaired_fraction(p) == 0.25
+    exposed = [o for o in ops if o.category is Category.EP_COMM]
+    assert [o.key() for o in exposed] == [o.key() for o in overlap]
+    assert all(o.count == 0.25 for o in exposed) and all(o.count == 0.75 for o in overlap)
+    # one micro-batch: nothing to pair with, all of it exposed
+    ops1, overlap1 = moe_block_operators(m, moe_plan(moe_overlap_comm=True))
+    assert all(o.count == 1.0 for o in ops1 if o.category is Category.EP_COMM)
+    assert all(o.count == 0.0 for o in overlap1)
     # full recompute re-runs the forward dispatch/combine in backward
-    _, rec = moe_block_operators(m, moe_plan(moe_overlap_comm=True, recompute="full"))
+    _, rec = moe_block_operators(m, moe_plan(moe_overlap_comm=True, recompute="full", gbs=64))
     assert len(rec) == len(overlap) + 2 and all(o.phase is Phase.BWD for o in rec[len(overlap):])
+
+
+def test_unpaired_fraction_follows_megatron_warmup():
+    """schedules.py @d98e8a64: interleaved warm-up (PP - r - 1) x 2 + (VPP - 1) x group + 1 chunks on rank r (mean
+    PP - 1 + (VPP - 1) x group + 1) of M x VPP; e.g. PP 8, VPP 4, M 128 (the ModelZoo's Qwen3-235B H100 overlap
+    run): 32 of 512."""
+    m = moe_model(num_layers=32)
+    p = moe_plan(gpus=64, pp=8, vpp=4, gbs=1024, mbs=1, ep=8, moe_overlap_comm=True)  # DP 8: M = 128
+    p.validate(m)
+    assert p.num_microbatches == 128 and unpaired_fraction(p) == 32 / 512
+    few = moe_plan(gpus=64, pp=8, vpp=4, gbs=64, mbs=1, ep=8, moe_overlap_comm=True)  # M = 8: all in warm-up
+    assert unpaired_fraction(few) == 1.0
+    plain = moe_plan(gpus=64, pp=8, gbs=1024, mbs=1, ep=8, moe_overlap_comm=True)  # no interleaving: (PP - 1) / 2
+    assert unpaired_fraction(plain) == 3.5 / 128
 
 
 def test_shared_experts_are_a_tp_sharded_mlp():
@@ -306,8 +355,8 @@ def test_breakdown_shows_moe_rows_and_ep_comm():
             assert {"moe.router", "moe.dispatch", "moe.expert.up", "moe.combine"} <= names
             ep_rows = sum(r.time_s for r in comp.breakdown.rows if r.category is Category.EP_COMM)
             assert ep_rows > 0 and comp.breakdown.exposed_comm_s["ep"] > 0
-        else:
-            assert "moe.dispatch" not in names and "moe.expert.up" in names
+        else:  # one micro-batch per step: no other micro-batch to overlap with, all of it exposed
+            assert "moe.dispatch" in names and "moe.expert.up" in names
     dense = moe_model(num_experts=0, experts_per_token=0)
     p = plan(gpus=16, gbs=32)
     g = build_graph(dense, p)
