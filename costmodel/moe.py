@@ -317,10 +317,11 @@ def moe_block_operators(model: ModelSpec, plan: ParallelPlan) -> tuple[list[Op],
     """(operators, overlapped EP communication) of one MoE layer's MLP part, one micro-batch, one GPU.
 
     Forward order: router GEMM (T, E, h); scoring + top-k over T x E (:func:`router_operators`); permute of the
-    T x k routed token copies (the all-to-all dispatcher's; the flex dispatcher's in :func:`permute_operators`); dispatch (:func:`alltoall_dispatch` / :func:`allgather_dispatch`); the local
-    experts' chunk sort (E/EP > 1; :func:`permute_operators`); the expert GEMMs (:func:`expert_operators`); the
-    mirror image back (chunk sort, ETP reduce-scatter, combine, unpermute). Backward runs the mirror of each
-    step (combine-grad, then dispatch-grad). Shared experts: :func:`shared_expert_operators`.
+    T x k routed token copies (the all-to-all dispatcher's; the flex dispatcher's in :func:`permute_operators`);
+    dispatch (:func:`alltoall_dispatch` / :func:`allgather_dispatch`); the local experts' chunk sort (E/EP > 1;
+    :func:`permute_operators`); the expert GEMMs (:func:`expert_operators`); the mirror image back (chunk sort,
+    ETP reduce-scatter, combine, unpermute). Backward runs the mirror of each step (combine-grad, then
+    dispatch-grad). Shared experts: :func:`shared_expert_operators`.
 
     Experts per rank: E/EP, each split over ETP. Tokens received per rank R = T x k (x ETP with ETP > 1); one GEMM
     per local expert (count E/EP, the shape --moe-grouped-gemm also runs; costmodel.moe_kernels rescales the
