@@ -46,8 +46,8 @@ def catalogue_cached() -> float:
 
 
 def _ops():
-    from costmodel.graph import _gemm
-    from costmodel.ops import Op
+    from costmodel.graph.build import _gemm
+    from costmodel.graph.ops import Op
 
     ops = [_gemm("g", "fwd", 4096 * (i % 4 + 1), 4096, 1024 * (i % 5 + 1), "bf16") for i in range(60)]
     ops += [Op("attention_fwd", "a", "fwd", (1, 4096, 4096, 32, 8, 128, 1)),
@@ -72,7 +72,7 @@ def measured_cost_model() -> tuple[float, float]:
 def roofline_cached() -> float:
     from costmodel.core.specs.catalogue import load_catalogue
     from costmodel.cost.roofline import RooflineCostModel
-    from costmodel.graph import _coll
+    from costmodel.graph.build import _coll
 
     hw = load_catalogue().resolve("h100-sxm")
     ops = _ops() + [_coll("all_reduce", "c", "fwd", 1e8 + i, 16, (2, 8)) for i in range(30)]
@@ -81,9 +81,9 @@ def roofline_cached() -> float:
 
 
 def memory_per_gpu() -> float:
-    from costmodel import memory as mem
     from costmodel.core.specs.plan import ParallelPlan
     from costmodel.core.specs.presets import get_preset
+    from costmodel.memory import per_gpu as mem
 
     m = get_preset("llama-70b")
     p = ParallelPlan(gpus=256, gpus_per_node=8, gbs=128, seq_len=2048, tp=8, pp=8, vpp=2,
@@ -93,7 +93,7 @@ def memory_per_gpu() -> float:
 
 
 def pipeline_closed_form() -> float:
-    from costmodel.timeline import pipeline_time
+    from costmodel.schedule.timeline import pipeline_time
 
     f, b = [1.0] * 8, [2.0] * 8
     return _per_call(lambda: pipeline_time(f, b, 64, 4, 0.01), 2000)
@@ -101,7 +101,7 @@ def pipeline_closed_form() -> float:
 
 def import_all() -> float | None:
     from costmodel.core.paths import data_dir
-    from costmodel.datasets import importers
+    from costmodel.fitting.datasets import importers
 
     d = data_dir()
     if d is None:

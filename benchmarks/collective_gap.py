@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     gaps = [float(g) for g in a.gaps.split(",") if g.strip()]
     if a.worker:
-        from costmodel.torchrun import exit_worker
+        from costmodel.profiling.torchrun import exit_worker
 
         worker(a.bytes, gaps, a.repeats)
         exit_worker(0)  # skip interpreter teardown (see exit_worker)

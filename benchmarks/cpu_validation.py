@@ -30,8 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from costmodel.core.fileio import atomic_write_text  # noqa: E402
-from costmodel.workloads.config import WorkloadConfig  # noqa: E402
-from costmodel.workloads.runner import WorkloadError, launch, result_to_row, write_runs_csv  # noqa: E402
+from costmodel.profiling.workloads.config import WorkloadConfig  # noqa: E402
+from costmodel.profiling.workloads.runner import WorkloadError, launch, result_to_row, write_runs_csv  # noqa: E402
 
 # Model S: GPT-style (GELU, LayerNorm, learned positions, MHA); ~7.4 M parameters.
 S = WorkloadConfig(n_layers=4, hidden=256, n_heads=8, n_kv_heads=8, ffn_hidden=1024, vocab=8192, seq_len=256,

@@ -4,13 +4,14 @@ Every way of asking for a plan's cost (``planner predict``, ``explain``, ``searc
 and the Python API) goes through it, so they agree. The steps, in order (the paper's method, Zhang et al.
 arXiv 2509.22832 §III: operator decomposition, per-operator costs, analytical timeline):
 
-1. the operator graph of the plan (:func:`costmodel.graph.build_graph`);
-2. one time per distinct operator from the cost model (:func:`costmodel.compose.cost_operators`);
+1. the operator graph of the plan (:func:`costmodel.graph.build.build_graph`);
+2. one time per distinct operator from the cost model (:func:`costmodel.schedule.compose.cost_operators`);
 3. the adjustments of :data:`ADJUSTMENTS`, in order, the calibration's scales last;
-4. when PP x VPP does not divide the layers, the layer split: :func:`costmodel.layer_split.balanced_layer_split`
+4. when PP x VPP does not divide the layers, the layer split:
+:func:`costmodel.schedule.layer_split.balanced_layer_split`
    chooses it from steps 1-3 of the count-based default split (calibrated times, the split that fits in memory),
    and steps 1-3 run again for the chosen split;
-5. the composition (:func:`costmodel.compose.compose`: stage times, 1F1B pipeline, iteration tail, breakdown,
+5. the composition (:func:`costmodel.schedule.compose.compose`: stage times, 1F1B pipeline, iteration tail, breakdown,
    throughput, FLOP rates and memory) and the warnings.
 
 ``mode="time"`` is the search's fast path: it stops at the iteration time and the metrics derived from it (no
@@ -24,9 +25,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from costmodel import fp8_block, moe_kernels
-from costmodel.block_variants import model_warnings
-from costmodel.compose import (
+from costmodel.core.calibration import Calibration
+from costmodel.core.specs.hardware import Hardware
+from costmodel.core.specs.model import ModelSpec
+from costmodel.core.specs.plan import ParallelPlan
+from costmodel.cost import fp8_block, moe_kernels
+from costmodel.cost.base import OperatorCostModel
+from costmodel.cost.measured import MeasuredCostModel
+from costmodel.cost.roofline import RooflineCostModel
+from costmodel.graph.block_variants import model_warnings
+from costmodel.graph.build import OperatorGraph, build_graph, domain_warnings
+from costmodel.schedule.compose import (
     Composition,
     Metrics,
     OperatorTimes,
@@ -37,15 +46,7 @@ from costmodel.compose import (
     framework_kernels,
     metrics,
 )
-from costmodel.core.calibration import Calibration
-from costmodel.core.specs.hardware import Hardware
-from costmodel.core.specs.model import ModelSpec
-from costmodel.core.specs.plan import ParallelPlan
-from costmodel.cost.base import OperatorCostModel
-from costmodel.cost.measured import MeasuredCostModel
-from costmodel.cost.roofline import RooflineCostModel
-from costmodel.graph import OperatorGraph, build_graph, domain_warnings
-from costmodel.layer_split import balanced_layer_split, split_fits
+from costmodel.schedule.layer_split import balanced_layer_split, split_fits
 
 MODES = ("full", "time")
 """full: everything :class:`Estimate` holds; time: iteration time and metrics only, for an already checked plan (the
@@ -92,8 +93,9 @@ ADJUSTMENTS: tuple[Adjustment, ...] = (
     Adjustment("calibration", _calibration_scales),
 )
 """The adjustments of the cost model's operator times, in the order they are applied (each module documents its
-own: :mod:`costmodel.fp8_block`, :func:`costmodel.compose.corun_slowdown`, :mod:`costmodel.framework_kernels`,
-:mod:`costmodel.moe_kernels`, :class:`costmodel.core.calibration.Calibration`). The calibration comes last: an
+own: :mod:`costmodel.cost.fp8_block`, :func:`costmodel.schedule.compose.corun_slowdown`,
+:mod:`costmodel.cost.framework_kernels`,
+:mod:`costmodel.cost.moe_kernels`, :class:`costmodel.core.calibration.Calibration`). The calibration comes last: an
 :class:`Estimate` keeps the times before it (``costed``), so another calibration is applied without costing the
 plan again (:meth:`Estimate.recalibrated`)."""
 _BEFORE_CALIBRATION, _CALIBRATION = ADJUSTMENTS[:-1], ADJUSTMENTS[-1]

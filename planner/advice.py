@@ -3,7 +3,7 @@ fit, which memory term dominates and which flags change it.
 
 Built on a prediction record's ``memory`` dict (``weights``, ``gradients``, ``optimizer``, ``activations``,
 ``workspace`` in GiB per GPU, the peak stage's) and its ``plan`` dict; what each flag changes is the memory
-model's own accounting (costmodel/memory.py): activations scale with the tokens a GPU holds (sequence / CP,
+model's own accounting (costmodel/memory/per_gpu.py): activations scale with the tokens a GPU holds (sequence / CP,
 micro-batch, / TP with sequence parallelism) and the layers it holds (/ PP), and shrink with full recomputation;
 weights and their gradients divide over TP x PP (experts over EP), and ZeRO stage 1 / 2 / 3 shards the optimizer
 states / gradients / weights over the data-parallel ranks.

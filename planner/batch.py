@@ -119,8 +119,8 @@ def compute_optimal_batch(flops: float) -> float:
 
 def default_batch_range(model, seq_len: int, tokens: float | None = None) -> BatchRange:
     """The default range (module docstring): DEFAULT_BATCH_TOKENS (or B_opt when smaller) to B_opt, with C = model
-    FLOPs per token (costmodel.flops, as MFU counts them) x ``tokens`` (None: 20 tokens per parameter)."""
-    from costmodel.flops import model_flops_per_iteration  # deferred: the cost model loads only when needed
+    FLOPs per token (costmodel.schedule.flops, as MFU counts them) x ``tokens`` (None: 20 tokens per parameter)."""
+    from costmodel.schedule.flops import model_flops_per_iteration  # deferred: the cost model loads only when needed
 
     per_token = model_flops_per_iteration(model, 1, seq_len) / seq_len
     budget = tokens if tokens is not None else CHINCHILLA_TOKENS_PER_PARAM * per_token / 6.0

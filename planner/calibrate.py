@@ -35,8 +35,8 @@ import numpy as np
 from costmodel.core.errors import PlannerError
 from costmodel.core.fileio import atomic_write_text
 from costmodel.core.kinds import COLLECTIVE_KINDS
-from costmodel.cpu_hardware import CPU_GPU_KEY
 from costmodel.estimate import Estimate, estimate
+from costmodel.fitting.cpu_hardware import CPU_GPU_KEY
 from planner import __version__
 from planner.intervals import fit_intervals, lookup, moe_lookup, plan_framework, time_residual
 from planner.prediction import Prediction, prediction

@@ -1,5 +1,5 @@
-"""The checkpoint interval `planner export` writes: Daly's optimum (costmodel.goodput) for the plan's allocation
-and predicted iteration time, under the default failure model (GOODPUT_FACTS.md §6.2: Llama 3's failure rate,
+"""The checkpoint interval `planner export` writes: Daly's optimum (costmodel.schedule.goodput) for the plan's
+allocation and predicted iteration time, under the default failure model (GOODPUT_FACTS.md §6.2: Llama 3's failure rate,
 10-minute restarts, synchronous saves at 0.122 GB/s per GPU). `planner size` prints the same interval for its
 own failure model."""
 
@@ -9,7 +9,7 @@ import math
 
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
-from costmodel.goodput import FailureModel, goodput
+from costmodel.schedule.goodput import FailureModel, goodput
 
 
 def save_interval(model: ModelSpec, plan: ParallelPlan, prediction, failures: FailureModel | None = None
@@ -25,5 +25,5 @@ def save_interval(model: ModelSpec, plan: ParallelPlan, prediction, failures: Fa
     why = (f"checkpoint every {steps} steps = {g.interval_s / 60:.1f} min, Daly's optimum for {plan.gpus} GPUs "
            f"(job MTBF {g.mtbf_s / 3600:.1f} h at {g.unplanned_per_s * 3600 / plan.gpus:.3g} interruptions per "
            f"GPU-hour, {g.checkpoint_bytes / 1e12:.2f} TB saved in {g.blocking_s:.1f} s; goodput {g.goodput:.3f}; "
-           "costmodel/goodput.py)")
+           "costmodel/schedule/goodput.py)")
     return steps, why

@@ -11,7 +11,7 @@ import typer
 from costmodel.core.errors import PlannerError
 from costmodel.core.kinds import FEATURES
 from costmodel.core.paths import require_data_dir
-from costmodel.regressors.artifacts import SHIPPED_MODELS_DIR
+from costmodel.cost.regressors.artifacts import SHIPPED_MODELS_DIR
 from planner.cli_options import write_or_print
 from planner.formats import FORMATS, csv_text
 from planner.models_dir import fit_output_dir
@@ -19,7 +19,7 @@ from planner.models_dir import fit_output_dir
 
 def run_fit(data_dir: Path | None, profiles: list[Path] | None, out: Path | None, gpus: list[str] | None,
             kinds: str | None, quick: bool, no_public: bool, max_rows: int | None, jobs: int) -> dict:
-    from costmodel import fit as F  # deferred: the fitting stack (xgboost, sklearn) takes seconds to import
+    from costmodel.fitting import fit as F  # deferred: the fitting stack (xgboost, sklearn) takes seconds to import
 
     kind_list = [k.strip() for k in kinds.split(",") if k.strip()] if kinds else None
     bad = [k for k in kind_list or [] if k not in FEATURES]
@@ -27,7 +27,7 @@ def run_fit(data_dir: Path | None, profiles: list[Path] | None, out: Path | None
         raise PlannerError(f"unknown --kinds {bad[0]!r}; choose among {', '.join(FEATURES)}")
     datasets: dict = {}
     if not no_public:
-        from costmodel.datasets.importers import import_all  # deferred: the importers load only when fitting
+        from costmodel.fitting.datasets.importers import import_all  # deferred: the importers load only when fitting
 
         datasets.update(import_all(Path(data_dir) if data_dir else require_data_dir()))
     if profiles:
@@ -48,8 +48,8 @@ def run_fit(data_dir: Path | None, profiles: list[Path] | None, out: Path | None
                                f"{', '.join(sorted({k[1] for k in datasets}))}")
     out = fit_output_dir(out)  # the user's folder, never the installed package's (planner.models_dir)
     # deferred: the sampling readers load only when fitting
-    from costmodel.sampling.corun import load as load_corun
-    from costmodel.sampling.skew import load as load_skew
+    from costmodel.profiling.sampling.corun import load as load_corun
+    from costmodel.profiling.sampling.skew import load as load_skew
 
     typer.echo(f"writing fitted models to {out}")
     result = F.fit_all(datasets, out, gpus=set(gpus) if gpus else None, kinds=set(kind_list) if kind_list else None,
@@ -65,12 +65,12 @@ REPORT_COLUMNS = {"gpu": "GPU", "kind": "kind", "direction": "direction", "sampl
                   "median_ape": "median APE [fraction]", "p90_ape": "p90 APE [fraction]",
                   "ranges": "training ranges", "mape_target": "MAPE goal [fraction]", "met": "goal met",
                   "why": "why not met"}
-"""CSV columns of `planner costmodel report --format csv` (costmodel.fit.report_rows keys -> header)."""
+"""CSV columns of `planner costmodel report --format csv` (costmodel.fitting.fit.report_rows keys -> header)."""
 
 
 def report_csv(models_dir: Path) -> str:
     """One row per (GPU, operator kind, direction) of the fitted models."""
-    from costmodel.fit import report_rows  # deferred: the fitting stack (xgboost, sklearn) is slow to import
+    from costmodel.fitting.fit import report_rows  # deferred: the fitting stack (xgboost, sklearn) is slow to import
 
     rows = [{REPORT_COLUMNS[k]: ("; ".join(f"{n} {lo:g}..{hi:g}" for n, (lo, hi) in v.items()) if k == "ranges" else v)
              for k, v in r.items() if k in REPORT_COLUMNS} for r in report_rows(models_dir)]
@@ -112,7 +112,9 @@ def register(app: typer.Typer) -> None:
         out: Annotated[Path | None, typer.Option("--out", help="Write the report to this file.")] = None,
     ) -> None:
         """Per (GPU, operator): samples, grouped-CV MAPE, median and p90 error, ranges, winning model."""
-        from costmodel.fit import render_report  # deferred: the fitting stack (xgboost, sklearn) is slow to import
+        from costmodel.fitting.fit import (
+            render_report,  # deferred: the fitting stack (xgboost, sklearn) is slow to import
+        )
 
         if fmt not in FORMATS:
             raise PlannerError(f"unknown --format {fmt!r}: use {', '.join(FORMATS)}")

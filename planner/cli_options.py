@@ -287,7 +287,8 @@ ProgressBar = Annotated[bool, typer.Option("--progress/--no-progress", help="Pro
 MinGpus = Annotated[int, typer.Option("--min-gpus", help="Smallest allocation considered (GPUs).")]
 MaxGpus = Annotated[int, typer.Option("--max-gpus", help="Largest allocation considered (GPUs).")]
 
-# ---------------------------------------------------------------- goodput (costmodel/goodput.py; defaults cited there)
+# ---------------------------------------------------------------- goodput (costmodel/schedule/goodput.py; defaults
+# cited there)
 Goodput = Annotated[bool, typer.Option("--goodput/--no-goodput", help="Expected time and cost to train with "
                                        "failures, restarts and checkpoint stalls (default) or a perfect run.")]
 FailureRate = Annotated[Optional[float], typer.Option(

@@ -1,7 +1,7 @@
 """`planner profile`: measure operator times on this machine (CPU, or a CUDA GPU) into datasets.
 
-Compute operators are timed in this process (costmodel.sampling.runner.run_plan); collectives by a
-``torchrun`` subprocess (costmodel.sampling.collectives). Needs torch: ``pip install 'planner[profile]'``.
+Compute operators are timed in this process (costmodel.profiling.sampling.runner.run_plan); collectives by a
+``torchrun`` subprocess (costmodel.profiling.sampling.collectives). Needs torch: ``pip install 'planner[profile]'``.
 This module imports without torch; the check happens when the command runs.
 """
 
@@ -65,8 +65,8 @@ def profile(
 
 def _profile(device, plan, out, threads, ops, collectives, nproc, gpu_name, dtype, resume, progress) -> None:
     # deferred: the sampling modules load numpy and torch helpers only when profiling
-    from costmodel.sampling import require_torch
-    from costmodel.sampling.plan import load_plan
+    from costmodel.profiling.sampling import require_torch
+    from costmodel.profiling.sampling.plan import load_plan
 
     if device not in DEFAULT_PLANS:
         raise PlannerError(f"--device {device!r} must be cpu or cuda")
@@ -77,8 +77,8 @@ def _profile(device, plan, out, threads, ops, collectives, nproc, gpu_name, dtyp
     the_plan = load_plan(plan if plan is not None else DEFAULT_PLANS[device])
     require_torch()
     # deferred: after require_torch(), so a missing torch is one clear error, not an ImportError
-    from costmodel.sampling.collectives import launch
-    from costmodel.sampling.runner import check_device, run_plan, sample_counts
+    from costmodel.profiling.sampling.collectives import launch
+    from costmodel.profiling.sampling.runner import check_device, run_plan, sample_counts
 
     gpu = check_device(device, gpu_name)
     out_dir = out or Path("profiles") / gpu

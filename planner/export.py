@@ -31,11 +31,11 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from costmodel import fp8_block
 from costmodel.core.errors import PlannerError
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan, account_for
+from costmodel.cost import fp8_block
 from planner.checkpointing import save_interval
 from planner.export_arch import architecture, header, is_uneven, note_lines
 from planner.export_megatron import megatron_arch_args, nemo_arch_keys

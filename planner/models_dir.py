@@ -18,7 +18,7 @@ import typer
 
 from costmodel.core.errors import PlannerError
 from costmodel.cost.measured import ENV_MODELS_DIR
-from costmodel.regressors.artifacts import INDEX, SHIPPED_MODELS_DIR
+from costmodel.cost.regressors.artifacts import INDEX, SHIPPED_MODELS_DIR
 
 
 def user_models_dir() -> Path:

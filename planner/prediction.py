@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 
-from costmodel.compose import GIB
 from costmodel.core.calibration import Calibration
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
 from costmodel.cost.base import OperatorCostModel
 from costmodel.estimate import Estimate, estimate
+from costmodel.schedule.compose import GIB
 from planner.intervals import plan_framework, time_band
 
 __all__ = ["Prediction", "predict", "prediction"]
@@ -64,7 +64,7 @@ class Prediction:
     layer_split: list | None = None
     """Layers per pipeline stage when the split is uneven: the request's, or, when PP x VPP does not divide
     the layers, the Megatron-expressible split chosen to minimise the predicted pipeline
-    (:func:`costmodel.layer_split.balanced_layer_split`); None = even split."""
+    (:func:`costmodel.schedule.layer_split.balanced_layer_split`); None = even split."""
 
     def to_dict(self) -> dict:
         """The fields as a JSON-ready dict: what ``dataclasses.asdict`` returns (containers copied), without its

@@ -13,7 +13,6 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
-from costmodel import fp8_block
 from costmodel.core.errors import PlanError, PlannerError
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.framework import ATTENTION_KERNELS, DEFAULT_FRAMEWORK, FRAMEWORKS
@@ -29,7 +28,8 @@ from costmodel.core.specs.plan import (
     ParallelPlan,
 )
 from costmodel.core.specs.presets import default_seq_len, resolve_model
-from costmodel.moe import AUTO_DISPATCHER, with_default_dispatcher
+from costmodel.cost import fp8_block
+from costmodel.graph.moe import AUTO_DISPATCHER, with_default_dispatcher
 from planner.batch import DEFAULT_BATCH_TOKENS, batch_sequences, suffixed_number  # noqa: F401 (re-exported)
 
 MAX_INT = 2**53
@@ -106,14 +106,14 @@ class PlanRequest:
     """Expert tensor-parallel degree (--expert-tensor-parallel-size); None = TP (Megatron-Core's default)."""
     moe_dispatcher: str = AUTO_DISPATCHER
     """MoE token dispatcher: alltoall | allgather | flex (--moe-token-dispatcher-type), or auto: the one the
-    framework's recipes run for the EP group's placement (costmodel.moe.default_dispatcher; the prediction's
+    framework's recipes run for the EP group's placement (costmodel.graph.moe.default_dispatcher; the prediction's
     warnings say which and why)."""
     moe_imbalance: float | None = None
     """Tokens of the busiest expert over the mean (>= 1; 1 = balanced); None = the cost model's documented
-    default (costmodel.moe_routing)."""
+    default (costmodel.memory.moe_routing)."""
     moe_routing: str = "learned"
     """Which experts a token picks: learned (the router) | random (--moe-router-force-load-balancing) |
-    round_robin (NeMo AutoModel fake_balanced_gate); costmodel.moe_routing."""
+    round_robin (NeMo AutoModel fake_balanced_gate); costmodel.memory.moe_routing."""
     moe_overlap_comm: bool = False
     """Overlap EP dispatch/combine with another micro-batch's compute (--overlap-moe-expert-parallel-comm)."""
     moe_grouped_gemm: bool = True

@@ -146,7 +146,7 @@ DEFAULT_CLUSTER = {
 
 # Operator measurements in shared/data: aiconfigurator (A100-80GB, H100, H200, B200, GB200; see its
 # PROVENANCE.md) and estimate-train-time (Perlmutter A100-SXM4-80GB, Vista GH200 96 GB). B300 and GB300 have
-# aiconfigurator sweeps too, but `planner fit` does not import them yet (costmodel/datasets/importers/
+# aiconfigurator sweeps too, but `planner fit` does not import them yet (costmodel/fitting/datasets/importers/
 # aiconfigurator.py AIC_GPU), so their predictions use the roofline: measured_data = false.
 MEASURED = {"a100-80gb", "h100-sxm", "h200", "gh200", "b200", "gb200"}
 UNFITTED_NOTE = ("measured_data: false although shared/data/aiconfigurator has GEMM, attention and NCCL sweeps "

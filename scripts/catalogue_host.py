@@ -1,5 +1,5 @@
 """GPU-to-host figures for scripts/build_catalogue.py (``host_link_bw_gbs``, ``host_mem_bw_gbs`` in gpus.toml): what
-optimizer and activation offloading move data over (costmodel.offload).
+optimizer and activation offloading move data over (costmodel.memory.offload).
 
 Read from the shared gpus.yaml entry of each GPU: the NVLink-C2C figure of Grace superchips, else the PCIe link's
 (the entry's per-direction figure where it gives one, its bidirectional figure halved, or the PCI-SIG line rate of

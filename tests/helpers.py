@@ -22,9 +22,9 @@ from costmodel.core.specs.hardware import ClusterSpec, GPUSpec, Hardware
 from costmodel.core.specs.hf_config import from_hf_config
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
-from costmodel.datasets.schema import Dataset
-from costmodel.ops import Op
-from costmodel.regressors.features import CPU_NOMINAL, build_features
+from costmodel.cost.regressors.features import CPU_NOMINAL, build_features
+from costmodel.fitting.datasets.schema import Dataset
+from costmodel.graph.ops import Op
 
 
 def gpt(layers=96, hidden=12288, heads=96, vocab=51200, seq=2048, **kw) -> ModelSpec:

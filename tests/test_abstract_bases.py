@@ -33,7 +33,7 @@ ABSTRACT_CLASSES = sorted(
 
 
 def test_the_scan_finds_the_known_bases():
-    assert {("costmodel.regressors.base", "OperatorRegressor"),
+    assert {("costmodel.cost.regressors.base", "OperatorRegressor"),
             ("costmodel.cost.base", "OperatorCostModel")} <= set(ABSTRACT_CLASSES)
 
 
@@ -47,7 +47,7 @@ def test_every_class_with_abstract_methods_enforces_them(module, name):
 
 
 def test_regressor_missing_a_method_cannot_be_instantiated():
-    from costmodel.regressors.base import OperatorRegressor
+    from costmodel.cost.regressors.base import OperatorRegressor
 
     class NoInterval(OperatorRegressor):
         name = "test-no-interval"

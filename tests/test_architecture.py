@@ -2,7 +2,7 @@
 
 Layers (README "Layout"): ``costmodel.core`` (errors, file IO, paths, specs, operator kinds) at the
 bottom, the rest of ``costmodel`` on it, ``planner`` on top; the prediction path never imports the profiling
-harness (``costmodel.sampling``) or torch; no function in ``planner/`` or ``costmodel/`` is longer than
+harness (``costmodel.profiling.sampling``) or torch; no function in ``planner/`` or ``costmodel/`` is longer than
 MAX_FUNCTION_LINES. The import graph is built here from every
 ``import`` statement in every module, top-level and deferred (inside functions), with :mod:`ast`, so the
 checks need no tool; ``test_import_linter_contracts`` also runs the import-linter contracts in
@@ -206,7 +206,7 @@ def test_function_lengths_are_measured_with_nested_functions_inside(tmp_path):
 def test_no_function_over_the_length_limit():
     lengths = {f"{p.relative_to(ROOT)}::{name}": n for pkg in ("planner", "costmodel")
                for p in sorted((ROOT / pkg).rglob("*.py")) for name, n in _function_lengths(p).items()}
-    assert "costmodel/compose.py::compose" in lengths
+    assert "costmodel/schedule/compose.py::compose" in lengths
     long = {f: n for f, n in lengths.items() if n > MAX_FUNCTION_LINES and f not in LONG_FUNCTIONS_BEING_SPLIT}
     assert not long, f"functions over {MAX_FUNCTION_LINES} lines (split them): {long}"
     grown = {f: n for f, n in lengths.items() if f in LONG_FUNCTIONS_BEING_SPLIT and n > LONG_FUNCTIONS_BEING_SPLIT[f]
@@ -216,8 +216,8 @@ def test_no_function_over_the_length_limit():
     assert not done, f"remove from LONG_FUNCTIONS_BEING_SPLIT (within {MAX_FUNCTION_LINES} lines): {done}"
 
 
-PREDICTION_PATH = ("costmodel.compose", "costmodel.graph", "costmodel.cost", "costmodel.memory", "costmodel.timeline",
-                   "costmodel.layer_split", "costmodel.estimate", "planner.prediction")
+PREDICTION_PATH = ("costmodel.schedule.compose", "costmodel.graph.build", "costmodel.cost", "costmodel.memory.per_gpu", "costmodel.schedule.timeline",
+                   "costmodel.schedule.layer_split", "costmodel.estimate", "planner.prediction")
 """What costs a plan (``costmodel.estimate`` where it exists); with a package, its submodules too."""
 
 
@@ -249,20 +249,20 @@ def _imports_torch(path: Path) -> bool:
 
 def test_prediction_path_never_imports_the_profiling_harness_or_torch():
     closure = _prediction_closure()
-    assert {"costmodel.compose", "costmodel.graph", "costmodel.cost.base", "costmodel.memory", "costmodel.timeline",
-            "costmodel.layer_split", "costmodel.straggler", "costmodel.estimate", "planner.prediction"} <= closure
-    harness = sorted(m for m in closure if m == "costmodel.sampling" or m.startswith("costmodel.sampling."))
+    assert {"costmodel.schedule.compose", "costmodel.graph.build", "costmodel.cost.base", "costmodel.memory.per_gpu", "costmodel.schedule.timeline",
+            "costmodel.schedule.layer_split", "costmodel.schedule.straggler", "costmodel.estimate", "planner.prediction"} <= closure
+    harness = sorted(m for m in closure if m == "costmodel.profiling.sampling" or m.startswith("costmodel.profiling.sampling."))
     assert not harness, f"the prediction path imports the profiling harness: {harness}"
     torch = sorted(m for m in closure if _imports_torch(MODULES[m]))
     assert not torch, f"the prediction path imports torch: {torch}"
-    assert _imports_torch(MODULES["costmodel.sampling.operators"])  # the check sees torch where it is
+    assert _imports_torch(MODULES["costmodel.profiling.sampling.operators"])  # the check sees torch where it is
 
 
 def test_prediction_path_imports_without_torch():
     # the same at run time: torch made unimportable, the prediction path imports and loads no harness module
     mods = ", ".join(m for m in PREDICTION_PATH if m in MODULES)
     code = (f"import sys; sys.modules['torch'] = None; import {mods}; "
-            "bad = [m for m in sys.modules if m.startswith('costmodel.sampling')]; assert not bad, bad")
+            "bad = [m for m in sys.modules if m.startswith('costmodel.profiling.sampling')]; assert not bad, bad")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
 

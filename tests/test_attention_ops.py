@@ -1,14 +1,14 @@
-"""MLA and sliding-window attention operators (costmodel/attention_ops.py) against the math they model."""
+"""MLA and sliding-window attention operators (costmodel/graph/attention_ops.py) against the math they model."""
 
 from __future__ import annotations
 
 import pytest
 
-from costmodel import attention_ops as ao
-from costmodel import graph
 from costmodel.core.kinds import Phase
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
+from costmodel.graph import attention_ops as ao
+from costmodel.graph import build as graph
 
 
 def dsv3_like(q_lora: int = 1536, layers: int = 4) -> ModelSpec:

@@ -56,9 +56,10 @@ def _capture_per_call(monkeypatch, bench):
 def test_timed_pieces_call_what_they_name(monkeypatch):
     # each piece hands _per_call a function that runs the named operation on the named input, and reports
     # what _per_call measured
-    from costmodel import memory, timeline
     from costmodel.core.specs import catalogue
     from costmodel.cost.roofline import RooflineCostModel
+    from costmodel.memory import per_gpu as memory
+    from costmodel.schedule import timeline
 
     bench = _bench()
     seen = _capture_per_call(monkeypatch, bench)

@@ -10,7 +10,7 @@ import costmodel.estimate as E
 import planner.prediction as P
 from costmodel.core.errors import PlannerError
 from costmodel.cost.roofline import RooflineCostModel
-from costmodel.workloads.runner import write_runs_csv
+from costmodel.profiling.workloads.runner import write_runs_csv
 from planner import calibrate as C
 from planner.cli import app
 from planner.validation.runs import default_hardware, load_runs, row_to_inputs

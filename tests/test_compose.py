@@ -1,10 +1,16 @@
-"""The composition's typed steps (costmodel.compose): stage times -> pipeline -> tail -> breakdown -> metrics."""
+"""The composition's typed steps (costmodel.schedule.compose): stage times -> pipeline -> tail -> breakdown ->
+metrics."""
 
 import dataclasses
 
 import pytest
 
-from costmodel.compose import (
+from costmodel.core.kinds import COLLECTIVE_KINDS, Category, CostSource, Phase, describe_cost_sources
+from costmodel.core.specs.catalogue import load_catalogue
+from costmodel.cost.measured import FUSED_METHOD, MeasuredCostModel
+from costmodel.cost.roofline import RooflineCostModel
+from costmodel.graph.build import build_graph
+from costmodel.schedule.compose import (
     OperatorTimes,
     bucket_fraction,
     compose,
@@ -12,12 +18,7 @@ from costmodel.compose import (
     cost_operators,
     stage_times,
 )
-from costmodel.core.kinds import COLLECTIVE_KINDS, Category, CostSource, Phase, describe_cost_sources
-from costmodel.core.specs.catalogue import load_catalogue
-from costmodel.cost.measured import FUSED_METHOD, MeasuredCostModel
-from costmodel.cost.roofline import RooflineCostModel
-from costmodel.graph import build_graph
-from costmodel.timeline import pipeline_time
+from costmodel.schedule.timeline import pipeline_time
 from planner.calibrate import identity
 from planner.prediction import predict
 from tests.helpers import llama, plan
@@ -117,7 +118,7 @@ def test_graph_sets_category_and_phase_enums_on_every_operator(kw):
 
 
 def test_op_converts_and_checks_its_phase():
-    from costmodel.ops import Op
+    from costmodel.graph.ops import Op
 
     assert Op("gemm", "g", "bwd", (1, 2, 3)).phase is Phase.BWD
     with pytest.raises(ValueError):

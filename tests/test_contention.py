@@ -1,12 +1,12 @@
-"""The HBM traffic of overlapped collectives (costmodel.contention), the ZeRO-3 root unit (costmodel.zero3) and
-separate projection GEMMs (Framework.separate_projections)."""
+"""The HBM traffic of overlapped collectives (costmodel.graph.contention), the ZeRO-3 root unit (costmodel.graph.zero3)
+and separate projection GEMMs (Framework.separate_projections)."""
 
 import pytest
 
-from costmodel.contention import HBM_PASS_PREFIX, NCCL_HBM_PASSES
-from costmodel.conventions import busbw_factor
 from costmodel.core.specs.framework import get_framework
-from costmodel.graph import build_graph
+from costmodel.graph.build import build_graph
+from costmodel.graph.contention import HBM_PASS_PREFIX, NCCL_HBM_PASSES
+from costmodel.graph.conventions import busbw_factor
 from planner.prediction import predict
 from planner.requests import PlanRequest
 

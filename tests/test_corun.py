@@ -1,5 +1,5 @@
 """Co-run slowdown term: shape choice, per-kind factor, measurement file, CPU hardware figure, prediction
-(costmodel/sampling/corun.py)."""
+(costmodel/profiling/sampling/corun.py)."""
 
 import dataclasses
 
@@ -7,8 +7,8 @@ import pytest
 
 from costmodel.core.errors import PlannerError
 from costmodel.core.specs.catalogue import load_catalogue
-from costmodel.sampling import corun
-from costmodel.sampling.plan import Sample, expand, load_plan
+from costmodel.profiling.sampling import corun
+from costmodel.profiling.sampling.plan import Sample, expand, load_plan
 from planner.prediction import predict
 from tests.helpers import cpu_profile_datasets, llama, plan, write_json
 
@@ -53,7 +53,7 @@ def test_load_validates(tmp_path):
 
 
 def test_cpu_hardware_carries_measured_corun(tmp_path):
-    from costmodel.cpu_hardware import derive, to_toml
+    from costmodel.fitting.cpu_hardware import derive, to_toml
 
     assert "corun_slowdown" not in derive(cpu_profile_datasets())["clusters"]["cpu-host"]
     entry = derive(cpu_profile_datasets(), None, corun.load([_corun_file(tmp_path)]))

@@ -13,7 +13,7 @@ import planner.calibrate as C
 import planner.prediction as P
 from costmodel.core.errors import PlannerError
 from costmodel.cost.roofline import RooflineCostModel
-from costmodel.workloads.runner import write_runs_csv
+from costmodel.profiling.workloads.runner import write_runs_csv
 from planner import intervals as I
 from planner.cli import app
 from planner.source_cv import validate_source_cv

@@ -14,7 +14,7 @@ from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.hf_config import from_hf_config
 from costmodel.core.specs.plan import ParallelPlan
 from costmodel.core.specs.presets import get_preset
-from costmodel.graph import build_graph, layer_operators
+from costmodel.graph.build import build_graph, layer_operators
 from planner.prediction import predict
 
 FIX = Path(__file__).parent / "fixtures" / "hf_configs"

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from costmodel.core.errors import PlannerError
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.cost.roofline import RooflineCostModel
-from costmodel.graph import build_graph, domain_warnings, group_topology
+from costmodel.graph.build import build_graph, domain_warnings, group_topology
 from planner.cli import app
 from planner.prediction import predict
 from planner.requests import PlanRequest

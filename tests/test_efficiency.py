@@ -8,14 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from costmodel import efficiency as E
-from costmodel import efficiency_samples as S
 from costmodel.core.errors import PlannerError
-from costmodel.datasets import filters
-from costmodel.datasets.importers import ETT_SYSTEMS, ett_partition_vocab, read_table
-from costmodel.kernel_basis import FUSED_ELEMENTWISE
+from costmodel.fitting import efficiency as E
+from costmodel.fitting import efficiency_samples as S
+from costmodel.fitting.datasets import filters
+from costmodel.fitting.datasets.importers import ETT_SYSTEMS, ett_partition_vocab, read_table
+from costmodel.graph.kernel_basis import FUSED_ELEMENTWISE
 
-TABLE = Path(E.__file__).resolve().parent / "data" / "efficiency.json"
+TABLE = Path(E.__file__).resolve().parents[1] / "data" / "efficiency.json"
 ETT = "estimate-train-time"
 
 
@@ -151,9 +151,10 @@ def test_fit_records_the_filters_it_applies(fitted):
     assert set(inter["all_gather"]) == {"2"} and set(inter["all_reduce"]) == {"2", "4", "8"}
     assert all(s["filters"] == ["filter_ett_vista_allgather_large_4_8_nodes"]
                for v in inter["all_gather"].values() for s in v["sources"])
-    # Vista's flash_attn_func is FlashAttention-2, another basis on Hopper (costmodel.kernel_basis): no attention
+    # Vista's flash_attn_func is FlashAttention-2, another basis on Hopper (costmodel.graph.kernel_basis): no attention
     assert not {"attention_fwd", "attention_bwd_fwd_ratio", "attention_bwd_fwd_ratio_unavailable"} & set(gpus["gh200"])
-    # element-wise kinds are costed from the fused kernels measured on H100 (costmodel.kernel_basis), not this table
+    # element-wise kinds are costed from the fused kernels measured on H100 (costmodel.graph.kernel_basis), not this
+    # table
     assert not set(FUSED_ELEMENTWISE) & set(gpus["a100-80gb"]["memory"])
     # aiconfigurator attention: only the default kernel
     for gpu, after in (("h100-sxm", 13703), ("gb200", 13227)):
@@ -171,7 +172,7 @@ def test_cross_entropy_bytes_use_the_unpadded_vocab():
 def test_fit_is_deterministic_and_matches_checked_in_table(shared_data, fitted):
     text = E.dumps(fitted)
     assert text == E.dumps(E.build(shared_data))
-    assert text == TABLE.read_text(), "re-run `python -m costmodel.efficiency` and check in the output"
+    assert text == TABLE.read_text(), "re-run `python -m costmodel.fitting.efficiency` and check in the output"
 
 
 def test_gemm_tables_keep_time_monotone():

@@ -20,7 +20,7 @@ STEPS = {"build_graph", "cost_operators", "corun_slowdown", "framework_kernels",
 ADJUSTING_MODULES = {"fp8_block", "moe_kernels"}
 """Modules whose ``apply`` adjusts a plan's operator times."""
 OWN = {"costmodel/estimate.py": STEPS | {f"{m}.apply" for m in ADJUSTING_MODULES},
-       "costmodel/compose.py": {"stage_times", "iteration_tail"}}
+       "costmodel/schedule/compose.py": {"stage_times", "iteration_tail"}}
 """Who may call which: estimate.py everything; compose.py its own steps inside compose()."""
 
 

@@ -23,12 +23,12 @@ from pathlib import Path
 import pytest
 
 from costmodel.core.errors import PlannerError
-from costmodel.datasets.schema import load_dataset, save_dataset
+from costmodel.fitting.datasets.schema import load_dataset, save_dataset
 from tests.helpers import python_sources, synthetic, three_row_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 SCANNED = ("planner", "costmodel", "scripts", "benchmarks")
-ALLOWED = {"costmodel/core/fileio.py", "costmodel/sampling/journal.py"}
+ALLOWED = {"costmodel/core/fileio.py", "costmodel/profiling/sampling/journal.py"}
 """The atomic-write implementation itself, and the append-only sampling journal."""
 
 
@@ -74,19 +74,19 @@ WRITERS = {
     "report": ("from costmodel.core.fileio import atomic_write_text; "
                "atomic_write_text(path, f'# report v{v}\\n' * 20000)",
                "print(open(path, encoding='utf-8').read().splitlines()[0])"),
-    "dataset": ("from tests.helpers import three_row_dataset; from costmodel.datasets.schema import save_dataset; "
+    "dataset": ("from tests.helpers import three_row_dataset; from costmodel.fitting.datasets.schema import save_dataset; "
                 "save_dataset(three_row_dataset(v), path)",
-                "from costmodel.datasets.schema import load_dataset; print(load_dataset(path).time_s[0])"),
+                "from costmodel.fitting.datasets.schema import load_dataset; print(load_dataset(path).time_s[0])"),
     "calibration": ("from planner.calibrate import identity, save_calibration; import pathlib; "
                     "c = identity({'iteration_overhead_s': float(v)}, name='c'); "
                     "save_calibration(c, pathlib.Path(path).parent)",
                     "from planner.calibrate import load_calibration; "
                     "print(load_calibration(path).iteration_overhead_s)"),
-    "index": ("from costmodel.regressors.artifacts import write_index; import pathlib; "
+    "index": ("from costmodel.cost.regressors.artifacts import write_index; import pathlib; "
               "write_index(pathlib.Path(path).parent, {'format': 1, 'models': {}, 'v': v})",
-              "from costmodel.regressors.artifacts import read_index; import pathlib; "
+              "from costmodel.cost.regressors.artifacts import read_index; import pathlib; "
               "print(read_index(pathlib.Path(path).parent)['v'])"),
-    "runs": ("from costmodel.workloads.runner import write_runs_csv; "
+    "runs": ("from costmodel.profiling.workloads.runner import write_runs_csv; "
              "write_runs_csv([{'id': f'R-{v}', 'measured_value': v}], path)",
              "import csv; print(list(csv.DictReader(open(path, encoding='utf-8')))[0]['id'])"),
 }
@@ -131,7 +131,7 @@ def test_sigkill_mid_write_keeps_the_old_file(tmp_path, kind, moment):
 
 
 def test_loaders_ignore_leftover_temporary_files(tmp_path):
-    from costmodel.fit import dataset_dirs_to_datasets
+    from costmodel.fitting.fit import dataset_dirs_to_datasets
 
     save_dataset(three_row_dataset(), tmp_path / "gemm.csv")
     killed = _py(WRITERS["dataset"][0], tmp_path / "norm.csv", 3, kill_at="replace")
@@ -152,10 +152,10 @@ def test_dataset_with_a_stale_sidecar_is_refused(tmp_path):
 
 
 def test_model_files_with_a_stale_sidecar_are_refused(tmp_path):
-    from costmodel.regressors import REGISTRY
-    from costmodel.regressors.base import sidecar_path
-    from costmodel.regressors.loading import load_regressor
-    from costmodel.regressors.runtime import RuntimeRegressor
+    from costmodel.cost.regressors import REGISTRY
+    from costmodel.cost.regressors.base import sidecar_path
+    from costmodel.cost.regressors.loading import load_regressor
+    from costmodel.cost.regressors.runtime import RuntimeRegressor
 
     _, X, y = synthetic(60, 0)
     path = tmp_path / "m.json"

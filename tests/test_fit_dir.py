@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from costmodel.datasets.schema import save_dataset
-from costmodel.regressors.artifacts import SHIPPED_MODELS_DIR
+from costmodel.cost.regressors.artifacts import SHIPPED_MODELS_DIR
+from costmodel.fitting.datasets.schema import save_dataset
 from planner.models_dir import fit_output_dir, models_dir_for, user_models_dir
 from tests.helpers import tiny_dataset
 

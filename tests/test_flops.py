@@ -3,7 +3,7 @@ from dataclasses import replace
 import pytest
 
 from costmodel.core.specs.presets import get_preset, preset_names
-from costmodel.flops import (
+from costmodel.schedule.flops import (
     CAUSAL_FRACTION,
     attended_keys,
     forward_flops_per_token_layer,
@@ -55,7 +55,7 @@ def test_recompute_ordering():
     assert pub[0] < pub[1] < pub[2]
 
 
-# ---- MoE, MLA and sliding-window conventions (issue #17; costmodel/flops.py module docstring)
+# ---- MoE, MLA and sliding-window conventions (issue #17; costmodel/schedule/flops.py module docstring)
 
 MOE_PRESETS = ["mixtral-8x7b", "mixtral-8x22b", "qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3", "gpt-oss-20b",
                "gpt-oss-120b"]

@@ -1,4 +1,4 @@
-"""Block-scaled FP8 GEMMs (costmodel/fp8_block.py, dtype fp8-block, alias mxfp8): the measured fp8_block / fp8
+"""Block-scaled FP8 GEMMs (costmodel/cost/fp8_block.py, dtype fp8-block, alias mxfp8): the measured fp8_block / fp8
 ratio table, its use in the composition (fp8-block plans only), the request, search and export plumbing and the
 validation rows it maps."""
 
@@ -9,11 +9,11 @@ import shlex
 
 import pytest
 
-from costmodel import fp8_block as FB
 from costmodel.core.errors import PlannerError
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.plan import ParallelPlan
 from costmodel.core.specs.presets import resolve_model
+from costmodel.cost import fp8_block as FB
 from costmodel.estimate import default_cost_model, estimate
 from planner.export import megatron_args
 from planner.requests import PlanRequest
@@ -23,7 +23,7 @@ TABLE = json.loads(FB.TABLE_PATH.read_text())
 
 
 def test_table_regenerates_from_shared_data(shared_data):
-    """`python -m costmodel.fp8_block` output equals the shipped table."""
+    """`python -m costmodel.cost.fp8_block` output equals the shipped table."""
     assert json.loads(json.dumps(FB.fit(shared_data), sort_keys=True)) == TABLE
 
 

@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from costmodel.core.errors import PlanError, PlannerError
 from costmodel.core.specs.framework import FRAMEWORKS, Framework, get_framework, register
-from costmodel.framework_kernels import _launch_s, causal_fwd_efficiency, fit, flash2_times, load_table
-from costmodel.graph import build_graph
+from costmodel.cost.framework_kernels import _launch_s, causal_fwd_efficiency, fit, flash2_times, load_table
+from costmodel.graph.build import build_graph
 from planner.cli import app
 from planner.prediction import predict
 from planner.requests import PlanRequest
@@ -198,7 +198,7 @@ def test_inter_node_collectives_use_the_cluster_network():
     from costmodel.core.specs.catalogue import load_catalogue
     from costmodel.cost.roofline import RooflineCostModel
     from costmodel.estimate import default_cost_model
-    from costmodel.ops import Op
+    from costmodel.graph.ops import Op
 
     hw = load_catalogue().resolve("a100-80gb", "dgx-a100", 8)
     op = Op("all_reduce", "dp.grad_allreduce", "dp_comm", (7.0e9, 32, 16, 2), bytes=7.0e9)

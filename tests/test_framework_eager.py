@@ -7,9 +7,9 @@ import pytest
 
 from costmodel.core.specs.framework import get_framework
 from costmodel.cost.roofline import RooflineCostModel
-from costmodel.graph import build_graph, eager_elementwise
-from costmodel.kernel_basis import EAGER_EXTRA_BYTES, fused_efficiency, fused_table
-from costmodel.memory import activation_bytes_per_layer, last_stage_extra_bytes
+from costmodel.graph.build import build_graph, eager_elementwise
+from costmodel.graph.kernel_basis import EAGER_EXTRA_BYTES, fused_efficiency, fused_table
+from costmodel.memory.per_gpu import activation_bytes_per_layer, last_stage_extra_bytes
 from planner.prediction import predict
 from planner.requests import PlanRequest
 from planner.validation.runs import _framework
@@ -123,7 +123,7 @@ def test_torchtitan_interleaved_rows_without_stages_per_rank_take_its_default_of
 
 
 def test_causal_flash2_forward_runs_at_the_measured_fraction_of_the_unmasked_rate():
-    from costmodel.framework_kernels import causal_fwd_efficiency, flash2_times
+    from costmodel.cost.framework_kernels import causal_fwd_efficiency, flash2_times
 
     assert causal_fwd_efficiency(8192) == pytest.approx(333 / 370)      # FA3 paper Fig. 5, H100 SXM5, hdim 128
     assert causal_fwd_efficiency(100) == causal_fwd_efficiency(512) and causal_fwd_efficiency(1 << 20) < 1
@@ -139,7 +139,7 @@ def test_causal_flash2_forward_runs_at_the_measured_fraction_of_the_unmasked_rat
 
 
 def test_fsdp2_copies_its_gathered_parameters_out_and_its_gradients_in_per_layer():
-    from costmodel.graph import fsdp2_copies
+    from costmodel.graph.build import fsdp2_copies
 
     titan = _resolved("torchtitan")
     (op,) = [o for o in build_graph(titan.model, titan.plan).stages[0].layer_ops if o.name == "hbm.fsdp2.copies"]

@@ -166,7 +166,7 @@ def test_fuzz_batch_predictor():
 # ------------------------------------------------------------------------------------ datasets
 def _tiny_dataset(tmp_path: Path) -> Path:
     from costmodel.core.kinds import FEATURES
-    from costmodel.datasets.schema import Dataset, save_dataset
+    from costmodel.fitting.datasets.schema import Dataset, save_dataset
 
     kind = "gemm" if "gemm" in FEATURES else sorted(FEATURES)[0]
     nf = len(FEATURES[kind])
@@ -178,7 +178,7 @@ def _tiny_dataset(tmp_path: Path) -> Path:
 
 
 def test_fuzz_dataset_loader(tmp_path):
-    from costmodel.datasets.schema import load_dataset
+    from costmodel.fitting.datasets.schema import load_dataset
 
     base = _tiny_dataset(tmp_path)
     csv_bytes, side_bytes = base.read_bytes(), base.with_suffix(".json").read_bytes()
@@ -204,7 +204,7 @@ def test_fuzz_dataset_loader(tmp_path):
 # ------------------------------------------------------------------------------------ model artifacts
 def _small_artifact() -> tuple[Path, Path]:
     """The smallest shipped model JSON with its sidecar (fast to mangle and parse)."""
-    from costmodel.regressors.io import sidecar_path
+    from costmodel.cost.regressors.io import sidecar_path
 
     cands = [p for p in MODELS_DIR.glob("*/*.json")
              if not p.name.endswith((".meta.json", ".interval.json")) and sidecar_path(p).is_file()]
@@ -214,8 +214,8 @@ def _small_artifact() -> tuple[Path, Path]:
 
 
 def test_fuzz_artifact_loader(tmp_path, monkeypatch):
-    from costmodel.regressors.io import sidecar_path
-    from costmodel.regressors.runtime import RuntimeRegressor
+    from costmodel.cost.regressors.io import sidecar_path
+    from costmodel.cost.regressors.runtime import RuntimeRegressor
 
     monkeypatch.setenv("PLANNER_CACHE_DIR", str(tmp_path / "cache"))
     main, side = _small_artifact()

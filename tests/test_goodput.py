@@ -1,4 +1,4 @@
-"""The goodput model (costmodel/goodput.py) against the published figures of GOODPUT_FACTS.md §3 and §6."""
+"""The goodput model (costmodel/schedule/goodput.py) against the published figures of GOODPUT_FACTS.md §3 and §6."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 
 from costmodel.core.errors import PlannerError
-from costmodel.goodput import (
+from costmodel.schedule.goodput import (
     DEFAULT_FAILURE_RATE,
     FailureModel,
     checkpoint_bytes_per_param,

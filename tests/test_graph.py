@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from costmodel.flops import forward_flops_per_token_layer
-from costmodel.graph import build_graph, group_topology, layer_operators
+from costmodel.graph.build import build_graph, group_topology, layer_operators
+from costmodel.schedule.flops import forward_flops_per_token_layer
 from tests.helpers import gpt, llama, plan
 
 

@@ -18,7 +18,7 @@ from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.plan import ParallelPlan
 from costmodel.core.specs.presets import resolve_model
 from costmodel.cost.roofline import RooflineCostModel
-from costmodel.ops import Op
+from costmodel.graph.ops import Op
 from planner.calibrate import calibration_option
 from planner.cli import app
 from planner.prediction import predict

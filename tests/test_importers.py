@@ -11,9 +11,9 @@ import pytest
 
 from costmodel.core.errors import PlannerError
 from costmodel.core.paths import data_dir
-from costmodel.datasets import filters as F
-from costmodel.datasets import importers as I
-from costmodel.datasets.schema import load_dataset, save_dataset
+from costmodel.fitting.datasets import filters as F
+from costmodel.fitting.datasets import importers as I
+from costmodel.fitting.datasets.schema import load_dataset, save_dataset
 from tests.helpers import require_shared
 
 ETT = "estimate-train-time"
@@ -128,7 +128,8 @@ def test_ett_importer_on_synthetic_files(tmp_path):
     # per-rank padded vocab ceil(50257 / (128*2)) * 128 = 197 * 128
     assert gemm.features.tolist() == [[2048, 25216, 2048], [2048, 25216, 2048]]
     assert gemm.direction.tolist() == ["fwd", "bwd"]
-    # nn.Linear on torch.rand inputs: another basis than the training GEMM (costmodel.kernel_basis.ETT_GEMM_INPUTS)
+    # nn.Linear on torch.rand inputs: another basis than the training GEMM
+    # (costmodel.graph.kernel_basis.ETT_GEMM_INPUTS)
     assert I.role_mask(gemm, "other_basis").tolist() == [True, True]
     ag = out[("all_gather", "a100-80gb")]
     assert ag.features.tolist() == [[2 * 1000 * 4, 4, 1, 4], [2 * 3000 * 4, 4, 1, 4]]  # bytes = 2*shape*ranks
@@ -384,9 +385,9 @@ def test_importers_are_deterministic(shared_data):
 
 
 def test_module_entry_point_runs_the_cli(tmp_path):
-    # `python -m costmodel.datasets.importers` (the package's __main__ -> cli.main): a data folder without the
+    # `python -m costmodel.fitting.datasets.importers` (the package's __main__ -> cli.main): a data folder without the
     # sources is a one-line error and exit status 2
-    r = subprocess.run([sys.executable, "-m", "costmodel.datasets.importers", "--data-dir", str(tmp_path)],
+    r = subprocess.run([sys.executable, "-m", "costmodel.fitting.datasets.importers", "--data-dir", str(tmp_path)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines()[-1] == f"error: no aiconfigurator folder under {tmp_path.resolve()}; point " \

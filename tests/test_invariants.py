@@ -2,7 +2,7 @@
 
 Strategies come from tests/helpers.py (small GPT/Llama models, valid TP x PP x DP layouts on
 a100-80gb / h100-sxm), with the dtype drawn too. Each property names the convention it checks; the FLOP
-convention is the one of costmodel/flops.py (README, "MFU convention").
+convention is the one of costmodel/schedule/flops.py (README, "MFU convention").
 """
 
 from __future__ import annotations
@@ -16,17 +16,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from costmodel.compose import cost_operators, mfu_peak_dtype
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.estimate import default_cost_model
-from costmodel.flops import (
+from costmodel.graph.build import build_graph
+from costmodel.graph.ops import Op
+from costmodel.schedule.compose import cost_operators, mfu_peak_dtype
+from costmodel.schedule.flops import (
     executed_model,
     hardware_flops_per_iteration,
     model_flops_per_iteration,
     published_flops_per_iteration,
 )
-from costmodel.graph import build_graph
-from costmodel.ops import Op
 from planner.prediction import predict
 from tests.helpers import SETTINGS, gpt, hardware, llama, plan, setups
 
@@ -258,7 +258,7 @@ def test_causal_convention_example():
 
 def test_hfu_counts_replicated_kv_heads():
     """The example hypothesis 6.100 found: GQA with one KV head and TP2 executes the KV projection on both ranks
-    (costmodel/graph.py), which HFU counts and MFU does not."""
+    (costmodel/graph/build.py), which HFU counts and MFU does not."""
     model = llama(layers=3, hidden=128, heads=2, kv=1, ffn=128, vocab=1000, seq=128)
     p = plan(gpus=2, gpn=2, gbs=1, seq=128, tp=2, zero=0)
     executed = executed_model(model, 2)

@@ -1,4 +1,4 @@
-"""One kernel basis (costmodel/kernel_basis.py, costmodel/cost/basis.py), quad-GH200 node types and the H800
+"""One kernel basis (costmodel/graph/kernel_basis.py, costmodel/cost/basis.py), quad-GH200 node types and the H800
 (scripts/catalogue_gh200.py), host dispatch and CUDA graphs (issue 24, items 1, 2 and 4)."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import pytest
 from costmodel.core.errors import PlannerError
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.cost.basis import dominates, siblings
+from costmodel.cost.fp8_block import TRAINING_FLOOR, ratio
 from costmodel.estimate import default_cost_model
-from costmodel.fp8_block import TRAINING_FLOOR, ratio
-from costmodel.graph import build_graph
-from costmodel.kernel_basis import (
+from costmodel.graph.build import build_graph
+from costmodel.graph.kernel_basis import (
     FUSED_ELEMENTWISE,
     FUSED_TABLE_PATH,
     MEASUREMENT,
@@ -155,9 +155,9 @@ def test_cost_sources_name_the_fused_basis():
 
 def test_megatron_loss_is_its_counted_fp32_chain_and_a_single_kernel_reads_the_logits_once():
     from costmodel.core.kinds import Phase
-    from costmodel.graph import cross_entropy_ops
-    from costmodel.kernel_basis import MEGATRON_LOSS_BYTES
-    from costmodel.opbuild import hbm_pass
+    from costmodel.graph.build import cross_entropy_ops
+    from costmodel.graph.kernel_basis import MEGATRON_LOSS_BYTES
+    from costmodel.graph.opbuild import hbm_pass
     from planner.export import megatron_args
 
     p, tokens, v = plan(gpus=1, gbs=1), 4096, 32000

@@ -1,9 +1,9 @@
 import math
 
-from costmodel.conventions import inter_latency_steps
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.cost.roofline import RooflineCostModel
-from costmodel.ops import Op
+from costmodel.graph.conventions import inter_latency_steps
+from costmodel.graph.ops import Op
 
 
 def test_inter_node_latency_grows_with_group_size():

@@ -243,10 +243,10 @@ def test_plan_validation_accepts_uneven_layers_without_a_split():
 def test_the_fastest_split_that_fits_in_memory_wins():
     """balanced_layer_split takes a memory test: when the fastest split does not fit, the fastest one that does
     (here: a fake test that refuses the unconstrained choice); when none fits, still the fastest."""
-    from costmodel.compose import cost_operators
     from costmodel.estimate import default_cost_model
-    from costmodel.graph import build_graph
-    from costmodel.layer_split import balanced_layer_split
+    from costmodel.graph.build import build_graph
+    from costmodel.schedule.compose import cost_operators
+    from costmodel.schedule.layer_split import balanced_layer_split
 
     r = build_request({"model": "gpt3-175b", "gpu": "a100-80gb", "gpus": 448, "tp": 8, "pp": 7, "gbs": 448,
                        "seq_len": 2048})

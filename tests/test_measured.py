@@ -11,7 +11,7 @@ import pytest
 
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.cost.measured import MeasuredCostModel
-from costmodel.ops import Op
+from costmodel.graph.ops import Op
 from tests.helpers import TEST_CPU as CPU
 from tests.helpers import gemm_op as gemm
 from tests.helpers import tiny_dataset
@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def cpu_models(tmp_path_factory):
-    from costmodel.fit import fit_all
+    from costmodel.fitting.fit import fit_all
 
     out = tmp_path_factory.mktemp("models")
     fit_all({("gemm", "cpu"): tiny_dataset()}, out, quick=True, log=lambda s: None)
@@ -90,7 +90,7 @@ def test_corrupted_artifact_is_flagged_not_fatal(cpu_models, tmp_path, damage):
 
 def test_load_corrupted_raises_one_line_planner_error(cpu_models, tmp_path):
     from costmodel.core.errors import PlannerError
-    from costmodel.regressors.loading import load_regressor
+    from costmodel.cost.regressors.loading import load_regressor
 
     f = tmp_path / "gemm.fwd.json"
     f.write_bytes((cpu_models / "cpu" / "gemm.fwd.json").read_bytes()[:100])
@@ -127,7 +127,7 @@ SHIPPED = REPO / "costmodel" / "data" / "models"
 
 
 def test_shipped_index_exists():
-    from costmodel.regressors.artifacts import read_index
+    from costmodel.cost.regressors.artifacts import read_index
 
     idx = read_index(SHIPPED)
     assert "gemm.fwd" in idx["models"]["h100-sxm"]
@@ -136,10 +136,10 @@ def test_shipped_index_exists():
 def test_shipped_h100_gemm_within_cv_error(shared_data):
     """Measured H100 GEMMs through the whole predict path (artifact, numpy trees, features) within the CV
     error: rows outside the seeded training subsample when there are some, else (the GEMM model is fitted
-    on every row, costmodel/fit.py MAX_ROWS_BY_KIND) training rows, which must not do worse than CV."""
-    from costmodel import fit as F
-    from costmodel.datasets.importers import import_all
-    from costmodel.regressors.artifacts import read_index
+    on every row, costmodel/fitting/fit.py MAX_ROWS_BY_KIND) training rows, which must not do worse than CV."""
+    from costmodel.cost.regressors.artifacts import read_index
+    from costmodel.fitting import fit as F
+    from costmodel.fitting.datasets.importers import import_all
 
     entry = read_index(SHIPPED)["models"]["h100-sxm"]["gemm.fwd"]
     ds, _ = F._training_subset(import_all(shared_data)[("gemm", "h100-sxm")], "fwd")
@@ -190,8 +190,8 @@ def test_untrusted_reason_policy():
 
 def test_fallback_mape_is_the_rooflines_error_on_the_rows():
     from costmodel.cost.roofline import RooflineCostModel
-    from costmodel.datasets.schema import Dataset
-    from costmodel.fit import fallback_mape
+    from costmodel.fitting.datasets.schema import Dataset
+    from costmodel.fitting.fit import fallback_mape
 
     hw = load_catalogue().resolve("a100-80gb")
     raw = np.array([[1024, 1024, 1024], [4096, 2048, 512], [512, 8192, 4096]], dtype=float)
@@ -229,8 +229,8 @@ def test_gate_keeps_a_model_whose_fallback_is_worse(cpu_models, tmp_path):
 def test_collective_regressor_is_not_extrapolated_across_nodes(tmp_path):
     """A collective model sampled inside one node costs multi-node collectives with the alpha-beta
     fallback (with a warning): the trees know nothing of the network."""
-    from costmodel.datasets.schema import Dataset
-    from costmodel.fit import fit_all
+    from costmodel.fitting.datasets.schema import Dataset
+    from costmodel.fitting.fit import fit_all
 
     sizes = 2.0 ** np.arange(10, 30)
     raw = np.array([[b, r, 1, r] for b in sizes for r in (2, 4)], dtype=float)
@@ -350,7 +350,7 @@ def test_ring_collectives_over_an_nvl72_rack_grow_with_the_group(shared_data, ki
     at fixed bytes per rank is non-decreasing in the group size (all-reduce dipped 2 % before the anchoring), and
     its nccl-tests bus bandwidth stays within 5 % of the largest aiconfigurator measured on the tray (before: an
     all-gather of 72 x 64 MiB at 979 GB/s, beyond NVLink-5's 900 GB/s per direction)."""
-    from costmodel.conventions import busbw_factor
+    from costmodel.graph.conventions import busbw_factor
 
     rows = [r for r in _aic(shared_data, "nccl", "gb200_nccl_fp16__nccl-2.29.2.csv") if r["op_name"] == op_name]
     measured = max(float(busbw_factor(kind, int(r["num_gpus"]))) * 2 * int(r["message_size"])

@@ -1,4 +1,4 @@
-"""Tests of costmodel.memory against Korthikanti et al. 2022 and Megatron-LM's published rules."""
+"""Tests of costmodel.memory.per_gpu against Korthikanti et al. 2022 and Megatron-LM's published rules."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import math
 
 import pytest
 
-from costmodel import memory as mem
-from costmodel import moe_memory as mm
 from costmodel.core.specs.hardware import GPUSpec
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
+from costmodel.memory import moe_memory as mm
+from costmodel.memory import per_gpu as mem
 
 GIB = 2 ** 30
 
@@ -546,7 +546,7 @@ def test_moe_activations_grow_with_imbalance_by_the_received_copies():
 
 
 def test_imbalance_default_and_capacity_cap_agree_with_the_engine():
-    moe = pytest.importorskip("costmodel.moe")
+    moe = pytest.importorskip("costmodel.graph.moe")
     m = mixtral(4)
     capped = ModelSpec(**{**m.__dict__, "capacity_factor": 1.25, "extra": {}})
     for model, imb in ((m, None), (m, 2.0), (capped, 2.0), (capped, None)):

@@ -7,14 +7,14 @@ import dataclasses
 
 import pytest
 
-from costmodel import memory as mem
-from costmodel import memory_states as ms
-from costmodel import offload
 from costmodel.core.errors import PlanError, PlannerError
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
-from costmodel.graph import build_graph
+from costmodel.graph.build import build_graph
+from costmodel.memory import memory_states as ms
+from costmodel.memory import offload
+from costmodel.memory import per_gpu as mem
 from planner.export_memory import megatron_memory_args, nemo_memory_keys, torchtitan_memory_keys
 from planner.prediction import predict
 from planner.requests import PlanRequest

@@ -16,9 +16,9 @@ import csv
 
 import pytest
 
-from costmodel import memory as mem
 from costmodel.core.errors import PlannerError
 from costmodel.core.specs.catalogue import load_catalogue
+from costmodel.memory import per_gpu as mem
 from planner.requests import PlanRequest
 from planner.validation.runs import load_runs, row_to_inputs
 

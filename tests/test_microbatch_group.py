@@ -12,8 +12,8 @@ import pytest
 from costmodel.core.errors import PlannerError
 from costmodel.core.specs.plan import ParallelPlan
 from costmodel.core.specs.presets import get_preset as get_model
-from costmodel.memory import inflight_microbatches
-from costmodel.timeline import pipeline_time, simulate_1f1b
+from costmodel.memory.per_gpu import inflight_microbatches
+from costmodel.schedule.timeline import pipeline_time, simulate_1f1b
 from planner.export import megatron_args, nemo_config
 
 

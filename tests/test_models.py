@@ -507,7 +507,7 @@ def test_qwen_moe_layer_pattern():
 def test_deepseek_mla_and_router():
     v3 = from_hf_config(FIXTURES / "deepseek-v3.json")
     assert (v3.is_mla, v3.router, v3.shared_ffn) == (True, "sigmoid", 2048)
-    assert v3.mtp_layers == 1 and "num_nextn_predict_layers" not in v3.extra["unread_keys"]  # MTP: costmodel.mtp
+    assert v3.mtp_layers == 1 and "num_nextn_predict_layers" not in v3.extra["unread_keys"]  # MTP: costmodel.memory.mtp
     lite = from_hf_config(FIXTURES / "deepseek-v2-lite.json")
     assert (lite.q_lora_rank, lite.router, lite.shared_ffn) == (0, "softmax", 2 * 1408)  # q_lora_rank null
     assert from_hf_config({**_cfg("deepseek-v3"), "n_shared_experts": None}).num_shared_experts == 0

@@ -278,7 +278,7 @@ def test_grouped_gemm_key_and_flag_change_only_the_expert_operators(tmp_path):
     assert PlanRequest.from_dict({"model": "llama-13b", "gpu": "h100-sxm", "gpus": 8}).moe_fields() == {}
     with pytest.raises(PlannerError, match="moe_grouped_gemm=1 must be true or false"):
         PlanRequest.from_dict({"model": "llama-13b", "gpu": "h100-sxm", "gpus": 8, "moe_grouped_gemm": 1})
-    # 8 local experts of 128 tokens each: grouped GEMMs pay the per-expert floors once (costmodel.moe_kernels; from
+    # 8 local experts of 128 tokens each: grouped GEMMs pay the per-expert floors once (costmodel.cost.moe_kernels; from
     # 1,024 tokens per expert a training grouped GEMM runs as the per-expert GEMMs and the flag changes nothing)
     args = ["predict", "--model", "mixtral-8x7b", "--gpu", "h100-sxm", "--gpus", "64", "--tp", "1", "--pp", "4",
             "--ep", "1", "--seq-len", "512", "--format", "json"]

@@ -1,9 +1,10 @@
-"""The MoE token dispatcher a plan gets when the request leaves it to the default (costmodel.moe.default_dispatcher):
-the framework recipes' choice for the EP group's placement, and the note that says which and why."""
+"""The MoE token dispatcher a plan gets when the request leaves it to the default
+(costmodel.graph.moe.default_dispatcher): the framework recipes' choice for the EP group's placement, and the note that
+says which and why."""
 
 import pytest
 
-from costmodel.moe import DISPATCHER_NOTE_KEY, default_dispatcher, dispatcher_notes
+from costmodel.graph.moe import DISPATCHER_NOTE_KEY, default_dispatcher, dispatcher_notes
 from planner.requests import PlanRequest
 
 

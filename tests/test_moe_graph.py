@@ -1,20 +1,20 @@
-"""The MoE operator graph (costmodel/moe.py, costmodel/graph.py): expert GEMM shapes and FLOPs per rank, dispatch
-and combine bytes and groups, routing imbalance and capacity, stages mixing dense and MoE layers, expert gradient
-reduction over the expert data-parallel group, EP communication in the breakdown."""
+"""The MoE operator graph (costmodel/graph/moe.py, costmodel/graph/build.py): expert GEMM shapes and FLOPs per rank,
+dispatch and combine bytes and groups, routing imbalance and capacity, stages mixing dense and MoE layers, expert
+gradient reduction over the expert data-parallel group, EP communication in the breakdown."""
 
 import dataclasses
 import math
 
 import pytest
 
-from costmodel.compose import compose, cost_operators
 from costmodel.core.kinds import Category, Phase
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.model import ModelSpec
 from costmodel.cost.roofline import RooflineCostModel
-from costmodel.graph import build_graph, group_topology, layer_operators
-from costmodel.moe import flex_byte_factor, moe_block_operators, routing_imbalance, unpaired_fraction
-from costmodel.moe_routing import AUX_FREE_MAXVIO, AUX_LOSS_MAXVIO, MAXVIO_EXPERTS, expected_max_normal
+from costmodel.graph.build import build_graph, group_topology, layer_operators
+from costmodel.graph.moe import flex_byte_factor, moe_block_operators, routing_imbalance, unpaired_fraction
+from costmodel.memory.moe_routing import AUX_FREE_MAXVIO, AUX_LOSS_MAXVIO, MAXVIO_EXPERTS, expected_max_normal
+from costmodel.schedule.compose import compose, cost_operators
 from tests.helpers import plan
 
 H, E, K, FE, SEQ, MBS = 512, 8, 2, 256, 1024, 2
@@ -150,7 +150,7 @@ def test_round_robin_routing_reaches_one_rank_per_token_when_aligned():
     """NeMo AutoModel's fake balanced gate sends token t to experts t k ... t k + k - 1: with k dividing the
     experts per rank every token's copies land on one rank (DeepSeek-V3 EP64: 4 experts per rank, k 8 -> 2
     ranks, one node); flex then moves 1/k (2/k) of the all-to-all's bytes."""
-    from costmodel.moe import round_robin_parts
+    from costmodel.graph.moe import round_robin_parts
     assert round_robin_parts(128, 8, 8) == 1.0            # Qwen3-30B EP8: 16 experts per rank
     assert round_robin_parts(256, 8, 64) == 2.0           # DeepSeek-V3 EP64: 4 per rank
     assert round_robin_parts(256, 8, 8) == 1.0            # ... and its 8 nodes of 32 experts

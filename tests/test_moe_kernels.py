@@ -1,4 +1,4 @@
-"""Grouped expert GEMMs (costmodel/moe_kernels.py): the measured fused-MoE / per-expert-GEMM ratio, its table and
+"""Grouped expert GEMMs (costmodel/cost/moe_kernels.py): the measured fused-MoE / per-expert-GEMM ratio, its table and
 its use in the composition (MoE plans with grouped GEMMs only)."""
 
 from __future__ import annotations
@@ -9,21 +9,21 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from costmodel import moe_kernels as MK
-from costmodel.compose import cost_operators
 from costmodel.core.kinds import Phase
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.plan import ParallelPlan
 from costmodel.core.specs.presets import resolve_model
+from costmodel.cost import moe_kernels as MK
 from costmodel.estimate import default_cost_model
-from costmodel.graph import build_graph
-from costmodel.ops import Op
+from costmodel.graph.build import build_graph
+from costmodel.graph.ops import Op
+from costmodel.schedule.compose import cost_operators
 
 TABLE = MK.load_table()
 
 
 def test_table_regenerates_from_shared_data(shared_data):
-    """`python -m costmodel.moe_kernels` output equals the shipped table (same data, same cost model)."""
+    """`python -m costmodel.cost.moe_kernels` output equals the shipped table (same data, same cost model)."""
     assert json.loads(json.dumps(MK.fit(shared_data), sort_keys=True)) == json.loads(MK.TABLE_PATH.read_text())
 
 
@@ -169,9 +169,9 @@ def test_overlapped_flex_dispatcher_takes_its_sms_from_the_compute():
     while they run, so each phase's placeholder costs 20/132 of that phase's overlapped EP communication; none
     without overlap or with the all-to-all dispatcher."""
     from costmodel.core.kinds import Category
+    from costmodel.cost.moe_kernels import FLEX_SMS, gpu_sms
     from costmodel.estimate import estimate
-    from costmodel.moe import SM_SHARE
-    from costmodel.moe_kernels import FLEX_SMS, gpu_sms
+    from costmodel.graph.moe import SM_SHARE
     from planner.requests import PlanRequest
 
     req = PlanRequest(model="qwen3-30b-a3b", gpu="h100-sxm", gpus=32, ep=32, mbs=1, gbs=64, moe_dispatcher="flex",

@@ -1,5 +1,5 @@
-"""Multi-token prediction (costmodel.mtp, costmodel.mtp_ops): the spec field from config.json, the last stage's
-operators and weights, the FLOPs (planner's and Megatron's counter) and the memory term."""
+"""Multi-token prediction (costmodel.memory.mtp, costmodel.graph.mtp_ops): the spec field from config.json, the last
+stage's operators and weights, the FLOPs (planner's and Megatron's counter) and the memory term."""
 
 import dataclasses
 
@@ -7,10 +7,10 @@ import pytest
 
 from costmodel.core.specs.plan import ParallelPlan
 from costmodel.core.specs.presets import resolve_model
-from costmodel.flops import model_flops_per_iteration, mtp_forward_flops
-from costmodel.graph import build_graph
-from costmodel.memory import memory_per_gpu, stage_memory, stage_params
-from costmodel.mtp import mtp_extra_params, mtp_params
+from costmodel.graph.build import build_graph
+from costmodel.memory.mtp import mtp_extra_params, mtp_params
+from costmodel.memory.per_gpu import memory_per_gpu, stage_memory, stage_params
+from costmodel.schedule.flops import model_flops_per_iteration, mtp_forward_flops
 from planner.validation.moe_rows import megatron_flops
 
 V3 = resolve_model("deepseek-v3")

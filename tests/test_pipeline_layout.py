@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from costmodel.core.errors import PlanError, PlannerError
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.pipeline_layout import balanced_pipeline_layout, parse_pipeline_layout
-from costmodel.memory import inflight_microbatches, layout_inflight, memory_per_gpu
+from costmodel.memory.per_gpu import inflight_microbatches, layout_inflight, memory_per_gpu
 from planner.cli import app
 from planner.export import export_plan, torchtitan_model_parts
 from planner.prediction import predict

@@ -21,9 +21,9 @@ from costmodel.core.specs.hf_config import from_hf_config
 from costmodel.core.specs.plan import ParallelPlan
 from costmodel.cost.base import CostResult, OperatorCostModel
 from costmodel.cost.roofline import RooflineCostModel
-from costmodel.flops import model_flops_per_iteration
-from costmodel.graph import build_graph
-from costmodel.memory import _embedding_params_per_gpu, _head_params_per_gpu, layer_params_per_gpu, stage_params
+from costmodel.graph.build import build_graph
+from costmodel.memory.per_gpu import _embedding_params_per_gpu, _head_params_per_gpu, layer_params_per_gpu, stage_params
+from costmodel.schedule.flops import model_flops_per_iteration
 from planner.cli_predict import run_batch
 from planner.prediction import predict
 from tests.helpers import GPUS, SETTINGS, gpt, hardware, models, setups
@@ -76,12 +76,12 @@ def test_more_layers_never_faster(n, extra, data):
 
 
 def test_measured_optimizer_time_monotone_in_params():
-    """The optimizer step is costed from the fused AdamW kernel measured on H100 (costmodel.kernel_basis), not by
+    """The optimizer step is costed from the fused AdamW kernel measured on H100 (costmodel.graph.kernel_basis), not by
     the public samples' regressor (the a100-80gb one was not monotone in 'params': 131 ms at 70M, 44 ms at 100M)."""
     from dataclasses import replace as dc_replace
 
     from costmodel.cost.measured import FUSED_METHOD, MeasuredCostModel
-    from costmodel.graph import build_graph
+    from costmodel.graph.build import build_graph
 
     model = gpt(layers=9, hidden=576, heads=1, vocab=4151, seq=2048, ffn_hidden_size=2304)
     graph = build_graph(model, ParallelPlan(gpus=1, gpus_per_node=1, gbs=1, seq_len=2048))
@@ -123,7 +123,7 @@ def test_memory_never_grows_with_tp_or_pp(s, axis):
 def _zero_units_small(model, plan) -> bool:
     """Every stage holds at least 3x its largest ZeRO working-set unit.
 
-    costmodel/memory.py (stage_memory, _stage_terms) documents that ZeRO-2/3 keep one unsharded unit
+    costmodel/memory/per_gpu.py (stage_memory, _stage_terms) documents that ZeRO-2/3 keep one unsharded unit
     of gradients and ZeRO-3 two gathered units of parameters (FSDP prefetch), a unit being the
     largest of one layer, the embedding or the head. On a stage with very few layers (or a large
     embedding next to tiny layers) that working set can exceed what sharding saves, so a higher

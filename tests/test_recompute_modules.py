@@ -1,5 +1,5 @@
-"""Megatron-Core's selective recompute by module (ParallelPlan.recompute_modules, costmodel.selective): which forward
-operators each module re-runs in backward and which activations it stops storing."""
+"""Megatron-Core's selective recompute by module (ParallelPlan.recompute_modules, costmodel.graph.selective): which
+forward operators each module re-runs in backward and which activations it stops storing."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import dataclasses
 
 import pytest
 
-from costmodel import memory as mem
 from costmodel.core.kinds import Phase
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import RECOMPUTE_MODULES, ParallelPlan
-from costmodel.graph import layer_operators
+from costmodel.graph.build import layer_operators
+from costmodel.memory import per_gpu as mem
 
 
 def dsv3(layers: int = 5) -> ModelSpec:
@@ -207,7 +207,7 @@ def test_export_cli_flag_writes_the_megatron_flag():
 def test_hfu_counts_the_gemms_each_module_reruns(modules, moe):
     """The closed-form FLOPs the modules add per token and layer equal the GEMM FLOPs of the layer's RECOMPUTE
     operators in the graph (one rank holding the whole layer: TP 1, EP 1); element-wise kernels are not counted."""
-    from costmodel.flops import recomputed_module_flops_per_token
+    from costmodel.schedule.flops import recomputed_module_flops_per_token
 
     m = dataclasses.replace(dsv3(), num_layers=2, first_dense_layers=1)    # layer 0 dense, layer 1 MoE
     p = plan(modules, tp=1, ep=1)
@@ -223,9 +223,9 @@ def test_moe_module_recompute_raises_hfu_not_mfu():
     """--recompute-modules moe re-runs the MoE block's forward in backward: hardware FLOPs grow by exactly those
     GEMMs (router, top-k experts, shared expert) on every MoE layer; model FLOPs (MFU) do not move; core_attn
     alone (today's selective) adds nothing."""
-    from costmodel.compose import metrics
     from costmodel.core.specs.catalogue import load_catalogue
-    from costmodel.flops import recomputed_module_flops_per_token
+    from costmodel.schedule.compose import metrics
+    from costmodel.schedule.flops import recomputed_module_flops_per_token
 
     m, hw = dsv3(), load_catalogue().resolve("h100-sxm")
     base, moe, attn = (metrics(m, plan(mods), hw, 10.0) for mods in ((), ("moe",), ("core_attn",)))

@@ -8,10 +8,10 @@ from sklearn.base import clone
 from sklearn.model_selection import GroupKFold, cross_validate
 
 from costmodel.core.kinds import FEATURES
-from costmodel.regressors import REGISTRY, register
-from costmodel.regressors.features import CPU_NOMINAL, build_features, feature_names
-from costmodel.regressors.loading import load_regressor
-from costmodel.regressors.selection import select, shape_groups
+from costmodel.cost.regressors import REGISTRY, register
+from costmodel.cost.regressors.features import CPU_NOMINAL, build_features, feature_names
+from costmodel.cost.regressors.loading import load_regressor
+from costmodel.cost.regressors.selection import select, shape_groups
 from tests.helpers import synthetic, tiny_dataset
 
 SMALL = {"forest": dict(n_estimators=15, max_depth=5), "boosted": dict(n_estimators=30, max_depth=4)}
@@ -101,7 +101,7 @@ def test_select_picks_a_candidate():
 
 
 def test_fit_pipeline_deterministic(tmp_path):
-    from costmodel.fit import fit_all
+    from costmodel.fitting.fit import fit_all
 
     ds = {("gemm", "cpu"): tiny_dataset()}
     a, b = tmp_path / "a", tmp_path / "b"
@@ -114,7 +114,7 @@ def test_fit_pipeline_deterministic(tmp_path):
 
 
 def test_fit_pipeline_skips_small(tmp_path):
-    from costmodel.fit import fit_all
+    from costmodel.fitting.fit import fit_all
 
     ds = tiny_dataset().select(np.arange(10))
     idx = fit_all({("gemm", "cpu"): ds}, tmp_path, quick=True, log=lambda s: None)
@@ -122,7 +122,7 @@ def test_fit_pipeline_skips_small(tmp_path):
 
 
 def test_report_formats(tmp_path):
-    from costmodel.fit import fit_all, render_report
+    from costmodel.fitting.fit import fit_all, render_report
 
     fit_all({("gemm", "cpu"): tiny_dataset()}, tmp_path, quick=True, log=lambda s: None)
     for fmt in ("table", "json", "md"):

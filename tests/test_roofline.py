@@ -8,13 +8,13 @@ import zlib
 import numpy as np
 import pytest
 
-from costmodel import efficiency as E
-from costmodel.conventions import busbw_factor, gemm_bytes, gemm_flops
 from costmodel.core.specs.hardware import ClusterSpec, GPUSpec, Hardware
 from costmodel.cost.roofline import RooflineCostModel, load_table
-from costmodel.datasets.importers import AIC_NCCL_OPS, read_table
-from costmodel.datasets.importers.estimate_train_time import ETT_LINEAR
-from costmodel.ops import Op
+from costmodel.fitting import efficiency as E
+from costmodel.fitting.datasets.importers import AIC_NCCL_OPS, read_table
+from costmodel.fitting.datasets.importers.estimate_train_time import ETT_LINEAR
+from costmodel.graph.conventions import busbw_factor, gemm_bytes, gemm_flops
+from costmodel.graph.ops import Op
 
 
 def _hw(name, peak, hbm_bw, gpn, intra_bw, inter_bw):
@@ -55,7 +55,7 @@ def _median_err(model, ops, measured, hw):
 
 @pytest.mark.parametrize("hw,system", [(H100, "h100_sxm"), (A100, "a100_sxm"), (B200, "b200_sxm")])
 def test_gemm_accuracy_on_held_out_shapes(shared_data, hw, system):
-    """The GEMM efficiency table is refitted (costmodel.efficiency.fit_gemm_table, as the shipped table
+    """The GEMM efficiency table is refitted (costmodel.fitting.efficiency.fit_gemm_table, as the shipped table
     is) on 80 % of the measured shapes and scored on the other 20 %, which it never saw."""
     t = _csv(shared_data, f"aiconfigurator/gemm/{system}_bf16_gemm__*.csv", ("m", "n", "k", "latency_ms"))
     m, n, k = (np.asarray(t[c], dtype=np.int64) for c in ("m", "n", "k"))
@@ -89,7 +89,7 @@ def _ett(data, system, name, header):
 def test_ett_linear_rows_are_another_basis_than_training_gemms(shared_data):
     """GH200 has no GEMM table: estimate-train-time's Vista linear rows (torch.rand inputs) run above the maximum
     achievable matmul rate stas00's mamf-finder measured on a GH200 (hardware/mamf.csv, normal inputs), which no
-    training GEMM reaches (costmodel.kernel_basis.ETT_GEMM_INPUTS); they are imported as other_basis."""
+    training GEMM reaches (costmodel.graph.kernel_basis.ETT_GEMM_INPUTS); they are imported as other_basis."""
     assert "bf16" not in load_table()["gpus"]["gh200"].get("gemm", {})
     mamf = next(float(r.split(",")[3]) for r in (shared_data / "hardware" / "mamf.csv").read_text().splitlines()
                 if r.startswith("NVIDIA GH200") and ",bfloat16," in r)
@@ -103,7 +103,7 @@ def test_ett_linear_rows_are_another_basis_than_training_gemms(shared_data):
 
 @pytest.mark.parametrize("hw,system", [(H100, "h100_sxm"), (A100, "a100_sxm")])
 def test_intra_node_collective_accuracy_on_held_out_sizes(shared_data, hw, system):
-    """Each aiconfigurator (op, GPUs) alpha-beta entry is refitted (costmodel.efficiency.fit_alpha_beta, as
+    """Each aiconfigurator (op, GPUs) alpha-beta entry is refitted (costmodel.fitting.efficiency.fit_alpha_beta, as
     the shipped one is) without two of the ten message sizes >= 1 MiB (2 MiB and 64 MiB), which are scored."""
     t = _csv(shared_data, f"aiconfigurator/nccl/{system}_nccl_fp16__*.csv",
              ("op_name", "num_gpus", "message_size", "latency_ms"))
@@ -131,7 +131,7 @@ def test_intra_node_collective_accuracy_on_held_out_sizes(shared_data, hw, syste
 
 
 def test_inter_node_allreduce_accuracy_vista_on_held_out_sizes(shared_data):
-    """GH200's inter-node all-reduce efficiencies (costmodel.efficiency.fit_bandwidth_only over Vista's
+    """GH200's inter-node all-reduce efficiencies (costmodel.fitting.efficiency.fit_bandwidth_only over Vista's
     allreduce and allreduce_large files, per node count) are refitted without the held-out message sizes,
     which are scored."""
     table = copy.deepcopy(load_table())

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from costmodel.regressors.artifacts import SHIPPED_MODELS_DIR, read_index
-from costmodel.regressors.runtime import RuntimeRegressor
+from costmodel.cost.regressors.artifacts import SHIPPED_MODELS_DIR, read_index
+from costmodel.cost.regressors.runtime import RuntimeRegressor
 
 
 def _shipped():
@@ -20,7 +20,7 @@ def _shipped():
 
 @pytest.mark.parametrize("gpu,name", list(_shipped()))
 def test_runtime_matches_xgboost_on_shipped_models(gpu, name):
-    from costmodel.regressors.loading import load_regressor
+    from costmodel.cost.regressors.loading import load_regressor
 
     path = SHIPPED_MODELS_DIR / gpu / f"{name}.json"
     est = load_regressor(path)
@@ -55,7 +55,7 @@ def test_prediction_path_imports_neither_sklearn_nor_xgboost():
 
 
 def test_tree_cache_is_used_and_a_corrupt_cache_falls_back(tmp_path, monkeypatch):
-    from costmodel.regressors import runtime
+    from costmodel.cost.regressors import runtime
 
     monkeypatch.setenv("PLANNER_CACHE_DIR", str(tmp_path))
     gpu, name = next(_shipped())

@@ -20,8 +20,8 @@ from costmodel.core.kinds import COLLECTIVE_KINDS
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.plan import ParallelPlan
 from costmodel.estimate import default_cost_model, estimate
-from costmodel.graph import build_graph
-from costmodel.kernel_basis import FUSED_ELEMENTWISE
+from costmodel.graph.build import build_graph
+from costmodel.graph.kernel_basis import FUSED_ELEMENTWISE
 from planner.prediction import predict
 from tests.helpers import SETTINGS, llama, models
 

@@ -17,9 +17,9 @@ from typer.testing import CliRunner
 
 from costmodel.core.errors import PlannerError
 from costmodel.core.kinds import COMPUTE_KINDS, FEATURES
-from costmodel.datasets.schema import load_dataset
-from costmodel.sampling.collectives import topology
-from costmodel.sampling.plan import (
+from costmodel.fitting.datasets.schema import load_dataset
+from costmodel.profiling.sampling.collectives import topology
+from costmodel.profiling.sampling.plan import (
     DIRECTIONS,
     Timing,
     available_plans,
@@ -128,7 +128,7 @@ def test_group_sizes_dedupe_and_name_what_a_launch_cannot_sample(tmp_path):
 
 # --------------------------------------------------------------------------------- real measuring
 def _tiny(tmp: Path, **kw) -> list[Path]:
-    from costmodel.sampling.runner import run_plan
+    from costmodel.profiling.sampling.runner import run_plan
 
     return run_plan("cpu-tiny", tmp, threads=1, progress=False, **kw)
 
@@ -165,8 +165,8 @@ def test_tiny_sweep_every_compute_kind(tiny_sweep):
 
 @needs_torch
 def test_bigger_gemm_takes_longer():
-    from costmodel.sampling.operators import measure
-    from costmodel.sampling.plan import Sample
+    from costmodel.profiling.sampling.operators import measure
+    from costmodel.profiling.sampling.plan import Sample
 
     timing = Timing(warmup=1, min_run_time_s=0.01, min_repeats=3)
     small = measure(Sample("gemm", "fwd", "fp32", (32, 32, 32)), "cpu", timing, 1).median_s
@@ -176,7 +176,7 @@ def test_bigger_gemm_takes_longer():
 
 @needs_torch
 def test_gemm_backward_decomposition_matches_autograd():
-    from costmodel.sampling.operators import gemm_backward_check
+    from costmodel.profiling.sampling.operators import gemm_backward_check
 
     r = gemm_backward_check(256, 384, 512, timing=Timing(warmup=1, min_run_time_s=0.02, min_repeats=3))
     assert r["dgrad"] > 0 and r["wgrad"] > 0
@@ -184,7 +184,7 @@ def test_gemm_backward_decomposition_matches_autograd():
 
 
 def _counting_measure(monkeypatch) -> list:
-    import costmodel.sampling.runner as runner  # run_plan calls the measure it imported
+    import costmodel.profiling.sampling.runner as runner  # run_plan calls the measure it imported
 
     calls = []
     real = runner.measure
@@ -249,7 +249,7 @@ def test_journal_corruption_and_foreign_environment_are_errors(tmp_path):
 
 @needs_torch
 def test_gloo_collective_sweep_via_torchrun(tmp_path):
-    from costmodel.sampling.collectives import launch
+    from costmodel.profiling.sampling.collectives import launch
 
     paths = launch("cpu-tiny", tmp_path, nproc=2, progress=False, timeout_s=120)
     got = {p.stem: load_dataset(p) for p in paths}
@@ -262,8 +262,8 @@ def test_gloo_collective_sweep_via_torchrun(tmp_path):
         assert len(ds) == 2 and np.all(ds.time_s > 0) and set(ds.direction) == {"fwd"}
         b, ranks, nodes, rpn = ds.features.T
         assert list(b) == [4096, 262144] and set(ranks) == {2} and set(nodes) == {1} and set(rpn) == {2}
-    # the plan's rank-skew measurement (costmodel/sampling/skew.py): both lengths timed, excess = pooled sums
-    from costmodel.sampling import skew
+    # the plan's rank-skew measurement (costmodel/profiling/sampling/skew.py): both lengths timed, excess = pooled sums
+    from costmodel.profiling.sampling import skew
 
     sk = skew.load([tmp_path])
     assert sk["ranks"] == 2 and [s["segment_s"] for s in sk["segments"]] == [0.001, 0.003]
@@ -272,9 +272,9 @@ def test_gloo_collective_sweep_via_torchrun(tmp_path):
     assert all(s["gemms_per_segment"] >= 1 for s in sk["segments"])
     assert sk["segments"][1]["gemms_per_segment"] >= sk["segments"][0]["gemms_per_segment"]
     assert sk["excess"] == pytest.approx(skew.pooled_excess(sk["segments"])) and sk["excess"] >= 0
-    # the plan's co-run measurement (costmodel/sampling/corun.py): one shape per compute kind and direction,
+    # the plan's co-run measurement (costmodel/profiling/sampling/corun.py): one shape per compute kind and direction,
     # cold-cache single calls where the plan sweeps a buffer first, a factor per kind = ratio of the sums
-    from costmodel.sampling import corun
+    from costmodel.profiling.sampling import corun
 
     cr = corun.load([tmp_path])
     plan = load_plan("cpu-tiny")
@@ -331,8 +331,8 @@ def test_cli_profile_runs_and_reports(tmp_path):
 
 
 def test_cli_imports_and_explains_without_torch():
-    code = ("import sys; sys.modules['torch'] = None; import planner.cli, planner.cli_profile, costmodel.sampling, "
-            "costmodel.sampling.plan, costmodel.sampling.runner, costmodel.sampling.collectives; "
+    code = ("import sys; sys.modules['torch'] = None; import planner.cli, planner.cli_profile, costmodel.profiling.sampling, "
+            "costmodel.profiling.sampling.plan, costmodel.profiling.sampling.runner, costmodel.profiling.sampling.collectives; "
             "from planner.cli import main; main(['profile', '--plan', 'cpu-tiny'])")
     res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert res.returncode == 2, res.stderr
@@ -342,7 +342,7 @@ def test_cli_imports_and_explains_without_torch():
 @needs_torch
 def test_collectives_after_compute_mode(tmp_path):
     """compute_between_s > 0: each call is timed after a GEMM burst, one call per repeat, mean over ranks."""
-    from costmodel.sampling.collectives import launch
+    from costmodel.profiling.sampling.collectives import launch
 
     plan = tmp_path / "coll.toml"
     plan.write_text('name = "coll"\n[collectives]\nops = ["all_reduce"]\nbytes = [4096]\nrepeats = 4\n'
@@ -356,8 +356,8 @@ def test_collectives_after_compute_mode(tmp_path):
 def test_cold_cache_timing_is_per_kind(tmp_path):
     """[timing] flush_mb applies to every kind unless its [ops.<kind>] table overrides it; cold timing
     times single calls (number 1) and at least min_repeats of them."""
-    from costmodel.sampling.operators import build, time_fn
-    from costmodel.sampling.plan import Sample, op_timing
+    from costmodel.profiling.sampling.operators import build, time_fn
+    from costmodel.profiling.sampling.plan import Sample, op_timing
 
     plan_path = tmp_path / "cold.toml"
     plan_path.write_text('name = "cold"\n[timing]\nwarmup = 1\nmin_run_time_s = 0.001\nmin_repeats = 3\n'
@@ -378,7 +378,7 @@ def test_profile_killed_mid_sample_resumes_without_loss_or_duplicates(tmp_path):
     import os
     import signal
 
-    from costmodel.sampling.journal import FAULT_ENV
+    from costmodel.profiling.sampling.journal import FAULT_ENV
 
     cmd = [sys.executable, "-m", "planner.cli", "profile", "--device", "cpu", "--plan", "cpu-tiny", "--ops", "gemm",
            "--threads", "1", "--no-collectives", "--no-progress", "--out", str(tmp_path)]
@@ -408,7 +408,7 @@ def test_compute_burst_is_calibrated_on_warm_gemms(monkeypatch):
     too would give round(20 / 1.9) = 11)."""
     from types import SimpleNamespace
 
-    from costmodel.sampling import collectives
+    from costmodel.profiling.sampling import collectives
 
     clock, calls = [0.0], [0]
 

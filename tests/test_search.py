@@ -16,7 +16,7 @@ from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.presets import resolve_model
 from costmodel.cost.roofline import RooflineCostModel
-from costmodel.memory import fits_in_memory, memory_per_gpu
+from costmodel.memory.per_gpu import fits_in_memory, memory_per_gpu
 from planner.cli import app
 from planner.search.engine import exhaustive_search, optuna_search
 from planner.search.nofit import min_gpus_to_fit

@@ -15,7 +15,7 @@ from costmodel.core.errors import PlannerError
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.presets import resolve_model
 from costmodel.cost.roofline import RooflineCostModel
-from costmodel.goodput import FailureModel
+from costmodel.schedule.goodput import FailureModel
 from planner.batch import BatchRange
 from planner.cli import app
 from planner.search.allocation import _slower_or_equal, best_plan_search
@@ -187,7 +187,7 @@ def test_export_sets_the_save_interval():
 
     import yaml
 
-    from costmodel.goodput import goodput
+    from costmodel.schedule.goodput import goodput
     from planner.checkpointing import save_interval
     from planner.export import export_plan
     from planner.prediction import predict
@@ -238,7 +238,7 @@ def test_llama3_405b_at_its_own_layout_days_follow_from_tflops_and_goodput():
     """Llama 3 405B's layout (Dubey et al. 2024, Table 4: 16,384 H100, TP8 PP16, 16M-token batch = 2,048 sequences
     of 8,192): goodput above 0.85, and the expected days are the model FLOPs over the predicted TFLOP/s of the
     allocation, divided by the goodput."""
-    from costmodel.flops import model_flops_per_iteration
+    from costmodel.schedule.flops import model_flops_per_iteration
     from planner.prediction import predict
     from planner.requests import PlanRequest
     from planner.search.records import make_record

@@ -5,10 +5,10 @@ import math
 
 import pytest
 
-from costmodel import straggler
 from costmodel.core.errors import PlannerError
 from costmodel.core.specs.catalogue import load_catalogue
-from costmodel.sampling import skew
+from costmodel.profiling.sampling import skew
+from costmodel.schedule import straggler
 from planner.prediction import predict
 from tests.helpers import cpu_profile_datasets, llama, plan, write_json
 
@@ -53,7 +53,7 @@ def test_load_validates(tmp_path):
 
 
 def test_cpu_hardware_carries_measured_skew(tmp_path):
-    from costmodel.cpu_hardware import derive, to_toml
+    from costmodel.fitting.cpu_hardware import derive, to_toml
 
     assert "straggler_excess" not in derive(cpu_profile_datasets())["clusters"]["cpu-host"]
     entry = derive(cpu_profile_datasets(), skew.load([_skew_file(tmp_path)]))

@@ -1,11 +1,11 @@
-"""Tests for costmodel.timeline: hand-computed schedules, closed form vs simulator."""
+"""Tests for costmodel.schedule.timeline: hand-computed schedules, closed form vs simulator."""
 
 
 import numpy as np
 import pytest
 
 from costmodel.core.errors import PlannerError
-from costmodel.timeline import pipeline_time, simulate_1f1b
+from costmodel.schedule.timeline import pipeline_time, simulate_1f1b
 
 
 def test_uniform_1f1b_hand_computed():

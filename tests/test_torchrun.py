@@ -1,4 +1,4 @@
-"""costmodel/torchrun.py: why a torchrun job failed, and ending a worker without interpreter teardown."""
+"""costmodel/profiling/torchrun.py: why a torchrun job failed, and ending a worker without interpreter teardown."""
 
 import importlib.util
 import subprocess
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from costmodel.torchrun import failure_reason
+from costmodel.profiling.torchrun import failure_reason
 
 FIXTURES = Path(__file__).parent / "fixtures"
 needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
@@ -39,7 +39,7 @@ def test_reason_prefers_the_worker_error_line_and_never_returns_a_rule():
 def test_exit_worker_flushes_the_streams_keeps_the_code_and_skips_interpreter_teardown():
     code = textwrap.dedent("""
         import atexit, sys
-        from costmodel.torchrun import exit_worker
+        from costmodel.profiling.torchrun import exit_worker
         atexit.register(lambda: print("teardown ran", flush=True))
         sys.stdout.write("out-unflushed")
         sys.stderr.write("err-unflushed")

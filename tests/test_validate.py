@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 import planner.validation.report as Rep
 import planner.validation.runs as V
 from costmodel.core.errors import PlannerError
-from costmodel.flops import model_flops_per_iteration, published_flops_per_iteration
+from costmodel.schedule.flops import model_flops_per_iteration, published_flops_per_iteration
 from planner.cli_validate import register
 from planner.validation import sources as S
 from planner.validation.compare import compare

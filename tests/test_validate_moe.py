@@ -41,7 +41,7 @@ def test_every_moe_row_maps_or_states_a_reason(moe_rows):
     assert "hybrid" in reason["MOE-MOEZOO-006"] and "hybrid" in reason["MOE-AUTOMODEL-007"]
     # MXFP8 / blockwise FP8 rows: dtype fp8-block (tests/test_fp8_block.py); other reasons stay
     assert "GBS not stated" in reason["MOE-TORCHTITAN-002"]
-    for i in range(7, 15):  # --recompute-modules layernorm moe: the whole MoE block re-run (costmodel.selective)
+    for i in range(7, 15):  # --recompute-modules layernorm moe: the whole MoE block re-run (costmodel.graph.selective)
         plan = V.row_to_inputs(moe_rows[f"MOE-MOEZOO-{i:03d}"])[1]
         assert plan.recompute == "selective" and plan.recompute_modules == ("layernorm", "moe")
     assert "EP not stated" in reason["MOE-AUTOMODEL-006"]  # its config drifted from the table

@@ -1,4 +1,4 @@
-"""The real CPU training workload (costmodel.workloads): every parallel mode runs under torchrun/gloo,
+"""The real CPU training workload (costmodel.profiling.workloads): every parallel mode runs under torchrun/gloo,
 the losses of sharded layouts equal the unsharded model's, and the run file loads in planner.validation.runs."""
 
 from __future__ import annotations
@@ -9,8 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from costmodel.workloads.config import WorkloadConfig
-from costmodel.workloads.runner import RUN_COLUMNS, WorkloadError, launch, launch_many, result_to_row, write_runs_csv
+from costmodel.profiling.workloads.config import WorkloadConfig
+from costmodel.profiling.workloads.runner import (
+    RUN_COLUMNS,
+    WorkloadError,
+    launch,
+    launch_many,
+    result_to_row,
+    write_runs_csv,
+)
 from planner.validation.runs import load_runs, map_gpu
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
@@ -147,7 +154,7 @@ def test_vocab_parallel_cross_entropy_is_exact_on_one_shard():
     import torch
     import torch.distributed as dist
 
-    from costmodel.workloads.tensor_parallel import _VocabParallelCE
+    from costmodel.profiling.workloads.tensor_parallel import _VocabParallelCE
 
     created = not dist.is_initialized()
     if created:
@@ -175,7 +182,7 @@ def test_vocab_parallel_cross_entropy_is_exact_on_one_shard():
 def test_workload_adamw_is_a_fused_or_foreach_adamw_with_the_config_hyperparameters():
     import torch
 
-    from costmodel.workloads.train import make_adamw
+    from costmodel.profiling.workloads.train import make_adamw
 
     cfg = WorkloadConfig(lr=0.01, weight_decay=0.1)
     got, ref = torch.nn.Parameter(torch.linspace(-1, 1, 8)), torch.nn.Parameter(torch.linspace(-1, 1, 8))
@@ -204,7 +211,7 @@ class _FakeLibc:
 def test_cached_malloc_raises_the_mmap_threshold_and_disables_trimming(monkeypatch):
     import ctypes
 
-    from costmodel.workloads import train
+    from costmodel.profiling.workloads import train
 
     libc = _FakeLibc(1)
     monkeypatch.setattr(ctypes, "CDLL", lambda name: libc)
@@ -242,7 +249,7 @@ def test_rounds_are_pooled_and_kept():
 def test_reproduction_check_against_an_earlier_run(tmp_path):
     import json
 
-    from costmodel.workloads.runner import write_runs_csv
+    from costmodel.profiling.workloads.runner import write_runs_csv
 
     compare = _bench("cpu_ground_truth").compare
     old = write_runs_csv([{"id": "A", "measured_value": 1.0, "notes": ""},

@@ -10,7 +10,7 @@ import numpy as np
 
 from costmodel.core.kinds import CostSource
 from costmodel.core.specs.hardware import Hardware
-from costmodel.ops import Op
+from costmodel.graph.ops import Op
 
 
 @dataclass

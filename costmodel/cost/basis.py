@@ -10,7 +10,7 @@ Three rules, applied by :class:`~costmodel.cost.measured.MeasuredCostModel`:
   unchanged. Without this A100-40GB came out 1.7x slower than A100-80GB on a 125M-parameter FSDP plan although it
   differs only in HBM.
 * **Per-kind siblings** (:func:`siblings`): a measured GPU without a model of some operator on the fused kernel
-  basis (costmodel/kernel_basis.py; GH200's RoPE, cross entropy and attention were measured only as eager chains
+  basis (costmodel/graph/kernel_basis.py; GH200's RoPE, cross entropy and attention were measured only as eager chains
   or FlashAttention-2), or whose model does not cover the operator (a dtype it never ran, an intra-node collective
   sampled only across nodes), takes its same-die sibling's model, scaled the same way. A collective is borrowed
   only where the sibling's NVLink figure equals the node type's (its measurements describe that link).
@@ -29,7 +29,7 @@ import numpy as np
 
 from costmodel.core.specs.hardware import GPUSpec, Hardware
 from costmodel.cost.roofline import RooflineCostModel
-from costmodel.ops import Op
+from costmodel.graph.ops import Op
 
 SAME_SILICON: dict[str, tuple[str, str]] = {
     "a100-40gb": ("a100-80gb", "the same GA100 configuration (108 SMs, 1,410 MHz boost, the same tensor-core "

@@ -1,6 +1,6 @@
 """Measured operator costs: the fitted per-operator tree regressors behind the cost seam.
 
-Artifacts (:mod:`costmodel.regressors.artifacts`) are looked up in, in order: the ``models_dir``
+Artifacts (:mod:`costmodel.cost.regressors.artifacts`) are looked up in, in order: the ``models_dir``
 argument, ``$PLANNER_MODELS_DIR``, then the defaults shipped in ``costmodel/data/models``. They are
 loaded lazily, one (GPU, kind, direction) at a time, from xgboost JSON (no pickle, no torch).
 
@@ -36,14 +36,14 @@ from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.hardware import Hardware
 from costmodel.cost.base import CostResult, CostSource, OperatorCostModel
 from costmodel.cost.basis import donor_for, roofline_ratio
+from costmodel.cost.regressors.artifacts import SHIPPED_MODELS_DIR, read_index
+from costmodel.cost.regressors.features import DeviceConstants, build_features, feature_names
+from costmodel.cost.regressors.runtime import RuntimeRegressor
 from costmodel.cost.roofline import CPU_DEVICE, RooflineCostModel
 from costmodel.cost.same_die import SameDieSiblings
 from costmodel.cost.shape import ANCHORED_KINDS, byte_grid, clip_to_box, envelope_at, isotonic, knots
-from costmodel.kernel_basis import FUSED_ELEMENTWISE
-from costmodel.ops import Op
-from costmodel.regressors.artifacts import SHIPPED_MODELS_DIR, read_index
-from costmodel.regressors.features import DeviceConstants, build_features, feature_names
-from costmodel.regressors.runtime import RuntimeRegressor
+from costmodel.graph.kernel_basis import FUSED_ELEMENTWISE
+from costmodel.graph.ops import Op
 
 ENV_MODELS_DIR = "PLANNER_MODELS_DIR"
 MAX_CV_MAPE = 0.25
@@ -136,7 +136,7 @@ TRT-LLM all-to-all measured on 8-64 GPUs of one NVL72 rack, aiconfigurator multi
 tests/test_measured.py). All-gather, reduce-scatter and all-reduce (issue 15) were as flat in the group size on
 8-72 GPUs of an NVL72 rack (all-reduce of 64 MiB: 0.23-0.25 ms on 8-72 GPUs for 0.21 ms on 4); the rule moves
 only groups larger than a GPU's sampled ones inside one NVLink domain (in the catalogue: GB200 NVL72, 8-72 GPUs),
-so plans on 8-GPU nodes predict as before. Send/recv is not here: it is always 2 ranks (costmodel/graph.py)."""
+so plans on 8-GPU nodes predict as before. Send/recv is not here: it is always 2 ranks (costmodel/graph/build.py)."""
 
 RING_TWINS = {"all_gather": "reduce_scatter", "reduce_scatter": "all_gather"}
 """All-gather and reduce-scatter of the same buffer move the same bytes: in NCCL's ring each rank sends (n-1)/n
@@ -168,7 +168,7 @@ def _ring_twin(gm: "_GpuModels", kind: str) -> str | None:
 
 
 FUSED_METHOD = "HBM roofline at the fused kernel's efficiency measured on H100 (costmodel/data/fused_kernels.json)"
-"""How element-wise operators are costed on the fused kernel basis (costmodel.kernel_basis.FUSED_ELEMENTWISE)."""
+"""How element-wise operators are costed on the fused kernel basis (costmodel.graph.kernel_basis.FUSED_ELEMENTWISE)."""
 
 @dataclass
 class _Out:
@@ -384,7 +384,7 @@ class MeasuredCostModel(SameDieSiblings, OperatorCostModel):
     # -- same-die siblings (costmodel/cost/basis.py) ------------------------------------------------
     @staticmethod
     def _crosses_nodes(gm: _GpuModels, name: str, op: Op) -> bool:
-        """A collective spanning several NVLink domains ("nodes" in the features, costmodel/graph.py) is costed
+        """A collective spanning several NVLink domains ("nodes" in the features, costmodel/graph/build.py) is costed
         by the analytical alpha-beta model with the target cluster's own network figures (the catalogue's
         cited NIC bandwidth and latency): the regressors' features do not include the network, and the
         measured samples across nodes describe the network they ran on, not the target's (vidur's DGX
@@ -397,7 +397,7 @@ class MeasuredCostModel(SameDieSiblings, OperatorCostModel):
         if op.kind in COLLECTIVE_KINDS and (op.features[1] <= 1 or op.features[0] <= 0):
             return None  # no communication: the fallback returns 0 for it
         if op.kind in FUSED_ELEMENTWISE and gm.gpu != CPU_DEVICE:
-            return None  # the fused kernels measured on H100 (costmodel.kernel_basis), never a public sample
+            return None  # the fused kernels measured on H100 (costmodel.graph.kernel_basis), never a public sample
         # collectives are the same kernel in either pass: their data (nccl-tests) are stored as fwd
         direction = "bwd" if op.backward and op.kind not in COLLECTIVE_KINDS else "fwd"
         name = f"{op.kind}.{direction}"

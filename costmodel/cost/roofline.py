@@ -15,16 +15,16 @@ Horovod's hierarchical all-reduce): the inter-node stage moves ``bytes / ranks_p
 that GPU's NIC (rail-optimised nodes: one NIC per GPU, or shared where a node has fewer, and divided by the
 fabric's oversubscription where the group leaves a non-blocking leaf: ``ClusterSpec.scale_out_bw_gbs``). "Node"
 here is the NVLink (scale-up) domain (the features ``nodes`` / ``ranks_per_node`` count domains,
-costmodel/graph.py): the intra figures of the cluster are its NVLink figures, the inter figures its scale-out
+costmodel/graph/build.py): the intra figures of the cluster are its NVLink figures, the inter figures its scale-out
 network, so a TP group of 8 inside a 72-GPU NVL72 rack of 4-GPU trays is costed on NVLink, one spanning two
 racks on the network.
 
 Every efficiency, the launch latency and the collective alphas come from
-``costmodel/data/efficiency.json``, fitted by ``python -m costmodel.efficiency`` from the public
+``costmodel/data/efficiency.json``, fitted by ``python -m costmodel.fitting.efficiency`` from the public
 measurements in ``shared/data`` (see ``costmodel/data/PROVENANCE.md``). Peak FLOP/s, HBM and link
 bandwidths come from the :class:`Hardware` object.
 
-Byte and FLOP conventions: :mod:`costmodel.conventions` (shared with the regressors' features and the
+Byte and FLOP conventions: :mod:`costmodel.graph.conventions` (shared with the regressors' features and the
 efficiency fit).
 """
 
@@ -38,7 +38,10 @@ from typing import Sequence
 
 import numpy as np
 
-from costmodel.conventions import (
+from costmodel.core.kinds import COLLECTIVE_KINDS, FEATURES
+from costmodel.core.specs.hardware import Hardware
+from costmodel.cost.base import CostResult, CostSource, OperatorCostModel
+from costmodel.graph.conventions import (
     attention_bytes,
     attention_fwd_flops,
     busbw_factor,
@@ -47,15 +50,13 @@ from costmodel.conventions import (
     inter_latency_steps,
     mem_bytes,
 )
-from costmodel.core.kinds import COLLECTIVE_KINDS, FEATURES
-from costmodel.core.specs.hardware import Hardware
-from costmodel.cost.base import CostResult, CostSource, OperatorCostModel
-from costmodel.kernel_basis import FUSED_ELEMENTWISE, fused_efficiency
-from costmodel.ops import Op
+from costmodel.graph.kernel_basis import FUSED_ELEMENTWISE, fused_efficiency
+from costmodel.graph.ops import Op
 
 TABLE_PATH = Path(__file__).resolve().parent.parent / "data" / "efficiency.json"
 CPU_DEVICE = "cpu"
-"""The profiled CPU's catalogue key (costmodel.cpu_hardware): its element-wise efficiencies are its own table's."""
+"""The profiled CPU's catalogue key (costmodel.fitting.cpu_hardware): its element-wise efficiencies are its own
+table's."""
 
 # ----------------------------------------------------------------------------------------------
 # Table access

@@ -14,7 +14,7 @@ from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.hardware import Hardware
 from costmodel.cost.base import CostResult, CostSource
 from costmodel.cost.basis import die_of, dominates, roofline_ratio, siblings
-from costmodel.ops import Op
+from costmodel.graph.ops import Op
 
 if TYPE_CHECKING:  # the mixin's host module imports this one
     from costmodel.cost.measured import _GpuModels, _Out

@@ -28,7 +28,7 @@ from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import RECOMPUTE_MODES
 from costmodel.core.specs.presets import default_seq_len
-from costmodel.flops import model_flops_per_iteration
+from costmodel.schedule.flops import model_flops_per_iteration
 from planner.search.objective import Evaluator
 from planner.search.records import PlanRecord
 from planner.search.space import Candidate, SearchProblem, SearchSpace, enumerate_candidates

@@ -280,9 +280,9 @@ def failure_model(goodput: bool = True, failure_rate: float | None = None, plann
                   restart_min: float | None = None, ckpt_mode: str | None = None,
                   ckpt_bandwidth: float | None = None, ckpt_interval: float | None = None,
                   slowdown: float | None = None):
-    """The costmodel.goodput.FailureModel named by the goodput flags (None with goodput=False, a perfect run); a
-    bad value raises PlannerError."""
-    from costmodel.goodput import FailureModel  # deferred: only the sizing commands need it
+    """The costmodel.schedule.goodput.FailureModel named by the goodput flags (None with goodput=False, a perfect run);
+    a bad value raises PlannerError."""
+    from costmodel.schedule.goodput import FailureModel  # deferred: only the sizing commands need it
 
     if not goodput:
         return None
@@ -322,7 +322,7 @@ class RankedPlans:
 def run_search(r: SearchRequest) -> RankedPlans:
     """Build the search problem of ``r`` and run it (with a progress bar when asked); PlannerError when no plan is
     feasible."""
-    from costmodel.goodput import FailureModel  # deferred: only searches with a token budget or a cost need it
+    from costmodel.schedule.goodput import FailureModel  # deferred: only searches with a token budget or a cost need it
 
     if r.resume and (r.exhaustive or r.mode == "exhaustive"):
         raise PlannerError("--resume applies to Optuna studies; --exhaustive has nothing to resume (drop one).")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from costmodel.memory import fits_in_memory, memory_per_gpu
+from costmodel.memory.per_gpu import fits_in_memory, memory_per_gpu
 from planner.batch import tokens_text
 from planner.search.engine import SearchResult
 from planner.search.objective import batch_cap_problem
@@ -109,5 +109,5 @@ def search_notes(result: SearchResult) -> list[str]:
                    "(Narayanan et al. 2021)")
     if p.failures is not None:
         out.append("time and cost to train are expected values, divided by the goodput of the allocation "
-                   f"(costmodel.goodput): {p.failures.describe()}")
+                   f"(costmodel.schedule.goodput): {p.failures.describe()}")
     return out

@@ -1,6 +1,6 @@
 """Evaluating one candidate: cheap rejection first (divisibility, then memory), then the prediction.
 
-The order keeps searches fast: ``ParallelPlan.problems`` and ``costmodel.memory.memory_per_gpu`` cost
+The order keeps searches fast: ``ParallelPlan.problems`` and ``costmodel.memory.per_gpu.memory_per_gpu`` cost
 microseconds; :func:`costmodel.estimate.estimate` (operator graph + cost model + 1F1B timeline) is only
 run for plans that are valid and fit in memory. Results are cached per canonical candidate, so a
 sampler that proposes the same plan twice costs one prediction.
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from costmodel.cost.base import OperatorCostModel
 from costmodel.estimate import default_cost_model, estimate
-from costmodel.memory import fits_in_memory, memory_per_gpu
+from costmodel.memory.per_gpu import fits_in_memory, memory_per_gpu
 from planner.batch import tokens_text
 from planner.prediction import predict
 from planner.search.records import PlanRecord, expected_usd_per_mtoken, make_record, seconds_per_token

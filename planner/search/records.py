@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from costmodel.core.kinds import describe_cost_sources
 from costmodel.core.specs.framework import DEFAULT_FRAMEWORK
 from costmodel.core.specs.plan import ParallelPlan, describe_split
-from costmodel.moe import with_default_dispatcher
+from costmodel.graph.moe import with_default_dispatcher
 from planner.formats import (
     FORMATS,  # noqa: F401 (re-exported: the formats of every result-printing command)
     PLAN_FIELDS,
@@ -116,8 +116,8 @@ class PlanRecord:
     etp: int | None = None
     """Expert tensor-parallel degree (ParallelPlan.etp: TP unless set; None in records written before it)."""
     goodput: float | None = None
-    """Expected productive / wall-clock time on this allocation (costmodel.goodput); None = a perfect run assumed.
-    time_to_train_s and cost_to_train_usd are divided by it."""
+    """Expected productive / wall-clock time on this allocation (costmodel.schedule.goodput); None = a perfect run
+    assumed. time_to_train_s and cost_to_train_usd are divided by it."""
     checkpoint_interval_s: float | None = None
     """Checkpoint interval of the goodput model (Daly's optimum or the given one), seconds."""
     checkpoint_interval_iters: int | None = None
@@ -153,7 +153,7 @@ class PlanRecord:
 
 def make_record(problem, target, plan: ParallelPlan, pred, price: float | None) -> PlanRecord:
     """Summarise one prediction (planner.prediction.Prediction) of a feasible plan; with ``problem.failures`` (a
-    costmodel.goodput.FailureModel) time and cost to train are expected values, divided by the goodput."""
+    costmodel.schedule.goodput.FailureModel) time and cost to train are expected values, divided by the goodput."""
     tps = pred.tokens_per_s
     usd_per_mtoken = price * plan.gpus / 3600.0 / tps * 1e6 if price is not None else None
     rec = PlanRecord(
@@ -175,9 +175,9 @@ def make_record(problem, target, plan: ParallelPlan, pred, price: float | None) 
 
 
 def with_training_time(rec: PlanRecord, model, tokens: float | None, failures) -> PlanRecord:
-    """``rec`` with time and cost to train ``tokens`` and, when ``failures`` (costmodel.goodput.FailureModel) is
-    given, the goodput, checkpoint interval, expected interruptions and lost GPU-hours of its allocation."""
-    from costmodel.goodput import goodput  # deferred: only searches with a failure model need it
+    """``rec`` with time and cost to train ``tokens`` and, when ``failures`` (costmodel.schedule.goodput.FailureModel)
+    is given, the goodput, checkpoint interval, expected interruptions and lost GPU-hours of its allocation."""
+    from costmodel.schedule.goodput import goodput  # deferred: only searches with a failure model need it
 
     g = None
     if failures is not None:

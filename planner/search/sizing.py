@@ -1,6 +1,7 @@
 """`planner compare` (best plan per GPU type) and `planner size` (smallest / cheapest allocation that trains a
 token budget before a deadline, planner.search.allocation per GPU type). Both cost time and cost to train with
-the goodput model (costmodel.goodput) when given one, and take each plan's batch from a range (planner.batch)."""
+the goodput model (costmodel.schedule.goodput) when given one, and take each plan's batch from a range
+(planner.batch)."""
 
 from __future__ import annotations
 
@@ -100,8 +101,8 @@ def compare(model: ModelSpec, hardwares: list[Hardware], space: SearchSpace, *, 
             calibration: object = None, failures: object = None, jobs: int = 1, progress=None) -> list[CompareRow]:
     """Best plan per GPU type on ``gpus`` GPUs (or ``nodes`` nodes of each type), by time per token, predicted
     with ``calibration`` (planner.calibrate.Calibration; None = uncalibrated); ``failures``
-    (costmodel.goodput.FailureModel) makes time and cost to train expected values; ``jobs`` > 1 searches that many
-    GPU types at once in forked processes (one type: splits its search's candidates over them);
+    (costmodel.schedule.goodput.FailureModel) makes time and cost to train expected values; ``jobs`` > 1 searches that
+    many GPU types at once in forked processes (one type: splits its search's candidates over them);
     ``progress(done, total, predictions, '')`` is called as GPU types finish. Ctrl-C stops the search: the rows
     returned are those finished (fewer than ``hardwares``), in the order given."""
     global _FORK_COMPARE
@@ -201,7 +202,7 @@ class SizingResult:
     batch: object = None
     """planner.batch.BatchRange the plans took their GBS from (None with a fixed --gbs)."""
     failures: object = None
-    """costmodel.goodput.FailureModel used (None: a perfect run)."""
+    """costmodel.schedule.goodput.FailureModel used (None: a perfect run)."""
     interrupted: bool = False
     """Ctrl-C stopped the search: the answer is the best found so far, not proved minimal."""
 
@@ -239,7 +240,7 @@ class SizeRequest:
     """planner.batch.BatchRange (None with gbs)."""
     calibration: object = None
     failures: object = None
-    """costmodel.goodput.FailureModel (None: a perfect run)."""
+    """costmodel.schedule.goodput.FailureModel (None: a perfect run)."""
 
     def problem_at(self, hw: Hardware, nodes: int) -> SearchProblem:
         return build_problem(self.model, [make_target(hw, nodes * hw.gpus_per_node)], self.space, gbs=self.gbs,
@@ -343,7 +344,7 @@ def size(model: ModelSpec, tokens: float, deadline_s: float, hardwares: list[Har
     """Smallest and cheapest allocation that trains ``tokens`` within ``deadline_s``, per GPU type and overall
     (planner.search.allocation: every node count from ``min_gpus`` to ``max_gpus``). ``tokens_per_batch``: a number
     or planner.batch.BatchRange (default: planner.batch.default_batch_range); ``failures``: the goodput model
-    (costmodel.goodput.FailureModel; None = a perfect run); ``jobs`` > 1 sizes that many GPU types at once in
+    (costmodel.schedule.goodput.FailureModel; None = a perfect run); ``jobs`` > 1 sizes that many GPU types at once in
     forked processes; ``progress(done_types, total_types, predictions, best_text)`` is called as work goes on.
     Ctrl-C returns the best answer found so far (``interrupted`` set)."""
     from costmodel.estimate import default_cost_model  # deferred: loads the cost model

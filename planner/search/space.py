@@ -21,15 +21,15 @@ from pathlib import Path
 from typing import Iterator, NamedTuple
 
 import search_spaces
-from costmodel import fp8_block
 from costmodel.core.errors import PlannerError
 from costmodel.core.specs.framework import DEFAULT_FRAMEWORK, FRAMEWORKS
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import DTYPES, RECOMPUTE_MODES, ParallelPlan, uneven_split_problem
 from costmodel.core.specs.presets import default_seq_len
-from costmodel.memory import DEFAULT_HEADROOM
-from costmodel.moe import with_default_dispatcher
+from costmodel.cost import fp8_block
+from costmodel.graph.moe import with_default_dispatcher
+from costmodel.memory.per_gpu import DEFAULT_HEADROOM
 from planner.batch import ROUNDING, BatchRange, batch_range, batch_steps, tokens_text
 
 INT_DIMS = ("tp", "pp", "cp", "vpp", "mbs")
@@ -75,7 +75,7 @@ class SearchSpace:
     allow_tp_across_nodes: bool = False
     """Allow TP groups larger than a node (slow inter-node TP all-reduces)."""
     memory_headroom: float = DEFAULT_HEADROOM
-    """Fraction of HBM kept free when checking that a plan fits (costmodel.memory.fits_in_memory)."""
+    """Fraction of HBM kept free when checking that a plan fits (costmodel.memory.per_gpu.fits_in_memory)."""
     description: str = ""
     """What the preset is for."""
 
@@ -240,7 +240,7 @@ class SearchProblem:
     """Batch range in tokens each plan's GBS is taken from (planner.batch.batch_steps) when gbs is
     None."""
     failures: object = None
-    """costmodel.goodput.FailureModel of time and cost to train (None: a perfect run, goodput not reported)."""
+    """costmodel.schedule.goodput.FailureModel of time and cost to train (None: a perfect run, goodput not reported)."""
 
     def gbs_for(self, unit: int) -> int:
         """GBS of a plan whose MBS x DP is ``unit``: the fixed one, else from the batch range (0: the range holds no
@@ -320,7 +320,7 @@ LIMITED_DTYPES: dict = {
 }
 """Precisions only some GPUs run -> (supported(GPUSpec), what a GPU without it lacks, refusal(names, first GPU)
 when it is all that was asked): fp8 needs fp8 tensor cores (an fp8 peak in the catalogue), fp8-block also the
-block-scaled FP8 GEMM measurements of costmodel.fp8_block. The search and its evaluator (planner.search.objective)
+block-scaled FP8 GEMM measurements of costmodel.cost.fp8_block. The search and its evaluator (planner.search.objective)
 both read it."""
 
 
@@ -598,7 +598,7 @@ def candidate_plan(problem: SearchProblem, c: Candidate) -> ParallelPlan:
     range holds no multiple of MBS x DP the plan gets one micro-batch per DP rank (and the evaluator refuses it)."""
     t, mp = problem.targets[c.target], c.tp * c.pp * c.cp
     unit = c.mbs * (t.gpus // mp if mp and t.gpus % mp == 0 else 1)
-    # the MoE token dispatcher of the framework's recipes for the EP group's placement (costmodel.moe)
+    # the MoE token dispatcher of the framework's recipes for the EP group's placement (costmodel.graph.moe)
     return with_default_dispatcher(ParallelPlan(
         gpus=t.gpus, gpus_per_node=t.gpus_per_node, gbs=problem.gbs_for(unit) or unit,
         seq_len=problem.seq_len, tp=c.tp, pp=c.pp, cp=c.cp, vpp=c.vpp, mbs=c.mbs, recompute=c.recompute,

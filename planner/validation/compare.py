@@ -11,7 +11,7 @@ from __future__ import annotations
 from costmodel.core.errors import PlannerError
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
-from costmodel.flops import model_flops_per_iteration, published_flops_per_iteration
+from costmodel.schedule.flops import model_flops_per_iteration, published_flops_per_iteration
 from planner.validation.moe_rows import TFLOPS_RULES, megatron_flops
 from planner.validation.runs import RunRow
 
@@ -45,7 +45,7 @@ def compare(row: RunRow, prediction, model: ModelSpec, plan: ParallelPlan, hardw
         pred = flops / (prediction.iteration_time_s * plan.gpus) / 1e12
     elif metric == "tflops_per_gpu":
         # published TFLOP/s use SC21 eq. 3 / PaLM counting (full s x s attention), not planner's causal
-        # MFU convention (costmodel/flops.py): convert the predicted time into the source's convention
+        # MFU convention (costmodel/schedule/flops.py): convert the predicted time into the source's convention
         hfu = row.rule("tflops_counts_recompute") is not None
         flops = published_flops_per_iteration(model, plan.gbs, plan.seq_len,
                                               plan.recompute if hfu else "none")

@@ -48,7 +48,7 @@ BLOCK_FP8_WORDS = ("mxfp8", "blockwise", "block-wise", "fine-grained", "1x128", 
 
 def block_scaled_fp8(text: str) -> bool:
     """The precision text names block-scaled FP8 (MXFP8 or blockwise / 1x128 tiles): planner dtype fp8-block
-    (costmodel/fp8_block.py; MXFP8's 1x32 scales approximated by the measured 1x128 / 128x128 UE8M0 blocks)."""
+    (costmodel/cost/fp8_block.py; MXFP8's 1x32 scales approximated by the measured 1x128 / 128x128 UE8M0 blocks)."""
     t = text.lower()
     return "fp8" in t and any(w in t for w in BLOCK_FP8_WORDS)
 

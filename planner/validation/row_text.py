@@ -73,7 +73,7 @@ def _loss_fusion(row: RunRow, notes: list[str]) -> bool | None:
     --cross-entropy-fusion-impl te), llm.c (its fused_classifier kernel, karpathy/llm.c train_gpt2.cu) or a non-Megatron
     stack that says it fused the loss (TinyLlama: flash-attn's cross-entropy kernel). A Megatron / NeMo row's
     --cross-entropy-loss-fusion (said in the text, or NeMo's GPT default) is the native impl, Megatron's fp32 chain
-    under jit_fuser (costmodel.kernel_basis.MEGATRON_LOSS_BYTES): None, the framework's default, with a note."""
+    under jit_fuser (costmodel.graph.kernel_basis.MEGATRON_LOSS_BYTES): None, the framework's default, with a note."""
     text = " ".join((row.text["arch_notes"], row.text["notes"])).lower()
     fw = row.text["framework"].lower()
     megatron = any(w in fw for w in ("megatron", "nemo")) and "automodel" not in fw

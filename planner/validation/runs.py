@@ -23,7 +23,7 @@ from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.pipeline_layout import balanced_pipeline_layout, describe_split, parse_pipeline_layout
 from costmodel.core.specs.plan import ParallelPlan, account_for_splits
-from costmodel.memory import fits_in_memory, memory_per_gpu
+from costmodel.memory.per_gpu import fits_in_memory, memory_per_gpu
 from planner.requests import PlanRequest
 from planner.validation.memory_rows import memory_fields
 from planner.validation.moe_rows import (
@@ -221,7 +221,7 @@ def map_gpu(gpu: str) -> tuple[str, str]:
     """GPU string of the CSV -> (catalogue key, note or ''); PlannerError when unknown."""
     t = gpu.lower()
     if t == "cpu":
-        # runs measured on this machine's CPU by costmodel.workloads.runner (device key "cpu")
+        # runs measured on this machine's CPU by costmodel.profiling.workloads.runner (device key "cpu")
         return "cpu", ""
     if "mi300x" in t:
         return "mi300x", ""

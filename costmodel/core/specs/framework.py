@@ -29,9 +29,9 @@ class Framework:
     ``fused``: the fused attention the cost model's per-GPU attention data measure (Transformer Engine /
     cuDNN fused attention on Hopper, FlashAttention-2 on Ampere); ``flash2``: FlashAttention-2 kernels
     (the flash backend of PyTorch's ``scaled_dot_product_attention``, or ``flash_attn``), costed from the
-    FlashAttention-2 measurements of the same GPU die (costmodel/framework_kernels.py); ``unfused``: the
+    FlashAttention-2 measurements of the same GPU die (costmodel/cost/framework_kernels.py); ``unfused``: the
     attention of stacks before FlashAttention (Megatron-LM 2019-2022): batched GEMMs for QK^T and PV over the
-    full s x s matrix with a fused scale-mask-softmax and dropout kernel between them (costmodel/graph.py)."""
+    full s x s matrix with a fused scale-mask-softmax and dropout kernel between them (costmodel/graph/build.py)."""
     overlap_grad_reduce: bool
     """Whether the data-parallel gradient reduction (ZeRO 0-2) overlaps backward by default."""
     zero3_network: str
@@ -43,7 +43,7 @@ class Framework:
     selective_recompute: str = "attention-core"
     """What ``recompute=selective`` re-runs in backward: ``attention-core`` (Megatron, Korthikanti et al. 2022
     sec. 5: the attention core, free with flash kernels) or ``op`` (torchtitan's per-op selective AC: every
-    element-wise op and every second matmul of a block, costmodel.graph.op_sac_recompute)."""
+    element-wise op and every second matmul of a block, costmodel.graph.build.op_sac_recompute)."""
     grad_reduce_bytes: int = 4
     """Bytes per gradient element in the data-parallel / ZeRO-3 gradient reduction: 4 = fp32 (Megatron's
     --accumulate-allreduce-grads-in-fp32, FSDP2 reduce_dtype float32 in torchtitan), 2 = the training dtype."""
@@ -72,21 +72,21 @@ class Framework:
     ``ParallelPlan.cross_entropy_fusion``); False: a chain of kernels with fp32 intermediates: Megatron-Core's
     vocab-parallel cross entropy, fused by ``jit_fuser`` or not (``vocab_parallel_loss``; TransformerConfig
     cross_entropy_fusion_impl defaults to native), torchtitan's F.cross_entropy(pred.float()) outside the compiled
-    blocks, plain PyTorch (costmodel.graph.cross_entropy_ops)."""
+    blocks, plain PyTorch (costmodel.graph.build.cross_entropy_ops)."""
     vocab_parallel_loss: bool = False
     """Whether the loss is Megatron-Core's vocab-parallel cross entropy (fp32 passes over the logits,
-    costmodel.kernel_basis.MEGATRON_LOSS_BYTES) when it is not a single fused kernel; False: PyTorch's
+    costmodel.graph.kernel_basis.MEGATRON_LOSS_BYTES) when it is not a single fused kernel; False: PyTorch's
     ``F.cross_entropy(logits.float())`` (its measured eager / fused ratio)."""
     python_layers: bool = False
     """Whether each transformer layer runs as PyTorch modules under autograd (torchtitan, plain PyTorch FSDP / DDP
     models): without CUDA graphs a layer then takes at least the CPU time measured per layer of such a stack
-    (costmodel.kernel_basis.host_layer_s); False: the per-kernel estimate only (Megatron-Core / Transformer Engine,
-    not measured here)."""
+    (costmodel.graph.kernel_basis.host_layer_s); False: the per-kernel estimate only (Megatron-Core / Transformer
+    Engine, not measured here)."""
     compiled: bool = True
     """Whether the element-wise operators (norms, RoPE, the gated activation) run as fused kernels, as the cost
     model's element-wise measurements (Transformer Engine / Apex kernels, or torch.compile's generated ones)
     assume; False: PyTorch eager, where each is a chain of separate kernels with fp32 intermediates in HBM
-    (costmodel.graph.eager_elementwise)."""
+    (costmodel.graph.build.eager_elementwise)."""
 
 
 _REGISTRY: dict[str, Framework] = {}

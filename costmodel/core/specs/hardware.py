@@ -129,15 +129,15 @@ class ClusterSpec:
     straggler_excess: float = 0.0
     """E[max over ranks] / E[mean] - 1 of identical compute segments run at once by ``straggler_ranks``
     ranks of one node: synchronous training waits for the slowest rank, so the timeline adds this
-    fraction of the compute between synchronisations (costmodel/compose.py). Measured by `planner profile`
-    (costmodel/sampling/skew.py); 0 where not measured (the catalogue's GPU clusters)."""
+    fraction of the compute between synchronisations (costmodel/schedule/compose.py). Measured by `planner profile`
+    (costmodel/profiling/sampling/skew.py); 0 where not measured (the catalogue's GPU clusters)."""
     straggler_ranks: int = 2
     """How many ranks ``straggler_excess`` was measured on."""
     corun_slowdown: dict = field(default_factory=dict, hash=False)
     """Compute kind -> time with every rank of a node running the operator at once / time alone: ranks of
     one node that share memory bandwidth and caches slow each other down, and the predictor multiplies
-    this into the kind's times when a plan puts more than one rank on a node (costmodel/compose.py).
-    Measured by `planner profile` (costmodel/sampling/corun.py); empty = factor 1 (the catalogue's GPU
+    this into the kind's times when a plan puts more than one rank on a node (costmodel/schedule/compose.py).
+    Measured by `planner profile` (costmodel/profiling/sampling/corun.py); empty = factor 1 (the catalogue's GPU
     clusters: each GPU has its own HBM; not measured)."""
     corun_ranks: int = 2
     """How many ranks ``corun_slowdown`` was measured on."""

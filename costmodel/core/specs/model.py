@@ -95,7 +95,7 @@ class ModelSpec:
     """Learned per-head attention-sink logits (gpt-oss): one extra score column per head."""
     mtp_layers: int = 0
     """Multi-token-prediction depths trained with the model (DeepSeek-V3 config.json ``num_nextn_predict_layers``,
-    Megatron-Core --mtp-num-layers; costmodel.mtp): each adds a Transformer block like the last layer, a 2h x h
+    Megatron-Core --mtp-num-layers; costmodel.memory.mtp): each adds a Transformer block like the last layer, a 2h x h
     projection and one more pass of the shared output head and loss. Not in ``total_params`` (DeepSeek-V3's 671B
     leaves the 14B MTP module out)."""
     parallel_attention: bool = False

@@ -26,10 +26,11 @@ one layer (planner's cost model builds each stage from its layers; Megatron itse
 
 What the cost model does with a layout: each pipeline stage is costed from the layers its chunks hold
 (``ParallelPlan.stage_layer_indices``), memory counts the peak of in-flight layers over the stage's interleaved op
-order (costmodel.memory.layout_inflight), and the timeline (costmodel.timeline) still gives every chunk 1/VPP of its
-stage's time. That last part is an approximation: for the layouts of moe_runs.csv MOE-AUTOMODEL-001..003 (61 layers,
-chunks of 2 and 1 layers) a per-chunk variant of the simulator gives a makespan 0.5-2.1 % shorter than equal chunks
-(PP4 VPP8 with 32 / 8 micro-batches, PP8 VPP4 with 16; chunk time proportional to its layers, backward 2x forward).
+order (costmodel.memory.per_gpu.layout_inflight), and the timeline (costmodel.schedule.timeline) still gives every chunk
+1/VPP of its stage's time. That last part is an approximation: for the layouts of moe_runs.csv MOE-AUTOMODEL-001..003
+(61 layers, chunks of 2 and 1 layers) a per-chunk variant of the simulator gives a makespan 0.5-2.1 % shorter than equal
+chunks (PP4 VPP8 with 32 / 8 micro-batches, PP8 VPP4 with 16; chunk time proportional to its layers, backward 2x
+forward).
 """
 
 from __future__ import annotations

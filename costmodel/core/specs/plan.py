@@ -15,16 +15,16 @@ RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", 
 """Megatron-Core's selective recompute modules (--recompute-granularity selective --recompute-modules ...;
 NVIDIA/Megatron-LM @002526d81b81 megatron/core/transformer/transformer_config.py ``recompute_modules``, default
 ["core_attn"]; its later "mhc", "gdn", "gdn_norm_out" belong to layers not modelled). What each re-runs and
-stops storing: costmodel.selective."""
+stops storing: costmodel.graph.selective."""
 MOE_DISPATCHERS = ("alltoall", "allgather", "flex")
 MOE_ROUTINGS = ("learned", "random", "round_robin")
-"""How tokens pick their experts (``ParallelPlan.moe_routing``; costmodel.moe_routing describes each)."""
+"""How tokens pick their experts (``ParallelPlan.moe_routing``; costmodel.memory.moe_routing describes each)."""
 """Megatron-Core token dispatchers (--moe-token-dispatcher-type): alltoall (NCCL all-to-all over the EP group),
 allgather (all-gather the tokens, each rank keeps its experts' share, reduce-scatter back) and flex (DeepEP /
 HybridEP kernels)."""
 DTYPES = ("bf16", "fp16", "fp8", "fp32", "fp8-block")
 """fp8-block: block-scaled FP8 GEMMs (1x128 activation / 128x128 weight scales; ``mxfp8`` is accepted as its
-Blackwell name by the request layer, costmodel/fp8_block.py says how that approximates MXFP8), bf16 elsewhere."""
+Blackwell name by the request layer, costmodel/cost/fp8_block.py says how that approximates MXFP8), bf16 elsewhere."""
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class ParallelPlan:
     2 + gradients, 3 + parameters (FSDP full shard)."""
     dtype: str = "bf16"
     """Precision: bf16 or fp16 (mixed precision), fp8 (fp8 GEMMs, bf16 elsewhere), fp8-block (block-scaled fp8
-    GEMMs, bf16 elsewhere; costmodel/fp8_block.py), or fp32 (pure fp32 training, e.g. on a CPU)."""
+    GEMMs, bf16 elsewhere; costmodel/cost/fp8_block.py), or fp32 (pure fp32 training, e.g. on a CPU)."""
     layer_split: tuple[int, ...] | None = None
     """Layers per pipeline stage when uneven (length pp, sums to num_layers); None = even."""
     pipeline_layout: tuple[int, ...] | None = None
@@ -76,7 +76,7 @@ class ParallelPlan:
     """Overlap ZeRO parameter all-gathers with compute (prefetch)."""
     dp_bucket_mb: float = 40.0
     """DP gradient bucket size: millions of parameters for Megatron (Megatron-Core DDP bucket_size, default 40M,
-    raised to 1M x DP; ``costmodel.compose.bucket_fraction``), megabytes of gradients for other stacks."""
+    raised to 1M x DP; ``costmodel.schedule.compose.bucket_fraction``), megabytes of gradients for other stacks."""
     nvlink_domain: int = 0
     """GPUs per NVLink (scale-up) domain as this job is placed (``Hardware.domain_for``): process groups
     within it use NVLink, across it the scale-out network. 0 = ``gpus_per_node`` (the node is the domain)."""
@@ -97,12 +97,12 @@ class ParallelPlan:
     """Token dispatcher of the MoE layers (``MOE_DISPATCHERS``; --moe-token-dispatcher-type)."""
     moe_imbalance: float | None = None
     """Routing imbalance: tokens routed to the busiest expert over the mean (1.0 = perfectly balanced, e.g.
-    --moe-router-force-load-balancing); None = the documented default (``costmodel.moe_routing``)."""
+    --moe-router-force-load-balancing); None = the documented default (``costmodel.memory.moe_routing``)."""
     moe_routing: str = "learned"
     """Which experts a token picks (``MOE_ROUTINGS``): ``learned`` (the model's router), ``random`` (Megatron-Core
     --moe-router-force-load-balancing: random logits, top-k uniformly at random) or ``round_robin`` (NeMo
     AutoModel fake_balanced_gate: token t to experts t k ... t k + k - 1 mod E). Sets how many EP ranks and
-    NVLink domains a token's copies reach (the flex dispatcher's bytes, costmodel.moe_routing)."""
+    NVLink domains a token's copies reach (the flex dispatcher's bytes, costmodel.memory.moe_routing)."""
     tp_comm_overlap: bool = False
     """Overlap the tensor-parallel all-gathers / reduce-scatters with the layer's GEMMs (Transformer Engine
     userbuffers: Megatron --tp-comm-overlap, NeMo MegatronCommOverlapCallback(tp_comm_overlap=True)); needs
@@ -136,17 +136,17 @@ class ParallelPlan:
     reshard_after_forward: bool | None = None
     """ZeRO-3 (FSDP2 ``fully_shard(reshard_after_forward=...)``): free each unit's gathered parameters after its
     forward (True) or keep them until its backward (False); None = the framework's default
-    (``costmodel.memory.reshards_after_forward``)."""
+    (``costmodel.memory.per_gpu.reshards_after_forward``)."""
     cross_entropy_fusion: bool | None = None
     """The loss runs as one fused kernel that reads the logits once (Megatron-Core --cross-entropy-loss-fusion
     --cross-entropy-fusion-impl te: Transformer Engine's Triton cross entropy; llm.c's fused classifier; flash-attn's
     cross-entropy kernel; torch.compile) rather than a chain with fp32 intermediates (Megatron's native loss, fused by
-    jit_fuser or not: costmodel.kernel_basis.MEGATRON_LOSS_BYTES; PyTorch eager); None = the framework's default
+    jit_fuser or not: costmodel.graph.kernel_basis.MEGATRON_LOSS_BYTES; PyTorch eager); None = the framework's default
     (``Framework.compiled_loss``)."""
     cuda_graphs: bool = False
     """The layers' kernels replay from CUDA graphs (Megatron-Core --cuda-graph-impl local / transformer_engine /
     full_iteration, formerly --enable-cuda-graph; torch.compile mode="reduce-overhead"): no per-kernel CPU dispatch,
-    so a step is never bound by the host issuing kernels (costmodel.kernel_basis.host_dispatch_s)."""
+    so a step is never bound by the host issuing kernels (costmodel.graph.kernel_basis.host_dispatch_s)."""
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -465,7 +465,7 @@ def layer_split_candidates(num_layers: int, pp: int, vpp: int = 1) -> list[tuple
     equal middle stages, every stage holding a positive multiple of ``vpp`` layers (rules above).
 
     For 3+ stages only the two first-stage sizes nearest to balance per middle size are needed by
-    :func:`costmodel.layer_split.balanced_layer_split`; this function lists them all (tests, small inputs)."""
+    :func:`costmodel.schedule.layer_split.balanced_layer_split`; this function lists them all (tests, small inputs)."""
     out: list[tuple[int, ...]] = []
     if pp < 1 or vpp < 1:
         return out

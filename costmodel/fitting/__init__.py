@@ -1,0 +1,1 @@
+"""Offline fits: imported datasets, the regressors' fit, the roofline efficiency table, CPU figures."""

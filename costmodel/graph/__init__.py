@@ -1,0 +1,1 @@
+"""Operator graph: (model, plan) -> per-stage operators, with records, builders and conventions."""

@@ -1,0 +1,1 @@
+"""Per-GPU memory model: training states, activations, MoE / MLA / MTP terms, offloading."""

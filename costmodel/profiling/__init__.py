@@ -1,0 +1,1 @@
+"""Profiling harness: operator and collective sampling, torchrun workloads (the only torch users)."""

@@ -1,0 +1,1 @@
+"""Operator times -> one iteration: composition, pipeline timeline, layer split, FLOPs, goodput."""
