@@ -112,9 +112,8 @@ def register(app: typer.Typer) -> None:
         out: Annotated[Path | None, typer.Option("--out", help="Write the report to this file.")] = None,
     ) -> None:
         """Per (GPU, operator): samples, grouped-CV MAPE, median and p90 error, ranges, winning model."""
-        from costmodel.fitting.fit import (
-            render_report,  # deferred: the fitting stack (xgboost, sklearn) is slow to import
-        )
+        # deferred: the fitting stack (xgboost, sklearn) is slow to import
+        from costmodel.fitting.fit import render_report
 
         if fmt not in FORMATS:
             raise PlannerError(f"unknown --format {fmt!r}: use {', '.join(FORMATS)}")

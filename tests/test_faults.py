@@ -74,7 +74,8 @@ WRITERS = {
     "report": ("from costmodel.core.fileio import atomic_write_text; "
                "atomic_write_text(path, f'# report v{v}\\n' * 20000)",
                "print(open(path, encoding='utf-8').read().splitlines()[0])"),
-    "dataset": ("from tests.helpers import three_row_dataset; from costmodel.fitting.datasets.schema import save_dataset; "
+    "dataset": ("from tests.helpers import three_row_dataset; "
+                "from costmodel.fitting.datasets.schema import save_dataset; "
                 "save_dataset(three_row_dataset(v), path)",
                 "from costmodel.fitting.datasets.schema import load_dataset; print(load_dataset(path).time_s[0])"),
     "calibration": ("from planner.calibrate import identity, save_calibration; import pathlib; "

@@ -331,8 +331,9 @@ def test_cli_profile_runs_and_reports(tmp_path):
 
 
 def test_cli_imports_and_explains_without_torch():
-    code = ("import sys; sys.modules['torch'] = None; import planner.cli, planner.cli_profile, costmodel.profiling.sampling, "
-            "costmodel.profiling.sampling.plan, costmodel.profiling.sampling.runner, costmodel.profiling.sampling.collectives; "
+    code = ("import sys; sys.modules['torch'] = None; import planner.cli, planner.cli_profile, "
+            "costmodel.profiling.sampling, costmodel.profiling.sampling.plan, costmodel.profiling.sampling.runner, "
+            "costmodel.profiling.sampling.collectives; "
             "from planner.cli import main; main(['profile', '--plan', 'cpu-tiny'])")
     res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert res.returncode == 2, res.stderr

@@ -44,7 +44,7 @@ import statistics
 from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from costmodel.core.errors import PlannerError
 from costmodel.core.fileio import fitted_table_main
@@ -52,7 +52,9 @@ from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.plan import ParallelPlan
 from costmodel.graph.build import OperatorGraph
 from costmodel.graph.ops import Op
-from costmodel.schedule.compose import OperatorTimes
+
+if TYPE_CHECKING:  # annotations only: costmodel.schedule (the composition) sits above costmodel.cost
+    from costmodel.schedule.compose import OperatorTimes
 
 TABLE_PATH = Path(__file__).resolve().parents[1] / "data" / "fp8_block.json"
 DTYPE = "fp8-block"
@@ -241,7 +243,7 @@ def apply(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph, times: O
     if DIES[system]["gpus"][0] != gpu:
         note += f"; {gpu} uses the {info['die']} ratio measured on {DIES[system]['gpus'][0]}"
     scaled = times.scaled(lambda t: {k: v * factors.get(k, 1.0) for k, v in t.items()})
-    return OperatorTimes(scaled.time_s, scaled.low_s, scaled.high_s, scaled.source, times.warnings + (note,))
+    return replace(scaled, warnings=times.warnings + (note,))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -49,8 +49,10 @@ import json
 import math
 import statistics
 from collections import Counter
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -63,7 +65,9 @@ from costmodel.cost.measured import MeasuredCostModel
 from costmodel.graph.build import OperatorGraph
 from costmodel.graph.moe import SM_SHARE, flex_backend
 from costmodel.graph.ops import Op
-from costmodel.schedule.compose import OperatorTimes
+
+if TYPE_CHECKING:  # annotations only: costmodel.schedule (the composition) sits above costmodel.cost
+    from costmodel.schedule.compose import OperatorTimes
 
 TABLE_PATH = Path(__file__).resolve().parents[1] / "data" / "moe_kernels.json"
 EXPERT_PREFIX = "moe.expert"
@@ -355,8 +359,7 @@ def apply(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph, times: O
         return times
     # the grouped expert GEMMs: the dense GEMM regressors through the grouped efficiency (a recorded derivation)
     source = {**scaled.source, **{k: CostSource.DERIVED for k in factors if k in scaled.source}}
-    return OperatorTimes(scaled.time_s, scaled.low_s, scaled.high_s, source,
-                         times.warnings + tuple(warnings) + tuple(notes))
+    return replace(scaled, source=source, warnings=times.warnings + tuple(warnings) + tuple(notes))
 
 
 def main(argv: list[str] | None = None) -> int:

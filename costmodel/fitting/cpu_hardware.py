@@ -135,7 +135,8 @@ def to_toml(entry: dict) -> str:
             return repr(v)
         return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
-    lines = ["# Written by `planner fit` from `planner profile` measurements of this CPU (costmodel/fitting/cpu_hardware.py)."]
+    lines = ["# Written by `planner fit` from `planner profile` measurements of this CPU "
+             "(costmodel/fitting/cpu_hardware.py)."]
     for section in ("gpus", "clusters"):
         for name, fields in entry[section].items():
             lines.append(f"\n[{section}.{name}]")

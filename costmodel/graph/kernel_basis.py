@@ -101,8 +101,8 @@ def ett_operator_role(operator: str, gpu: str) -> tuple[str, str]:
         return OTHER_BASIS_ROLE, ETT_GEMM_INPUTS
     if operator == "flash_atten" and gpu not in FLASH2_IS_FUSED:
         return OTHER_BASIS_ROLE, ("flash_attn_func is FlashAttention-2, not the fused attention Transformer Engine "
-                                  f"calls on {gpu} (cuDNN / FlashAttention-3); costmodel/cost/framework_kernels.py uses "
-                                  "it for stacks that call FlashAttention-2")
+                                  f"calls on {gpu} (cuDNN / FlashAttention-3); "
+                                  "costmodel/cost/framework_kernels.py uses it for stacks that call FlashAttention-2")
     return "train", ""
 
 

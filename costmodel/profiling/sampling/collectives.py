@@ -510,7 +510,8 @@ def _save_datasets(sw: _Sweep, journals: dict[str, Journal], plan, spec: dict, g
                 "sources": [{"path": f"harness:{plan.path.name}", "sha256": plan.sha256,
                              "rows_in": len(recs), "rows_kept": len(recs), "filters": [],
                              "journal": f"{kind}.jsonl"}],
-                "notes": (f"Measured by costmodel.profiling.sampling.collectives over torch.distributed ({ctx.backend}, "
+                "notes": (f"Measured by costmodel.profiling.sampling.collectives over torch.distributed "
+                          f"({ctx.backend}, "
                           f"{impl}): median over repeats of the per-call time maxed over "
                           "ranks; bytes in the nccl-tests convention." +
                           (" send_recv = half a ping-pong round trip." if kind == "send_recv" else "")),

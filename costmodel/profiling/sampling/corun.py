@@ -141,7 +141,8 @@ def measure(ctx, samples: list, seconds: float, per_group: int, device: str, flu
         del fn
     return {"format": FORMAT, "ranks": ctx.world, "rows": rows, "slowdown": slowdown(rows),
             "elapsed_s": round(time.perf_counter() - t_start, 3), "unix_time": round(time.time(), 3),
-            "method": "costmodel/profiling/sampling/corun.py: per shape, interleaved rounds of rank 0 alone and all ranks "
+            "method": "costmodel/profiling/sampling/corun.py: per shape, interleaved rounds of rank 0 alone and all "
+                      "ranks "
                       "together (cold-cache single calls where the plan samples the kind cold); per kind "
                       "sum(together mean) / sum(alone)"}
 

@@ -35,7 +35,8 @@ def host_hash(name: str | None = None) -> str:
 
 def fingerprint(device: str = "cpu", threads: int | None = None) -> dict:
     """Describe this machine and software; ``threads`` is the torch intra-op thread count used."""
-    import torch  # deferred: torch is optional; callers have checked it imports (costmodel.profiling.sampling.require_torch)
+    # deferred: torch is optional; callers have checked it imports (costmodel.profiling.sampling.require_torch)
+    import torch
 
     fp = {
         "device": device,

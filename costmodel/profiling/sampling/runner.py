@@ -69,7 +69,8 @@ def _dataset(kind: str, gpu: str, samples: list[Sample], journal: Journal, meta:
 
 
 def _meta(plan: Plan, kind: str, fp: dict, device: str, journal_path: Path, adam: str | None) -> dict:
-    notes = (f"Measured by costmodel.profiling.sampling (plan {plan.name}) with torch.utils.benchmark.Timer: median over "
+    notes = (f"Measured by costmodel.profiling.sampling (plan {plan.name}) with torch.utils.benchmark.Timer: "
+             "median over "
              "timed blocks of the time per call, spread = p90 - p10 over blocks, repeats = blocks. Backward = "
              "torch.autograd.grad over a graph built once (retain_graph=True).")
     if kind == "gemm":
