@@ -13,14 +13,6 @@ if [[ -z "$PLANNER" ]]; then
     if [[ -x .venv/bin/planner ]]; then PLANNER=.venv/bin/planner; else PLANNER=planner; fi
 fi
 
-# Published runs (read-only shared data, never copied here): named by a path relative to the
-# repository so the command recorded in reports/validation.md is the same on every machine.
-PUBLISHED=../shared/validation/published_runs.csv
-if [[ ! -f "$PUBLISHED" ]]; then
-    found=$("$(dirname "$PLANNER")/python" -c 'from costmodel.core.paths import validation_dir as v; import os; d = v(); print(os.path.relpath(d / "published_runs.csv") if d else "")' 2>/dev/null || true)
-    PUBLISHED=${found:-$PUBLISHED}
-fi
-
 run() {
     # print the command as the report records it, then run it (the tables go to /dev/null: the report has them)
     echo "+ planner ${*}" >&2
@@ -41,19 +33,10 @@ run compare --model llama-13b --gpus 128 --gpu a100-80gb --gpu gh200 --tokens 1e
 run size --model llama3-70b --tokens 2e12 --deadline 30d --gpu a100-80gb --gpu h100-sxm \
     --report reports/llama3-70b-size-2T-30d.md
 
-# 4. Validation: published runs and the CPU runs measured on this machine, predicted vs measured.
-#    CPU_RUNS: the run file of a CPU ground-truth run (default: the latest checked-in one, reports/cpu-runs/run10);
-#    its rows need the CPU cost model fitted in that run (PLANNER_MODELS_DIR, e.g. profiles/cpu-gt10/models,
-#    written by benchmarks/cpu_ground_truth.py, not in git); without it they are listed as skipped
-#    ("unknown GPU 'cpu'").
-CPU_RUNS=${CPU_RUNS:-reports/cpu-runs/run10/cpu_runs.csv}
-runs=(--runs "$PUBLISHED")
-if [[ -f "$CPU_RUNS" ]]; then runs+=(--runs "$CPU_RUNS"); fi
-if [[ -z "${PLANNER_MODELS_DIR:-}" && -f profiles/cpu-gt10/models/index.json ]]; then
-    export PLANNER_MODELS_DIR=profiles/cpu-gt10/models
-fi
-run validate "${runs[@]}" --report reports/validation.md
+# 4. Validation: every open run file of ../shared/validation (published dense runs, MoE runs, GH200 / small-model /
+#    Blackwell runs), leave-one-source-out, one section each.
+run validate --report reports/validation.md
 
 echo "reports written:" >&2
 ls -1 reports/llama-13b-128xa100-80gb* reports/llama-13b-a100-vs-gh200* reports/llama3-70b-size-2T-30d* \
-    reports/validation.md reports/validation_scatter.png >&2
+    reports/validation.md reports/validation*_scatter.png >&2
