@@ -11,6 +11,10 @@ states / gradients / weights over the data-parallel ranks.
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Callable
+
+from costmodel.core.errors import PlannerError
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.presets import default_seq_len
 
@@ -57,6 +61,33 @@ def memory_advice(rec: dict, moe: bool = False) -> str | None:
     ranked = ", ".join(f"{k} {v:.1f}" for k, v in sorted(parts.items(), key=lambda kv: -kv[1]))
     return (f"{term} dominate: {parts[term]:.1f} of {total:.1f} GiB per GPU on stage {mem.get('stage', 0)} "
             f"({ranked} GiB); shrink them with " + ", ".join(_levers(term, rec["plan"], moe)))
+
+
+def _single_changes(plan: dict) -> list[tuple[str, dict]]:
+    """(flag, request fields) of the one-flag changes that shrink memory without changing the layout: the next ZeRO
+    stages (gradients, then weights sharded over DP) and full recomputation."""
+    zero = plan.get("zero", 0)
+    out = [(f"--zero {z}", {"zero": z}) for z in range(zero + 1, 4)]
+    if plan.get("recompute") != "full":
+        out.append(("--recompute full", {"recompute": "full"}))
+    return out
+
+
+def fitting_changes(req, rec: dict, predict: Callable[[object], dict]) -> str | None:
+    """For a record that does not fit: the one-flag changes of :func:`_single_changes` under which the same layout
+    fits, each costed by ``predict`` (a request -> prediction record, the command's own), with its memory and time;
+    None when the plan fits or no such change makes it fit."""
+    if rec.get("fits_in_memory", True):
+        return None
+    found = []
+    for flag, change in _single_changes(rec["plan"]):
+        try:
+            alt = predict(dataclasses.replace(req, **change))
+        except PlannerError:  # not a valid plan for this framework or model: not offered
+            continue
+        if alt.get("fits_in_memory"):
+            found.append(f"{flag} ({alt['memory_gib_per_gpu']:.1f} GiB, {alt['iteration_time_s']:.4g} s per iteration)")
+    return "the same layout fits with " + "; or ".join(found) if found else None
 
 
 def plan_keys(plan) -> dict:

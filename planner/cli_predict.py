@@ -15,7 +15,7 @@ from costmodel.core.kinds import describe_cost_sources
 from costmodel.core.specs.plan import describe_split
 from costmodel.core.specs.presets import resolve_model
 from planner import cli_options as O
-from planner.advice import memory_advice, seq_len_note
+from planner.advice import fitting_changes, memory_advice, seq_len_note
 from planner.api import predict_request
 from planner.calibrate import calibration_option
 from planner.formats import PLAN_FIELDS, csv_text, md_rows, prediction_row, shown_warnings
@@ -64,7 +64,7 @@ def _notes(req: PlanRequest) -> tuple[str, ...]:
     return (note,) if note else ()
 
 
-def _render_table(rec: dict, verbose: bool = False, notes: tuple = ()) -> None:
+def _render_table(rec: dict, verbose: bool = False, notes: tuple = (), fits_with: str | None = None) -> None:
     con = console()
     p = rec["plan"]
     con.print(f"[bold]{p['model']}[/] on {p['gpus']} x {p['gpu']} ({p['cluster']}, {p['gpus_per_node']}/node)  "
@@ -81,6 +81,8 @@ def _render_table(rec: dict, verbose: bool = False, notes: tuple = ()) -> None:
     advice = memory_advice(rec, moe=p.get("ep") is not None)
     if advice:
         con.print(f"[red]does not fit:[/] {escape(advice)}")
+    if fits_with:
+        con.print(f"note: {escape(fits_with)}")
     for table in _operator_tables(rec["breakdown"]):
         print_table(con, table, ("phase",))
     con.print(f"fitted models: {escape(rec.get('models_dir') or 'none for this GPU (roofline)')}")
@@ -201,7 +203,8 @@ def predict_command(
         row = prediction_row(rec)
         sys.stdout.write(csv_text([row]) if fmt == "csv" else md_rows([row]))
     else:
-        _render_table(rec, verbose, _notes(req))
+        fits_with = fitting_changes(req, rec, lambda r: predict_request(r, hw_files, cal).to_dict())
+        _render_table(rec, verbose, _notes(req), fits_with)
 
 
 def _predict_batch(batch: str, fmt: str, hw_files: tuple, cal) -> None:

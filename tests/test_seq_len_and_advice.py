@@ -74,3 +74,20 @@ def test_search_header_notes_the_default_sequence_length():
     assert r.exit_code == 0, r.output
     assert "seq 4096 is the default for llama-7b: the preset's pre-training context (Touvron et al. 2023" in \
         " ".join(r.output.split())
+
+
+def test_a_plan_that_does_not_fit_names_the_one_flag_changes_that_make_it_fit():
+    """Llama 3 405B's layout (arXiv 2407.21783 Table 4: TP8 PP16 DP128 on 16,384 H100, 8K sequences) does not fit
+    at ZeRO-1; the output names --zero 2 (Meta's FSDP shards the gradients, the paper's sec. 3.3.2) among the changes
+    under which it fits, each with its memory and time, and each of those really fits when run."""
+    flags = ["--model", "llama3-405b", "--gpu", "h100-sxm", "--gpus", "16384", "--tp", "8", "--pp", "16", "--vpp",
+             "2", "--mbs", "1", "--gbs", "2048", "--seq-len", "8192"]
+    res = runner.invoke(app, ["predict", *flags], env={"COLUMNS": "400"})
+    assert res.exit_code == 0, res.output
+    line = next(x for x in res.output.splitlines() if x.startswith("note: the same layout fits with"))
+    assert "--zero 2 (" in line and "--recompute full (" in line
+    for change in (["--zero", "2"], ["--recompute", "full"]):
+        alt = runner.invoke(app, ["predict", *flags, *change, "--format", "json"])
+        assert '"fits_in_memory": true' in alt.stdout
+    fits = runner.invoke(app, ["predict", *flags, "--zero", "2"], env={"COLUMNS": "400"})
+    assert "the same layout fits with" not in fits.output
