@@ -33,7 +33,7 @@ def test_registry_refuses_duplicates_and_bad_behaviours():
     with pytest.raises(ValueError, match="attention_kernel"):
         register(Framework("x-test", "", "nope", True, "flat", ""))
     assert FRAMEWORKS[0] == "megatron" and set(FRAMEWORKS) == {"megatron", "deepspeed", "fsdp", "torchtitan",
-                                                                 "torchtitan-eager"}
+                                                                 "torchtitan-eager", "llmc"}
 
 
 def test_unknown_framework_is_one_line_exit_2():

@@ -136,6 +136,15 @@ register(Framework(
     selective_recompute="op", loss_logit_bytes=12.0, fsdp2_copy_bytes=14.0, compiled=False,
     separate_projections=True, python_layers=True))
 
+register(Framework(
+    "llmc", "llm.c (GPT-2 in C/CUDA: hand-written fused kernels, cuBLASLt GEMMs, cuDNN attention)", "fused", True,
+    "hierarchical",
+    "karpathy/llm.c train_gpt2.cu @f1e2ace: cuDNN flash attention (scripts/run_gpt2_124M.sh and run_gpt2_1558M.sh "
+    "build with USE_CUDNN=1), cuBLASLt GEMMs with the bias in the epilogue, LayerNorm and residual kernels of its own "
+    "(fused_residual_forward5), fused_classifier (the loss and its gradient in one kernel), gradients kept and reduced "
+    "in bf16 (param_sizeof, ncclFloatX in llmc/zero.cuh) layer by layer during backward "
+    "(multi_gpu_async_reduce_gradient); a C host loop, no Python per layer", grad_reduce_bytes=2, compiled_loss=True))
+
 FRAMEWORKS: tuple[str, ...] = tuple(_REGISTRY)
 DEFAULT_FRAMEWORK = "megatron"
 
