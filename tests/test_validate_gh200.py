@@ -78,6 +78,9 @@ def test_small_stacks_map_to_their_frameworks(rows):
     assert frameworks == {"SMALL-LLMC-001": "llmc", "SMALL-MODDED-001": "fsdp", "SMALL-NANOGPT-001": "fsdp",
                           "SMALL-TINYLLAMA-001": "fsdp"}
     assert V.row_to_inputs(rows["SMALL-NANOGPT-001"])[1].zero == 0     # "none (DDP)"
+    # PyTorch 2.0's SDPA flash backend: the first FlashAttention (rule flash1_attention of SMALL-NANOGPT)
+    assert V.row_to_inputs(rows["SMALL-NANOGPT-001"])[1].attention == "flash1"
+    assert V.row_to_inputs(rows["SMALL-MODDED-001"])[1].attention == ""
 
 
 def test_llmc_runs_its_own_kernels_and_calibrates_outside_megatron(rows):

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from costmodel.core.errors import PlanError
 
-ATTENTION_KERNELS = ("fused", "flash2", "unfused")
+ATTENTION_KERNELS = ("fused", "flash2", "flash1", "unfused")
 ZERO3_NETWORKS = ("hierarchical", "flat")
 
 
@@ -29,7 +29,9 @@ class Framework:
     ``fused``: the fused attention the cost model's per-GPU attention data measure (Transformer Engine /
     cuDNN fused attention on Hopper, FlashAttention-2 on Ampere); ``flash2``: FlashAttention-2 kernels
     (the flash backend of PyTorch's ``scaled_dot_product_attention``, or ``flash_attn``), costed from the
-    FlashAttention-2 measurements of the same GPU die (costmodel/cost/framework_kernels.py); ``unfused``: the
+    FlashAttention-2 measurements of the same GPU die (costmodel/cost/framework_kernels.py); ``flash1``: the first
+    FlashAttention kernels (the flash backend of ``scaled_dot_product_attention`` in PyTorch 2.0 and 2.1), costed as
+    FlashAttention-2 at half its rate (costmodel.cost.framework_kernels.FLASH2_SPEEDUP); ``unfused``: the
     attention of stacks before FlashAttention (Megatron-LM 2019-2022): batched GEMMs for QK^T and PV over the
     full s x s matrix with a fused scale-mask-softmax and dropout kernel between them (costmodel/graph/build.py)."""
     overlap_grad_reduce: bool
