@@ -79,11 +79,13 @@ CONSTANTS: dict[str, ConstantSpec] = {
                                        "fraction of the DP gradient reduction that can hide under backward"),
     "iteration_overhead_s": ConstantSpec(0.0, 0.0, 3600.0, "s", "fixed framework overhead per iteration"),
     "compute_scale_torch": ConstantSpec(1.0, 0.05, 20.0, "",
-                                        "multiplies compute-operator times of plans run by a PyTorch-native stack "
-                                        "(framework fsdp or torchtitan), on top of compute_scale"),
+                                        "multiplies compute-operator times of plans run by a stack outside "
+                                        "Megatron-Core / Transformer Engine (framework fsdp, torchtitan or llmc), "
+                                        "on top of compute_scale"),
 }
-TORCH_NATIVE = ("fsdp", "torchtitan", "torchtitan-eager")
-"""Frameworks whose plans compute_scale_torch applies to (costmodel.core.specs.framework)."""
+TORCH_NATIVE = ("fsdp", "torchtitan", "torchtitan-eager", "llmc")
+"""Frameworks whose plans compute_scale_torch applies to (costmodel.core.specs.framework): the stacks whose kernels
+are not Megatron-Core / Transformer Engine's, i.e. the PyTorch-native ones and llm.c's hand-written CUDA kernels."""
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 

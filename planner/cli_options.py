@@ -82,8 +82,8 @@ PLAN_OPTIONS: tuple[PlanOption, ...] = (
     PlanOption("zero", int, "ZeRO stage 0-3 (1 = distributed optimizer, 3 = FSDP)."),
     PlanOption("dtype", str, "bf16 | fp16 | fp8 | fp8-block (alias mxfp8) | fp32."),
     PlanOption("framework", str, "Training stack: megatron | deepspeed | fsdp | torchtitan | torchtitan-eager "
-               "(attention kernel, overlap)."),
-    PlanOption("attention", str, "Attention kernel: fused | flash2 | unfused (default: the framework's)."),
+               "| llmc (attention kernel, overlap)."),
+    PlanOption("attention", str, "Attention kernel: fused | flash2 | flash1 | unfused (default: the framework's)."),
     PlanOption("ep", int, "Expert-parallel degree (MoE models; divides the experts)."),
     PlanOption("etp", Optional[int], "Expert tensor-parallel degree (default: --tp)."),
     PlanOption("moe_dispatcher", str, "MoE token dispatcher: alltoall | allgather | flex | auto (what the "

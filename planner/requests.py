@@ -99,7 +99,8 @@ class PlanRequest:
     """Training stack: megatron | deepspeed | fsdp | torchtitan (its attention kernel, DP overlap and ZeRO-3
     network behaviour, costmodel.core.specs.framework)."""
     attention: str = ""
-    """Attention kernel: fused | flash2 | unfused; "" = the framework's (unfused = pre-FlashAttention stacks)."""
+    """Attention kernel: fused | flash2 | flash1 | unfused; "" = the framework's (unfused = pre-FlashAttention
+    stacks, flash1 = PyTorch 2.0 / 2.1 scaled_dot_product_attention)."""
     ep: int = 1
     """Expert-parallel degree (MoE models; Megatron --expert-model-parallel-size): divides the experts."""
     etp: int | None = None

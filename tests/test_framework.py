@@ -12,7 +12,14 @@ from typer.testing import CliRunner
 
 from costmodel.core.errors import PlanError, PlannerError
 from costmodel.core.specs.framework import FRAMEWORKS, Framework, get_framework, register
-from costmodel.cost.framework_kernels import _launch_s, causal_fwd_efficiency, fit, flash2_times, load_table
+from costmodel.cost.framework_kernels import (
+    FLASH2_SPEEDUP,
+    _launch_s,
+    causal_fwd_efficiency,
+    fit,
+    flash2_times,
+    load_table,
+)
 from costmodel.graph.build import build_graph
 from planner.cli import app
 from planner.prediction import predict
@@ -33,7 +40,7 @@ def test_registry_refuses_duplicates_and_bad_behaviours():
     with pytest.raises(ValueError, match="attention_kernel"):
         register(Framework("x-test", "", "nope", True, "flat", ""))
     assert FRAMEWORKS[0] == "megatron" and set(FRAMEWORKS) == {"megatron", "deepspeed", "fsdp", "torchtitan",
-                                                                 "torchtitan-eager"}
+                                                                 "torchtitan-eager", "llmc"}
 
 
 def test_unknown_framework_is_one_line_exit_2():
@@ -96,6 +103,19 @@ def test_flash2_time_is_flops_over_the_measured_rate():
     launch = _launch_s(res.hardware.gpu.name)  # each kernel at least the GPU's launch floor
     assert times[fwd.key()] == pytest.approx(fwd.flops / rate / causal_fwd_efficiency(4096) + launch)
     assert times[bwd.key()] == pytest.approx(bwd.flops / 2.5 / rate * die["bwd_over_fwd"] + launch)
+
+
+def test_flash1_is_flash_attention_2_at_half_its_rate():
+    res = _resolved("fsdp", zero=3)
+    graph = build_graph(res.model, res.plan)
+    ops = [o for st in graph.stages for o in st.layer_ops if o.kind in ("attention_fwd", "attention_bwd")]
+    fa2, _ = flash2_times(res.plan, res.hardware, ops)
+    fa1, notes = flash2_times(replace(res.plan, attention="flash1"), res.hardware, ops)
+    launch = _launch_s(res.hardware.gpu.name)
+    assert fa1 and set(fa1) == set(fa2)
+    # PyTorch 2.2 release notes: FlashAttention-2 in SDPA, "around 2x speedups compared to previous versions"
+    assert all(fa1[k] - launch == pytest.approx(FLASH2_SPEEDUP * (fa2[k] - launch)) for k in fa2)
+    assert FLASH2_SPEEDUP == 2.0 and any("FlashAttention (v1)" in n for n in notes)
 
 
 def test_megatron_keeps_the_cost_model_attention():

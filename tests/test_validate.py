@@ -239,7 +239,7 @@ def test_shipped_source_rules_are_checked():
     assert set(shipped["NARAY21"].rules) == set(S.RULES) - {"no_gradient_accumulation", "tflops_mcore_full_attention",
                                                             "tflops_mcore_causal", "moe_token_drop", "flash2_attention",
                                                             "cross_entropy_fusion", "dp_overlap", "recompute_none",
-                                                            "tp_comm_overlap"} - memory
+                                                            "tp_comm_overlap", "flash1_attention"} - memory
     assert set(shipped["MOE-MOEZOO"].rules) == {"tflops_mcore_causal", "fp8_param_gather", "fp8_moments_bf16"}
     assert set(shipped["MOE-NEMO25"].rules) == {"moe_token_drop", "recompute_none"}
     assert set(shipped["MOE-MLMDSV3"].rules) == {"tflops_mcore_causal", "cross_entropy_fusion"}
@@ -250,6 +250,7 @@ def test_shipped_source_rules_are_checked():
     assert set(shipped["NEMO2407:SFT"].rules) == {"grads_bf16", "optimizer_states_bf16", "fp8_param_gather"}
     assert "no_gradient_accumulation" in shipped["MLM-SEP20"].rules
     assert shipped["TORCHTITAN"].rules == {}
+    assert set(shipped["SMALL-NANOGPT"].rules) == {"flash1_attention"}
     rule = {"assumption": "a", "citation": "c"}
     with pytest.raises(PlannerError, match="not a known rule"):
         S.parse_sources({"X": {"sources": ["s"], "rules": {"hfu": rule}}})

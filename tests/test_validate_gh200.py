@@ -75,9 +75,25 @@ def test_cuda_graphs_as_the_rows_state(rows):
 def test_small_stacks_map_to_their_frameworks(rows):
     frameworks = {rid: V.row_to_inputs(rows[rid])[1].framework for rid in
                   ("SMALL-LLMC-001", "SMALL-MODDED-001", "SMALL-NANOGPT-001", "SMALL-TINYLLAMA-001")}
-    assert frameworks == {"SMALL-LLMC-001": "megatron", "SMALL-MODDED-001": "fsdp", "SMALL-NANOGPT-001": "fsdp",
+    assert frameworks == {"SMALL-LLMC-001": "llmc", "SMALL-MODDED-001": "fsdp", "SMALL-NANOGPT-001": "fsdp",
                           "SMALL-TINYLLAMA-001": "fsdp"}
     assert V.row_to_inputs(rows["SMALL-NANOGPT-001"])[1].zero == 0     # "none (DDP)"
+    # PyTorch 2.0's SDPA flash backend: the first FlashAttention (rule flash1_attention of SMALL-NANOGPT)
+    assert V.row_to_inputs(rows["SMALL-NANOGPT-001"])[1].attention == "flash1"
+    assert V.row_to_inputs(rows["SMALL-MODDED-001"])[1].attention == ""
+
+
+def test_llmc_runs_its_own_kernels_and_calibrates_outside_megatron(rows):
+    from costmodel.core.specs.framework import get_framework
+    from planner.calibrate import Calibration
+
+    fw = get_framework(V.row_to_inputs(rows["SMALL-LLMC-001"])[1].framework)
+    # cuDNN attention, the fused classifier, bf16 gradient reduction, no Python per layer (train_gpt2.cu)
+    assert (fw.attention_kernel, fw.compiled_loss, fw.grad_reduce_bytes, fw.python_layers) == ("fused", True, 2, False)
+    cal = Calibration(name="t", constants={"compute_scale": 2.0, "compute_scale_torch": 0.5})
+    times = {("gemm", 1): 1.0}
+    assert cal.scale_times(times, "llmc")[("gemm", 1)] == pytest.approx(1.0)
+    assert cal.scale_times(times, "megatron")[("gemm", 1)] == pytest.approx(2.0)
 
 
 def test_quad_gh200_node_types_and_the_single_gpu_node():

@@ -142,12 +142,21 @@ def _rate(die: dict, head_dim: int, seq: int) -> tuple[float, list[str]]:
     return pts[-1][1], notes  # unreachable: seq lies between the ends
 
 
+FLASH2_SPEEDUP = 2.0
+"""FlashAttention-2's speed over the FlashAttention kernels before it, as ``scaled_dot_product_attention`` runs them:
+PyTorch v2.2.0 release notes ("SDPA now supports FlashAttention-2, yielding around 2x speedups compared to previous
+versions"); Dao, arXiv:2307.08691, abstract ("around 2x speedup compared to FlashAttention"). A plan with attention
+``flash1`` (PyTorch 2.0 / 2.1) is costed as FlashAttention-2 times this."""
+
+
 def flash2_times(plan: ParallelPlan, hardware: Hardware, ops: list[Op],
                  table: dict | None = None) -> tuple[dict[tuple, float], list[str]]:
-    """({Op.key(): seconds} of the attention operators of ``ops`` as FlashAttention-2 runs them, warnings);
-    empty when the plan's framework calls the fused kernel the cost model already measures."""
+    """({Op.key(): seconds} of the attention operators of ``ops`` as FlashAttention-2 runs them (``flash1``: times
+    :data:`FLASH2_SPEEDUP`), warnings); empty when the plan's framework calls the fused kernel the cost model already
+    measures."""
     fw = get_framework(plan.framework)
-    if attention_kernel(plan) != "flash2":
+    kernel = attention_kernel(plan)
+    if kernel not in ("flash2", "flash1"):
         return {}, []
     table = table or load_table()
     die = _die_of(hardware.gpu.measured_as, table)
@@ -181,7 +190,10 @@ def flash2_times(plan: ParallelPlan, hardware: Hardware, ops: list[Op],
             # (round-robin load balancing), a kernel of the local length; the rest run unmasked
             diagonal = s / s_full
             t *= 1 - diagonal + diagonal / causal_fwd_efficiency(s)
-        out[op.key()] = (t if op.kind == "attention_fwd" else t * die["bwd_over_fwd"]) + launch
+        t = t if op.kind == "attention_fwd" else t * die["bwd_over_fwd"]
+        out[op.key()] = (t * FLASH2_SPEEDUP if kernel == "flash1" else t) + launch
+    if kernel == "flash1":
+        notes.add(f"FlashAttention (v1) at 1/{FLASH2_SPEEDUP:g} of FlashAttention-2's rate (PyTorch 2.2 release notes)")
     warnings = [f"{fw.name} attention costed as FlashAttention-2 measured on {die['measured_on']} ({die['die']}): "
                 + "; ".join(sorted(notes))] if notes else []
     return out, warnings

@@ -146,7 +146,7 @@ def framework_kernels(plan: ParallelPlan, hardware: Hardware, graph: OperatorGra
     (``comm_overlaps_compute`` False: exposed whole). Interval ends keep their ratio to the point time."""
     ops = [o for st in graph.distinct_stages() for o in st.layer_ops]
     passes = [o for o in ops if o.name.startswith(HBM_PASS)]
-    if attention_kernel(plan) != "flash2" and not passes:
+    if attention_kernel(plan) not in ("flash2", "flash1") and not passes:
         return times  # the fused kernel the cost model measures: nothing to replace
     new, warnings = flash2_times(plan, hardware, ops)
     roofline = hbm_times(hardware, passes)

@@ -186,8 +186,8 @@ def _row_domain(gpu_key: str, cluster: str, gpn: int, n: int) -> int:
 
 
 OTHER_STACKS = (
-    ("megatron", ("llm.c",), "hand-written fused CUDA kernels (layernorm, GELU, fused classifier), cuBLASLt GEMMs and "
-     "cuDNN flash attention (karpathy/llm.c train_gpt2.cu): costed on the fused-kernel basis of framework megatron"),
+    ("llmc", ("llm.c",), "hand-written fused CUDA kernels (layernorm, GELU, fused classifier), cuBLASLt GEMMs and "
+     "cuDNN flash attention (karpathy/llm.c train_gpt2.cu): framework llmc"),
     ("fsdp", ("lit-gpt", "lightning", "nanogpt", "pytorch"), "a PyTorch-native stack (DDP or FSDP, "
      "scaled_dot_product_attention / flash-attn): framework fsdp"),
 )

@@ -400,9 +400,10 @@ def _torchtitan_interleaved_stages(row: RunRow, pp: int, notes: list[str]) -> in
 
 def _attention(row: RunRow, notes: list[str]) -> str:
     """'unfused' for rows of a published source whose stack predates FlashAttention (rule unfused_attention),
-    'flash2' for a source that chose FlashAttention-2 kernels (rule flash2_attention), else "" (the framework's
-    kernel)."""
-    for name, kernel in (("unfused_attention", "unfused"), ("flash2_attention", "flash2")):
+    'flash2' for a source that chose FlashAttention-2 kernels (rule flash2_attention), 'flash1' for one whose
+    PyTorch ran the first FlashAttention kernels (rule flash1_attention), else "" (the framework's kernel)."""
+    for name, kernel in (("unfused_attention", "unfused"), ("flash2_attention", "flash2"),
+                         ("flash1_attention", "flash1")):
         rule = row.rule(name)
         if rule is not None:
             notes.append(rule.assumption)

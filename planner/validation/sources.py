@@ -34,6 +34,8 @@ RULES = {
                       "activation recomputation",
     "tp_comm_overlap": "the source's runs overlapped the TP all-gathers / reduce-scatters with the GEMMs "
                        "(Transformer Engine userbuffers: Megatron --tp-comm-overlap)",
+    "flash1_attention": "the stack ran the first FlashAttention kernels (PyTorch 2.0 / 2.1 "
+                        "scaled_dot_product_attention): the plan's attention kernel is flash1",
     "flash2_attention": "the stack ran FlashAttention-2 kernels (Transformer Engine's flash backend): the plan's "
                         "attention kernel is flash2",
     "tflops_mcore_full_attention": "a source's tflops_per_gpu is Megatron-Core's 2024 FLOPs counter (full s x s "

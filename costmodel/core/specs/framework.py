@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from costmodel.core.errors import PlanError
 
-ATTENTION_KERNELS = ("fused", "flash2", "unfused")
+ATTENTION_KERNELS = ("fused", "flash2", "flash1", "unfused")
 ZERO3_NETWORKS = ("hierarchical", "flat")
 
 
@@ -29,7 +29,9 @@ class Framework:
     ``fused``: the fused attention the cost model's per-GPU attention data measure (Transformer Engine /
     cuDNN fused attention on Hopper, FlashAttention-2 on Ampere); ``flash2``: FlashAttention-2 kernels
     (the flash backend of PyTorch's ``scaled_dot_product_attention``, or ``flash_attn``), costed from the
-    FlashAttention-2 measurements of the same GPU die (costmodel/cost/framework_kernels.py); ``unfused``: the
+    FlashAttention-2 measurements of the same GPU die (costmodel/cost/framework_kernels.py); ``flash1``: the first
+    FlashAttention kernels (the flash backend of ``scaled_dot_product_attention`` in PyTorch 2.0 and 2.1), costed as
+    FlashAttention-2 at half its rate (costmodel.cost.framework_kernels.FLASH2_SPEEDUP); ``unfused``: the
     attention of stacks before FlashAttention (Megatron-LM 2019-2022): batched GEMMs for QK^T and PV over the
     full s x s matrix with a fused scale-mask-softmax and dropout kernel between them (costmodel/graph/build.py)."""
     overlap_grad_reduce: bool
@@ -135,6 +137,15 @@ register(Framework(
     "complex mul, type_as) and FeedForward (silu, mul); torch.compile is opt-in (job_config training.compile)",
     selective_recompute="op", loss_logit_bytes=12.0, fsdp2_copy_bytes=14.0, compiled=False,
     separate_projections=True, python_layers=True))
+
+register(Framework(
+    "llmc", "llm.c (GPT-2 in C/CUDA: hand-written fused kernels, cuBLASLt GEMMs, cuDNN attention)", "fused", True,
+    "hierarchical",
+    "karpathy/llm.c train_gpt2.cu @f1e2ace: cuDNN flash attention (scripts/run_gpt2_124M.sh and run_gpt2_1558M.sh "
+    "build with USE_CUDNN=1), cuBLASLt GEMMs with the bias in the epilogue, LayerNorm and residual kernels of its own "
+    "(fused_residual_forward5), fused_classifier (the loss and its gradient in one kernel), gradients kept and reduced "
+    "in bf16 (param_sizeof, ncclFloatX in llmc/zero.cuh) layer by layer during backward "
+    "(multi_gpu_async_reduce_gradient); a C host loop, no Python per layer", grad_reduce_bytes=2, compiled_loss=True))
 
 FRAMEWORKS: tuple[str, ...] = tuple(_REGISTRY)
 DEFAULT_FRAMEWORK = "megatron"

@@ -84,7 +84,7 @@ class ParallelPlan:
     """Training stack that runs the plan (``costmodel.core.specs.framework``): its attention kernel, DP overlap
     and ZeRO-3 network behaviour."""
     attention: str = ""
-    """Attention kernel: fused, flash2 or unfused (``costmodel.core.specs.framework.ATTENTION_KERNELS``);
+    """Attention kernel: fused, flash2, flash1 or unfused (``costmodel.core.specs.framework.ATTENTION_KERNELS``);
     "" = the framework's."""
     ep: int = 1
     """Expert-parallel degree (Megatron --expert-model-parallel-size): each EP rank holds num_experts / EP of
