@@ -337,7 +337,11 @@ def test_cli_search_optuna_and_pareto():
             "--trials", "20", "--seed", "3", "--objective", "pareto", "--no-progress"]
     assert "Pareto" in _ok(args + ["--mode", "optuna"])
     got = json.loads(_ok(args + ["--mode", "optuna", "--format", "json"]))
-    assert got["search"]["method"] == "optuna-tpe" and got["search"]["trials"] == 20
+    # 20 trials, or fewer where the sampler covered every valid plan first (the study stops then and says so;
+    # which trial covers it depends on the Optuna release's TPE)
+    s = got["search"]
+    assert s["method"] == "optuna-tpe"
+    assert s["trials"] == 20 or (s["trials"] < 20 and "stopped after" in s["mode_note"])
     plans = got["plans"]
     assert {p["gpu"] for p in plans} == {"a100-80gb", "h100-sxm"}
 

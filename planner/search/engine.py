@@ -225,9 +225,11 @@ def _make_sampler(name: str, seed: int | None, multi: bool):
     kw = {} if _HAS_SET_CONSTRAINT() else {"constraints_func": _constraints}
     if name == "tpe":
         # multivariate TPE models the interaction of the degrees (TP x PP x MBS ...), which a
-        # per-dimension (independent) TPE cannot.
+        # per-dimension (independent) TPE cannot; the conditional dimensions (e.g. vpp@pp4, present only for one
+        # PP) are sampled independently by design, so Optuna's warning about them is off.
         def factory(s):
-            return optuna.samplers.TPESampler(seed=s, multivariate=True, n_startup_trials=TPE_STARTUP, **kw)
+            return optuna.samplers.TPESampler(seed=s, multivariate=True, n_startup_trials=TPE_STARTUP,
+                                              warn_independent_sampling=False, **kw)
     elif name == "nsga2":
         def factory(s):
             return optuna.samplers.NSGAIISampler(seed=s, population_size=20, **kw)
