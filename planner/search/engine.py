@@ -216,6 +216,12 @@ def exhaustive_search(problem: SearchProblem, objective: str = "time", cost_mode
 
 
 # ------------------------------------------------------------------------------------- optuna
+def _optuna_release(version: str) -> tuple[int, int]:
+    """(major, minor) of an Optuna version string such as '4.9.0' or '5.0.0.dev'."""
+    major, minor = (version.split(".") + ["0"])[:2]
+    return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
+
+
 def _make_sampler(name: str, seed: int | None, multi: bool):
     import optuna  # deferred: Optuna takes about half a second to import
 
@@ -226,10 +232,12 @@ def _make_sampler(name: str, seed: int | None, multi: bool):
     if name == "tpe":
         # multivariate TPE models the interaction of the degrees (TP x PP x MBS ...), which a
         # per-dimension (independent) TPE cannot; the conditional dimensions (e.g. vpp@pp4, present only for one
-        # PP) are sampled independently by design, so Optuna's warning about them is off.
+        # PP) are sampled independently by design, so Optuna's warning about them is off (the switch exists
+        # before Optuna 4.9, which deprecated it with the warning)
+        quiet = {} if _optuna_release(optuna.__version__) >= (4, 9) else {"warn_independent_sampling": False}
+
         def factory(s):
-            return optuna.samplers.TPESampler(seed=s, multivariate=True, n_startup_trials=TPE_STARTUP,
-                                              warn_independent_sampling=False, **kw)
+            return optuna.samplers.TPESampler(seed=s, multivariate=True, n_startup_trials=TPE_STARTUP, **quiet, **kw)
     elif name == "nsga2":
         def factory(s):
             return optuna.samplers.NSGAIISampler(seed=s, population_size=20, **kw)
