@@ -118,28 +118,7 @@ def fit(table: Table, con: Console, drop: Iterable[str] = ()) -> list[str]:
         del table.columns[at]
         ranges, frame = _needed(con, table)
     _set_widths(table, ranges, con.width - frame)
-    _settle(table, con, ranges)
     return dropped
-
-
-def _natural_width(table: Table, con: Console) -> int:
-    """The width rich itself gives ``table`` with room to spare (its own count of frame and edge padding, which
-    differs between rich releases)."""
-    return Measurement.get(con, con.options.update(width=10**4), table).maximum
-
-
-def _settle(table: Table, con: Console, ranges: list[tuple[int, int, int]]) -> None:
-    """Where rich counts the frame or padding wider than :func:`_frame` / :func:`_padding` do, take the
-    difference from the columns too, so rich never cuts a cell to fit."""
-    for _ in range(3):
-        over = _natural_width(table, con) - con.width
-        if over <= 0:
-            return
-        widths = [c.width if c.width is not None else head for c, (_, _, head) in zip(table.columns, ranges)]
-        left = _shrink(widths, [cells for _, cells, _ in ranges], over)
-        _shrink(widths, [lo for lo, _, _ in ranges], left)
-        for col, w in zip(table.columns, widths):
-            col.width = w
 
 
 def _shrink(widths: list[int], floors: list[int], excess: int) -> int:
