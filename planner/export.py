@@ -215,7 +215,7 @@ def _sharding_args(plan: ParallelPlan) -> Pairs:
     # validate_args: --overlap-param-gather needs the distributed optimizer and --overlap-grad-reduce
     if plan.overlap_param_gather and plan.zero >= 1 and plan.overlap_grad_reduce:
         out.append(("--overlap-param-gather", None))
-    if plan.tp_comm_overlap and plan.tp > 1 and plan.sp:  # validate_args: --tp-comm-overlap needs SP
+    if plan.tp_comm_overlap and plan.sp:  # validate_args: --tp-comm-overlap needs SP (plan.sp: TP > 1)
         out.append(("--tp-comm-overlap", None))
     return out
 

@@ -32,6 +32,18 @@ def _ok(args: list[str]) -> str:
     return res.stdout
 
 
+def _bad_file_is_one_line(tmp_path, body: str, words: list[str], command: list[str]) -> None:
+    """``command FILE`` with ``body`` in FILE exits 2 with one stderr line that names FILE and holds ``words``."""
+    f = tmp_path / "bad.toml"
+    f.write_text(body)
+    res = _run([*command, str(f)])
+    assert res.exit_code == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(f) in lines[0], res.stderr
+    for w in words:
+        assert w in lines[0]
+
+
 def _search_json(args: list[str]) -> dict:
     out = json.loads(_ok(["search", *args, "--format", "json"]))
     out["search"].pop("elapsed_s")
@@ -86,14 +98,7 @@ def test_python_api_takes_a_plan_file():
     ('model = "llama-13b"\ngpus = [\n', ["not valid TOML"]),
 ])
 def test_a_bad_plan_file_is_one_line_naming_file_and_key(tmp_path, body, words):
-    f = tmp_path / "bad.toml"
-    f.write_text(body)
-    res = _run(["predict", "--plan", str(f)])
-    assert res.exit_code == 2
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and str(f) in lines[0], res.stderr
-    for w in words:
-        assert w in lines[0]
+    _bad_file_is_one_line(tmp_path, body, words, ["predict", "--plan"])
 
 
 @pytest.mark.parametrize("name, words", [("missing.toml", ["not found"]), ("plan.json", ["must end in .toml"])])
@@ -133,14 +138,7 @@ def test_a_flag_given_overrides_the_spec_file():
     ('model = "llama-13b"\ngpus = 128\nfoo = 1\n', ["unknown key 'foo'", "planner search", "objective"]),
 ])
 def test_a_bad_spec_file_is_one_line(tmp_path, body, words):
-    f = tmp_path / "bad.toml"
-    f.write_text(body)
-    res = _run(["search", "--spec", str(f)])
-    assert res.exit_code == 2
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and str(f) in lines[0], res.stderr
-    for w in words:
-        assert w in lines[0]
+    _bad_file_is_one_line(tmp_path, body, words, ["search", "--spec"])
 
 
 def test_size_spec_gives_the_required_options_and_without_them_one_line(tmp_path):

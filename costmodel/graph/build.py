@@ -414,13 +414,13 @@ def layer_operators(model: ModelSpec, plan: ParallelPlan, moe: bool = False,
     ops += _recompute_ops(ops, model, plan, dims, moe)
     if plan.zero == 3:
         overlap += _zero3_gathers(model, plan, moe)
-    if plan.tp_comm_overlap and plan.tp > 1 and plan.sp:
+    if plan.tp_comm_overlap and plan.sp:
         # Transformer Engine userbuffers (Megatron --tp-comm-overlap, which requires sequence parallelism; TE
         # transformer_engine/pytorch/module/base.py initialize_ub): the layer's TP all-gathers and reduce-scatters
         # run chunked under its GEMMs, so they are exposed only beyond the layer's compute
-        tp = [o for o in ops if o.category is Category.TP_COMM and o.phase in (Phase.FWD, Phase.BWD)]
-        ops = [o for o in ops if not (o.category is Category.TP_COMM and o.phase in (Phase.FWD, Phase.BWD))]
-        overlap += tp
+        under_gemms = [o.category is Category.TP_COMM and o.phase in (Phase.FWD, Phase.BWD) for o in ops]
+        overlap += [o for o, hidden in zip(ops, under_gemms) if hidden]
+        ops = [o for o, hidden in zip(ops, under_gemms) if not hidden]
     ops += contention_ops(overlap, plan.dtype)  # the overlapped collectives' HBM traffic (costmodel.graph.contention)
     return ops, overlap
 
