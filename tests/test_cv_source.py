@@ -43,7 +43,8 @@ def _rows(measured=None):
                 arch_notes="SwiGLU, RMSNorm, RoPE", gpu="A100-80GB", n_gpus=1, gpus_per_node=8, tp=1, pp=1, dp=1,
                 cp=1, mbs=1, gbs=4, recompute="none", seq_parallel="n", dist_optimizer_or_zero="none",
                 precision="bf16", framework="synthetic", measured_metric="iteration_time_s",
-                measured_value=1.0 if measured is None else measured[rid], notes="TIER=A; synthetic"))
+                measured_value=1.0 if measured is None else measured[rid],
+                notes="TIER=A; synthetic; CUDA graphs (local, full scope): GPU time only, no host floor"))
     return rows
 
 

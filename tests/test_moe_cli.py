@@ -281,7 +281,7 @@ def test_grouped_gemm_key_and_flag_change_only_the_expert_operators(tmp_path):
     # 8 local experts of 128 tokens each: grouped GEMMs pay the per-expert floors once (costmodel.cost.moe_kernels; from
     # 1,024 tokens per expert a training grouped GEMM runs as the per-expert GEMMs and the flag changes nothing)
     args = ["predict", "--model", "mixtral-8x7b", "--gpu", "h100-sxm", "--gpus", "64", "--tp", "1", "--pp", "4",
-            "--ep", "1", "--seq-len", "512", "--format", "json"]
+            "--ep", "1", "--seq-len", "512", "--cuda-graphs", "--format", "json"]  # graphs: GPU times set the step
     recs = []
     for flag in ("--moe-grouped-gemm", "--no-moe-grouped-gemm"):
         r = runner.invoke(app, args + [flag])
@@ -296,7 +296,7 @@ def test_grouped_gemm_key_and_flag_change_only_the_expert_operators(tmp_path):
     assert "moe.expert.up" in moved and all(name.startswith("moe.expert") for name in moved), moved
     f = tmp_path / "b.jsonl"
     f.write_text(json.dumps({"model": "mixtral-8x7b", "gpu": "h100-sxm", "gpus": 64, "pp": 4, "ep": 1,
-                             "seq_len": 512, "moe_grouped_gemm": False}) + "\n")
+                             "seq_len": 512, "cuda_graphs": True, "moe_grouped_gemm": False}) + "\n")
     line = json.loads(runner.invoke(app, ["predict", "--batch", str(f)]).output)
     assert line["plan"]["moe_grouped_gemm"] is False and line["iteration_time_s"] == recs[1]["iteration_time_s"]
 

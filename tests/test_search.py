@@ -140,6 +140,22 @@ def test_nothing_fits_reports_gpus_needed(cat):
     assert f"needs >= {n} GPUs of 80 GB at seq 8192" in r.output
 
 
+def test_search_keeps_llama3_405b_layout_at_its_real_batch():
+    """Llama 3 405B on 16,384 H100 (Dubey et al. 2024, Table 4): TP 8, PP 16, DP 128, 16M-token batches (GBS 2,048 x
+    8,192). The search's default space keeps that layout among the feasible plans at MBS 1 (ZeRO-1 with full
+    recompute; with --zero 1,2 also selective, as Meta's sharded gradients allow)."""
+    import json
+
+    args = ["search", "--model", "llama3-405b", "--gpu", "h100-sxm", "--gpus", "16384", "--gbs", "2048", "--seq-len",
+            "8192", "--tp", "8", "--pp", "16", "--exhaustive", "--top", "1000", "--no-progress", "--format", "json"]
+    for zero, recompute in (("1", "full"), ("1,2", "selective")):
+        r = CliRunner().invoke(app, args + ["--zero", zero])
+        assert r.exit_code == 0, r.output
+        plans = json.loads(r.output[r.output.index("{"):])["plans"]
+        meta = [p for p in plans if (p["tp"], p["pp"], p["dp"], p["cp"], p["mbs"], p["gbs"]) == (8, 16, 128, 1, 1, 2048)]
+        assert any(p["recompute"] == recompute for p in meta), (zero, [(p["recompute"], p["zero"]) for p in meta])
+
+
 # ---------------------------------------------------------------------------------- optuna
 @pytest.mark.parametrize("model,gpu,gpus", [("llama-13b", "a100-80gb", 128)])
 def test_optuna_within_one_percent_of_exhaustive(cat, roofline, model, gpu, gpus):

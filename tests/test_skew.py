@@ -77,11 +77,12 @@ def _hw(excess, ranks=2):
 def test_timeline_adds_excess_of_compute_on_multi_rank_plans_only():
     from costmodel.cost.roofline import RooflineCostModel
 
+    # tiny layers replayed from CUDA graphs: the GPU times under test set the step, not the host floor
     model, cm = llama(layers=4, hidden=1024, heads=8, kv=8, ffn=2816, vocab=8192, seq=1024), RooflineCostModel()
-    one = plan(gpus=1, gpn=1, gbs=4, seq=1024, mbs=1)
+    one = plan(gpus=1, gpn=1, gbs=4, seq=1024, mbs=1, cuda_graphs=True)
     assert predict(model, one, _hw(0.1), cm).iteration_time_s == predict(model, one, _hw(0.0), cm).iteration_time_s
     for kw in (dict(tp=2), dict(pp=2), dict()):  # TP, PP, DP on 2 ranks
-        two = plan(gpus=2, gpn=2, gbs=4, seq=1024, mbs=1, **kw)
+        two = plan(gpus=2, gpn=2, gbs=4, seq=1024, mbs=1, cuda_graphs=True, **kw)
         base, with_skew = predict(model, two, _hw(0.0), cm), predict(model, two, _hw(0.1), cm)
         wait = with_skew.iteration_time_s - base.iteration_time_s
         rows = {r["operator"]: r for r in with_skew.breakdown}
@@ -92,7 +93,7 @@ def test_timeline_adds_excess_of_compute_on_multi_rank_plans_only():
         assert wait > 0.1 * max(f + b for f, b in base.stage_times_s) * 0.5
         assert rows["sync.rank_skew_wait"]["time_s"] == pytest.approx(wait, rel=0.15)  # breakdown rows are rescaled
     # more ranks than measured: scaled by E[max of n normals] and said in the warnings
-    four = plan(gpus=4, gpn=4, gbs=4, seq=1024, mbs=1, tp=4)
+    four = plan(gpus=4, gpn=4, gbs=4, seq=1024, mbs=1, cuda_graphs=True, tp=4)
     w2 = (predict(model, four, _hw(0.1, ranks=4), cm).iteration_time_s
           - predict(model, four, _hw(0.0), cm).iteration_time_s)
     p4 = predict(model, four, _hw(0.1, ranks=2), cm)

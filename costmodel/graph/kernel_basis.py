@@ -347,7 +347,9 @@ def host_layer_s() -> float:
     the same with torchtitan-style per-block torch.compile, 3.3-3.7 ms; ANALYSIS.md sec. 2). The per-kernel sum of
     :func:`host_dispatch_s` is a third of it: the autograd engine, module hooks and autocast casts add the rest. The
     measuring host is a 2.1 GHz Xeon VM (bare-metal hosts dispatch faster): judged on the other small-model sources
-    (shared/validation gh200_small_blackwell_runs.csv SMALL-*), not on the H100 runs it is fitted on."""
+    (shared/validation gh200_small_blackwell_runs.csv SMALL-*), not on the H100 runs it is fitted on. Megatron-Core's
+    layers (Transformer Engine modules) take the same floor, unmeasured here: judged by leave-one-source-out on the
+    published Megatron runs (MCORE-H100's GPT-1.7B at TP 1, MBS 1: +34 % too fast without it, +7 % with it)."""
     return float(fused_table().get("host_layer_s", {}).get("value", 0.0))
 
 

@@ -81,9 +81,9 @@ class Framework:
     ``F.cross_entropy(logits.float())`` (its measured eager / fused ratio)."""
     python_layers: bool = False
     """Whether each transformer layer runs as PyTorch modules under autograd (torchtitan, plain PyTorch FSDP / DDP
-    models): without CUDA graphs a layer then takes at least the CPU time measured per layer of such a stack
-    (costmodel.graph.kernel_basis.host_layer_s); False: the per-kernel estimate only (Megatron-Core / Transformer
-    Engine, not measured here)."""
+    models, Megatron-Core's TransformerLayer of Transformer Engine modules): without CUDA graphs a layer then takes
+    at least the CPU time measured per layer of such a stack (costmodel.graph.kernel_basis.host_layer_s); False: the
+    per-kernel estimate only (llm.c's C loop, DeepSpeed's own engine)."""
     compiled: bool = True
     """Whether the element-wise operators (norms, RoPE, the gated activation) run as fused kernels, as the cost
     model's element-wise measurements (Transformer Engine / Apex kernels, or torch.compile's generated ones)
@@ -110,7 +110,10 @@ register(Framework(
     "megatron", "Megatron-LM / Megatron-Core / NeMo (Transformer Engine)", "fused", True, "hierarchical",
     "Megatron-Core DistributedDataParallelConfig.overlap_grad_reduce (on in NeMo and Megatron-Core recipes); "
     "Transformer Engine DotProductAttention (cuDNN fused attention on Hopper); loss: "
-    "megatron/core/tensor_parallel/cross_entropy.py", vocab_parallel_loss=True))
+    "megatron/core/tensor_parallel/cross_entropy.py; layers as PyTorch modules, launch-bound without CUDA graphs "
+    "where GPU work per layer is small (Megatron Bridge docs, training/cuda-graphs: 'CUDA graphs mainly solve "
+    "launch-bound training steps ... smaller models ... benefit most'; TransformerEngine issue #2053: TE modules' "
+    "CPU overhead, Megatron's --enable-cuda-graph as the remedy)", vocab_parallel_loss=True, python_layers=True))
 register(Framework(
     "deepspeed", "DeepSpeed (ZeRO) or Megatron-DeepSpeed", "flash2", False, "flat",
     "DeepSpeed config docs, zero_optimization.overlap_comm: default false for stages 1-2; ZeRO-3's per-GPU "
