@@ -152,7 +152,8 @@ def test_search_keeps_llama3_405b_layout_at_its_real_batch():
         r = CliRunner().invoke(app, args + ["--zero", zero])
         assert r.exit_code == 0, r.output
         plans = json.loads(r.output[r.output.index("{"):])["plans"]
-        meta = [p for p in plans if (p["tp"], p["pp"], p["dp"], p["cp"], p["mbs"], p["gbs"]) == (8, 16, 128, 1, 1, 2048)]
+        layout = (8, 16, 128, 1, 1, 2048)  # TP, PP, DP, CP, MBS, GBS
+        meta = [p for p in plans if (p["tp"], p["pp"], p["dp"], p["cp"], p["mbs"], p["gbs"]) == layout]
         assert any(p["recompute"] == recompute for p in meta), (zero, [(p["recompute"], p["zero"]) for p in meta])
 
 
