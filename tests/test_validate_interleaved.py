@@ -44,10 +44,12 @@ def test_llama3_rows_interleave_where_the_chunks_fit_and_keep_1f1b_where_they_do
     # 16,384 GPUs: 16 micro-batches per DP group, two chunks of 4 layers per stage fit
     _, plan, _, _ = row_to_inputs(rows["LLAMA3-002"])
     assert (plan.vpp, plan.recompute) == (2, "selective")
+    # Llama 3 Sec. 3.3.2: the first and the last stage hold one transformer layer less (embedding, loss)
+    assert plan.layer_split == (7,) + (8,) * 14 + (7,)
     # 8,192 GPUs: 32 micro-batches keep 47 chunks in flight at VPP 2 (more than 80 GB); 1F1B fits, so the
     # schedule falls back before the recompute does (the recompute stays the assumed selective)
     _, plan, _, _ = row_to_inputs(rows["LLAMA3-001"])
-    assert (plan.vpp, plan.recompute) == (1, "selective")
+    assert (plan.vpp, plan.recompute, plan.layer_split) == (1, "selective", (7,) + (8,) * 14 + (7,))
     assert any("VPP=1 assumed (the run ran)" in a for a in rows["LLAMA3-001"].assumptions)
     # SC21 Table 1 rows ran interleaved without a stated VP; the 2022 paper's non-interleaved rows stay 1F1B
     assert row_to_inputs(rows["NARAY21-006"])[1].vpp == 3 and row_to_inputs(rows["NARAY21-008"])[1].vpp == 2

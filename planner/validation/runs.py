@@ -620,8 +620,12 @@ def _dense_layer_split(row: RunRow):
     """A dense row's split rule: Megatron's (:func:`_layer_split`), and for a Megatron-Core / NeMo row whose layers
     no such split holds (126 layers over PP 8 x VPP 8 in NeMo's Llama 3.1 405B tables), the embedding and the loss
     counted as layers, the split Megatron-Core builds with --account-for-embedding/loss-in-pipeline-split (126 + 2 =
-    128 over 64 virtual stages), as for MoE rows (:func:`_moe_layer_split`)."""
+    128 over 64 virtual stages), as for MoE rows (:func:`_moe_layer_split`). Another framework whose text says its
+    pipeline is interleaved counts the embedding and the loss as layers first: the Llama 3 paper (arXiv:2407.21783,
+    Sec. 3.3.2) takes one transformer layer each from the first and the last stage of its interleaved schedule."""
     fw = row.text["framework"].lower()
+    if "interleaved" in fw and not any(w in fw for w in ("megatron", "nemo", "torchtitan", "automodel")):
+        return _moe_layer_split
     if not any(w in fw for w in ("megatron", "nemo")) or "automodel" in fw:
         return _layer_split
 
