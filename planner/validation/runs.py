@@ -387,15 +387,34 @@ def _framework(text: str, notes: list[str], row_notes: str = "") -> str:
     return "megatron"
 
 
-def _torchtitan_interleaved_stages(row: RunRow, pp: int, notes: list[str]) -> int:
-    """Model chunks per PP rank of a torchtitan row with an interleaved schedule and none stated: 2, torchtitan's
-    default for multi-stage schedules without split points (pipelining_utils.py generate_split_points: "Multi-stage
-    schedules support more than 2 stages per rank, but this is the default if no pipeline split is specified");
-    else 1."""
-    if pp > 1 and "torchtitan" in row.text["framework"].lower() and "interleaved" in row.text["notes"].lower():
-        notes.append("interleaved schedule, stages per rank not stated: 2 (torchtitan's default without split points)")
-        return 2
-    return 1
+def _interleaved_stages(row: RunRow, L: int, pp: int, notes: list[str]) -> int:
+    """Model chunks per PP rank of a row whose schedule is interleaved but states no VP.
+
+    torchtitan (the notes say interleaved): 2, its default for multi-stage schedules without split points
+    (pipelining_utils.py generate_split_points: "Multi-stage schedules support more than 2 stages per rank, but this
+    is the default if no pipeline split is specified").
+    Any other framework whose text says interleaved: the fewest chunks an interleaved schedule has (Narayanan et al.
+    SC21, arXiv:2104.04473, Sec. 2.2.2: each device holds v >= 2 model chunks) that splits a stage's layers into
+    equal whole chunks (Megatron-LM: layers per stage divisible by layers per virtual stage), the stage's layers
+    being L / PP or, where PP does not divide L, (L + 2) / PP with the embedding and the loss counted as layers (the
+    Llama 3 paper, arXiv:2407.21783, Sec. 3.3.2: the first and the last stage hold one transformer layer less;
+    Megatron-Core --account-for-embedding/loss-in-pipeline-split); else 1."""
+    if pp <= 1:
+        return 1
+    if "torchtitan" in row.text["framework"].lower():
+        if "interleaved" in row.text["notes"].lower():
+            notes.append("interleaved schedule, stages per rank not stated: 2 (torchtitan's default without split "
+                         "points)")
+            return 2
+        return 1
+    if "interleaved" not in row.text["framework"].lower():
+        return 1
+    per_stage = L // pp if L % pp == 0 else (L + 2) // pp if (L + 2) % pp == 0 else 0
+    v = next((v for v in range(2, per_stage + 1) if per_stage % v == 0), 1)
+    if v > 1:
+        notes.append(f"interleaved schedule, chunks per stage not stated: VPP={v}, the fewest equal chunks of the "
+                     f"{per_stage} layers per stage (Narayanan et al. SC21 Sec. 2.2.2)")
+    return v
 
 
 def _attention(row: RunRow, notes: list[str]) -> str:
@@ -484,7 +503,7 @@ def row_to_inputs(row: RunRow) -> tuple[ModelSpec, ParallelPlan, str, int]:
         dp = n // (tp * pp * cp)
     if tp * pp * dp * cp != n:
         raise PlannerError(f"TP*PP*DP*CP = {tp}*{pp}*{dp}*{cp} = {tp * pp * dp * cp} != GPUs={n}")
-    vpp = row.get("vp") or _torchtitan_interleaved_stages(row, pp, notes)
+    vpp = row.get("vp") or _interleaved_stages(row, row.get("n_layers") or 0, pp, notes)
     mbs = row.get("mbs")
     no_accumulation = row.rule("no_gradient_accumulation")
     if not mbs and no_accumulation is not None and gbs % dp == 0:
@@ -526,7 +545,31 @@ def row_to_inputs(row: RunRow) -> tuple[ModelSpec, ParallelPlan, str, int]:
         plan = dataclasses.replace(plan, tp_comm_overlap=True)
     if moe:
         plan = _moe_plan(row, model, plan, notes)
+    plan = _fit_unstated_interleaving(row, model, plan, gpu_key, moe, notes)
     return model, _fit_unstated_recompute(row, model, plan, gpu_key, notes), gpu_key, gpn
+
+
+def _fit_unstated_interleaving(row: RunRow, model: ModelSpec, plan: ParallelPlan, gpu_key: str, moe: bool,
+                               notes: list[str]) -> ParallelPlan:
+    """The plan, without interleaving where the row states no VP, the assumed chunks (:func:`_interleaved_stages`)
+    do not fit in memory and the plain 1F1B schedule does: the run ran, and 1F1B holds the fewest micro-batches in
+    flight ([KORTHIKANTI] Sec. 4.2.3: interleaving multiplies stage 0's activations by 1 + (p - 1) / (p v)). Tried
+    before the recompute fallback (:func:`_fit_unstated_recompute`), which changes compute as well."""
+    if row.get("vp") or plan.vpp <= 1:
+        return plan
+    gpu = load_catalogue().gpu(gpu_key)
+    need = memory_per_gpu(model, plan, gpu)
+    if fits_in_memory(need, gpu):
+        return plan
+    split_notes: list[str] = []
+    split = _pipeline_split(row, model.num_layers, plan.pp, 1, moe, split_notes)
+    plain = dataclasses.replace(plan, **{"vpp": 1, "layer_split": None, "pipeline_layout": None, **split})
+    if not fits_in_memory(memory_per_gpu(model, plain, gpu), gpu):
+        return plan
+    notes.append(f"VPP={plan.vpp} needs {need.total / 2**30:.1f} GiB per GPU, more than {gpu.name}'s "
+                 f"{gpu.hbm_bytes / 2**30:.1f} GiB, and 1F1B fits: VPP=1 assumed (the run ran)")
+    notes.extend(split_notes)
+    return plain
 
 
 def _fit_unstated_recompute(row: RunRow, model: ModelSpec, plan: ParallelPlan, gpu_key: str,
@@ -577,8 +620,12 @@ def _dense_layer_split(row: RunRow):
     """A dense row's split rule: Megatron's (:func:`_layer_split`), and for a Megatron-Core / NeMo row whose layers
     no such split holds (126 layers over PP 8 x VPP 8 in NeMo's Llama 3.1 405B tables), the embedding and the loss
     counted as layers, the split Megatron-Core builds with --account-for-embedding/loss-in-pipeline-split (126 + 2 =
-    128 over 64 virtual stages), as for MoE rows (:func:`_moe_layer_split`)."""
+    128 over 64 virtual stages), as for MoE rows (:func:`_moe_layer_split`). Another framework whose text says its
+    pipeline is interleaved counts the embedding and the loss as layers first: the Llama 3 paper (arXiv:2407.21783,
+    Sec. 3.3.2) takes one transformer layer each from the first and the last stage of its interleaved schedule."""
     fw = row.text["framework"].lower()
+    if "interleaved" in fw and not any(w in fw for w in ("megatron", "nemo", "torchtitan", "automodel")):
+        return _moe_layer_split
     if not any(w in fw for w in ("megatron", "nemo")) or "automodel" in fw:
         return _layer_split
 
