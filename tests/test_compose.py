@@ -16,6 +16,7 @@ from costmodel.schedule.compose import (
     compose,
     compose_iteration_time,
     cost_operators,
+    dp_overlap_window,
     stage_times,
 )
 from costmodel.schedule.timeline import pipeline_time
@@ -200,6 +201,24 @@ def test_megatron_buckets_grow_with_data_parallelism_and_expose_the_reduction():
     graph, times, comp = _composed(m, wide, hw)
     t_grad = sum(times.time_s[o.key()] * o.count for o in graph.stages[0].iteration_ops if o.phase is Phase.DP_COMM)
     assert wide.overlap_grad_reduce and comp.tail.stages[0].grad_reduce_s == pytest.approx(t_grad)
+
+
+def test_interleaved_megatron_hides_the_dp_reduction_under_the_later_chunks(a100):
+    # Megatron's interleaved schedule reduces each model chunk's gradients after that chunk's last micro-batch
+    # (schedules.py grad_sync_func per chunk): the last micro-batch group of PP micro-batches per chunk hides all
+    # chunks but the last one's share; without interleaving one micro-batch's backward is the window
+    m = llama(layers=16, hidden=8192, heads=64, kv=8, ffn=28672)
+    flat = plan(gpus=64, gbs=64, seq=4096, tp=8, pp=4).validate(m)  # DP 2 across nodes
+    inter = dataclasses.replace(flat, vpp=4).validate(m)
+    assert dp_overlap_window(flat, 16, 1.0) == 1.0
+    assert dp_overlap_window(inter, 16, 1.0) == pytest.approx((1 + 3 * 4) / 4)
+    assert dp_overlap_window(inter, 2, 1.0) == pytest.approx((1 + 3 * 2) / 4)  # fewer micro-batches than PP
+    titan = dataclasses.replace(inter, framework="torchtitan")
+    assert dp_overlap_window(titan, 16, 1.0) == 1.0  # Megatron's schedule only
+    _, _, c_flat = _composed(m, flat, a100)
+    _, _, c_inter = _composed(m, inter, a100)
+    grad_flat, grad_inter = c_flat.tail.stages[0].grad_reduce_s, c_inter.tail.stages[0].grad_reduce_s
+    assert grad_flat > 0 and grad_inter < grad_flat
 
 
 def test_tp_comm_overlap_hides_tp_collectives_under_the_layer_compute(a100):

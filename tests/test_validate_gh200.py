@@ -153,9 +153,22 @@ def test_nemo_performance_fp8_runs_reduce_bf16_gradients(rows):
     assert V.row_to_inputs(rows["GH200-OELLMJS-001"])[1].main_grads_dtype != "bf16"
 
 
+def test_nemo_performance_fp8_runs_gather_fp8_parameters_except_under_fsdp(rows):
+    # NeMo 25.02 bf16_with_fp8_mixed: fp8_params = True; NeMo 25.04's fp8 plugins: fp8_param_gather = True,
+    # turned off with Megatron-FSDP (source rule fp8_param_gather; zero 3 keeps bf16 weights)
+    gather = {rid: V.row_to_inputs(rows[rid])[1].fp8_param_gather
+              for rid in ("BW-NEMO2502-006", "BW-NEMO2504-001", "BW-NEMO2504-003", "GH200-OELLMJS-001")}
+    assert gather == {"BW-NEMO2502-006": True, "BW-NEMO2504-001": True, "BW-NEMO2504-003": False,
+                      "GH200-OELLMJS-001": False}
+
+
 def test_nemo_performance_recipes_recompute_nothing(rows, shared_validation):
     # NeMo 25.02 performance recipes set no recompute (source rule recompute_none): unstated -> none
     assert V.row_to_inputs(rows["BW-NEMO2502-002"])[1].recompute == "none"
+    assert V.row_to_inputs(rows["BW-NEMO2504-002"])[1].recompute == "none"  # NeMo 25.04: recompute_layers 0
+    fsdp = rows["BW-NEMO2504-003"]  # Llama 3 70B, Megatron-FSDP, TP 1: none does not fit the memory model
+    assert V.row_to_inputs(fsdp)[1].recompute == "full"
+    assert any(a.startswith("recompute not stated: none needs") for a in fsdp.assumptions)
     moe = {r.id: r for r in V.load_runs(shared_validation / "moe_runs.csv")}
     assert V.row_to_inputs(moe["MOE-NEMO25-001"])[1].recompute == "none"
     published = {r.id: r for r in V.load_runs(shared_validation / "published_runs.csv")}

@@ -353,6 +353,27 @@ def bucket_fraction(plan: ParallelPlan, st: StageGraph) -> float:
     return min(1.0, plan.dp_bucket_mb * 1e6 / max(params * GRAD_REDUCE_BYTES, 1.0))
 
 
+def dp_overlap_window(plan: ParallelPlan, num_microbatches: int, per_microbatch_s: float) -> float:
+    """Seconds of a stage's compute that its DP gradient reduction (backward) or parameter gather (forward) can
+    hide under, given that stage's compute for one micro-batch (``per_microbatch_s``, all of its model chunks).
+
+    Without interleaving the gradients become ready during the last micro-batch's backward: one micro-batch.
+    Megatron's interleaved schedule (VPP > 1) launches each model chunk's gradient reduction after that chunk's
+    last micro-batch and, mirrored, each chunk's parameter gather a micro-batch group before its first
+    (NVIDIA/Megatron-LM megatron/core/pipeline_parallel/schedules.py @d98e8a64,
+    forward_backward_pipelining_with_interleaving: backward_step_helper_postprocess calls grad_sync_func[chunk]
+    when is_last_microbatch_for_model_chunk, forward_step_helper_preprocess calls param_sync_func[chunk + 1]).
+    The last micro-batch group runs the V chunks in turn, ``g = min(PP, micro-batches)`` micro-batches each
+    (microbatch_group_size_per_vp_stage defaults to PP), so chunk c's share hides under c * g chunk-micro-batches
+    plus its own last one: with equal shares per chunk, the queue of V reductions ends
+    ``max(share, total - window)`` after the compute, window = (1 + (V - 1) * g) * per_microbatch_s / V."""
+    v = plan.vpp
+    if v <= 1 or plan.framework != "megatron":
+        return per_microbatch_s
+    group = min(plan.pp, num_microbatches)
+    return (1 + (v - 1) * group) * per_microbatch_s / v
+
+
 def iteration_tail(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph, times: Times,
                    stages: StageTimes, pipe: PipelineResult,
                    calibration: Calibration | None = None) -> tuple[IterationTail, list[str]]:
@@ -378,12 +399,14 @@ def iteration_tail(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph,
         if plan.overlap_grad_reduce and overlaps and t_grad > 0:
             # reduced while the last micro-batch runs backward; at most overlap_eff of it hides there
             # (overlap_eff = 1: max(last_bucket, t_grad - bwd[i]), the uncalibrated form, exactly)
-            exp_grad = max(t_grad * bucket, t_grad - min(stages.bwd_s[i], overlap_eff * t_grad))
+            window = dp_overlap_window(plan, graph.num_microbatches, stages.bwd_s[i])
+            exp_grad = max(t_grad * bucket, t_grad - min(window, overlap_eff * t_grad))
         else:
             exp_grad = t_grad
         # the first bucket's gather is waited for before the first layer's forward (Megatron-Core
         # distributed optimizer, overlap_param_gather: one bucket gathered per forward pre-hook)
-        exp_ag = max(t_ag * bucket, t_ag - stages.fwd_s[i]) if plan.overlap_param_gather and overlaps else t_ag
+        exp_ag = (max(t_ag * bucket, t_ag - dp_overlap_window(plan, graph.num_microbatches, stages.fwd_s[i]))
+                  if plan.overlap_param_gather and overlaps else t_ag)
         host_opt, host_act = stage_offload_s(plan, hardware.gpu, graph, stages.fwd_s[i], stages.bwd_s[i], i)
         t_opt += host_opt
         # stage i ends its last backward before stage 0 does, by the backward of the stages before it

@@ -574,20 +574,25 @@ def _fit_unstated_interleaving(row: RunRow, model: ModelSpec, plan: ParallelPlan
 
 def _fit_unstated_recompute(row: RunRow, model: ModelSpec, plan: ParallelPlan, gpu_key: str,
                             notes: list[str]) -> ParallelPlan:
-    """The plan, with full recompute where the row states no recompute and the assumed selective recompute does
-    not fit in memory: the run ran, so it held its activations; full recompute is the lightest mode left that
-    holds fewer (the assumption is listed)."""
-    if row.text["recompute"].strip() or plan.recompute != "selective":
+    """The plan, with the next heavier recompute mode where the row states none and the assumed one (selective,
+    or none under the source rule recompute_none) does not fit in memory: the run ran, so it held its
+    activations; selective, then full recompute are the lightest modes left that hold fewer (the assumption is
+    listed)."""
+    if row.text["recompute"].strip() or plan.recompute not in ("none", "selective"):
         return plan
     gpu = load_catalogue().gpu(gpu_key)
     need = memory_per_gpu(model, plan, gpu)
     if fits_in_memory(need, gpu):
         return plan
-    full = dataclasses.replace(plan, recompute="full", recompute_modules=(), offload_modules=())
-    if fits_in_memory(memory_per_gpu(model, full, gpu), gpu):
-        notes.append(f"recompute not stated: selective needs {need.total / 2**30:.1f} GiB per GPU, more than "
-                     f"{gpu.name}'s {gpu.hbm_bytes / 2**30:.1f} GiB; full recompute assumed (the run ran)")
-        return full
+    heavier = [dataclasses.replace(plan, recompute="full", recompute_modules=(), offload_modules=())]
+    if plan.recompute == "none":
+        heavier.insert(0, dataclasses.replace(plan, recompute="selective"))
+    for cand in heavier:
+        if fits_in_memory(memory_per_gpu(model, cand, gpu), gpu):
+            notes.append(f"recompute not stated: {plan.recompute} needs {need.total / 2**30:.1f} GiB per GPU, more "
+                         f"than {gpu.name}'s {gpu.hbm_bytes / 2**30:.1f} GiB; {cand.recompute} recompute assumed "
+                         "(the run ran)")
+            return cand
     return plan
 
 
