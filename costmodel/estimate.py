@@ -95,8 +95,8 @@ ADJUSTMENTS: tuple[Adjustment, ...] = (
     Adjustment("calibration", _calibration_scales),
 )
 """The adjustments of the cost model's operator times, in the order they are applied (each module documents its
-own: :mod:`costmodel.cost.fp8_block`, :func:`costmodel.schedule.compose.corun_slowdown`,
-:mod:`costmodel.cost.framework_kernels`,
+own: :mod:`costmodel.cost.fp8_block`, :mod:`costmodel.cost.fp8_training`,
+:func:`costmodel.schedule.compose.corun_slowdown`, :mod:`costmodel.cost.framework_kernels`,
 :mod:`costmodel.cost.moe_kernels`, :class:`costmodel.core.calibration.Calibration`). The calibration comes last: an
 :class:`Estimate` keeps the times before it (``costed``), so another calibration is applied without costing the
 plan again (:meth:`Estimate.recalibrated`)."""
