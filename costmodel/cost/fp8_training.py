@@ -28,8 +28,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from costmodel.core.kinds import CostSource, Phase
+from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.plan import ParallelPlan
+from costmodel.cost.basis import donor_for, siblings
 from costmodel.cost.framework_kernels import hbm_times
 from costmodel.graph.build import OperatorGraph
 from costmodel.graph.opbuild import hbm_pass
@@ -55,9 +57,33 @@ def _role(op) -> str:
     return "fwd"
 
 
+def measured_on(hardware: Hardware) -> Hardware:
+    """The hardware whose GEMM measurements cost ``hardware``'s where it has no GEMM model of its own: the nearest
+    same-die sibling with one (GH200 from H100 SXM), else its measured donor (costmodel/cost/basis.py), else itself.
+    The dynamic quantisation inside those measurements ran at that GPU's HBM bandwidth."""
+    from costmodel.estimate import default_cost_model  # estimate imports this module
+
+    cm, name = default_cost_model(), "gemm.fwd"
+    if not hasattr(cm, "has_model") or cm.has_model(hardware.gpu.name, name):
+        return hardware
+    catalogue_gpu = load_catalogue().gpu
+    found = next((g for g in siblings(hardware.gpu, catalogue_gpu) if cm.has_model(g.name, name)), None)
+    if found is None:
+        donor = donor_for(hardware.gpu, catalogue_gpu)
+        found = donor[0] if donor is not None else None
+    return hardware if found is None else replace(hardware, gpu=found)
+
+
+def _seconds(hardware: Hardware, name: str, op, nbytes: float) -> float:
+    hbm = hbm_pass(f"fp8_quant.{name}.{op.name}", op.phase, nbytes, "bf16")
+    return hbm_times(hardware, [hbm])[hbm.key()]
+
+
 def _new_times(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph, times) -> dict[tuple, float]:
-    """{Op.key(): seconds} of the measured fp8 GEMMs on the training basis."""
+    """{Op.key(): seconds} of the measured fp8 GEMMs on the training basis: less the dynamic quantisation at the
+    measuring GPU's HBM bandwidth, plus TE's casts at this GPU's."""
     peak = hardware.gpu.peak_tflops.get(DTYPE, 0.0) * 1e12
+    source_hw = measured_on(hardware)
     out = {}
     for key, op in graph.distinct_operators().items():
         if op.kind != "gemm" or op.dtype != DTYPE or key not in times.time_s:
@@ -65,11 +91,10 @@ def _new_times(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph, tim
         if times.source.get(key) in (CostSource.ROOFLINE, CostSource.NONE):
             continue
         m, _, k = op.features[:3]
-        delta = (DYNAMIC_QUANT_BYTES - TE_CAST_BYTES[_role(op)]) * m * k
-        hbm = hbm_pass(f"fp8_quant.{op.name}", op.phase, delta, "bf16")
-        saved = hbm_times(hardware, [hbm])[hbm.key()]
+        dynamic = _seconds(source_hw, "dynamic", op, DYNAMIC_QUANT_BYTES * m * k)
+        te = _seconds(hardware, "te", op, TE_CAST_BYTES[_role(op)] * m * k) if TE_CAST_BYTES[_role(op)] else 0.0
         floor = op.flops / peak if peak > 0 else 0.0
-        out[key] = max(times.time_s[key] - saved, floor)
+        out[key] = max(times.time_s[key] - dynamic + te, floor)
     return out
 
 
