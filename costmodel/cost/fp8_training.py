@@ -26,6 +26,7 @@ Only ``fp8`` GEMMs whose time comes from a measured regressor change (``fp8-bloc
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import lru_cache
 
 from costmodel.core.kinds import CostSource, Phase
 from costmodel.core.specs.catalogue import load_catalogue
@@ -33,6 +34,7 @@ from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.plan import ParallelPlan
 from costmodel.cost.basis import donor_for, siblings
 from costmodel.cost.framework_kernels import hbm_times
+from costmodel.cost.measured import MeasuredCostModel
 from costmodel.graph.build import OperatorGraph
 from costmodel.graph.opbuild import hbm_pass
 
@@ -57,14 +59,18 @@ def _role(op) -> str:
     return "fwd"
 
 
+@lru_cache(maxsize=1)
+def _shipped_models() -> MeasuredCostModel:
+    """The measured regressors (shipped, or $PLANNER_MODELS_DIR's): which GPUs have a GEMM model of their own."""
+    return MeasuredCostModel()
+
+
 def measured_on(hardware: Hardware) -> Hardware:
     """The hardware whose GEMM measurements cost ``hardware``'s where it has no GEMM model of its own: the nearest
     same-die sibling with one (GH200 from H100 SXM), else its measured donor (costmodel/cost/basis.py), else itself.
     The dynamic quantisation inside those measurements ran at that GPU's HBM bandwidth."""
-    from costmodel.estimate import default_cost_model  # estimate imports this module
-
-    cm, name = default_cost_model(), "gemm.fwd"
-    if not hasattr(cm, "has_model") or cm.has_model(hardware.gpu.name, name):
+    cm, name = _shipped_models(), "gemm.fwd"
+    if cm.has_model(hardware.gpu.name, name):
         return hardware
     catalogue_gpu = load_catalogue().gpu
     found = next((g for g in siblings(hardware.gpu, catalogue_gpu) if cm.has_model(g.name, name)), None)
