@@ -29,7 +29,7 @@ from costmodel.core.calibration import Calibration
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
-from costmodel.cost import fp8_block, moe_kernels
+from costmodel.cost import fp8_block, fp8_training, moe_kernels
 from costmodel.cost.base import OperatorCostModel
 from costmodel.cost.measured import MeasuredCostModel
 from costmodel.cost.roofline import RooflineCostModel
@@ -87,14 +87,16 @@ ADJUSTMENTS: tuple[Adjustment, ...] = (
     # fp8-block GEMMs are costed as fp8 (fp8_block.cost_model_for), then scaled by the measured block / per-tensor
     # latency ratio
     Adjustment("block-scaled FP8", lambda c, t: fp8_block.apply(c.plan, c.hardware, c.graph, t)),
+    # per-tensor fp8 GEMMs: the measured inference latency less its dynamic quantisation, plus TE's casts
+    Adjustment("FP8 training basis", lambda c, t: fp8_training.apply(c.plan, c.hardware, c.graph, t)),
     Adjustment("co-run slowdown", lambda c, t: corun_slowdown(c.plan, c.hardware, t)),
     Adjustment("framework kernels", lambda c, t: framework_kernels(c.plan, c.hardware, c.graph, t)),
     Adjustment("grouped expert GEMMs", lambda c, t: moe_kernels.apply(c.plan, c.hardware, c.graph, t)),
     Adjustment("calibration", _calibration_scales),
 )
 """The adjustments of the cost model's operator times, in the order they are applied (each module documents its
-own: :mod:`costmodel.cost.fp8_block`, :func:`costmodel.schedule.compose.corun_slowdown`,
-:mod:`costmodel.cost.framework_kernels`,
+own: :mod:`costmodel.cost.fp8_block`, :mod:`costmodel.cost.fp8_training`,
+:func:`costmodel.schedule.compose.corun_slowdown`, :mod:`costmodel.cost.framework_kernels`,
 :mod:`costmodel.cost.moe_kernels`, :class:`costmodel.core.calibration.Calibration`). The calibration comes last: an
 :class:`Estimate` keeps the times before it (``costed``), so another calibration is applied without costing the
 plan again (:meth:`Estimate.recalibrated`)."""

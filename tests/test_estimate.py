@@ -17,7 +17,7 @@ from tests.helpers import llama, plan, python_sources
 STEPS = {"build_graph", "cost_operators", "corun_slowdown", "framework_kernels", "balanced_layer_split", "compose",
          "compose_iteration_time", "stage_times", "iteration_tail"}
 """The functions that cost a plan: its graph, its operator times and their adjustments, its composition."""
-ADJUSTING_MODULES = {"fp8_block", "moe_kernels"}
+ADJUSTING_MODULES = {"fp8_block", "fp8_training", "moe_kernels"}
 """Modules whose ``apply`` adjusts a plan's operator times."""
 OWN = {"costmodel/estimate.py": STEPS | {f"{m}.apply" for m in ADJUSTING_MODULES},
        "costmodel/schedule/compose.py": {"stage_times", "iteration_tail"}}
@@ -46,7 +46,8 @@ def test_only_estimate_assembles_the_costing_steps():
     bad = [f"{path}:{line} calls {name}" for path, found in calls.items() for name, line in found
            if name not in OWN.get(path, set())]
     assert not bad, "cost plans through costmodel.estimate.estimate: " + "; ".join(bad)
-    assert {"build_graph", "cost_operators", "compose", "fp8_block.apply", "moe_kernels.apply"} <= \
+    assert {"build_graph", "cost_operators", "compose", "fp8_block.apply", "fp8_training.apply",
+            "moe_kernels.apply"} <= \
         {name for name, _ in calls["costmodel/estimate.py"]}
 
 
@@ -57,7 +58,8 @@ def test_the_scanner_sees_a_hand_assembled_costing():
 
 
 def test_adjustments_are_one_named_list_in_order_calibration_last():
-    assert [a.name for a in E.ADJUSTMENTS] == ["block-scaled FP8", "co-run slowdown", "framework kernels",
+    assert [a.name for a in E.ADJUSTMENTS] == ["block-scaled FP8", "FP8 training basis", "co-run slowdown",
+                                               "framework kernels",
                                                "grouped expert GEMMs", "calibration"]
 
 

@@ -246,6 +246,10 @@ class MeasuredCostModel(SameDieSiblings, OperatorCostModel):
     def has_models(self, gpu: str) -> bool:
         return bool(self._models(gpu).names)
 
+    def has_model(self, gpu: str, name: str) -> bool:
+        """``gpu`` has a fitted model ``name`` of its own (e.g. ``gemm.fwd``), not borrowed from a sibling."""
+        return name in self._models(gpu).names
+
     # -- predict -----------------------------------------------------------------------------
     def predict(self, ops: Sequence[Op], hardware: Hardware) -> CostResult:
         res = self._predict_basis(ops, hardware)
