@@ -239,3 +239,23 @@ def test_tp_comm_overlap_hides_tp_collectives_under_the_layer_compute(a100):
     no_sp = dataclasses.replace(over, sequence_parallel=False)  # userbuffers need sequence parallelism
     assert build_graph(m, no_sp).stages[0].layer_overlap_ops == build_graph(m, dataclasses.replace(
         base, sequence_parallel=False)).stages[0].layer_overlap_ops
+
+
+def test_cp_ring_hides_only_under_the_attention_kernels(a100):
+    # ring attention sends the next KV chunk while the current chunk's attention kernel runs, inside the attention
+    # call: the ring's time beyond the attention kernels is exposed even where the layer's GEMMs would cover it
+    from costmodel.schedule.compose import ATTENTION_KINDS, layer_and_stage_times
+
+    m = llama(layers=4, hidden=4096, heads=32, kv=8, ffn=14336)
+    p = plan(gpus=8, gpn=4, gbs=4, seq=8192, cp=8, recompute="none", zero=0).validate(m)  # the ring crosses nodes
+    graph = build_graph(m, p)
+    times = cost_operators(graph, a100, ROOF).time_s
+    st = graph.stages[0]
+    ring = [o for o in st.layer_overlap_ops if o.category is Category.CP_COMM]
+    ring_f = sum(times[o.key()] * o.count for o in ring if o.phase is Phase.FWD)
+    attn_f = sum(times[o.key()] * o.count for o in st.layer_ops if o.kind in ATTENTION_KINDS and o.phase is Phase.FWD)
+    layer_f = sum(times[o.key()] * o.count for o in st.layer_ops if o.phase is Phase.FWD)
+    assert attn_f < ring_f < layer_f  # the case that tells the two windows apart
+    lt = layer_and_stage_times(st, times, True)
+    assert lt.exposed_fwd_s == pytest.approx(ring_f - attn_f)
+    assert layer_and_stage_times(st, times, False).exposed_fwd_s == pytest.approx(ring_f)  # no overlap at all

@@ -219,6 +219,26 @@ class LayerStageTimes(NamedTuple):
     """Their backward."""
 
 
+ATTENTION_KINDS = ("attention_fwd", "attention_bwd")
+
+
+def _exposed_overlap(st: StageGraph, times: Times, layer: tuple[float, float],
+                     overlap: tuple[float, float]) -> tuple[float, float]:
+    """(forward, backward) seconds of a layer's overlapped communication its compute leaves exposed. Ring attention
+    (Megatron-Core / Transformer Engine context parallelism, ``AttnFuncWithCPAndKVP2P``) sends the next KV chunk
+    while the attention kernel of the current one runs, inside the attention call: the QKV and output projections
+    and the MLP run before or after it, so the ring hides only under the attention kernels (forward; backward with
+    their recomputation). The other overlapped kinds hide under the rest of the layer's compute: all of it less the
+    attention time the ring occupies (with no ring: the whole layer, as with no CP)."""
+    cp_ops = [o for o in st.layer_overlap_ops if o.category is Category.CP_COMM]
+    if not cp_ops:
+        return max(0.0, overlap[0] - layer[0]), max(0.0, overlap[1] - layer[1])
+    cf, cb = _fwd_bwd_time(cp_ops, times, _BWD)
+    af, ab = _fwd_bwd_time([o for o in st.layer_ops if o.kind in ATTENTION_KINDS], times, _BWD_RECOMPUTE)
+    return (max(0.0, cf - af) + max(0.0, overlap[0] - cf - (layer[0] - min(cf, af))),
+            max(0.0, cb - ab) + max(0.0, overlap[1] - cb - (layer[1] - min(cb, ab))))
+
+
 def layer_and_stage_times(st: StageGraph, times: Times, overlaps: bool) -> LayerStageTimes:
     """A layer's compute plus its exposed overlapped communication, and the stage's once-per-micro-batch ops,
     in seconds of one micro-batch."""
@@ -226,9 +246,10 @@ def layer_and_stage_times(st: StageGraph, times: Times, overlaps: bool) -> Layer
     hf, hb, hsf, hsb = st.host_s  # no faster than the CPU issues the kernels (costmodel.graph.kernel_basis)
     lf, lb = max(lf, hf), max(lb, hb)
     of, ob = _fwd_bwd_time(st.layer_overlap_ops, times, _BWD)
-    # overlapped comm (CP KV ring, ZeRO-3 prefetch) is exposed only beyond the layer's compute
-    # (all of it where communication shares the compute cores)
-    ef, eb = (max(0.0, of - lf), max(0.0, ob - lb)) if overlaps else (of, ob)
+    # overlapped comm is exposed only beyond the compute it runs beside (all of it where communication shares the
+    # compute cores): the CP KV ring beside the attention kernels only, the rest (ZeRO-3 prefetch, TP and EP
+    # overlap) beside the layer's compute
+    ef, eb = _exposed_overlap(st, times, (lf, lb), (of, ob)) if overlaps else (of, ob)
     sf, sb = _fwd_bwd_time(st.stage_ops, times, _BWD_RECOMPUTE)
     return LayerStageTimes(lf + ef, lb + eb, ef, eb, max(sf, hsf), max(sb, hsb))
 
