@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from functools import lru_cache
 
 from costmodel.core.calibration import Calibration
 from costmodel.core.specs.hardware import Hardware
@@ -31,8 +30,7 @@ from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
 from costmodel.cost import fp8_block, fp8_training, moe_kernels
 from costmodel.cost.base import OperatorCostModel
-from costmodel.cost.measured import MeasuredCostModel
-from costmodel.cost.roofline import RooflineCostModel
+from costmodel.cost.measured import default_cost_model
 from costmodel.graph.block_variants import model_warnings
 from costmodel.graph.build import OperatorGraph, build_graph, domain_warnings
 from costmodel.schedule.compose import (
@@ -51,12 +49,6 @@ from costmodel.schedule.layer_split import balanced_layer_split, split_fits
 MODES = ("full", "time")
 """full: everything :class:`Estimate` holds; time: iteration time and metrics only, for an already checked plan (the
 search's fast path)."""
-
-
-@lru_cache(maxsize=1)
-def default_cost_model() -> OperatorCostModel:
-    """The cost model used when none is given: the measured regressors, roofline where none exists."""
-    return MeasuredCostModel(fallback=RooflineCostModel())
 
 
 # ------------------------------------------------------------------------------------------ adjustments

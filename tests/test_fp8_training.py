@@ -81,3 +81,21 @@ def test_a_borrowed_gemm_loses_the_quantisation_at_the_measuring_gpus_bandwidth(
     a, b = (estimate(model, plan, hw) for hw in (gh, h100))
     for key, op in _gemms(a).items():
         assert a.costed.time_s[key] <= b.costed.time_s[key] * (1 + 1e-9), op.name
+
+
+def test_the_measured_gpu_lookup_reads_the_models_folder_predictions_read(monkeypatch):
+    """measured_on asks the one default cost model (the instance planner.models_dir clears when --models changes
+    the folder), not a copy of its own that would keep answering from the folder it was first built on."""
+    import costmodel.cost.measured as M
+
+    assert default_cost_model is M.default_cost_model
+    asked = []
+
+    class Probe:
+        def has_model(self, gpu, name):
+            asked.append((gpu, name))
+            return True
+
+    monkeypatch.setattr(FT, "default_cost_model", lambda: Probe())
+    hw = load_catalogue().resolve("gh200", None, None)
+    assert FT.measured_on(hw) is hw and asked == [("gh200", "gemm.fwd")]

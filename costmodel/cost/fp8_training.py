@@ -26,7 +26,6 @@ Only ``fp8`` GEMMs whose time comes from a measured regressor change (``fp8-bloc
 from __future__ import annotations
 
 from dataclasses import replace
-from functools import lru_cache
 
 from costmodel.core.kinds import CostSource, Phase
 from costmodel.core.specs.catalogue import load_catalogue
@@ -34,7 +33,7 @@ from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.plan import ParallelPlan
 from costmodel.cost.basis import donor_for, siblings
 from costmodel.cost.framework_kernels import hbm_times
-from costmodel.cost.measured import MeasuredCostModel
+from costmodel.cost.measured import default_cost_model
 from costmodel.graph.build import OperatorGraph
 from costmodel.graph.opbuild import hbm_pass
 
@@ -59,17 +58,11 @@ def _role(op) -> str:
     return "fwd"
 
 
-@lru_cache(maxsize=1)
-def _shipped_models() -> MeasuredCostModel:
-    """The measured regressors (shipped, or $PLANNER_MODELS_DIR's): which GPUs have a GEMM model of their own."""
-    return MeasuredCostModel()
-
-
 def measured_on(hardware: Hardware) -> Hardware:
     """The hardware whose GEMM measurements cost ``hardware``'s where it has no GEMM model of its own: the nearest
     same-die sibling with one (GH200 from H100 SXM), else its measured donor (costmodel/cost/basis.py), else itself.
     The dynamic quantisation inside those measurements ran at that GPU's HBM bandwidth."""
-    cm, name = _shipped_models(), "gemm.fwd"
+    cm, name = default_cost_model(), "gemm.fwd"
     if cm.has_model(hardware.gpu.name, name):
         return hardware
     catalogue_gpu = load_catalogue().gpu
@@ -112,13 +105,7 @@ def apply(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph, times):
     new = _new_times(plan, hardware, graph, times)
     if not new:
         return times
-    base = times.time_s
-
-    def scale(t: dict) -> dict:
-        return {**t, **{k: nv * t[k] / base[k] if base[k] > 0 else nv for k, nv in new.items() if k in t}}
-
     note = ("fp8 GEMMs: measured inference latencies less TensorRT-LLM's dynamic amax + cast of the input (5 B per "
             "element) plus Transformer Engine's cast_transpose (4 B per element in forward and dgrad, none in wgrad), "
             "at the achieved HBM bandwidth (costmodel/cost/fp8_training.py)")
-    scaled = times.scaled(scale)
-    return replace(scaled, warnings=times.warnings + (note,))
+    return replace(times.replaced(new), warnings=times.warnings + (note,))

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
 
@@ -538,3 +539,10 @@ class MeasuredCostModel(SameDieSiblings, OperatorCostModel):
             source[i] = CostSource.NONE if silent else CostSource.DERIVED if fused else CostSource.ROOFLINE
             warns.update(dict.fromkeys(w))
             cache[op.key()] = (t[i], lo[i], hi[i], method[i], source[i], w)
+
+
+@lru_cache(maxsize=1)
+def default_cost_model() -> MeasuredCostModel:
+    """The cost model used when none is given: the measured regressors, roofline where none exists (one instance per
+    process; ``default_cost_model.cache_clear()`` after the models folder changes, planner.models_dir)."""
+    return MeasuredCostModel(fallback=RooflineCostModel())

@@ -84,6 +84,16 @@ class OperatorTimes:
         return OperatorTimes(scale(self.time_s), None if self.low_s is None else scale(self.low_s),
                              None if self.high_s is None else scale(self.high_s), self.source, self.warnings)
 
+    def replaced(self, new: Mapping[tuple, float]) -> OperatorTimes:
+        """The same operators with the point times of ``new``'s keys replaced by its seconds, each interval end
+        keeping its ratio to the point time it had (an operator whose time was 0 takes the new time at both ends)."""
+        base = self.time_s
+
+        def scale(t: dict) -> dict:
+            return {**t, **{k: nv * t[k] / base[k] if base[k] > 0 else nv for k, nv in new.items() if k in t}}
+
+        return self.scaled(scale)
+
     @property
     def has_interval(self) -> bool:
         """True when an interval exists and differs from the point times somewhere."""
@@ -157,11 +167,7 @@ def framework_kernels(plan: ParallelPlan, hardware: Hardware, graph: OperatorGra
     if not new and not warnings:
         return times
 
-    def scale(t: dict) -> dict:  # only the replaced operators change
-        base = times.time_s
-        return {**t, **{k: nv * t[k] / base[k] if base[k] > 0 else nv for k, nv in new.items() if k in t}}
-
-    scaled = times.scaled(scale)
+    scaled = times.replaced(new)
     source = {**times.source, **{k: CostSource.ROOFLINE if k in roofline else CostSource.MEASURED
                                  for k in new if k in times.source}}
     return OperatorTimes(scaled.time_s, scaled.low_s, scaled.high_s, source, times.warnings + tuple(warnings))
