@@ -72,7 +72,7 @@ class Adjustment:
 
 
 def _calibration_scales(c: Costing, times: OperatorTimes) -> OperatorTimes:
-    return times if c.calibration is None else times.scaled(c.calibration.scaler(c.plan))
+    return times if c.calibration is None else times.scaled(c.calibration.scaler(c.plan, c.hardware))
 
 
 ADJUSTMENTS: tuple[Adjustment, ...] = (
@@ -111,9 +111,10 @@ def _calibrated(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph, co
     return _CALIBRATION.apply(Costing(plan, hardware, graph, calibration), costed)
 
 
-def _calibrated_point(plan: ParallelPlan, costed: OperatorTimes, calibration: Calibration | None) -> dict:
+def _calibrated_point(plan: ParallelPlan, hardware: Hardware, costed: OperatorTimes,
+                      calibration: Calibration | None) -> dict:
     """The last adjustment on the point times alone (what the layer-split choice and mode time compose)."""
-    return calibration.scaler(plan)(costed.time_s) if calibration is not None else costed.time_s
+    return calibration.scaler(plan, hardware)(costed.time_s) if calibration is not None else costed.time_s
 
 
 def _split_and_cost(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, cost_model: OperatorCostModel,
@@ -122,8 +123,8 @@ def _split_and_cost(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, co
     graph = build_graph(model, plan)
     costed = _costed(plan, hardware, graph, cost_model)
     if plan.needs_layer_split(model.num_layers):
-        split = balanced_layer_split(graph, _calibrated_point(plan, costed, calibration), hardware, model.num_layers,
-                                     fits=split_fits(model, plan, hardware))
+        point = _calibrated_point(plan, hardware, costed, calibration)
+        split = balanced_layer_split(graph, point, hardware, model.num_layers, fits=split_fits(model, plan, hardware))
         plan = replace(plan, layer_split=split)
         if split != tuple(st.layers for st in graph.stages):
             graph = build_graph(model, plan)
@@ -203,7 +204,7 @@ def _composed(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, graph: O
     """Step 5 for already costed operator times."""
     calibration, skipped = _applicable(calibration, hardware)
     if mode == "time":  # point times only: the interval ends are not composed here
-        times = OperatorTimes(_calibrated_point(plan, costed, calibration))
+        times = OperatorTimes(_calibrated_point(plan, hardware, costed, calibration))
         t = compose_iteration_time(plan, hardware, graph, times.time_s, calibration)
         return Estimate(model, plan, hardware, graph, cost_model, costed, calibration, times, t,
                         metrics(model, plan, hardware, t), None)

@@ -82,10 +82,27 @@ CONSTANTS: dict[str, ConstantSpec] = {
                                         "multiplies compute-operator times of plans run by a stack outside "
                                         "Megatron-Core / Transformer Engine (framework fsdp, torchtitan or llmc), "
                                         "on top of compute_scale"),
+    "compute_scale_gh200": ConstantSpec(1.0, 0.05, 20.0, "",
+                                        "multiplies compute-operator times of plans on the 96 GB GH200 superchip "
+                                        "(GPU gh200), on top of compute_scale: the rate its deployed systems sustain "
+                                        "(CPU and GPU share one module power budget, 680 W on JUPITER's Booster "
+                                        "SKU) against the kernel data, taken on other parts or at burst clocks"),
+    "compute_scale_blackwell": ConstantSpec(1.0, 0.05, 20.0, "",
+                                            "multiplies compute-operator times of plans on Blackwell GPUs (b200, "
+                                            "gb200, b300, gb300), on top of compute_scale: the rate they sustain "
+                                            "in training against their kernel data, CUDA-graph bursts whose large "
+                                            "GEMMs already lose rate with kernel duration"),
 }
 TORCH_NATIVE = ("fsdp", "torchtitan", "torchtitan-eager", "llmc")
 """Frameworks whose plans compute_scale_torch applies to (costmodel.core.specs.framework): the stacks whose kernels
 are not Megatron-Core / Transformer Engine's, i.e. the PyTorch-native ones and llm.c's hand-written CUDA kernels."""
+GPU_SCOPED: dict[str, tuple[str, ...]] = {
+    # the catalogue's 96 GB GH200, whose power figure is the whole superchip's (search_spaces/hardware/gpus.toml:
+    # 680 W, JSC JUPITER configuration page); the 900 W HBM3e part (gh200-144gb) has no measured runs here
+    "compute_scale_gh200": ("gh200",),
+    "compute_scale_blackwell": ("b200", "gb200", "b300", "gb300"),
+}
+"""GPU-scoped constants -> the catalogue GPU keys whose plans they scale (on top of compute_scale)."""
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 
@@ -143,25 +160,42 @@ class Calibration:
     def iteration_overhead_s(self) -> float:
         return self.value("iteration_overhead_s")
 
-    def scale_times(self, times: dict, framework: str = "megatron") -> dict:
-        """Operator times keyed by ``Op.key()`` (kind first) of a plan run by ``framework`` -> scaled copy (the
-        same dict when every scale is 1)."""
+    def scale_times(self, times: dict, framework: str = "megatron", gpu: str = "") -> dict:
+        """Operator times keyed by ``Op.key()`` (kind first) of a plan run by ``framework`` on ``gpu`` (catalogue
+        key) -> scaled copy (the same dict when every scale is 1)."""
         cs, ms = self.compute_scale, self.comm_scale
         if framework in TORCH_NATIVE:
             cs *= self.value("compute_scale_torch")
+        for name, gpus in GPU_SCOPED.items():
+            if gpu in gpus:
+                cs *= self.value(name)
         if cs == 1.0 and ms == 1.0:
             return times
         return {k: v * (ms if k[0] in COLLECTIVE_KINDS else cs) for k, v in times.items()}
+
+    def gpu_scale_note(self, gpu: str) -> str | None:
+        """What a GPU-scoped constant of this calibration does to plans on ``gpu`` (catalogue key), with the runs it
+        rests on; None when none applies or it is 1."""
+        for name, gpus in GPU_SCOPED.items():
+            value = self.value(name)
+            if gpu in gpus and value != 1.0:
+                support = (self.provenance.get("constant_support") or {}).get(name) or {}
+                rests = (f", fitted on {support['rows']} measured runs of {', '.join(support['sources'])}"
+                         if support.get("rows") else "")
+                return (f"calibration {self.name!r} runs compute on {gpu} {value:.3g}x the time of the kernel data "
+                        f"({name}{rests}; {CONSTANTS[name].doc})")
+        return None
 
     def applies_to(self, hardware) -> bool:
         """False for the shipped default calibration on the CPU device: it was fitted on published GPU runs
         (a calibration a user fits on CPU runs applies there)."""
         return not (self.name == DEFAULT_NAME and getattr(hardware.gpu, "name", "") == CPU_GPU_KEY)
 
-    def scaler(self, plan) -> Callable[[dict], dict]:
-        """:meth:`scale_times` for ``plan``'s framework."""
+    def scaler(self, plan, hardware=None) -> Callable[[dict], dict]:
+        """:meth:`scale_times` for ``plan``'s framework on ``hardware``'s GPU."""
         framework = getattr(plan, "framework", "megatron")
-        return lambda times: self.scale_times(times, framework)
+        gpu = getattr(getattr(hardware, "gpu", None), "name", "")
+        return lambda times: self.scale_times(times, framework, gpu)
 
     def warnings_for(self, cost_model_name: str) -> list[str]:
         """A warning when applied on top of a different cost model than it was fitted on."""

@@ -128,6 +128,10 @@ def prediction(est: Estimate, warnings: Sequence[str] | None = None) -> Predicti
             pred.warnings.append(f"no 80 % interval for mixture-of-experts plans: calibration {cal.name!r} "
                                  "has bands of dense runs only (scripts/fit_default_calibration.py adds one from "
                                  "shared/validation/moe_runs.csv)")
+    scope_note = getattr(cal, "gpu_scale_note", None)
+    note = scope_note(est.hardware.gpu.name) if scope_note is not None else None
+    if note:
+        pred.warnings.append(note)
     spread = est.spread() if found is None else None
     if found is not None and cal is not None:
         # 80 % interval: percentiles of held-out log(predicted / measured) of published runs of sources the

@@ -85,7 +85,8 @@ def test_recovers_known_constants(fitted, synthetic_runs, roofline):
     assert path.name == "syn.json" and cal.fitted_on[0]["sha256"] == C.file_sha256(synthetic_runs)
     assert len(cal.fitted_on[0]["run_ids"]) == len(SHAPES) * len(LAYOUTS)
     assert cal.cost_model == roofline.name and cal.planner_version and cal.created_utc
-    assert cal.warnings == ["compute_scale_torch has no effect on these runs at the fitted point: kept at 1"]
+    assert cal.warnings == [f"{name} has no effect on these runs at the fitted point: kept at 1"
+                            for name in ("compute_scale_torch", *C.GPU_SCOPED)]  # roofline-costed synthetic runs
 
 
 def test_cross_validation_reports_held_out_error(fitted):

@@ -175,10 +175,16 @@ def test_shipped_default_calibration_has_provenance():
     cal = C.load_calibration(path)
     assert cal.name == "default" and set(cal.constants) <= set(C.CONSTANTS)
     prov = cal.provenance
-    assert {"note", "command", "runs_file", "runs_sha256", "constant_support", "leave_one_source_out"} <= set(prov)
+    assert {"note", "command", "runs_files", "constant_support", "leave_one_source_out"} <= set(prov)
     assert "regenerated" in prov["note"]
     assert set(prov["constant_support"]) == set(cal.constants)
     assert cal.fitted_on[0]["run_ids"] and cal.cv["scheme"] == "source"
+    # fitted on both dense run files, each named with its SHA-256; the GH200 factor rests on GH200 sources only
+    assert [f["file"] for f in prov["runs_files"]] == [f"../shared/validation/{n}" for n in
+                                                       ("published_runs.csv", "gh200_small_blackwell_runs.csv")]
+    assert all(len(f["sha256"]) == 64 for f in prov["runs_files"])
+    gh = prov["constant_support"]["compute_scale_gh200"]
+    assert gh["rows"] > 0 and gh["sources"] and all(s.startswith("GH200-") for s in gh["sources"])
     assert cal.intervals["groups"]["pooled"]["n"] >= I.MIN_GROUP_RUNS
     # the band of mixture-of-experts plans: residuals of moe_runs.csv under this (dense-fitted) calibration, with
     # the coverage each MoE source got from the other MoE sources' residuals alone

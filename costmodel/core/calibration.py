@@ -35,8 +35,9 @@ class Calibration(Protocol):
         """Fixed seconds added to every iteration (<= 0: none)."""
         ...
 
-    def scaler(self, plan: ParallelPlan) -> Callable[[dict], dict]:
-        """The scaling of operator times (keyed by Op.key()) for ``plan`` (its framework may matter)."""
+    def scaler(self, plan: ParallelPlan, hardware: Hardware) -> Callable[[dict], dict]:
+        """The scaling of operator times (keyed by Op.key()) for ``plan`` on ``hardware`` (its framework and GPU may
+        matter)."""
         ...
 
     def applies_to(self, hardware: Hardware) -> bool:

@@ -118,7 +118,7 @@ def compare_table(m, rows, tokens) -> None:
             t.add_row(*[escape(c) for c in _compare_cells(r, tokens, wide)])
     con = console()
     print_table(con, t, COMPARE_DROP)
-    for line in hardware_lines([r.hardware for r in rows]):
+    for line in hardware_lines([r.hardware for r in rows], _calibration(rows)):
         con.print(escape(line))
     for note in compare_notes(rows):
         con.print(("" if note.startswith("warning") else "note: ") + escape(note))
@@ -142,9 +142,15 @@ def compare_notes(rows) -> list[str]:
 
 
 
-def hardware_lines(hardwares) -> list[str]:
+def _calibration(rows):
+    """The calibration the compared rows were predicted with (None: uncalibrated or not known)."""
+    return next((c for r in rows if (c := getattr(r.result.problem, "calibration", None)) is not None), None)
+
+
+def hardware_lines(hardwares, calibration=None) -> list[str]:
     """One line per GPU on its node type with the datasheet and node figures a comparison turns on, then, for GPUs of
-    one die, what differs between them (costmodel.cost.basis): why their predictions differ."""
+    one die, what differs between them (costmodel.cost.basis): why their predictions differ, including a GPU-scoped
+    constant of ``calibration`` (planner.calibrate.GPU_SCOPED)."""
     # deferred: the cost-model basis module loads only where a comparison prints
     from costmodel.cost.basis import die_of
 
@@ -158,11 +164,16 @@ def hardware_lines(hardwares) -> list[str]:
         for b in hardwares[i + 1:]:
             die = die_of(a.gpu.name)
             if die is not None and die == die_of(b.gpu.name):
-                out.append(f"{a.gpu.name} and {b.gpu.name}: the same {die} die and clocks; they differ in HBM "
+                out.append(f"{a.gpu.name} and {b.gpu.name}: the same {die} die; they differ in HBM "
                            f"({a.gpu.hbm_bw_gbs:,.0f} vs {b.gpu.hbm_bw_gbs:,.0f} GB/s, {a.gpu.hbm_gb:g} vs "
                            f"{b.gpu.hbm_gb:g} GB) and node type ({a.cluster.name} vs {b.cluster.name}: network "
                            f"{a.cluster.inter_node_bw_gbs:g} vs {b.cluster.inter_node_bw_gbs:g} GB/s per GPU, "
                            f"NVLink domains of {a.nvlink_domain} vs {b.nvlink_domain})")
+    scope_note = getattr(calibration, "gpu_scale_note", None)
+    for gpu in dict.fromkeys(hw.gpu.name for hw in hardwares):
+        note = scope_note(gpu) if scope_note is not None else None
+        if note:
+            out.append(note)
     return out
 
 
