@@ -138,8 +138,8 @@ def moe_section(tiers: list[str] | None, cv: str, calibration: str | None, moe: 
                 heading: tuple[str, str, str] = ("Mixture-of-experts runs", "moe", MOE_INTRO)) -> ReportSection | None:
     """The MoE runs' section of the default report (None when the shared data has no moe_runs.csv), validated
     the way the report's headline is (--cv source or none); with --cv source it also lists the figures of the
-    shipped calibration, which was fitted on dense published runs only and so has seen no MoE run. ``moe`` and
-    ``heading`` (title, key, intro) validate another run file the same way."""
+    shipped calibration, saying whether it was fitted on the file's runs (in-sample) or on none of them (held out).
+    ``moe`` and ``heading`` (title, key, intro) validate another run file the same way."""
     moe = moe if moe is not None else default_moe_run_file()
     if moe is None:
         return None
@@ -153,16 +153,29 @@ def moe_section(tiers: list[str] | None, cv: str, calibration: str | None, moe: 
                              f"needs >= {MIN_GROUP_RUNS} held-out residuals of the other sources, planner.intervals); "
                              "the coverage above is over those")
             if default_calibration_path().is_file():
-                o = validate_files([moe], tiers, calibrated_predict("default"))[1].overall()
+                shipped = validate_files([moe], tiers, calibrated_predict("default"))[1]
+                o = shipped.overall()
                 if o is not None:
-                    extra.append(f"shipped calibration (fitted on the dense published runs only, so held out for "
-                                 f"every run of this file): MAPE {o.mape_pct:.1f} %, bias {o.bias_pct:+.1f} %")
+                    extra.append(f"shipped calibration ({_shipped_basis(shipped)}): MAPE {o.mape_pct:.1f} %, "
+                                 f"bias {o.bias_pct:+.1f} %")
         else:
             files, rep = validate_files([moe], tiers, calibrated_predict(calibration))
     except PlannerError as exc:
         typer.echo(f"{heading[0]} not validated: {exc}", err=True)
         return None
     return ReportSection(heading[0], heading[1], rep, files, [heading[2]], extra)
+
+
+def _shipped_basis(report: ValidationReport) -> str:
+    """Whether the shipped calibration was fitted on the predicted runs of ``report``: held out or in-sample."""
+    cal = load_calibration(default_calibration_path())
+    fitted = {rid for entry in cal.fitted_on for rid in entry.get("run_ids", ())}
+    ids = [r.id for r in report.predicted]
+    seen = sum(i in fitted for i in ids)
+    if seen == 0:
+        return "fitted on none of these runs, so held out for every run of this file"
+    return (f"fitted on {seen} of these {len(ids)} runs, so in-sample for them: "
+            "the leave-one-source-out figures above are the held-out ones")
 
 
 def _report(runs, tiers, calibration, cv, progress: bool = False) -> tuple[list[Path], ValidationReport]:

@@ -113,8 +113,8 @@ def _covered_summaries(done: Sequence[CVRowResult]) -> list[CoveredSummary]:
 
 
 def independent_prior(runs: Sequence[PreparedRun]) -> dict | None:
-    """The shipped default calibration's constants when it was fitted on none of ``runs`` (e.g. the MoE or GH200
-    runs: it is fitted on the dense published runs only), else None. A fold keeps them for a constant its training
+    """The shipped default calibration's constants when it was fitted on none of ``runs`` (e.g. the MoE runs: it is
+    fitted on the dense run files only), else None. A fold keeps them for a constant its training
     runs cannot move (compute_scale_torch when the only PyTorch-native source is held out) instead of the
     constant's neutral default: they come from other runs, so the held-out source still plays no part."""
     cal = calibration_option(None)

@@ -237,3 +237,18 @@ def test_independent_prior_only_from_a_default_fitted_on_other_runs(runs_file, r
         assert independent_prior(runs) is None
     finally:
         runs[0].row.id = old
+
+
+def test_report_says_whether_the_shipped_calibration_saw_a_files_runs():
+    """validate --report's GH200 and MoE sections: the shipped calibration is in-sample for the GH200 runs it was
+    fitted on and held out for the MoE runs (planner.cli_validate._shipped_basis)."""
+    from types import SimpleNamespace
+
+    from planner.cli_validate import _shipped_basis
+
+    fitted = C.load_calibration(C.default_calibration_path()).fitted_on
+    gh = [i for f in fitted for i in f["run_ids"] if i.startswith("GH200-")][:3]
+    assert gh
+    seen = _shipped_basis(SimpleNamespace(predicted=[SimpleNamespace(id=i) for i in gh + ["MOE-X-001"]]))
+    assert seen.startswith("fitted on 3 of these 4 runs, so in-sample")
+    assert "held out for every run" in _shipped_basis(SimpleNamespace(predicted=[SimpleNamespace(id="MOE-X-001")]))
