@@ -262,5 +262,9 @@ def test_gh200_allocation_within_1_5x_h100_for_llama3_8b():
     r = CliRunner().invoke(app, ["size", "--model", "llama3-8b", "--tokens", "15e12", "--deadline", "30d", "--gpu",
                                  "gh200", "--gpu", "h100-sxm", "--format", "json"])
     assert r.exit_code == 0, r.output
-    gpus = {a["gpu"]: a["gpus"] for a in json.loads(r.output)["per_gpu"]}
+    out = json.loads(r.output)
+    gpus = {a["gpu"]: a["gpus"] for a in out["per_gpu"]}
     assert gpus["gh200"] <= 1.5 * gpus["h100-sxm"], gpus
+    # the shipped calibration's GH200 factor (measured GH200 systems) is named, for GH200 only
+    scoped = [n for n in out["notes"] if "compute_scale_gh200" in n]
+    assert len(scoped) == 1 and scoped[0].startswith("gh200: calibration 'default'"), out["notes"]

@@ -213,3 +213,17 @@ def test_tp_comm_overlap_as_the_rows_and_their_source_state(rows, shared_validat
                     "BW-NEMO2502-002": False, "GH200-OELLM-SF-007": False}
     published = {r.id: r for r in V.load_runs(shared_validation / "published_runs.csv")}
     assert V.row_to_inputs(published["MCORE-H100-004"])[1].tp_comm_overlap  # 'Overlaps: ... --tp-comm-overlap'
+
+
+def test_compare_hardware_lines_name_the_gh200_factor():
+    from costmodel.core.specs.catalogue import load_catalogue
+    from planner.calibrate import Calibration
+    from planner.reports.results import hardware_lines
+
+    cat = load_catalogue()
+    hws = [cat.resolve("gh200"), cat.resolve("h100-sxm")]
+    cal = Calibration(name="t", constants={"compute_scale_gh200": 1.4})
+    lines = hardware_lines(hws, cal)
+    assert any(line.startswith("gh200 and h100-sxm: the same GH100 die;") for line in lines)
+    assert [line for line in lines if "compute_scale_gh200" in line] == [cal.gpu_scale_note("gh200")]
+    assert not any("compute_scale_gh200" in line for line in hardware_lines(hws, None))

@@ -513,8 +513,11 @@ def size_notes(req: SizeRequest, types: list[TypeSizing], hardwares: list[Hardwa
     notes = []
     if req.batch is not None:
         notes.append(f"batch {req.batch.text()} tokens ({req.batch.source}); {ROUNDING}")
+    scope_note = getattr(req.calibration, "gpu_scale_note", None)  # a GPU-scoped constant of the calibration
     for t in types:
         notes.append(_proof_note(t, req, interrupted))
+        if scope_note is not None and (scoped := scope_note(t.gpu)):
+            notes.append(f"{t.gpu}: {scoped}")
         if t.batch_note and t.smallest is not None:
             notes.append(f"{t.gpu}: {t.batch_note}")
         if t.smallest is not None and len(t.frontier) > 1:
