@@ -105,7 +105,9 @@ def register(app: typer.Typer) -> None:
         name: Annotated[str, typer.Option("--name", help="Name of the calibration (file <out>/<name>.json).")],
         constants: Annotated[str | None, typer.Option(
             "--constants", help="Comma-separated constants to fit (default all): compute_scale, comm_scale, "
-                                "overlap_efficiency, iteration_overhead_s.")] = None,
+                                "overlap_efficiency, iteration_overhead_s, compute_scale_torch, and the GPU-scoped "
+                                "compute_scale_gh200, compute_scale_blackwell (moved only by runs on those GPUs).")
+    ] = None,
         out: Annotated[Optional[Path], typer.Option(
             "--out", help="Directory to write the calibration to (default: $XDG_CONFIG_HOME/planner/calibrations, "
                           "~/.config/planner/calibrations, where --calibration NAME finds it).")] = None,
