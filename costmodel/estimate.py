@@ -60,6 +60,8 @@ class Costing:
     hardware: Hardware
     graph: OperatorGraph
     calibration: Calibration | None
+    model: ModelSpec | None = None
+    """The model (the calibration may scale mixture-of-experts plans apart); None where no step needs it."""
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,7 @@ class Adjustment:
 
 
 def _calibration_scales(c: Costing, times: OperatorTimes) -> OperatorTimes:
-    return times if c.calibration is None else times.scaled(c.calibration.scaler(c.plan, c.hardware))
+    return times if c.calibration is None else times.scaled(c.calibration.scaler(c.plan, c.hardware, c.model))
 
 
 ADJUSTMENTS: tuple[Adjustment, ...] = (
@@ -105,16 +107,16 @@ def _costed(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph, cost_m
     return times
 
 
-def _calibrated(plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph, costed: OperatorTimes,
+def _calibrated(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, graph: OperatorGraph, costed: OperatorTimes,
                 calibration: Calibration | None) -> OperatorTimes:
     """The last adjustment: ``costed`` with the calibration's scales (itself when uncalibrated)."""
-    return _CALIBRATION.apply(Costing(plan, hardware, graph, calibration), costed)
+    return _CALIBRATION.apply(Costing(plan, hardware, graph, calibration, model), costed)
 
 
-def _calibrated_point(plan: ParallelPlan, hardware: Hardware, costed: OperatorTimes,
+def _calibrated_point(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, costed: OperatorTimes,
                       calibration: Calibration | None) -> dict:
     """The last adjustment on the point times alone (what the layer-split choice and mode time compose)."""
-    return calibration.scaler(plan, hardware)(costed.time_s) if calibration is not None else costed.time_s
+    return calibration.scaler(plan, hardware, model)(costed.time_s) if calibration is not None else costed.time_s
 
 
 def _split_and_cost(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, cost_model: OperatorCostModel,
@@ -123,7 +125,7 @@ def _split_and_cost(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, co
     graph = build_graph(model, plan)
     costed = _costed(plan, hardware, graph, cost_model)
     if plan.needs_layer_split(model.num_layers):
-        point = _calibrated_point(plan, hardware, costed, calibration)
+        point = _calibrated_point(model, plan, hardware, costed, calibration)
         split = balanced_layer_split(graph, point, hardware, model.num_layers, fits=split_fits(model, plan, hardware))
         plan = replace(plan, layer_split=split)
         if split != tuple(st.layers for st in graph.stages):
@@ -204,11 +206,11 @@ def _composed(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, graph: O
     """Step 5 for already costed operator times."""
     calibration, skipped = _applicable(calibration, hardware)
     if mode == "time":  # point times only: the interval ends are not composed here
-        times = OperatorTimes(_calibrated_point(plan, hardware, costed, calibration))
+        times = OperatorTimes(_calibrated_point(model, plan, hardware, costed, calibration))
         t = compose_iteration_time(plan, hardware, graph, times.time_s, calibration)
         return Estimate(model, plan, hardware, graph, cost_model, costed, calibration, times, t,
                         metrics(model, plan, hardware, t), None)
-    times = _calibrated(plan, hardware, graph, costed, calibration)
+    times = _calibrated(model, plan, hardware, graph, costed, calibration)
     comp = compose(model, plan, hardware, graph, times.time_s, calibration)
     inputs = tuple(_unread_keys(model) + skipped + domain_warnings(plan) + model_warnings(model))
     notes = costed.warnings + (tuple(calibration.warnings_for(cost_model)) if calibration is not None else ())

@@ -92,6 +92,10 @@ CONSTANTS: dict[str, ConstantSpec] = {
                                             "gb200, b300, gb300), on top of compute_scale: the rate they sustain "
                                             "in training against their kernel data, CUDA-graph bursts whose large "
                                             "GEMMs already lose rate with kernel duration"),
+    "compute_scale_moe": ConstantSpec(1.0, 0.05, 20.0, "",
+                                      "multiplies compute-operator times of mixture-of-experts plans, on top of "
+                                      "compute_scale: what MoE training steps take beyond their operators (router "
+                                      "and token permutation, expert imbalance, dispatcher host work)"),
 }
 TORCH_NATIVE = ("fsdp", "torchtitan", "torchtitan-eager", "llmc")
 """Frameworks whose plans compute_scale_torch applies to (costmodel.core.specs.framework): the stacks whose kernels
@@ -160,12 +164,14 @@ class Calibration:
     def iteration_overhead_s(self) -> float:
         return self.value("iteration_overhead_s")
 
-    def scale_times(self, times: dict, framework: str = "megatron", gpu: str = "") -> dict:
+    def scale_times(self, times: dict, framework: str = "megatron", gpu: str = "", moe: bool = False) -> dict:
         """Operator times keyed by ``Op.key()`` (kind first) of a plan run by ``framework`` on ``gpu`` (catalogue
-        key) -> scaled copy (the same dict when every scale is 1)."""
+        key), of a mixture-of-experts model when ``moe`` -> scaled copy (the same dict when every scale is 1)."""
         cs, ms = self.compute_scale, self.comm_scale
         if framework in TORCH_NATIVE:
             cs *= self.value("compute_scale_torch")
+        if moe:
+            cs *= self.value("compute_scale_moe")
         for name, gpus in GPU_SCOPED.items():
             if gpu in gpus:
                 cs *= self.value(name)
@@ -191,11 +197,12 @@ class Calibration:
         (a calibration a user fits on CPU runs applies there)."""
         return not (self.name == DEFAULT_NAME and getattr(hardware.gpu, "name", "") == CPU_GPU_KEY)
 
-    def scaler(self, plan, hardware=None) -> Callable[[dict], dict]:
-        """:meth:`scale_times` for ``plan``'s framework on ``hardware``'s GPU."""
+    def scaler(self, plan, hardware=None, model=None) -> Callable[[dict], dict]:
+        """:meth:`scale_times` for ``plan``'s framework on ``hardware``'s GPU, for ``model`` (MoE or not)."""
         framework = getattr(plan, "framework", "megatron")
         gpu = getattr(getattr(hardware, "gpu", None), "name", "")
-        return lambda times: self.scale_times(times, framework, gpu)
+        moe = bool(getattr(model, "is_moe", False))
+        return lambda times: self.scale_times(times, framework, gpu, moe)
 
     def warnings_for(self, cost_model_name: str) -> list[str]:
         """A warning when applied on top of a different cost model than it was fitted on."""
@@ -507,9 +514,10 @@ def _rel_error(run: PreparedRun, cal: Calibration | None) -> float:
 
 
 def cross_validate(runs: Sequence[PreparedRun], names: Sequence[str], scheme: str = "kfold", folds: int = 5,
-                   seed: int = 0, prior: dict | None = None) -> dict:
+                   seed: int = 0, prior: dict | Callable[[list], dict | None] | None = None) -> dict:
     """Held-out error before/after: fit on the training runs of each fold, predict the held-out ones; a constant a
-    fold's training runs cannot move keeps its ``prior`` value (:func:`fit_constants`)."""
+    fold's training runs cannot move keeps its ``prior`` value (:func:`fit_constants`; ``prior`` may be a function
+    of the fold's held-out groups, so that it never rests on them)."""
     from sklearn.model_selection import KFold, LeaveOneGroupOut  # deferred: scikit-learn (~0.5 s) only for CV
 
     if scheme not in CV_SCHEMES:
@@ -529,10 +537,10 @@ def cross_validate(runs: Sequence[PreparedRun], names: Sequence[str], scheme: st
         if len(train) < len(names):
             skipped_folds += 1
             continue
-        fit = fit_constants([runs[i] for i in train], names, prior)
+        held_out = sorted({cv_group(runs[i], scheme) for i in test}) if scheme != "kfold" else []
+        fit = fit_constants([runs[i] for i in train], names, prior(held_out) if callable(prior) else prior)
         cal = identity(fit.constants, name=f"fold-{fold}")
-        fold_constants.append({"fold": fold, "held_out": sorted({cv_group(runs[i], scheme) for i in test})
-                               if scheme != "kfold" else [], "constants": fit.constants,
+        fold_constants.append({"fold": fold, "held_out": held_out, "constants": fit.constants,
                                "unidentified": list(fit.unidentified)})
         for i in test:
             run = runs[i]
@@ -548,7 +556,7 @@ def cross_validate(runs: Sequence[PreparedRun], names: Sequence[str], scheme: st
             "per_run": per_run}
 
 
-def _interval_records(runs: Sequence[PreparedRun], cvres: dict, full: dict) -> list[dict]:
+def interval_records(runs: Sequence[PreparedRun], cvres: dict, full: dict) -> list[dict]:
     """The held-out residual records the shipped interval table is fitted on. A constant a fold could not
     identify (its held-out source was the only one it acts on, e.g. compute_scale_torch with TORCHTITAN held
     out) takes the full fit's value there, so the residuals describe the predictions the calibration makes for
@@ -609,7 +617,7 @@ def fit_calibration(runs: Sequence[PreparedRun], name: str, constants: Sequence[
     cal.created_utc = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
     cal.warnings = warnings
     if cv == "source":  # held-out residuals of sources the fold never saw: the 80 % interval table
-        cal.intervals = fit_intervals(_interval_records(runs, cvres, fit.constants))
+        cal.intervals = fit_intervals(interval_records(runs, cvres, fit.constants))
     return cal
 
 

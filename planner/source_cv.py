@@ -112,18 +112,21 @@ def _covered_summaries(done: Sequence[CVRowResult]) -> list[CoveredSummary]:
     return out
 
 
-def independent_prior(runs: Sequence[PreparedRun]) -> dict | None:
-    """The shipped default calibration's constants when it was fitted on none of ``runs`` (e.g. the MoE runs: it is
-    fitted on the dense run files only), else None. A fold keeps them for a constant its training
-    runs cannot move (compute_scale_torch when the only PyTorch-native source is held out) instead of the
-    constant's neutral default: they come from other runs, so the held-out source still plays no part."""
+def independent_prior(runs: Sequence[PreparedRun]) -> Callable[[list], dict | None] | None:
+    """Per fold (its held-out sources), constants that rest on none of the held-out runs, for the constants the
+    fold's training runs cannot move (compute_scale_torch when the only PyTorch-native source is held out), instead
+    of the constant's neutral default: the shipped default calibration's constants when it was fitted on none of
+    ``runs``; else, for a fold holding out one source the shipped calibration was fitted on, the constants of the
+    shipped calibration's own leave-one-source-out fold without that source (stored in its ``cv``); else nothing."""
     cal = calibration_option(None)
     if cal is None:
         return None
     fitted = {rid for entry in cal.fitted_on for rid in entry.get("run_ids", ())}
-    if not fitted or any(r.row.id in fitted for r in runs):
-        return None
-    return dict(cal.constants)
+    if not fitted or not any(r.row.id in fitted for r in runs):
+        shipped = dict(cal.constants)
+        return lambda held_out: shipped
+    folds = {tuple(f.get("held_out") or ()): dict(f["constants"]) for f in (cal.cv or {}).get("fold_constants", ())}
+    return lambda held_out: folds.get(tuple(held_out))
 
 
 def validate_source_cv(rows: Iterable[RunRow], tiers: Iterable[str] | None = None,

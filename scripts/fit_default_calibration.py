@@ -1,16 +1,16 @@
-"""Fit planner's shipped default calibration on the open dense run files, with provenance.
+"""Fit planner's shipped default calibration on the open run files, with provenance.
 
     python scripts/fit_default_calibration.py [--runs FILE ...] [--tier A ...]
 
 Fits DEFAULT_CONSTANTS (``--constants`` to choose others of ``planner.calibrate.CONSTANTS``) on all predictable
-runs of the run files (default: ``published_runs.csv`` and ``gh200_small_blackwell_runs.csv``, found through
-``costmodel.core.paths``: ``$PLANNER_DATA_DIR`` or ``../shared``; never copied into the repository), judges
-them by leave-one-source-out cross-validation (each source predicted by constants fitted on the other
-sources), derives the 80 % interval table from those held-out residuals (``planner.intervals``), adds the band of
-mixture-of-experts plans from ``moe_runs.csv`` beside the run files (:func:`moe_band`) and writes
-``search_spaces/calibration/default.json`` atomically. The file records each run file's SHA-256 and run
-ids, the planner version, this command, how many rows and sources each constant rests on (rows whose
-prediction moves with it) and the cross-validated figures overall and per source.
+runs of the run files (default: ``published_runs.csv``, ``gh200_small_blackwell_runs.csv`` and ``moe_runs.csv``,
+found through ``costmodel.core.paths``: ``$PLANNER_DATA_DIR`` or ``../shared``; never copied into the repository),
+judges them by leave-one-source-out cross-validation (each source predicted by constants fitted on the other
+sources), derives the 80 % interval tables from those held-out residuals (``planner.intervals``: one for dense
+plans, one for mixture-of-experts plans, :func:`interval_tables`) and writes ``search_spaces/calibration/default.json``
+atomically. The file records each run file's SHA-256 and run ids, the planner version, this command, how many rows
+and sources each constant rests on (rows whose prediction moves with it) and the cross-validated figures overall
+and per source.
 """
 
 from __future__ import annotations
@@ -29,27 +29,28 @@ from planner.calibrate import (
     calibrate_files,
     default_calibration_path,
     error_stats,
-    file_sha256,
     identity,
+    interval_records,
     prepare_runs,
     save_calibration,
 )
-from planner.intervals import MOE_TABLE, covers, fit_intervals, held_out_coverage, plan_framework, time_residual
+from planner.intervals import MOE_TABLE, covers, fit_intervals, held_out_coverage
 from planner.validation.report import RUN_FILE_NAME
 from planner.validation.runs import load_runs
 
-DEFAULT_CONSTANTS = "compute_scale,compute_scale_torch,compute_scale_gh200"
+DEFAULT_CONSTANTS = "compute_scale,compute_scale_torch,compute_scale_gh200,compute_scale_moe"
 """The constants the shipped calibration fits, chosen by leave-one-source-out MAPE on the open runs: kernel
 efficiency under training load vs microbenchmarks (every stack), the extra time of PyTorch-native stacks (FSDP,
-torchtitan) that the operator model does not explain, and the rate GH200 systems sustain (published and GH200/small/
-Blackwell runs pooled, at the commit that added it: these three 9.7 %, without compute_scale_gh200 15.8 %, with a
-Blackwell-scoped constant as well 9.4 % but 16.1 % instead of 12.1 % on moe_runs.csv, whose Blackwell sources
-disagree; at 432e4bd on the published runs alone: the first two 13.2 %, compute_scale_torch alone 13.6 %,
-+ comm_scale 13.0 % with a larger bias, all five 15.8 %)."""
-DENSE_RUN_FILES = (RUN_FILE_NAME, "gh200_small_blackwell_runs.csv")
-"""The run files the default calibration is fitted on (MoE runs are held out whole: :func:`moe_band`)."""
-NOTE = ("Fitted by scripts/fit_default_calibration.py on the open dense run files (published_runs.csv, "
-        "gh200_small_blackwell_runs.csv); regenerated with that script "
+torchtitan, llm.c) that the operator model does not explain, the rate GH200 systems sustain, and what MoE steps
+take beyond their operators. All three open files pooled (214 runs), at the commit that added compute_scale_moe:
+these four 9.9 %, without compute_scale_moe 10.8 % (its MoE sources 15-22 %), without both GPU and MoE factors
+15.8 % on the two dense files alone; a Blackwell-scoped factor fits the dense Blackwell runs but raises
+moe_runs.csv's own LOSO from 12.1 to 16.1 % (its Blackwell sources disagree), so it is left out. At 432e4bd, on the
+published runs alone: the first two 13.2 %, compute_scale_torch alone 13.6 %, + comm_scale 13.0 %, all five 15.8 %."""
+RUN_FILES = (RUN_FILE_NAME, "gh200_small_blackwell_runs.csv", "moe_runs.csv")
+"""The run files the default calibration is fitted on."""
+NOTE = ("Fitted by scripts/fit_default_calibration.py on the open run files (published_runs.csv, "
+        "gh200_small_blackwell_runs.csv, moe_runs.csv); regenerated with that script "
         "whenever the training-step model changes (the constants are only valid for the cost model and "
         "composition they were fitted on).")
 
@@ -84,39 +85,33 @@ def loso_summary(per_run: list[dict]) -> dict:
             "uncalibrated": error_stats([p["before"] for p in per_run])}
 
 
-MOE_RUN_FILE = "moe_runs.csv"
-"""The mixture-of-experts run file beside the published runs (its MOE_README.md describes it)."""
-
-
-def moe_band(cal, path: Path) -> tuple[dict, dict]:
-    """(interval table, provenance) for mixture-of-experts plans: residuals of the MoE runs predicted with ``cal``
-    (fitted on dense runs only, so every MoE run is held out), per group as planner.intervals.fit_intervals, and
-    the coverage each MoE source gets from the other MoE sources' residuals only (planner.intervals
-    held_out_coverage)."""
-    runs, _ = prepare_runs(load_runs(path))
-    records = [{"source": r.row.prefix, "gpu": r.hardware.gpu.name, "framework": plan_framework(r.plan),
-                "residual": time_residual(r.row.measured_metric, r.predicted_value(cal), r.row.measured_value)}
-               for r in runs]
-    flags = [None if b is None else covers(b[1], rec["residual"])
-             for rec, b in zip(records, held_out_coverage(records))]
-    sources = sorted({rec["source"] for rec in records})
+def interval_tables(runs, cal) -> tuple[dict, dict, dict]:
+    """(dense table, MoE table, MoE provenance) from the held-out residuals of the calibration's leave-one-source-out
+    folds (planner.calibrate's interval records): dense plans' runs make the dense table, mixture-of-experts runs
+    the MoE table (planner.intervals.MOE_TABLE), each per group as planner.intervals.fit_intervals, with the
+    coverage each MoE source gets from the other MoE sources' residuals only (planner.intervals.held_out_coverage)."""
+    moe_ids = {r.row.id for r in runs if r.model.is_moe}
+    records = interval_records(runs, cal.cv, cal.constants)
+    dense = [rec for rec in records if rec["id"] not in moe_ids]
+    moe = [rec for rec in records if rec["id"] in moe_ids]
+    flags = [None if b is None else covers(b[1], rec["residual"]) for rec, b in zip(moe, held_out_coverage(moe))]
+    sources = sorted({rec["source"] for rec in moe})
 
     def coverage(idx: list[int]) -> float | None:
         got = [flags[i] for i in idx if flags[i] is not None]
         return sum(got) / len(got) if got else None
 
-    prov = {"runs_file": f"../shared/validation/{path.name}", "runs_sha256": file_sha256(path), "n": len(records),
-            "held_out_coverage": coverage(list(range(len(records)))),
-            "per_source": {s: {"n": sum(rec["source"] == s for rec in records),
-                               "coverage": coverage([i for i, rec in enumerate(records) if rec["source"] == s])}
+    prov = {"n": len(moe), "held_out_coverage": coverage(list(range(len(moe)))),
+            "per_source": {s: {"n": sum(rec["source"] == s for rec in moe),
+                               "coverage": coverage([i for i, rec in enumerate(moe) if rec["source"] == s])}
                            for s in sources}}
-    return fit_intervals(records), prov
+    return fit_intervals(dense), fit_intervals(moe), prov
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=Path, action="append", default=None,
-                    help="run file, repeatable (default: shared/validation/" + " and ".join(DENSE_RUN_FILES) + ")")
+                    help="run file, repeatable (default: shared/validation/" + ", ".join(RUN_FILES) + ")")
     ap.add_argument("--tier", action="append", default=None, help="keep only these tiers (repeatable)")
     ap.add_argument("--constants", default=DEFAULT_CONSTANTS,
                     help=f"comma-separated constants (default: {DEFAULT_CONSTANTS})")
@@ -125,12 +120,12 @@ def main(argv: list[str] | None = None) -> int:
     run_files = args.runs
     if run_files is None:
         vdir = validation_dir()
-        missing = [name for name in DENSE_RUN_FILES if vdir is None or not (vdir / name).is_file()]
+        missing = [name for name in RUN_FILES if vdir is None or not (vdir / name).is_file()]
         if missing:
             print(f"error: shared/validation/{missing[0]} not found; set PLANNER_DATA_DIR or pass --runs.",
                   file=sys.stderr)
             return 2
-        run_files = [vdir / name for name in DENSE_RUN_FILES]
+        run_files = [vdir / name for name in RUN_FILES]
     try:
         cal, _ = calibrate_files(run_files, DEFAULT_NAME, args.constants, out_dir=None, cv="source",
                                  tiers=args.tier)
@@ -155,9 +150,10 @@ def main(argv: list[str] | None = None) -> int:
     if after > before:
         cal.warnings.append(f"leave-one-source-out MAPE with these constants ({after:.1f} %) is higher than "
                             f"uncalibrated ({before:.1f} %): the constants do not generalise across sources")
-    moe_file = run_files[0].parent / MOE_RUN_FILE
-    if moe_file.is_file():  # the band of mixture-of-experts plans (planner.intervals.MOE_TABLE)
-        cal.intervals[MOE_TABLE], cal.provenance["moe_intervals"] = moe_band(cal, moe_file)
+    dense, moe, moe_prov = interval_tables(runs, cal)
+    if moe_prov["n"]:  # the band of mixture-of-experts plans (planner.intervals.MOE_TABLE)
+        cal.intervals = {**dense, MOE_TABLE: moe}
+        cal.provenance["moe_intervals"] = moe_prov
     path = save_calibration(cal, args.out)
     o = loso["overall"]
     print(f"wrote {path}: {len(runs)} runs; leave-one-source-out MAPE {o['mape_pct']:.1f} %, bias "
@@ -168,8 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     print("constants: " + ", ".join(f"{k}={v:.4g}" for k, v in cal.constants.items()))
     if MOE_TABLE in cal.intervals:
         m = cal.provenance["moe_intervals"]
-        print(f"mixture-of-experts band: {m['n']} runs of {moe_file.name}, held-out coverage "
-              f"{100 * (m['held_out_coverage'] or 0):.0f} %")
+        print(f"mixture-of-experts band: {m['n']} runs, held-out coverage {100 * (m['held_out_coverage'] or 0):.0f} %")
     for w in cal.warnings:
         print(f"warning: {w}")
     return 0

@@ -86,7 +86,7 @@ def test_recovers_known_constants(fitted, synthetic_runs, roofline):
     assert len(cal.fitted_on[0]["run_ids"]) == len(SHAPES) * len(LAYOUTS)
     assert cal.cost_model == roofline.name and cal.planner_version and cal.created_utc
     assert cal.warnings == [f"{name} has no effect on these runs at the fitted point: kept at 1"
-                            for name in ("compute_scale_torch", *C.GPU_SCOPED)]  # roofline-costed synthetic runs
+                            for name in ("compute_scale_torch", *C.GPU_SCOPED, "compute_scale_moe")]  # dense, roofline
 
 
 def test_cross_validation_reports_held_out_error(fitted):
@@ -286,3 +286,17 @@ def test_calibration_dir_follows_xdg_and_names_resolve_from_anywhere(tmp_path, m
     C.save_calibration(C.identity(name="old"), legacy)
     with pytest.raises(PlannerError, match=r"calibrations/old.json exists .*pass --calibration calibrations/old.json"):
         C.resolve_calibration("old")
+
+
+def test_moe_scale_acts_on_mixture_of_experts_plans_only():
+    from types import SimpleNamespace
+
+    cal = C.Calibration(name="t", constants={"compute_scale": 2.0, "compute_scale_moe": 1.5})
+    times = {("gemm", 1): 1.0, ("all_to_all", 2): 1.0}
+    assert cal.scale_times(times, "megatron", "h100-sxm", moe=True) == {("gemm", 1): 3.0, ("all_to_all", 2): 1.0}
+    assert cal.scale_times(times, "megatron", "h100-sxm")[("gemm", 1)] == 2.0
+    plan = SimpleNamespace(framework="megatron")
+    hw = SimpleNamespace(gpu=SimpleNamespace(name="h100-sxm"))
+    assert cal.scaler(plan, hw, SimpleNamespace(is_moe=True))(times)[("gemm", 1)] == 3.0
+    assert cal.scaler(plan, hw, SimpleNamespace(is_moe=False))(times)[("gemm", 1)] == 2.0
+    assert cal.scaler(plan, hw)(times)[("gemm", 1)] == 2.0  # no model: not scaled as MoE

@@ -179,18 +179,24 @@ def test_shipped_default_calibration_has_provenance():
     assert "regenerated" in prov["note"]
     assert set(prov["constant_support"]) == set(cal.constants)
     assert cal.fitted_on[0]["run_ids"] and cal.cv["scheme"] == "source"
-    # fitted on both dense run files, each named with its SHA-256; the GH200 factor rests on GH200 sources only
+    # fitted on the three open run files, each named with its SHA-256; the GH200 factor rests on GH200 sources only
     assert [f["file"] for f in prov["runs_files"]] == [f"../shared/validation/{n}" for n in
-                                                       ("published_runs.csv", "gh200_small_blackwell_runs.csv")]
+                                                       ("published_runs.csv", "gh200_small_blackwell_runs.csv",
+                                                        "moe_runs.csv")]
     assert all(len(f["sha256"]) == 64 for f in prov["runs_files"])
     gh = prov["constant_support"]["compute_scale_gh200"]
     assert gh["rows"] > 0 and gh["sources"] and all(s.startswith("GH200-") for s in gh["sources"])
+    moe = prov["constant_support"]["compute_scale_moe"]
+    assert moe["rows"] > 0 and all(s.startswith("MOE-") for s in moe["sources"])
     assert cal.intervals["groups"]["pooled"]["n"] >= I.MIN_GROUP_RUNS
-    # the band of mixture-of-experts plans: residuals of moe_runs.csv under this (dense-fitted) calibration, with
-    # the coverage each MoE source got from the other MoE sources' residuals alone
+    # the band of mixture-of-experts plans: held-out residuals of moe_runs.csv's sources, with the coverage each
+    # MoE source got from the other MoE sources' residuals alone
     moe, mprov = cal.intervals[I.MOE_TABLE], prov["moe_intervals"]
     assert moe["groups"]["pooled"]["n"] == mprov["n"] >= I.MIN_GROUP_RUNS
-    assert 0.7 <= mprov["held_out_coverage"] <= 0.9 and mprov["runs_file"].endswith("moe_runs.csv")
+    assert 0.7 <= mprov["held_out_coverage"] <= 0.9 and all(s.startswith("MOE-") for s in mprov["per_source"])
+    # the dense table holds no MoE residual: its pooled n is the dense runs' count
+    n_moe = len(cal.fitted_on[2]["run_ids"])
+    assert cal.intervals["groups"]["pooled"]["n"] == sum(len(f["run_ids"]) for f in cal.fitted_on) - n_moe
     assert I.moe_lookup(cal.intervals, "h100-sxm", "megatron")[0] == "pooled"
 
 
@@ -223,25 +229,29 @@ def test_source_shifted_residuals_carry_the_between_source_spread():
     assert key == "pooled" and g["sources"] == 3
 
 
-def test_independent_prior_only_from_a_default_fitted_on_other_runs(runs_file, roofline):
-    """The shipped default calibration lends its constants to the folds only when it was fitted on none of the
-    validated runs (the dense published runs it was fitted on get no prior: their held-out source is in it)."""
+def test_independent_prior_never_rests_on_the_held_out_source(runs_file, roofline):
+    """The shipped default calibration lends constants to a fold's unidentifiable constants: its own when it was
+    fitted on none of the validated runs; when it was fitted on them, its own leave-one-source-out fold without the
+    held-out source (so the held-out source never enters); nothing for a fold it has no such fold for."""
     from planner.source_cv import independent_prior
 
     runs, _ = C.prepare_runs(load_runs(runs_file), roofline)
     default = C.calibration_option(None)
-    assert independent_prior(runs) == default.constants  # synthetic ids: not among the default's runs
+    assert independent_prior(runs)(["ANY"]) == default.constants  # synthetic ids: not among the default's runs
     fitted = default.fitted_on[0]["run_ids"][0]
     runs[0].row.id, old = fitted, runs[0].row.id
     try:
-        assert independent_prior(runs) is None
+        prior = independent_prior(runs)
+        fold = default.cv["fold_constants"][0]
+        assert prior(fold["held_out"]) == fold["constants"] != default.constants
+        assert prior(["NOT-A-SHIPPED-SOURCE"]) is None
     finally:
         runs[0].row.id = old
 
 
 def test_report_says_whether_the_shipped_calibration_saw_a_files_runs():
-    """validate --report's GH200 and MoE sections: the shipped calibration is in-sample for the GH200 runs it was
-    fitted on and held out for the MoE runs (planner.cli_validate._shipped_basis)."""
+    """validate --report's GH200 and MoE sections: the shipped calibration is in-sample for runs it was fitted on
+    and held out for others (planner.cli_validate._shipped_basis)."""
     from types import SimpleNamespace
 
     from planner.cli_validate import _shipped_basis
@@ -251,4 +261,4 @@ def test_report_says_whether_the_shipped_calibration_saw_a_files_runs():
     assert gh
     seen = _shipped_basis(SimpleNamespace(predicted=[SimpleNamespace(id=i) for i in gh + ["MOE-X-001"]]))
     assert seen.startswith("fitted on 3 of these 4 runs, so in-sample")
-    assert "held out for every run" in _shipped_basis(SimpleNamespace(predicted=[SimpleNamespace(id="MOE-X-001")]))
+    assert "held out for every run" in _shipped_basis(SimpleNamespace(predicted=[SimpleNamespace(id="MOE-X-999")]))

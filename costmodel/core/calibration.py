@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from costmodel.core.specs.hardware import Hardware
+from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
 
 
@@ -35,9 +36,9 @@ class Calibration(Protocol):
         """Fixed seconds added to every iteration (<= 0: none)."""
         ...
 
-    def scaler(self, plan: ParallelPlan, hardware: Hardware) -> Callable[[dict], dict]:
-        """The scaling of operator times (keyed by Op.key()) for ``plan`` on ``hardware`` (its framework and GPU may
-        matter)."""
+    def scaler(self, plan: ParallelPlan, hardware: Hardware, model: ModelSpec | None = None) -> Callable[[dict], dict]:
+        """The scaling of operator times (keyed by Op.key()) for ``plan`` of ``model`` on ``hardware`` (its
+        framework, GPU and whether the model is a mixture of experts may matter)."""
         ...
 
     def applies_to(self, hardware: Hardware) -> bool:
