@@ -303,7 +303,7 @@ def resolve_calibration(ref: str | Path, directory: str | Path | None = None) ->
 
 
 def default_calibration_path() -> Path:
-    """The shipped default calibration (fitted on the open dense run files by
+    """The shipped default calibration (fitted on the open run files by
     scripts/fit_default_calibration.py; provenance inside the file)."""
     import search_spaces  # deferred: only to locate the package data folder
 

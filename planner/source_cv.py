@@ -122,7 +122,9 @@ def independent_prior(runs: Sequence[PreparedRun]) -> Callable[[list], dict | No
     if cal is None:
         return None
     fitted = {rid for entry in cal.fitted_on for rid in entry.get("run_ids", ())}
-    if not fitted or not any(r.row.id in fitted for r in runs):
+    if not fitted:  # no record of the runs it rests on: nothing is known to be independent of them
+        return None
+    if not any(r.row.id in fitted for r in runs):
         shipped = dict(cal.constants)
         return lambda held_out: shipped
     folds = {tuple(f.get("held_out") or ()): dict(f["constants"]) for f in (cal.cv or {}).get("fold_constants", ())}
