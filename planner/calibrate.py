@@ -38,7 +38,7 @@ from costmodel.core.kinds import COLLECTIVE_KINDS
 from costmodel.estimate import Estimate, estimate
 from costmodel.fitting.cpu_hardware import CPU_GPU_KEY
 from planner import __version__
-from planner.intervals import fit_intervals, lookup, moe_lookup, plan_framework, time_residual
+from planner.intervals import MOE_TABLE, fit_intervals, lookup, moe_lookup, plan_framework, time_residual
 from planner.prediction import Prediction, prediction
 from planner.validation.compare import compare
 from planner.validation.runs import RunRow, default_hardware, load_runs, parallelism_kind, row_to_inputs
@@ -575,6 +575,16 @@ def interval_records(runs: Sequence[PreparedRun], cvres: dict, full: dict) -> li
     return out
 
 
+def interval_tables(runs: Sequence[PreparedRun], records: Sequence[dict]) -> dict:
+    """The 80 % interval tables from held-out residual ``records`` of ``runs`` (:func:`interval_records`): the dense
+    runs' residuals make the table, the mixture-of-experts runs' their own (planner.intervals.MOE_TABLE, when there
+    are any), so an MoE plan's band never comes from dense runs, nor a dense plan's from MoE runs."""
+    moe_ids = {r.row.id for r in runs if r.model.is_moe}
+    table = fit_intervals([rec for rec in records if rec["id"] not in moe_ids])
+    moe = [rec for rec in records if rec["id"] in moe_ids]
+    return {**table, MOE_TABLE: fit_intervals(moe)} if moe else table
+
+
 def cv_group(run: PreparedRun, scheme: str) -> str:
     """The group of a run under a leave-one-group-out scheme: its model, parallelism kind or source (the run
     id's prefix, as planner validate groups sources)."""
@@ -617,7 +627,7 @@ def fit_calibration(runs: Sequence[PreparedRun], name: str, constants: Sequence[
     cal.created_utc = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
     cal.warnings = warnings
     if cv == "source":  # held-out residuals of sources the fold never saw: the 80 % interval table
-        cal.intervals = fit_intervals(interval_records(runs, cvres, fit.constants))
+        cal.intervals = interval_tables(runs, interval_records(runs, cvres, fit.constants))
     return cal
 
 

@@ -110,6 +110,13 @@ def _from_estimate(est: Estimate, warnings: Sequence[str]) -> Prediction:
     )
 
 
+def gpu_scale_note(calibration: Calibration | None, gpu: str) -> str | None:
+    """What a GPU-scoped constant of ``calibration`` does to plans on ``gpu`` (planner.calibrate.Calibration
+    .gpu_scale_note); None for no calibration or one without such constants."""
+    note = getattr(calibration, "gpu_scale_note", None)
+    return note(gpu) if note is not None else None
+
+
 def prediction(est: Estimate, warnings: Sequence[str] | None = None) -> Prediction:
     """What planner reports of an estimate (mode full): its figures and warnings (``warnings`` replace them when
     given), with the calibration's 80 % interval, or else the cost model's ensemble spread (with ``warnings``
@@ -128,8 +135,7 @@ def prediction(est: Estimate, warnings: Sequence[str] | None = None) -> Predicti
             pred.warnings.append(f"no 80 % interval for mixture-of-experts plans: calibration {cal.name!r} "
                                  "has bands of dense runs only (scripts/fit_default_calibration.py adds one from "
                                  "shared/validation/moe_runs.csv)")
-    scope_note = getattr(cal, "gpu_scale_note", None)
-    note = scope_note(est.hardware.gpu.name) if scope_note is not None else None
+    note = gpu_scale_note(cal, est.hardware.gpu.name)
     if note:
         pred.warnings.append(note)
     spread = est.spread() if found is None else None

@@ -6,11 +6,11 @@ Fits DEFAULT_CONSTANTS (``--constants`` to choose others of ``planner.calibrate.
 runs of the run files (default: ``published_runs.csv``, ``gh200_small_blackwell_runs.csv`` and ``moe_runs.csv``,
 found through ``costmodel.core.paths``: ``$PLANNER_DATA_DIR`` or ``../shared``; never copied into the repository),
 judges them by leave-one-source-out cross-validation (each source predicted by constants fitted on the other
-sources), derives the 80 % interval tables from those held-out residuals (``planner.intervals``: one for dense
-plans, one for mixture-of-experts plans, :func:`interval_tables`) and writes ``search_spaces/calibration/default.json``
-atomically. The file records each run file's SHA-256 and run ids, the planner version, this command, how many rows
-and sources each constant rests on (rows whose prediction moves with it) and the cross-validated figures overall
-and per source.
+sources), derives the 80 % interval tables from those held-out residuals (``planner.calibrate.interval_tables``:
+one for dense plans, one for mixture-of-experts plans, whose coverage :func:`moe_coverage` records) and writes
+``search_spaces/calibration/default.json`` atomically. The file records each run file's SHA-256 and run ids, the
+planner version, this command, how many rows and sources each constant rests on (rows whose prediction moves with
+it) and the cross-validated figures overall and per source.
 """
 
 from __future__ import annotations
@@ -30,11 +30,10 @@ from planner.calibrate import (
     default_calibration_path,
     error_stats,
     identity,
-    interval_records,
     prepare_runs,
     save_calibration,
 )
-from planner.intervals import MOE_TABLE, covers, fit_intervals, held_out_coverage
+from planner.intervals import MOE_TABLE, covers, held_out_coverage
 from planner.validation.report import RUN_FILE_NAME
 from planner.validation.runs import load_runs
 
@@ -85,15 +84,12 @@ def loso_summary(per_run: list[dict]) -> dict:
             "uncalibrated": error_stats([p["before"] for p in per_run])}
 
 
-def interval_tables(runs, cal) -> tuple[dict, dict, dict]:
-    """(dense table, MoE table, MoE provenance) from the held-out residuals of the calibration's leave-one-source-out
-    folds (planner.calibrate's interval records): dense plans' runs make the dense table, mixture-of-experts runs
-    the MoE table (planner.intervals.MOE_TABLE), each per group as planner.intervals.fit_intervals, with the
-    coverage each MoE source gets from the other MoE sources' residuals only (planner.intervals.held_out_coverage)."""
+def moe_coverage(runs, cal) -> dict:
+    """Provenance of the band of mixture-of-experts plans (planner.calibrate.interval_tables): its runs and the
+    coverage each MoE source gets from the other MoE sources' held-out residuals only
+    (planner.intervals.held_out_coverage), from the calibration's leave-one-source-out folds."""
     moe_ids = {r.row.id for r in runs if r.model.is_moe}
-    records = interval_records(runs, cal.cv, cal.constants)
-    dense = [rec for rec in records if rec["id"] not in moe_ids]
-    moe = [rec for rec in records if rec["id"] in moe_ids]
+    moe = [rec for rec in cal.cv["per_run"] if rec["id"] in moe_ids]
     flags = [None if b is None else covers(b[1], rec["residual"]) for rec, b in zip(moe, held_out_coverage(moe))]
     sources = sorted({rec["source"] for rec in moe})
 
@@ -101,11 +97,10 @@ def interval_tables(runs, cal) -> tuple[dict, dict, dict]:
         got = [flags[i] for i in idx if flags[i] is not None]
         return sum(got) / len(got) if got else None
 
-    prov = {"n": len(moe), "held_out_coverage": coverage(list(range(len(moe)))),
+    return {"n": len(moe), "held_out_coverage": coverage(list(range(len(moe)))),
             "per_source": {s: {"n": sum(rec["source"] == s for rec in moe),
                                "coverage": coverage([i for i, rec in enumerate(moe) if rec["source"] == s])}
                            for s in sources}}
-    return fit_intervals(dense), fit_intervals(moe), prov
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -150,10 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     if after > before:
         cal.warnings.append(f"leave-one-source-out MAPE with these constants ({after:.1f} %) is higher than "
                             f"uncalibrated ({before:.1f} %): the constants do not generalise across sources")
-    dense, moe, moe_prov = interval_tables(runs, cal)
-    if moe_prov["n"]:  # the band of mixture-of-experts plans (planner.intervals.MOE_TABLE)
-        cal.intervals = {**dense, MOE_TABLE: moe}
-        cal.provenance["moe_intervals"] = moe_prov
+    if MOE_TABLE in cal.intervals:  # the band of mixture-of-experts plans (planner.calibrate.interval_tables)
+        cal.provenance["moe_intervals"] = moe_coverage(runs, cal)
     path = save_calibration(cal, args.out)
     o = loso["overall"]
     print(f"wrote {path}: {len(runs)} runs; leave-one-source-out MAPE {o['mape_pct']:.1f} %, bias "

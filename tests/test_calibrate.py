@@ -300,3 +300,22 @@ def test_moe_scale_acts_on_mixture_of_experts_plans_only():
     assert cal.scaler(plan, hw, SimpleNamespace(is_moe=True))(times)[("gemm", 1)] == 3.0
     assert cal.scaler(plan, hw, SimpleNamespace(is_moe=False))(times)[("gemm", 1)] == 2.0
     assert cal.scaler(plan, hw)(times)[("gemm", 1)] == 2.0  # no model: not scaled as MoE
+
+
+def test_interval_tables_keep_moe_and_dense_residuals_apart():
+    """Any --cv source calibration (planner calibrate, the shipped default): dense runs' held-out residuals make the
+    table, MoE runs' the MoE table; no MoE table without MoE runs."""
+    from types import SimpleNamespace
+
+    from planner.intervals import MOE_TABLE
+
+    def run(i, moe):
+        return SimpleNamespace(row=SimpleNamespace(id=f"R{i}"), model=SimpleNamespace(is_moe=moe))
+
+    runs = [run(i, i >= 10) for i in range(16)]
+    recs = [{"id": f"R{i}", "source": f"S{i % 3}", "gpu": "h100-sxm", "framework": "megatron",
+             "residual": 0.01 * i if i < 10 else 1.0 + 0.01 * i} for i in range(16)]
+    tables = C.interval_tables(runs, recs)
+    assert tables["groups"]["pooled"]["n"] == 10 and tables["groups"]["pooled"]["q_high"] < 0.2
+    assert tables[MOE_TABLE]["groups"]["pooled"]["n"] == 6 and tables[MOE_TABLE]["groups"]["pooled"]["q_low"] > 1.0
+    assert MOE_TABLE not in C.interval_tables(runs[:10], recs[:10])

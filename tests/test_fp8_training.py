@@ -92,10 +92,22 @@ def test_the_measured_gpu_lookup_reads_the_models_folder_predictions_read(monkey
     asked = []
 
     class Probe:
-        def has_model(self, gpu, name):
-            asked.append((gpu, name))
-            return True
+        def measured_on(self, hardware, name):
+            asked.append((hardware.gpu.name, name))
+            return hardware
 
     monkeypatch.setattr(FT, "default_cost_model", lambda: Probe())
     hw = load_catalogue().resolve("gh200", None, None)
     assert FT.measured_on(hw) is hw and asked == [("gh200", "gemm.fwd")]
+
+
+def test_measured_on_is_the_cost_models_own_sibling_and_donor_resolution():
+    """The GPU whose gemm.fwd model costs another: its own, a same-die sibling's (GH200 from H100 SXM, the HBM3e
+    GH200 from H200), or its whole-GPU donor's (A100-40GB from A100-80GB, the 500 W H100 from H100 SXM)."""
+    cm, cat = default_cost_model(), load_catalogue()
+    want = {"h100-sxm": "h100-sxm", "gh200": "h100-sxm", "gh200-144gb": "h200", "a100-40gb": "a100-80gb",
+            "h100-sxm-500w": "h100-sxm"}
+    for gpu, donor in want.items():
+        hw = cat.resolve(gpu, None, None)
+        got = cm.measured_on(hw, "gemm.fwd")
+        assert got.gpu.name == donor and got.cluster == hw.cluster, gpu

@@ -28,10 +28,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from costmodel.core.kinds import CostSource, Phase
-from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.hardware import Hardware
 from costmodel.core.specs.plan import ParallelPlan
-from costmodel.cost.basis import donor_for, siblings
 from costmodel.cost.framework_kernels import hbm_times
 from costmodel.cost.measured import default_cost_model
 from costmodel.graph.build import OperatorGraph
@@ -59,18 +57,10 @@ def _role(op) -> str:
 
 
 def measured_on(hardware: Hardware) -> Hardware:
-    """The hardware whose GEMM measurements cost ``hardware``'s where it has no GEMM model of its own: the nearest
-    same-die sibling with one (GH200 from H100 SXM), else its measured donor (costmodel/cost/basis.py), else itself.
-    The dynamic quantisation inside those measurements ran at that GPU's HBM bandwidth."""
-    cm, name = default_cost_model(), "gemm.fwd"
-    if cm.has_model(hardware.gpu.name, name):
-        return hardware
-    catalogue_gpu = load_catalogue().gpu
-    found = next((g for g in siblings(hardware.gpu, catalogue_gpu) if cm.has_model(g.name, name)), None)
-    if found is None:
-        donor = donor_for(hardware.gpu, catalogue_gpu)
-        found = donor[0] if donor is not None else None
-    return hardware if found is None else replace(hardware, gpu=found)
+    """The hardware whose GEMM measurements cost ``hardware``'s (MeasuredCostModel.measured_on: its own, a same-die
+    sibling's, GH200 from H100 SXM, or its donor's): the dynamic quantisation inside them ran at that GPU's HBM
+    bandwidth."""
+    return default_cost_model().measured_on(hardware, "gemm.fwd")
 
 
 def _seconds(hardware: Hardware, name: str, op, nbytes: float) -> float:

@@ -251,6 +251,18 @@ class MeasuredCostModel(SameDieSiblings, OperatorCostModel):
         """``gpu`` has a fitted model ``name`` of its own (e.g. ``gemm.fwd``), not borrowed from a sibling."""
         return name in self._models(gpu).names
 
+    def measured_on(self, hardware: Hardware, name: str) -> Hardware:
+        """The hardware whose fitted model ``name`` costs ``hardware``'s operators: its own, else the nearest
+        same-die sibling that has it (GH200 from H100 SXM, :meth:`_siblings`), else its whole-GPU donor
+        (:meth:`_donor`), else ``hardware`` itself."""
+        if self.has_model(hardware.gpu.name, name):
+            return hardware
+        sibling = next((g for g in self._siblings(hardware) if self.has_model(g.name, name)), None)
+        if sibling is not None:
+            return replace(hardware, gpu=sibling)
+        donor = self._donor(hardware)
+        return hardware if donor is None else replace(hardware, gpu=donor[0].gpu)
+
     # -- predict -----------------------------------------------------------------------------
     def predict(self, ops: Sequence[Op], hardware: Hardware) -> CostResult:
         res = self._predict_basis(ops, hardware)

@@ -17,6 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from planner.formats import PLAN_FIELDS, csv_text, md_rows, plan_row
+from planner.prediction import gpu_scale_note
 from planner.search.explain import render_explanation
 from planner.tables import console, is_wide, print_table
 from planner.search.records import (
@@ -169,9 +170,8 @@ def hardware_lines(hardwares, calibration=None) -> list[str]:
                            f"{b.gpu.hbm_gb:g} GB) and node type ({a.cluster.name} vs {b.cluster.name}: network "
                            f"{a.cluster.inter_node_bw_gbs:g} vs {b.cluster.inter_node_bw_gbs:g} GB/s per GPU, "
                            f"NVLink domains of {a.nvlink_domain} vs {b.nvlink_domain})")
-    scope_note = getattr(calibration, "gpu_scale_note", None)
     for gpu in dict.fromkeys(hw.gpu.name for hw in hardwares):
-        note = scope_note(gpu) if scope_note is not None else None
+        note = gpu_scale_note(calibration, gpu)
         if note:
             out.append(note)
     return out

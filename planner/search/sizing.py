@@ -18,6 +18,7 @@ from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.presets import default_seq_len
 from costmodel.cost.base import OperatorCostModel
 from planner.batch import ROUNDING, BatchRange, tokens_text
+from planner.prediction import gpu_scale_note
 from planner.requests import suffixed_number
 from planner.search.allocation import Point, TypeSizer, TypeSizing, best_plan_search, start_nodes, time_key
 from planner.search.engine import SearchResult, exhaustive_search
@@ -513,10 +514,9 @@ def size_notes(req: SizeRequest, types: list[TypeSizing], hardwares: list[Hardwa
     notes = []
     if req.batch is not None:
         notes.append(f"batch {req.batch.text()} tokens ({req.batch.source}); {ROUNDING}")
-    scope_note = getattr(req.calibration, "gpu_scale_note", None)  # a GPU-scoped constant of the calibration
     for t in types:
         notes.append(_proof_note(t, req, interrupted))
-        if scope_note is not None and (scoped := scope_note(t.gpu)):
+        if scoped := gpu_scale_note(req.calibration, t.gpu):  # a GPU-scoped constant of the calibration
             notes.append(f"{t.gpu}: {scoped}")
         if t.batch_note and t.smallest is not None:
             notes.append(f"{t.gpu}: {t.batch_note}")
