@@ -88,10 +88,11 @@ CONSTANTS: dict[str, ConstantSpec] = {
                                         "(CPU and GPU share one module power budget, 680 W on JUPITER's Booster "
                                         "SKU) against the kernel data, taken on other parts or at burst clocks"),
     "compute_scale_blackwell": ConstantSpec(1.0, 0.05, 20.0, "",
-                                            "multiplies compute-operator times of plans on Blackwell GPUs (b200, "
-                                            "gb200, b300, gb300), on top of compute_scale: the rate they sustain "
-                                            "in training against their kernel data, CUDA-graph bursts whose large "
-                                            "GEMMs already lose rate with kernel duration"),
+                                            "multiplies compute-operator times of dense plans on Blackwell GPUs "
+                                            "(b200, gb200, b300, gb300), on top of compute_scale: the rate they "
+                                            "sustain in training against their kernel data, CUDA-graph bursts "
+                                            "whose large GEMMs already lose rate with kernel duration (MoE plans "
+                                            "take compute_scale_moe instead)"),
     "compute_scale_moe": ConstantSpec(1.0, 0.05, 20.0, "",
                                       "multiplies compute-operator times of mixture-of-experts plans, on top of "
                                       "compute_scale: what MoE training steps take beyond their operators (router "
@@ -107,6 +108,18 @@ GPU_SCOPED: dict[str, tuple[str, ...]] = {
     "compute_scale_blackwell": ("b200", "gb200", "b300", "gb300"),
 }
 """GPU-scoped constants -> the catalogue GPU keys whose plans they scale (on top of compute_scale)."""
+DENSE_ONLY = frozenset({"compute_scale_blackwell"})
+"""GPU-scoped constants that leave mixture-of-experts plans alone. The dense Blackwell runs (NeMo B200 / GB200 in
+gh200_small_blackwell_runs.csv) sustain less than the kernel data; the MoE runs on the same GPUs do not, beyond what
+compute_scale_moe (fitted on H100 and Blackwell MoE runs together) gives them: applied to MoE plans as well,
+moe_runs.csv's own leave-one-source-out error went from 12.1 to 16.1 % (scripts/fit_default_calibration.py's
+docstring has the measurement)."""
+
+
+def gpu_scopes(gpu: str, moe: bool = False) -> list[str]:
+    """Names of the GPU-scoped constants that act on a plan on ``gpu`` (catalogue key) of a mixture-of-experts model
+    when ``moe``."""
+    return [name for name, gpus in GPU_SCOPED.items() if gpu in gpus and not (moe and name in DENSE_ONLY)]
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 
@@ -172,19 +185,18 @@ class Calibration:
             cs *= self.value("compute_scale_torch")
         if moe:
             cs *= self.value("compute_scale_moe")
-        for name, gpus in GPU_SCOPED.items():
-            if gpu in gpus:
-                cs *= self.value(name)
+        for name in gpu_scopes(gpu, moe):
+            cs *= self.value(name)
         if cs == 1.0 and ms == 1.0:
             return times
         return {k: v * (ms if k[0] in COLLECTIVE_KINDS else cs) for k, v in times.items()}
 
-    def gpu_scale_note(self, gpu: str) -> str | None:
-        """What a GPU-scoped constant of this calibration does to plans on ``gpu`` (catalogue key), with the runs it
-        rests on; None when none applies or it is 1."""
-        for name, gpus in GPU_SCOPED.items():
+    def gpu_scale_note(self, gpu: str, moe: bool = False) -> str | None:
+        """What a GPU-scoped constant of this calibration does to plans on ``gpu`` (catalogue key), of a
+        mixture-of-experts model when ``moe``, with the runs it rests on; None when none applies or it is 1."""
+        for name in gpu_scopes(gpu, moe):
             value = self.value(name)
-            if gpu in gpus and value != 1.0:
+            if value != 1.0:
                 support = (self.provenance.get("constant_support") or {}).get(name) or {}
                 rests = (f", fitted on {support['rows']} measured runs of {', '.join(support['sources'])}"
                          if support.get("rows") else "")

@@ -106,7 +106,8 @@ def register(app: typer.Typer) -> None:
         constants: Annotated[str | None, typer.Option(
             "--constants", help="Comma-separated constants to fit (default all): compute_scale, comm_scale, "
                                 "overlap_efficiency, iteration_overhead_s, compute_scale_torch, and the GPU-scoped "
-                                "compute_scale_gh200, compute_scale_blackwell (moved only by runs on those GPUs).")
+                                "compute_scale_gh200, compute_scale_blackwell (moved only by runs on those GPUs; the "
+                                "Blackwell one by dense runs only), compute_scale_moe (by MoE runs).")
     ] = None,
         out: Annotated[Optional[Path], typer.Option(
             "--out", help="Directory to write the calibration to (default: $XDG_CONFIG_HOME/planner/calibrations, "

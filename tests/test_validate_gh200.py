@@ -109,6 +109,35 @@ def test_gh200_scale_acts_on_the_96gb_gh200_only():
     assert Calibration(name="u", constants={"compute_scale": 2.0}).gpu_scale_note("gh200") is None
 
 
+def test_blackwell_scale_acts_on_dense_blackwell_plans_only():
+    """compute_scale_blackwell scales dense plans on the four Blackwell GPUs; MoE plans there take
+    compute_scale_moe alone (planner.calibrate.DENSE_ONLY), and the note follows the same rule."""
+    from planner.calibrate import Calibration, gpu_scopes
+
+    cal = Calibration(name="t", constants={"compute_scale": 2.0, "compute_scale_blackwell": 1.25,
+                                           "compute_scale_moe": 1.5})
+    times = {("gemm", 1): 1.0, ("all_reduce", 2): 1.0}
+    for gpu in ("b200", "gb200", "b300", "gb300"):
+        dense = cal.scale_times(times, "megatron", gpu)
+        assert dense[("gemm", 1)] == pytest.approx(2.5) and dense[("all_reduce", 2)] == pytest.approx(1.0)
+        assert cal.scale_times(times, "megatron", gpu, moe=True)[("gemm", 1)] == pytest.approx(3.0)
+        assert "compute_scale_blackwell" in cal.gpu_scale_note(gpu) and cal.gpu_scale_note(gpu, moe=True) is None
+    assert cal.scale_times(times, "megatron", "h100-sxm")[("gemm", 1)] == pytest.approx(2.0)
+    assert gpu_scopes("gh200", moe=True) == ["compute_scale_gh200"] and gpu_scopes("b200", moe=True) == []
+
+
+def test_shipped_calibration_scales_dense_blackwell_and_says_so():
+    """The shipped calibration carries the dense Blackwell factor with the runs it rests on; a dense B200 plan's
+    prediction names it, an MoE plan's does not (its factor is compute_scale_moe)."""
+    from planner.calibrate import default_calibration_path, load_calibration
+
+    cal = load_calibration(default_calibration_path())
+    assert cal.value("compute_scale_blackwell") > 1.0
+    support = cal.provenance["constant_support"]["compute_scale_blackwell"]
+    assert set(support["sources"]) == {"BW-NEMO2502", "BW-NEMO2504"} and support["rows"] == 12
+    assert cal.gpu_scale_note("b200") is not None and cal.gpu_scale_note("b200", moe=True) is None
+
+
 def test_shipped_calibration_puts_gh200_runs_on_their_measured_rate(rows):
     """The default calibration is fitted on both dense run files: GH200 rows predicted with it (in-sample for
     them, as for the published rows) lose the +24 % bias of a published-runs-only fit; the prediction says why."""

@@ -119,7 +119,7 @@ def compare_table(m, rows, tokens) -> None:
             t.add_row(*[escape(c) for c in _compare_cells(r, tokens, wide)])
     con = console()
     print_table(con, t, COMPARE_DROP)
-    for line in hardware_lines([r.hardware for r in rows], _calibration(rows)):
+    for line in hardware_lines([r.hardware for r in rows], _calibration(rows), m.is_moe):
         con.print(escape(line))
     for note in compare_notes(rows):
         con.print(("" if note.startswith("warning") else "note: ") + escape(note))
@@ -148,10 +148,11 @@ def _calibration(rows):
     return next((c for r in rows if (c := getattr(r.result.problem, "calibration", None)) is not None), None)
 
 
-def hardware_lines(hardwares, calibration=None) -> list[str]:
+def hardware_lines(hardwares, calibration=None, moe: bool = False) -> list[str]:
     """One line per GPU on its node type with the datasheet and node figures a comparison turns on, then, for GPUs of
     one die, what differs between them (costmodel.cost.basis): why their predictions differ, including a GPU-scoped
-    constant of ``calibration`` (planner.calibrate.GPU_SCOPED)."""
+    constant of ``calibration`` (planner.calibrate.GPU_SCOPED) as it acts on plans of a mixture-of-experts model when
+    ``moe``."""
     # deferred: the cost-model basis module loads only where a comparison prints
     from costmodel.cost.basis import die_of
 
@@ -171,7 +172,7 @@ def hardware_lines(hardwares, calibration=None) -> list[str]:
                            f"{a.cluster.inter_node_bw_gbs:g} vs {b.cluster.inter_node_bw_gbs:g} GB/s per GPU, "
                            f"NVLink domains of {a.nvlink_domain} vs {b.nvlink_domain})")
     for gpu in dict.fromkeys(hw.gpu.name for hw in hardwares):
-        note = gpu_scale_note(calibration, gpu)
+        note = gpu_scale_note(calibration, gpu, moe)
         if note:
             out.append(note)
     return out
