@@ -268,3 +268,19 @@ def test_gh200_allocation_within_1_5x_h100_for_llama3_8b():
     # the shipped calibration's GH200 factor (measured GH200 systems) is named, for GH200 only
     scoped = [n for n in out["notes"] if "compute_scale_gh200" in n]
     assert len(scoped) == 1 and scoped[0].startswith("gh200: calibration 'default'"), out["notes"]
+
+
+def test_frontier_tries_every_micro_batch_size_of_a_shape():
+    """On a larger allocation the shape fastest at the answer may have no global batch in the range at its own MBS
+    (GBS is a multiple of MBS x DP): the frontier costs the shape at every MBS of the space. Llama-13B on A100 with
+    the default space: at 243 nodes (DP 486 at PP 2 and CP 2) only MBS 1 has a batch in 4.2M-6.2M tokens; costed
+    with the answer's MBS alone, the frontier fell back to a PP 8 plan there, slower than at 162 nodes."""
+    from planner.search.allocation import mbs_variants
+    from planner.search.space import Candidate
+
+    shape = Candidate(0, 2, 1, 2, 1, 4, "none", True, 1, "bf16")
+    assert mbs_variants([shape], (4, 1, 2)) == [shape, shape._replace(mbs=1), shape._replace(mbs=2)]
+    res = size(resolve_model("llama-13b"), 3e11, 21 * 86400, [CAT.resolve("a100-80gb")], load_space("default"),
+               max_gpus=2912)
+    days = {p.nodes: p.days for p in res.types[0].frontier}
+    assert days[243] < days[162] and days[364] < days[243]

@@ -12,8 +12,9 @@ search finds the smallest node count whose best plan trains the token budget bef
    is the candidate answer;
 3. one node fewer is searched exhaustively: if some plan meets the deadline there, its shapes join and step 2
    repeats below it; else the answer is proved minimal (within the space and the cost model);
-4. the frontier: node counts from the answer to the largest allowed, about 25 % apart, each costed with the
-   shapes (the best of them, not an exhaustive search).
+4. the frontier: node counts from the answer to the largest allowed, about FRONTIER_STEP apart, each costed with
+   the shapes fastest at the answer, at every micro-batch size of the space (the best of them, not an exhaustive
+   search).
 
 Every allocation keeps the best plan found on it; ``exhaustive`` says whether that was the whole space's best.
 """
@@ -138,6 +139,16 @@ def shapes_of(records: list[PlanRecord], top: int = SHAPES_TOP, within: float = 
         if i < top or time_key(r) <= limit or group not in seen_groups:
             out.setdefault(shape_of(r), None)
         seen_groups.add(group)
+    return list(out)
+
+
+def mbs_variants(shapes: list[Candidate], mbs: tuple[int, ...]) -> list[Candidate]:
+    """The shapes, then each with every other micro-batch size of the space: on a larger allocation the global
+    batch, a multiple of MBS x DP within the batch range, may exist for a smaller MBS only (planner.batch)."""
+    out = dict.fromkeys(shapes)
+    for s in shapes:
+        for m in sorted(mbs):
+            out.setdefault(s._replace(mbs=m), None)
     return list(out)
 
 
@@ -332,7 +343,8 @@ class TypeSizer:
         counts.append(self.max_nodes)
         ranked = sorted((r for r in (self.shape_record(smallest, s) for s in self.shapes) if r is not None),
                         key=time_key)
-        shapes = shapes_of(ranked, top=6, within=0.0, group_vpp=False) or self.shapes
+        shapes = mbs_variants(shapes_of(ranked, top=6, within=0.0, group_vpp=False) or self.shapes,
+                              self._evaluator(smallest).problem.space.mbs)
         for c in counts:
             if not self.points.get(c, Point(c, 0, None, False)).exhaustive:
                 self.shapes_point(c, shapes)

@@ -522,7 +522,7 @@ def size_notes(req: SizeRequest, types: list[TypeSizing], hardwares: list[Hardwa
             notes.append(f"{t.gpu}: {t.batch_note}")
         if t.smallest is not None and len(t.frontier) > 1:
             notes.append(f"{t.gpu}: frontier allocations above the smallest are costed with the plan shapes fastest "
-                         "on the smallest (not searched exhaustively)")
+                         "on the smallest, at every MBS of the space (not searched exhaustively)")
     if req.failures is None:
         notes.append("goodput: a perfect run is assumed (no failures, restarts or checkpoint stalls)")
     else:
