@@ -212,7 +212,8 @@ def _composed(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, graph: O
                         metrics(model, plan, hardware, t), None)
     times = _calibrated(model, plan, hardware, graph, costed, calibration)
     comp = compose(model, plan, hardware, graph, times.time_s, calibration)
-    inputs = tuple(_unread_keys(model) + skipped + domain_warnings(plan) + model_warnings(model))
+    resized = [hardware.cluster.resized] if hardware.cluster.resized else []
+    inputs = tuple(_unread_keys(model) + skipped + resized + domain_warnings(plan) + model_warnings(model))
     notes = costed.warnings + (tuple(calibration.warnings_for(cost_model)) if calibration is not None else ())
     return Estimate(model, plan, hardware, graph, cost_model, costed, calibration, times, comp.iteration_time_s,
                     comp.metrics, comp, inputs, notes)

@@ -182,6 +182,46 @@ def test_gpus_per_node_override_keeps_the_rack_domain(cat):
         cat.resolve("gb200", gpus_per_node=5)
 
 
+def test_a_resized_node_type_says_so_and_names_the_node_types_that_match(cat):
+    """--gpus-per-node that differs from the node type's own count resizes it and says so, naming the node types
+    that hold that many of the GPU (issue 24: outputs say which node type they assumed); its own count says
+    nothing."""
+    hw = cat.resolve("gh200", gpus_per_node=8)
+    assert hw.cluster.name == "jupiter-booster" and (hw.gpus_per_node, hw.nvlink_domain) == (8, 8)
+    assert hw.cluster.resized.startswith("--gpus-per-node 8 resizes jupiter-booster (4 GPUs per node)")
+    assert "no node type in the catalogue has 8 gh200 per node" in hw.cluster.resized
+    a100 = cat.resolve("a100-80gb", gpus_per_node=4).cluster.resized
+    assert "node types with 4 a100-80gb per node: perlmutter" in a100
+    assert "NVLink domain 72 GPUs, unchanged" in cat.resolve("gb200", gpus_per_node=8).cluster.resized
+    assert cat.resolve("gh200", gpus_per_node=4).cluster.resized == "" and cat.resolve("gh200").cluster.resized == ""
+    assert cat.resolve("gh200", gpus_per_node=8).cluster == cat.resolve("gh200", gpus_per_node=8).cluster
+
+
+def test_predict_search_and_compare_lines_print_the_resize():
+    """The note reaches every output that names the node type: predict's warnings, search's notes and the
+    hardware lines of compare's table."""
+    from costmodel.core.specs.plan import ParallelPlan
+    from costmodel.core.specs.presets import resolve_model
+    from costmodel.cost.roofline import RooflineCostModel
+    from costmodel.estimate import estimate
+    from planner.reports.results import hardware_lines
+
+    hw = load_catalogue().resolve("gh200", gpus_per_node=8)
+    plan = ParallelPlan(gpus=16, gpus_per_node=8, tp=1, pp=1, mbs=1, gbs=16, seq_len=2048)
+    est = estimate(resolve_model("llama3-8b"), plan, hw, cost_model=RooflineCostModel())
+    assert hw.cluster.resized in est.warnings
+    assert any(hw.cluster.resized in line for line in hardware_lines([hw]))
+    plain = load_catalogue().resolve("gh200")
+    assert not any("resizes" in line for line in hardware_lines([plain]))
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    out = CliRunner().invoke(app, ["search", "--model", "llama3-8b", "--gpus", "16", "--gpu", "gh200",
+                                   "--gpus-per-node", "8", "--top", "1"], env={"COLUMNS": "400"})
+    assert out.exit_code == 0 and f"note: {hw.cluster.resized}" in out.output
+
+
 def test_nvlink_domain_must_hold_whole_nodes(tmp_path):
     f = tmp_path / "hw.toml"
     f.write_text("[clusters.dgx-h100]\nnvlink_domain = 12\n")

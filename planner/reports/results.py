@@ -161,7 +161,8 @@ def hardware_lines(hardwares, calibration=None, moe: bool = False) -> list[str]:
         g, c = hw.gpu, hw.cluster
         out.append(f"{g.name} on {c.name}: {c.gpus_per_node} GPUs per node, NVLink domain {hw.nvlink_domain} at "
                    f"{c.intra_node_bw_gbs:g} GB/s, network {c.inter_node_bw_gbs:g} GB/s per GPU; bf16 peak "
-                   f"{g.peak_tflops.get('bf16', 0):g} TFLOP/s, HBM {g.hbm_bw_gbs:,.0f} GB/s, {g.hbm_gb:g} GB")
+                   f"{g.peak_tflops.get('bf16', 0):g} TFLOP/s, HBM {g.hbm_bw_gbs:,.0f} GB/s, {g.hbm_gb:g} GB"
+                   + (f" ({c.resized})" if c.resized else ""))
     for i, a in enumerate(hardwares):
         for b in hardwares[i + 1:]:
             die = die_of(a.gpu.name)

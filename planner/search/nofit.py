@@ -92,8 +92,8 @@ BUBBLE_NOTE = 0.10
 
 def search_notes(result: SearchResult) -> list[str]:
     """What a search's answer depends on besides the plans: the batch when it limits scaling (plans refused
-    because the batch caps DP; the best plan's pipeline bubble and the batch that shrinks it) and the goodput
-    model when time and cost to train are expected values."""
+    because the batch caps DP; the best plan's pipeline bubble and the batch that shrinks it), a node type that
+    --gpus-per-node resized, and the goodput model when time and cost to train are expected values."""
     p, out, b = result.problem, [], result.best
     capped = sum(n for reason, n in result.reasons if reason.startswith("the batch caps DP"))
     if capped and p.batch is not None and b is not None and b.num_microbatches <= 2:
@@ -107,6 +107,8 @@ def search_notes(result: SearchResult) -> list[str]:
                    f"of {b.pp} stages, {100 * b.bubble_fraction:.0f} % of the iteration is bubble; {m} micro-batches "
                    f"(a batch of {tokens_text(m * b.mbs * b.dp * b.seq_len)} tokens) bring (PP-1)/(VPP m) to 10 % "
                    "(Narayanan et al. 2021)")
+    for resized in dict.fromkeys(t.hardware.cluster.resized for t in p.targets if t.hardware.cluster.resized):
+        out.append(resized)
     if p.failures is not None:
         out.append("time and cost to train are expected values, divided by the goodput of the allocation "
                    f"(costmodel.schedule.goodput): {p.failures.describe()}")

@@ -166,6 +166,9 @@ class ClusterSpec:
     """Nodes below one switch of the non-blocking level (a rail's leaf switch of a DGX SuperPOD scalable unit: 32 DGX
     nodes; a JUPITER Dragonfly+ group, a non-blocking fat tree: 240 nodes). 0 = not given: with
     ``oversubscription`` > 1 every collective across nodes is taken to leave it."""
+    resized: str = field(default="", compare=False)
+    """What ``--gpus-per-node`` changed in this catalogue node type, and the node types that really hold that many
+    of the GPU ('' = as catalogued): outputs print it beside the node type's name."""
 
     def intra_bw_gbs(self, ranks: int) -> float:
         """Per-GPU, per-direction NVLink bandwidth of a collective among ``ranks`` GPUs of one node, GB/s:
