@@ -120,6 +120,8 @@ def gpu_scopes(gpu: str, moe: bool = False) -> list[str]:
     """Names of the GPU-scoped constants that act on a plan on ``gpu`` (catalogue key) of a mixture-of-experts model
     when ``moe``."""
     return [name for name, gpus in GPU_SCOPED.items() if gpu in gpus and not (moe and name in DENSE_ONLY)]
+
+
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 
