@@ -284,3 +284,27 @@ def test_frontier_tries_every_micro_batch_size_of_a_shape():
                max_gpus=2912)
     days = {p.nodes: p.days for p in res.types[0].frontier}
     assert days[243] < days[162] and days[364] < days[243]
+
+
+def test_frontier_marks_allocations_a_smaller_one_beats():
+    """An allocation that a smaller one of the same GPU type beats on days and USD (the batch caps DP) is marked
+    dominated in the table's legend, the Markdown report and the JSON; the others are not."""
+    from planner.search.allocation import Point, dominated
+    from planner.search.records import PlanRecord
+
+    def point(nodes, days, usd):
+        rec = PlanRecord.__new__(PlanRecord)
+        object.__setattr__(rec, "time_to_train_s", days * 86400.0)
+        object.__setattr__(rec, "cost_to_train_usd", usd)
+        return Point(nodes, 8 * nodes, rec, False)
+
+    pts = [point(8, 10.0, 100.0), point(12, 7.0, 105.0), point(18, 7.5, 160.0), point(27, 7.0, None)]
+    assert dominated(pts) == {18, 27}
+    out = CliRunner().invoke(app, ["size", "--model", "llama-13b", "--tokens", "300B", "--deadline", "3w",
+                                   "--gpu", "a100-80gb", "--max-gpus", "9824", "--format", "json"])
+    assert out.exit_code == 0, out.output
+    front = json.loads(out.output)["types"][0]["frontier"]
+    flags = {p["nodes"]: p["dominated"] for p in front}
+    assert flags[1228] and not flags[9] and not flags[162]
+    faster = {p["nodes"]: p["days"] for p in front}
+    assert all(faster[n] >= min(d for m, d in faster.items() if m < n) for n in flags if flags[n])

@@ -18,6 +18,7 @@ from rich.table import Table
 
 from planner.formats import PLAN_FIELDS, csv_text, md_rows, plan_row
 from planner.prediction import gpu_scale_note
+from planner.search.allocation import dominated
 from planner.search.explain import render_explanation
 from planner.tables import console, is_wide, print_table
 from planner.search.records import (
@@ -253,7 +254,8 @@ SIZE_DROP = ("node type", "stops", "lost [GPU-h]", "ckpt [min / it]", "goodput",
 """Columns of the allocations table left out, in this order, when the terminal is too narrow (--wide: none)."""
 FRONTIER_DROP = ("USD/GPU-h", "cost [$]")
 FRONTIER_MARKERS = {"*": "meets the deadline", "e": "best of every plan (exhaustive search; unmarked: best of the "
-                    "plan shapes searched)"}
+                    "plan shapes searched)", "d": "dominated: a smaller allocation of the GPU type trains in no more "
+                    "days for no more USD (the batch caps DP)"}
 """Markers of the frontier's nodes column."""
 
 
@@ -289,9 +291,11 @@ def frontier_table(res, deadline_s: float) -> tuple[Table, list[str]]:
         t.add_column(h, justify="left" if h in ("GPU", "plan") else "right")
     marks = []
     for ty in res.types:
+        beaten = dominated(ty.frontier)
         for p in ty.frontier:
             r = p.record
-            mark = ("*" if p.meets(deadline_s) else " ") + ("e" if p.exhaustive else " ")
+            mark = ("*" if p.meets(deadline_s) else " ") + ("e" if p.exhaustive else " ") + ("d" if p.nodes in beaten
+                                                                                            else "")
             marks.append(mark)
             t.add_row(ty.gpu, f"{p.nodes}{mark}", f"{p.gpus:,}", "-" if p.days is None else f"{p.days:.1f}",
                       "-" if p.cost_usd is None else f"{p.cost_usd:,.0f}",

@@ -33,6 +33,7 @@ from planner.reports.markdown import (
     sibling,
 )
 from planner.reports.plots import BREAKDOWN_CATEGORIES, breakdown_png, pareto_png
+from planner.search.allocation import dominated
 from planner.search.records import PlanRecord, human_duration, pareto_front, plan_text, rank, to_markdown
 
 BREAKDOWN_PLANS = 10
@@ -364,11 +365,13 @@ def _frontier(res, deadline_s: float, model: ModelSpec) -> tuple[str, bytes | No
 
     rows, series = [], {}
     for t in res.types:
+        beaten = dominated(t.frontier)
         for p in t.frontier:
             r = p.record
             rows.append([t.gpu, str(p.nodes), f"{p.gpus:,}", "-" if p.days is None else f"{p.days:.2f}",
                          "-" if p.cost_usd is None else f"{p.cost_usd:,.0f}", "yes" if p.meets(deadline_s) else "no",
-                         "every plan" if p.exhaustive else "plan shapes", plan_text(r)])
+                         "every plan" if p.exhaustive else "plan shapes", "yes" if p.nodes in beaten else "no",
+                         plan_text(r)])
             series.setdefault(t.gpu, []).append((p.gpus, p.days, None if p.cost_usd is None else p.cost_usd / 1e6,
                                                  p.meets(deadline_s)))
     if not rows:
@@ -376,6 +379,8 @@ def _frontier(res, deadline_s: float, model: ModelSpec) -> tuple[str, bytes | No
     png = frontier_png(series, deadline_s / 86400.0, f"{model.name}: expected days and cost to train vs GPUs")
     text = ("Expected days and cost to train (goodput included where a failure model was used) of every allocation "
             "costed; the smallest allocation and one node fewer are searched over every plan, the others over the "
-            "plan shapes fastest on the smallest:\n\n" + md_table(
-                ["GPU", "nodes", "GPUs", "days", "cost [$]", "meets the deadline", "searched", "plan"], rows))
+            "plan shapes fastest on the smallest at every MBS; dominated: a smaller allocation of the GPU type "
+            "trains in no more days for no more USD (the batch caps DP):\n\n" + md_table(
+                ["GPU", "nodes", "GPUs", "days", "cost [$]", "meets the deadline", "searched", "dominated", "plan"],
+                rows))
     return text, png

@@ -80,6 +80,20 @@ class Point:
                 "cost_usd": self.cost_usd, "plan": self.record.to_dict() if self.record is not None else None}
 
 
+def dominated(points: list[Point]) -> set[int]:
+    """Node counts among ``points`` (one GPU type's frontier) that a smaller allocation beats: it trains in no more
+    days and costs no more (cost compared only where both are priced). The batch can cap DP, so more GPUs do not
+    always train faster."""
+    out = set()
+    for p in points:
+        for q in points:
+            if (q.nodes < p.nodes and p.days is not None and q.days is not None and q.days <= p.days
+                    and (p.cost_usd is None or q.cost_usd is None or q.cost_usd <= p.cost_usd)):
+                out.add(p.nodes)
+                break
+    return out
+
+
 @dataclass
 class TypeSizing:
     """What the allocation search found for one GPU type."""
@@ -109,13 +123,15 @@ class TypeSizing:
     """How the batch limits scaling on the answer's allocation ('' when it does not)."""
 
     def to_dict(self) -> dict:
+        beaten = dominated(self.frontier)
         return {"gpu": self.gpu, "cluster": self.hardware.cluster.name, "min_nodes": self.min_nodes,
                 "max_nodes": self.max_nodes, "gpus_per_node": self.hardware.gpus_per_node,
                 "smallest": self.smallest.to_dict() if self.smallest else None,
                 "one_node_fewer": self.below.to_dict() if self.below else None,
                 "cheapest": self.cheapest.to_dict() if self.cheapest else None,
                 "fastest": self.fastest.to_dict() if self.fastest else None,
-                "frontier": [p.to_dict() for p in self.frontier], "exhaustive_searches": self.exhaustive_searches,
+                "frontier": [{**p.to_dict(), "dominated": p.nodes in beaten} for p in self.frontier],
+                "exhaustive_searches": self.exhaustive_searches,
                 "predictions": self.predictions, "allocations_evaluated": self.evaluated, "reason": self.reason,
                 "batch_note": self.batch_note}
 
