@@ -253,6 +253,9 @@ CompareGpuList = Annotated[list[str], typer.Option("--gpu",
                                                    help="GPU keys to compare (repeat; at least two are useful).")]
 SizeGpuList = Annotated[list[str], typer.Option("--gpu",
     help=f"GPU types to consider (repeat; default: {', '.join(SIZE_DEFAULT_GPUS)}).")]
+NodeTypeList = Annotated[list[str], typer.Option("--cluster",
+    help="Node type per GPU (repeat): GPU=NODE_TYPE (gh200=vista) or NODE_TYPE alone for its own GPU (see `planner "
+         "gpus`); default: each GPU's default node type.")]
 AllocGpus = Annotated[Optional[int], typer.Option("--gpus", help="Total GPUs (a multiple of GPUs per node).")]
 Nodes = Annotated[Optional[int], typer.Option("--nodes", help="Nodes of each GPU type.")]
 NodesRange = Annotated[Optional[str], typer.Option("--nodes-range",

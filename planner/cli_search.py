@@ -186,6 +186,7 @@ def explain_command(
 def compare_command(
     model: O.Model,
     gpu: O.CompareGpuList = [],
+    cluster: O.NodeTypeList = [],
     gpus: O.AllocGpus = None,
     nodes: O.Nodes = None,
     tokens: O.TokenBudget = None,
@@ -236,6 +237,7 @@ def size_command(
     tokens: O.TokenBudget,
     deadline: str = typer.Option(..., "--deadline", help="Wall-clock limit: 72h, 30d, 3w."),
     gpu: O.SizeGpuList = [],
+    cluster: O.NodeTypeList = [],
     min_gpus: O.MinGpus = 1,
     max_gpus: O.MaxGpus = 16384,
     budget: Optional[float] = typer.Option(None, "--budget", help="Largest cost in USD."),

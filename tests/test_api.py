@@ -103,6 +103,26 @@ def test_search_compare_and_size_are_the_cli_json():
     assert _no_elapsed(need.to_dict()) == _no_elapsed(cli)
 
 
+def test_compare_and_size_take_a_node_type_per_gpu():
+    """--cluster GPU=NODE_TYPE (or a node type alone, for its own GPU) picks the node type compare and size cost a
+    GPU on, the CLI and the API alike; a node type of a GPU not asked for, two for one GPU, or one that does not
+    carry the GPU are refused with what to pass instead."""
+    cmp = planner.compare(model="llama-7b", gpu=["gh200", "a100-80gb"], gpus=16, space="megatron",
+                          cluster=["gh200=vista", "perlmutter"])
+    assert {r.gpu: r.hardware.cluster.name for r in cmp.rows} == {"gh200": "vista", "a100-80gb": "perlmutter"}
+    cli = cli_json(["compare", "--model", "llama-7b", "--gpu", "gh200", "--gpu", "a100-80gb", "--gpus", "16",
+                    "--space", "megatron", "--cluster", "gh200=vista", "--cluster", "perlmutter"])
+    assert _no_elapsed(cmp.to_dict()) == _no_elapsed(cli)
+    need = planner.size(model="llama-7b", tokens="2B", deadline="7d", gpu=["gh200"], max_gpus=8, cluster=["vista"],
+                        progress=False)
+    assert need.hardwares[0].cluster.name == "vista" and need.sizing.types[0].hardware.gpus_per_node == 1
+    for cluster, needle in ((["dgx-h100"], "is for h100-sxm, which is not among"),
+                            (["gh200=vista", "gh200=alps-gh200"], "two node types"),
+                            (["gh200=dgx-a100"], "does not match --cluster dgx-a100")):
+        with pytest.raises(planner.PlannerError, match=needle):
+            planner.compare(model="llama-7b", gpu=["gh200"], gpus=16, cluster=cluster)
+
+
 @pytest.mark.parametrize("call, error, needle", [
     (lambda: planner.predict(**{**PLAN, "tp": 3}), planner.PlanError, "TP*PP*CP = 3*2*1"),
     (lambda: planner.predict(**PLAN, dtype="fp9"), planner.PlannerError, "dtype='fp9'"),

@@ -180,10 +180,35 @@ def _space(r: SearchRequest):
         memory_headroom=r.headroom)
 
 
-def _hardwares(gpu, cluster: str | None, gpus_per_node: int | None, hardware_file):
+def _hardwares(gpu, cluster: str | None, gpus_per_node: int | None, hardware_file, node_types=()):
+    """The catalogue and the Hardware of each GPU asked for; ``node_types`` (compare, size: ``--cluster``
+    GPU=NODE_TYPE or NODE_TYPE, :func:`parse_node_types`) picks each GPU's node type."""
     cat = load_catalogue(tuple(hardware_file))
     names = gpu or ([None] if cluster else [DEFAULT_GPU])
-    return cat, [cat.resolve(g, cluster, gpus_per_node) for g in names]
+    chosen = parse_node_types(list(node_types), [cat.gpu(g).name for g in names if g is not None], cat)
+    return cat, [cat.resolve(g, chosen.get(cat.gpu(g).name) if g is not None else cluster, gpus_per_node)
+                 if chosen else cat.resolve(g, cluster, gpus_per_node) for g in names]
+
+
+def parse_node_types(texts: list[str], gpus: list[str], cat) -> dict[str, str]:
+    """``--cluster`` of compare and size -> {GPU key: node type}: 'GPU=NODE_TYPE', or 'NODE_TYPE' for the GPU it is
+    built with; each for one of the GPUs ``gpus`` compared, at most once per GPU."""
+    out: dict[str, str] = {}
+    for text in texts:
+        if "=" in text:
+            g_text, node = (part.strip() for part in text.split("=", 1))
+            g = cat.gpu(g_text).name
+        else:
+            node = text.strip()
+            g = cat.cluster(node).gpu
+        node = cat.cluster(node).name
+        if g not in gpus:
+            raise PlannerError(f"--cluster {text} is for {g}, which is not among the GPU types asked for "
+                               f"({', '.join(gpus)}); add --gpu {g} or write GPU=NODE_TYPE for one of them.")
+        if g in out and out[g] != node:
+            raise PlannerError(f"--cluster gives {g} two node types ({out[g]} and {node}); pass one per GPU type.")
+        out[g] = node
+    return out
 
 
 def _node_range(text: str) -> list[int]:
@@ -403,14 +428,16 @@ def compare(*, model: str, gpu: list[str] | tuple[str, ...] = (), gpus: int | No
             goodput: bool = True, failure_rate: float | None = None,
             planned_interruptions: float | None = None, restart_min: float | None = None, ckpt_mode: str | None = None,
             ckpt_bandwidth: float | None = None, ckpt_interval: float | None = None, slowdown: float | None = None,
-            hardware_file: list[str] | tuple[str, ...] = ()) -> CompareResult:
+            hardware_file: list[str] | tuple[str, ...] = (), cluster: list[str] | tuple[str, ...] = ()
+            ) -> CompareResult:
     """`planner compare`: the best plan per GPU type on ``gpus`` GPUs or ``nodes`` nodes of each, with the expected
-    time and cost to train under the goodput keywords (:func:`failure_model`)."""
+    time and cost to train under the goodput keywords (:func:`failure_model`); ``cluster``: node types per GPU
+    (:func:`parse_node_types`; default each GPU's own)."""
     if (gpus is None) == (nodes is None):
         raise PlannerError("pass exactly one of --gpus N and --nodes N.")
     failures = failure_model(goodput, failure_rate, planned_interruptions, restart_min, ckpt_mode, ckpt_bandwidth,
                              ckpt_interval, slowdown)
-    cat, hws = _hardwares(list(gpu), None, None, hardware_file)
+    cat, hws = _hardwares(list(gpu), None, None, hardware_file, cluster)
     prices = parse_prices(list(price), list(cat.gpus))
     tok = _tokens(tokens) if tokens is not None else None
     m = resolve_model(model)
@@ -462,11 +489,12 @@ def size(*, model: str, tokens: str | float, deadline: str, gpu: list[str] | tup
          seq_len: int | None = None, goodput: bool = True, failure_rate: float | None = None,
          planned_interruptions: float | None = None, restart_min: float | None = None, ckpt_mode: str | None = None,
          ckpt_bandwidth: float | None = None, ckpt_interval: float | None = None, slowdown: float | None = None,
-         progress: bool = True, hardware_file: list[str] | tuple[str, ...] = (), jobs: int = 0) -> SizeResult:
+         progress: bool = True, hardware_file: list[str] | tuple[str, ...] = (), jobs: int = 0,
+         cluster: list[str] | tuple[str, ...] = ()) -> SizeResult:
     """`planner size`: the smallest allocation (nodes of which GPU type, of ``gpu`` or SIZE_DEFAULT_GPUS, from
     ``min_gpus`` to ``max_gpus``) that trains ``tokens`` before ``deadline`` (e.g. '30d'), proved minimal, the
     cheapest and the frontier; times are expected values under the goodput keywords (:func:`failure_model`);
-    ``jobs`` GPU types at once (0 = per CPU core)."""
+    ``jobs`` GPU types at once (0 = per CPU core); ``cluster``: node types per GPU (:func:`parse_node_types`)."""
     seconds = parse_deadline(deadline)
     tok = _tokens(tokens)
     if max_gpus <= 0 or min_gpus <= 0 or min_gpus > max_gpus:
@@ -476,7 +504,7 @@ def size(*, model: str, tokens: str | float, deadline: str, gpu: list[str] | tup
         raise PlannerError(f"--budget must be a positive amount of USD, got {budget}.")
     failures = failure_model(goodput, failure_rate, planned_interruptions, restart_min, ckpt_mode, ckpt_bandwidth,
                              ckpt_interval, slowdown)
-    cat, hws = _hardwares(list(gpu) or list(SIZE_DEFAULT_GPUS), None, None, hardware_file)
+    cat, hws = _hardwares(list(gpu) or list(SIZE_DEFAULT_GPUS), None, None, hardware_file, cluster)
     prices = parse_prices(list(price), list(cat.gpus))
     m = resolve_model(model)
     cal = calibration_option(None)  # as `planner predict` applies it
