@@ -206,6 +206,10 @@ class Calibration:
                         f"({name}{rests}; {CONSTANTS[name].doc})")
         return None
 
+    def fitted_run_ids(self) -> set[str]:
+        """Ids of the runs the constants were fitted on (empty when the file records none)."""
+        return {rid for entry in self.fitted_on for rid in entry.get("run_ids", ())}
+
     def applies_to(self, hardware) -> bool:
         """False for the shipped default calibration on the CPU device: it was fitted on published GPU runs
         (a calibration a user fits on CPU runs applies there)."""

@@ -169,7 +169,7 @@ def moe_section(tiers: list[str] | None, cv: str, calibration: str | None, moe: 
 def _shipped_basis(report: ValidationReport) -> str:
     """Whether the shipped calibration was fitted on the predicted runs of ``report``: held out or in-sample."""
     cal = load_calibration(default_calibration_path())
-    fitted = {rid for entry in cal.fitted_on for rid in entry.get("run_ids", ())}
+    fitted = cal.fitted_run_ids()
     ids = [r.id for r in report.predicted]
     seen = sum(i in fitted for i in ids)
     if seen == 0:

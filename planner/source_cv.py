@@ -121,7 +121,7 @@ def independent_prior(runs: Sequence[PreparedRun]) -> Callable[[list], dict | No
     cal = calibration_option(None)
     if cal is None:
         return None
-    fitted = {rid for entry in cal.fitted_on for rid in entry.get("run_ids", ())}
+    fitted = cal.fitted_run_ids()
     if not fitted:  # no record of the runs it rests on: nothing is known to be independent of them
         return None
     if not any(r.row.id in fitted for r in runs):

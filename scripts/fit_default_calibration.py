@@ -89,21 +89,12 @@ def loso_summary(per_run: list[dict]) -> dict:
 
 def moe_coverage(runs, cal) -> dict:
     """Provenance of the band of mixture-of-experts plans (planner.calibrate.interval_tables): its runs and the
-    coverage each MoE source gets from the other MoE sources' held-out residuals only
-    (planner.intervals.held_out_coverage), from the calibration's leave-one-source-out folds."""
+    coverage each MoE source gets from the other MoE sources' held-out residuals only (:func:`loso_summary` on the
+    MoE runs' records of the calibration's leave-one-source-out folds)."""
     moe_ids = {r.row.id for r in runs if r.model.is_moe}
-    moe = [rec for rec in cal.cv["per_run"] if rec["id"] in moe_ids]
-    flags = [None if b is None else covers(b[1], rec["residual"]) for rec, b in zip(moe, held_out_coverage(moe))]
-    sources = sorted({rec["source"] for rec in moe})
-
-    def coverage(idx: list[int]) -> float | None:
-        got = [flags[i] for i in idx if flags[i] is not None]
-        return sum(got) / len(got) if got else None
-
-    return {"n": len(moe), "held_out_coverage": coverage(list(range(len(moe)))),
-            "per_source": {s: {"n": sum(rec["source"] == s for rec in moe),
-                               "coverage": coverage([i for i, rec in enumerate(moe) if rec["source"] == s])}
-                           for s in sources}}
+    loso = loso_summary([rec for rec in cal.cv["per_run"] if rec["id"] in moe_ids])
+    return {"n": loso["overall"]["n"], "held_out_coverage": loso["overall"]["interval_coverage"],
+            "per_source": {s: {"n": b["n"], "coverage": b["interval_coverage"]} for s, b in loso["per_source"].items()}}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -185,9 +185,9 @@ def _hardwares(gpu, cluster: str | None, gpus_per_node: int | None, hardware_fil
     GPU=NODE_TYPE or NODE_TYPE, :func:`parse_node_types`) picks each GPU's node type."""
     cat = load_catalogue(tuple(hardware_file))
     names = gpu or ([None] if cluster else [DEFAULT_GPU])
-    chosen = parse_node_types(list(node_types), [cat.gpu(g).name for g in names if g is not None], cat)
-    return cat, [cat.resolve(g, chosen.get(cat.gpu(g).name) if g is not None else cluster, gpus_per_node)
-                 if chosen else cat.resolve(g, cluster, gpus_per_node) for g in names]
+    keys = [None if g is None else cat.gpu(g).name for g in names]
+    chosen = parse_node_types(list(node_types), [k for k in keys if k is not None], cat)
+    return cat, [cat.resolve(g, chosen.get(k, cluster), gpus_per_node) for g, k in zip(names, keys)]
 
 
 def parse_node_types(texts: list[str], gpus: list[str], cat) -> dict[str, str]:

@@ -152,30 +152,30 @@ class Catalogue:
                 raise PlannerError(f"gpus_per_node must be a positive integer, got {gpus_per_node!r}.")
             if cluster is None:
                 self._check_node_size(g, c, gpus_per_node)
-            resized = self._resized_note(g, c, gpus_per_node)
             domain = c.nvlink_domain or c.gpus_per_node
             if domain == c.gpus_per_node:  # the node is the NVLink domain: both change
-                c = dataclasses.replace(c, gpus_per_node=gpus_per_node, nvlink_domain=gpus_per_node, resized=resized)
+                resized = dataclasses.replace(c, gpus_per_node=gpus_per_node, nvlink_domain=gpus_per_node)
             elif domain % gpus_per_node:
                 raise PlannerError(f"--gpus-per-node {gpus_per_node} does not divide the {domain}-GPU NVLink domain "
                                    f"of {c.name} (nodes of {c.gpus_per_node}); pass a divisor of {domain}.")
             else:
-                c = dataclasses.replace(c, gpus_per_node=gpus_per_node, resized=resized)
+                resized = dataclasses.replace(c, gpus_per_node=gpus_per_node)
+            c = dataclasses.replace(resized, resized=self._resized_note(g, c, resized))
         return Hardware(gpu=g, cluster=c)
 
-    def _resized_note(self, g: GPUSpec, c: ClusterSpec, gpus_per_node: int) -> str:
-        """What --gpus-per-node ``gpus_per_node`` does to node type ``c`` of GPU ``g``, naming the node types that
-        hold that many ('' when it is ``c``'s own size)."""
-        if gpus_per_node == c.gpus_per_node:
+    def _resized_note(self, g: GPUSpec, old: ClusterSpec, new: ClusterSpec) -> str:
+        """What --gpus-per-node did to node type ``old`` of GPU ``g`` (``new``: the resized one), naming the node
+        types that hold that many ('' when it kept ``old``'s size)."""
+        n = new.gpus_per_node
+        if n == old.gpus_per_node:
             return ""
-        domain = c.nvlink_domain or c.gpus_per_node
-        after = (f"{gpus_per_node} GPUs per node (NVLink domain {gpus_per_node} GPUs)" if domain == c.gpus_per_node
-                 else f"{gpus_per_node} GPUs per node (NVLink domain {domain} GPUs, unchanged)")
-        matching = [n for n in self.node_types_for(g, gpus_per_node) if n != c.name]
-        where = (f"node types with {gpus_per_node} {g.name} per node: {', '.join(matching)} (--cluster NAME)"
-                 if matching else f"no node type in the catalogue has {gpus_per_node} {g.name} per node")
-        return (f"--gpus-per-node {gpus_per_node} resizes {c.name} ({c.gpus_per_node} GPUs per node) to {after}, "
-                f"at its per-GPU link figures; {where}")
+        kept = ", unchanged" if new.nvlink_domain == old.nvlink_domain else ""
+        matching = [name for name in self.node_types_for(g, n) if name != old.name]
+        where = (f"node types with {n} {g.name} per node: {', '.join(matching)} (--cluster NAME)"
+                 if matching else f"no node type in the catalogue has {n} {g.name} per node")
+        return (f"--gpus-per-node {n} resizes {old.name} ({old.gpus_per_node} GPUs per node) to {n} GPUs per node "
+                f"(NVLink domain {new.nvlink_domain or n} GPUs{kept}), at its per-GPU link "
+                f"figures; {where}")
 
     def node_types_for(self, gpu: GPUSpec, gpus_per_node: int | None = None) -> list[str]:
         """Node types built with ``gpu`` (its ``gpu`` or one of its ``other_gpus``), of ``gpus_per_node`` GPUs each
