@@ -86,7 +86,10 @@ def fitting_changes(req, rec: dict, predict: Callable[[object], dict]) -> str | 
         except PlannerError:  # not a valid plan for this framework or model: not offered
             continue
         if alt.get("fits_in_memory"):
-            found.append(f"{flag} ({alt['memory_gib_per_gpu']:.1f} GiB, {alt['iteration_time_s']:.4g} s per iteration)")
+            once = any(str(w).startswith("ZeRO-2:") for w in alt.get("warnings", ()))
+            found.append(f"{flag} ({alt['memory_gib_per_gpu']:.1f} GiB, {alt['iteration_time_s']:.4g} s per iteration"
+                         + (" with one gradient reduce-scatter per iteration; its warning bounds a per-micro-batch one"
+                            if once else "") + ")")
     return "the same layout fits with " + "; or ".join(found) if found else None
 
 

@@ -259,3 +259,19 @@ def test_cp_ring_hides_only_under_the_attention_kernels(a100):
     lt = layer_and_stage_times(st, times, True)
     assert lt.exposed_fwd_s == pytest.approx(ring_f - attn_f)
     assert layer_and_stage_times(st, times, False).exposed_fwd_s == pytest.approx(ring_f)  # no overlap at all
+
+
+def test_zero2_warns_that_its_reduce_scatter_is_costed_once_per_iteration(a100):
+    """ZeRO-2 with several micro-batches: the prediction says the gradients are reduce-scattered once per
+    iteration and bounds what Megatron-FSDP's per-micro-batch reduce-scatter would add, (M - 1) x that time."""
+    model = llama()
+    for zero, mbs, expect in ((2, 1, True), (1, 1, False), (2, 4, False)):
+        p = plan(gpus=16, gpn=8, gbs=64, zero=zero, mbs=mbs)  # DP 16: 4 micro-batches at MBS 1, 1 at MBS 4
+        graph, times, comp = _composed(model, p, a100)
+        text = [w for w in comp.warnings if w.startswith("ZeRO-2:")]
+        assert bool(text) is expect, (zero, mbs, comp.warnings)
+        if expect:
+            once = max(sum(times.time_s[o.key()] * o.count for o in st.iteration_ops
+                           if o.kind == "reduce_scatter" and o.phase is Phase.DP_COMM) for st in graph.stages)
+            assert once > 0
+            assert f"up to {3 * once:.3g} s more" in text[0] and "4 micro-batches" in text[0]

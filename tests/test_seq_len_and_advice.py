@@ -86,8 +86,12 @@ def test_a_plan_that_does_not_fit_names_the_one_flag_changes_that_make_it_fit():
     assert res.exit_code == 0, res.output
     line = next(x for x in res.output.splitlines() if x.startswith("note: the same layout fits with"))
     assert "--zero 2 (" in line and "--recompute full (" in line
+    # ZeRO-2 is costed with one reduce-scatter per iteration; the offer says so, and its prediction bounds the rest
+    assert "s per iteration with one gradient reduce-scatter per iteration" in line.split("; or")[0]
     for change in (["--zero", "2"], ["--recompute", "full"]):
         alt = runner.invoke(app, ["predict", *flags, *change, "--format", "json"])
         assert '"fits_in_memory": true' in alt.stdout
     fits = runner.invoke(app, ["predict", *flags, "--zero", "2"], env={"COLUMNS": "400"})
     assert "the same layout fits with" not in fits.output
+    assert "ZeRO-2: gradients costed as reduce-scattered once per iteration" in fits.output
+    assert "with 16 micro-batches up to" in fits.output
