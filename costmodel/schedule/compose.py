@@ -653,7 +653,9 @@ def zero2_reduction_warning(plan: ParallelPlan, graph: OperatorGraph, times: Tim
     and Megatron-FSDP's ``optim_grads`` (what planner exports for ZeRO-2 under Megatron) reduce-scatters every
     micro-batch's gradients instead: "Gradient reduce-scatter is overlapped with backward compute and accumulated
     during every backward pass" (NVIDIA/Megatron-LM docs/user-guide/features/megatron_fsdp.md @d98e8a64,
-    "ZeRO-2"). The bound below is the M - 1 further reduce-scatters of the stage with the most, none hidden."""
+    "ZeRO-2"); in the code, ``grad_reduce_every_bprop`` for ``optim_grads`` and ``optim_grads_params``
+    (megatron/core/distributed/custom_fsdp/fully_sharded_data_parallel.py @1e057005, May 2025). The bound below is
+    the M - 1 further reduce-scatters of the stage with the most, none hidden."""
     m = graph.num_microbatches
     if plan.zero != 2 or m <= 1:
         return None
