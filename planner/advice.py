@@ -63,33 +63,50 @@ def memory_advice(rec: dict, moe: bool = False) -> str | None:
             f"({ranked} GiB); shrink them with " + ", ".join(_levers(term, rec["plan"], moe)))
 
 
-def _single_changes(plan: dict) -> list[tuple[str, dict]]:
-    """(flag, request fields) of the one-flag changes that shrink memory without changing the layout: the next ZeRO
-    stages (gradients, then weights sharded over DP) and full recomputation."""
+OFFLOAD_STEPS = (("attn_norm", "mlp_norm"), ("attn_norm", "mlp_norm", "core_attn", "attn_proj"),
+                 ("attn_norm", "mlp_norm", "core_attn", "attn_proj", "qkv_linear"))
+"""Megatron-Core fine-grained activation offloading sets tried in turn (costmodel.core.specs.memory_features
+OFFLOAD_MODULES), smallest first: the norms' inputs, then attention's output and its projection input (attn_proj
+needs core_attn), then the QKV input; the first that fits is offered."""
+
+
+def _single_changes(plan: dict, req=None) -> list[list[tuple[str, dict]]]:
+    """Families of (flag, request fields) of the one-flag changes that shrink memory without changing the layout:
+    the next ZeRO stages (gradients, then weights sharded over DP), full recomputation, bf16 main gradients
+    (Megatron --main-grads-dtype / --grad-reduce-in-bf16) where they are fp32, and Megatron-Core's fine-grained
+    activation offloading where nothing is offloaded yet (:data:`OFFLOAD_STEPS`, one family: its first fitting
+    set is offered)."""
     zero = plan.get("zero", 0)
-    out = [(f"--zero {z}", {"zero": z}) for z in range(zero + 1, 4)]
+    out = [[(f"--zero {z}", {"zero": z})] for z in range(zero + 1, 4)]
     if plan.get("recompute") != "full":
-        out.append(("--recompute full", {"recompute": "full"}))
+        out.append([("--recompute full", {"recompute": "full"})])
+    if req is not None and getattr(req, "main_grads_dtype", None) in ("", "fp32") and plan.get("dtype") != "fp16":
+        out.append([("--main-grads-dtype bf16", {"main_grads_dtype": "bf16"})])
+    if req is not None and not getattr(req, "offload_modules", ()) and plan.get("framework") == "megatron" \
+            and plan.get("recompute") != "full":
+        out.append([(f"--offload-modules {','.join(mods)}", {"offload_modules": mods}) for mods in OFFLOAD_STEPS])
     return out
 
 
 def fitting_changes(req, rec: dict, predict: Callable[[object], dict]) -> str | None:
     """For a record that does not fit: the one-flag changes of :func:`_single_changes` under which the same layout
-    fits, each costed by ``predict`` (a request -> prediction record, the command's own), with its memory and time;
-    None when the plan fits or no such change makes it fit."""
+    fits (of a family, the first that fits), each costed by ``predict`` (a request -> prediction record, the
+    command's own), with its memory and time; None when the plan fits or no such change makes it fit."""
     if rec.get("fits_in_memory", True):
         return None
     found = []
-    for flag, change in _single_changes(rec["plan"]):
-        try:
-            alt = predict(dataclasses.replace(req, **change))
-        except PlannerError:  # not a valid plan for this framework or model: not offered
-            continue
-        if alt.get("fits_in_memory"):
-            once = any(str(w).startswith("ZeRO-2:") for w in alt.get("warnings", ()))
-            found.append(f"{flag} ({alt['memory_gib_per_gpu']:.1f} GiB, {alt['iteration_time_s']:.4g} s per iteration"
-                         + (" with one gradient reduce-scatter per iteration; its warning bounds a per-micro-batch one"
-                            if once else "") + ")")
+    for family in _single_changes(rec["plan"], req):
+        for flag, change in family:
+            try:
+                alt = predict(dataclasses.replace(req, **change))
+            except PlannerError:  # not a valid plan for this framework or model: not offered
+                continue
+            if alt.get("fits_in_memory"):
+                once = any(str(w).startswith("ZeRO-2:") for w in alt.get("warnings", ()))
+                found.append(f"{flag} ({alt['memory_gib_per_gpu']:.1f} GiB, {alt['iteration_time_s']:.4g} s per "
+                             "iteration" + (" with one gradient reduce-scatter per iteration; its warning bounds a "
+                                            "per-micro-batch one" if once else "") + ")")
+                break
     return "the same layout fits with " + "; or ".join(found) if found else None
 
 

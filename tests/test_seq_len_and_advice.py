@@ -88,10 +88,38 @@ def test_a_plan_that_does_not_fit_names_the_one_flag_changes_that_make_it_fit():
     assert "--zero 2 (" in line and "--recompute full (" in line
     # ZeRO-2 is costed with one reduce-scatter per iteration; the offer says so, and its prediction bounds the rest
     assert "s per iteration with one gradient reduce-scatter per iteration" in line.split("; or")[0]
-    for change in (["--zero", "2"], ["--recompute", "full"]):
+    # the memory features that keep Megatron's ZeRO-1: bf16 main gradients, and the smallest fitting set of
+    # fine-grained activation offloading (the norms' inputs), offered once
+    assert "--main-grads-dtype bf16 (" in line and "--offload-modules attn_norm,mlp_norm (" in line
+    assert line.count("--offload-modules") == 1
+    for change in (["--zero", "2"], ["--recompute", "full"], ["--main-grads-dtype", "bf16"],
+                   ["--offload-modules", "attn_norm,mlp_norm"]):
         alt = runner.invoke(app, ["predict", *flags, *change, "--format", "json"])
-        assert '"fits_in_memory": true' in alt.stdout
+        assert '"fits_in_memory": true' in alt.stdout, change
     fits = runner.invoke(app, ["predict", *flags, "--zero", "2"], env={"COLUMNS": "400"})
     assert "the same layout fits with" not in fits.output
     assert "ZeRO-2: gradients costed as reduce-scattered once per iteration" in fits.output
     assert "with 16 micro-batches up to" in fits.output
+
+
+def test_fitting_changes_offers_the_first_offload_set_that_fits_and_each_other_change_that_fits():
+    """fitting_changes costs every one-flag change with the command's own predict; of the activation-offloading
+    family it offers only the first set that fits, and it leaves out changes that do not fit or are refused."""
+    from costmodel.core.errors import PlannerError
+    from planner.advice import OFFLOAD_STEPS, fitting_changes
+    from planner.requests import PlanRequest
+
+    req = PlanRequest(model="llama-13b", gpu="a100-80gb", gpus=8)
+    rec = {"fits_in_memory": False, "plan": {"zero": 1, "recompute": "selective", "dtype": "bf16",
+                                             "framework": "megatron"}}
+
+    def fake(r):
+        if r.zero == 3:
+            raise PlannerError("refused")
+        fits = r.offload_modules in OFFLOAD_STEPS[1:] or r.main_grads_dtype == "bf16"
+        return {"fits_in_memory": fits, "memory_gib_per_gpu": 70.0, "iteration_time_s": 1.0, "warnings": []}
+
+    text = fitting_changes(req, rec, fake)
+    assert text == ("the same layout fits with --main-grads-dtype bf16 (70.0 GiB, 1 s per iteration); or "
+                    f"--offload-modules {','.join(OFFLOAD_STEPS[1])} (70.0 GiB, 1 s per iteration)")
+    assert fitting_changes(req, {**rec, "fits_in_memory": True}, fake) is None
