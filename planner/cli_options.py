@@ -139,6 +139,14 @@ GpusPerNode = plan_option("gpus_per_node")
 Gbs = plan_option("gbs")
 TokensPerBatch = plan_option("tokens_per_batch")
 SeqLen = plan_option("seq_len")
+MainGradsDtype = plan_option("main_grads_dtype")
+MainParamsDtype = plan_option("main_params_dtype")
+ExpAvgDtype = plan_option("exp_avg_dtype")
+ExpAvgSqDtype = plan_option("exp_avg_sq_dtype")
+Fp8ParamGather = plan_option("fp8_param_gather")
+OptimizerOffloadFraction = plan_option("optimizer_offload_fraction")
+OffloadModules = plan_option("offload_modules")
+ReshardAfterForward = plan_option("reshard_after_forward")
 
 
 def plan_options(command: Callable) -> Callable:

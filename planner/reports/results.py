@@ -130,11 +130,13 @@ def compare_notes(rows) -> list[str]:
     """The batch each GPU type ran, where the batch limits scaling, the goodput model, and the prices' sources."""
     from planner.search.nofit import search_notes  # deferred: the search package loads with the command
     from planner.search.sizing import price_notes  # deferred: as above
+    from planner.search.space import settings_note  # deferred: as above
 
     notes: list[str] = []
     for r in rows:
         p = r.result.problem
-        for note in (*((p.batch_note(),) if p.batch_note() else ()), *search_notes(r.result)):
+        for note in (*((p.batch_note(),) if p.batch_note() else ()), *search_notes(r.result),
+                     *((settings_note(p.space),) if settings_note(p.space) else ())):
             if note.startswith("the batch"):
                 note = f"{r.gpu}: {note}"
             if note not in notes:

@@ -119,6 +119,16 @@ class SearchRequest:
     """Plans printed."""
     hardware_file: tuple[str, ...] = ()
     """TOML/YAML files adding GPUs/clusters."""
+    main_grads_dtype: str = ""
+    """Memory features every plan takes (as PlanRequest's fields of the same names; :func:`plan_settings`)."""
+    main_params_dtype: str = "fp32"
+    exp_avg_dtype: str = "fp32"
+    exp_avg_sq_dtype: str = "fp32"
+    fp8_param_gather: bool = False
+    optimizer_offload_fraction: float = 0.0
+    offload_modules: str | tuple[str, ...] | None = None
+    """Fine-grained activation offloading, 'a,b' or a list (PlanRequest.offload_modules)."""
+    reshard_after_forward: bool | None = None
 
     @classmethod
     def from_flags(cls, flags: dict) -> SearchRequest:
@@ -170,8 +180,26 @@ def bool_list(text: str | None) -> list[bool] | None:
     return out
 
 
+def plan_settings(main_grads_dtype: str = "", main_params_dtype: str = "fp32", exp_avg_dtype: str = "fp32",
+                  exp_avg_sq_dtype: str = "fp32", fp8_param_gather: bool = False,
+                  optimizer_offload_fraction: float = 0.0, offload_modules: str | tuple | list | None = None,
+                  reshard_after_forward: bool | None = None) -> dict:
+    """The memory features a search, comparison or sizing applies to every plan (the keywords and flags of
+    `planner predict` of the same names), as SearchSpace.plan_settings takes them; the space checks the values."""
+    mods = tuple(str_list(offload_modules)) if isinstance(offload_modules, str) else tuple(offload_modules or ())
+    return {"main_grads_dtype": main_grads_dtype, "main_params_dtype": main_params_dtype,
+            "exp_avg_dtype": exp_avg_dtype, "exp_avg_sq_dtype": exp_avg_sq_dtype,
+            "fp8_param_gather": fp8_param_gather, "optimizer_offload_fraction": optimizer_offload_fraction,
+            "offload_modules": mods, "reshard_after_forward": reshard_after_forward}
+
+
+def _request_settings(r) -> dict:
+    return plan_settings(r.main_grads_dtype, r.main_params_dtype, r.exp_avg_dtype, r.exp_avg_sq_dtype,
+                         r.fp8_param_gather, r.optimizer_offload_fraction, r.offload_modules, r.reshard_after_forward)
+
+
 def _space(r: SearchRequest):
-    return load_space(r.space).override(
+    return load_space(r.space).override(plan_settings=_request_settings(r),
         tp=int_list("--tp", r.tp), pp=int_list("--pp", r.pp), cp=int_list("--cp", r.cp),
         vpp=int_list("--vpp", r.vpp), mbs=int_list("--mbs", r.mbs), recompute=str_list(r.recompute),
         zero=int_list("--zero", r.zero), sequence_parallel=bool_list(r.sp), dtype=str_list(r.dtype),
@@ -428,11 +456,15 @@ def compare(*, model: str, gpu: list[str] | tuple[str, ...] = (), gpus: int | No
             goodput: bool = True, failure_rate: float | None = None,
             planned_interruptions: float | None = None, restart_min: float | None = None, ckpt_mode: str | None = None,
             ckpt_bandwidth: float | None = None, ckpt_interval: float | None = None, slowdown: float | None = None,
-            hardware_file: list[str] | tuple[str, ...] = (), cluster: list[str] | tuple[str, ...] = ()
+            hardware_file: list[str] | tuple[str, ...] = (), cluster: list[str] | tuple[str, ...] = (),
+            main_grads_dtype: str = "", main_params_dtype: str = "fp32", exp_avg_dtype: str = "fp32",
+            exp_avg_sq_dtype: str = "fp32", fp8_param_gather: bool = False, optimizer_offload_fraction: float = 0.0,
+            offload_modules: str | tuple | list | None = None, reshard_after_forward: bool | None = None
             ) -> CompareResult:
     """`planner compare`: the best plan per GPU type on ``gpus`` GPUs or ``nodes`` nodes of each, with the expected
     time and cost to train under the goodput keywords (:func:`failure_model`); ``cluster``: node types per GPU
-    (:func:`parse_node_types`; default each GPU's own)."""
+    (:func:`parse_node_types`; default each GPU's own); the memory-feature keywords (:func:`plan_settings`) apply to
+    every plan."""
     if (gpus is None) == (nodes is None):
         raise PlannerError("pass exactly one of --gpus N and --nodes N.")
     failures = failure_model(goodput, failure_rate, planned_interruptions, restart_min, ckpt_mode, ckpt_bandwidth,
@@ -441,9 +473,12 @@ def compare(*, model: str, gpu: list[str] | tuple[str, ...] = (), gpus: int | No
     prices = parse_prices(list(price), list(cat.gpus))
     tok = _tokens(tokens) if tokens is not None else None
     m = resolve_model(model)
+    sp = load_space(space).override(plan_settings=plan_settings(
+        main_grads_dtype, main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype, fp8_param_gather,
+        optimizer_offload_fraction, offload_modules, reshard_after_forward))
     bar, update = _delayed_bar(f"comparing {m.name} on {', '.join(h.gpu.name for h in hws)}")
     try:
-        rows = compare_gpus(m, hws, load_space(space), gpus=gpus, nodes=nodes, gbs=gbs, seq_len=seq_len, tokens=tok,
+        rows = compare_gpus(m, hws, sp, gpus=gpus, nodes=nodes, gbs=gbs, seq_len=seq_len, tokens=tok,
                             prices=prices, tokens_per_batch=parse_batch_range(tokens_per_batch),
                             calibration=calibration_option(None),  # as `planner predict` applies it
                             failures=failures, jobs=jobs_or_default(0), progress=update)
@@ -490,11 +525,15 @@ def size(*, model: str, tokens: str | float, deadline: str, gpu: list[str] | tup
          planned_interruptions: float | None = None, restart_min: float | None = None, ckpt_mode: str | None = None,
          ckpt_bandwidth: float | None = None, ckpt_interval: float | None = None, slowdown: float | None = None,
          progress: bool = True, hardware_file: list[str] | tuple[str, ...] = (), jobs: int = 0,
-         cluster: list[str] | tuple[str, ...] = ()) -> SizeResult:
+         cluster: list[str] | tuple[str, ...] = (), main_grads_dtype: str = "", main_params_dtype: str = "fp32",
+         exp_avg_dtype: str = "fp32", exp_avg_sq_dtype: str = "fp32", fp8_param_gather: bool = False,
+         optimizer_offload_fraction: float = 0.0, offload_modules: str | tuple | list | None = None,
+         reshard_after_forward: bool | None = None) -> SizeResult:
     """`planner size`: the smallest allocation (nodes of which GPU type, of ``gpu`` or SIZE_DEFAULT_GPUS, from
     ``min_gpus`` to ``max_gpus``) that trains ``tokens`` before ``deadline`` (e.g. '30d'), proved minimal, the
     cheapest and the frontier; times are expected values under the goodput keywords (:func:`failure_model`);
-    ``jobs`` GPU types at once (0 = per CPU core); ``cluster``: node types per GPU (:func:`parse_node_types`)."""
+    ``jobs`` GPU types at once (0 = per CPU core); ``cluster``: node types per GPU (:func:`parse_node_types`); the
+    memory-feature keywords (:func:`plan_settings`) apply to every plan."""
     seconds = parse_deadline(deadline)
     tok = _tokens(tokens)
     if max_gpus <= 0 or min_gpus <= 0 or min_gpus > max_gpus:
@@ -508,10 +547,13 @@ def size(*, model: str, tokens: str | float, deadline: str, gpu: list[str] | tup
     prices = parse_prices(list(price), list(cat.gpus))
     m = resolve_model(model)
     cal = calibration_option(None)  # as `planner predict` applies it
+    sp = load_space(space).override(plan_settings=plan_settings(
+        main_grads_dtype, main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype, fp8_param_gather,
+        optimizer_offload_fraction, offload_modules, reshard_after_forward))
     bar, update = _delayed_bar(f"sizing {m.name} on {', '.join(h.gpu.name for h in hws)}") if progress \
         else (None, None)
     try:
-        res = size_allocation(m, tok, seconds, hws, load_space(space), min_gpus=min_gpus, max_gpus=max_gpus,
+        res = size_allocation(m, tok, seconds, hws, sp, min_gpus=min_gpus, max_gpus=max_gpus,
                               budget_usd=budget, gbs=gbs, seq_len=seq_len, prices=prices,
                               tokens_per_batch=parse_batch_range(tokens_per_batch), jobs=jobs_or_default(jobs),
                               calibration=cal, failures=failures, progress=update)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from costmodel.core.kinds import describe_cost_sources
 from costmodel.core.specs.framework import DEFAULT_FRAMEWORK
+from costmodel.core.specs.memory_features import feature_values
 from costmodel.core.specs.plan import ParallelPlan, describe_split
 from costmodel.graph.moe import with_default_dispatcher
 from planner.formats import (
@@ -126,6 +127,9 @@ class PlanRecord:
     """Expected interruptions (unexpected + planned) while training the token budget."""
     lost_gpu_hours: float | None = None
     """Expected GPU-hours lost to restarts, re-done work, checkpoint stalls and slow-down over the budget."""
+    plan_settings: dict = field(default_factory=dict)
+    """The plan's memory features that are not off (costmodel.core.specs.memory_features.feature_values, e.g.
+    {"main_grads_dtype": "bf16"}; the search's SearchSpace.plan_settings); {} in records written before them."""
 
     def to_plan(self) -> ParallelPlan:
         """The ParallelPlan this record describes."""
@@ -134,7 +138,8 @@ class PlanRecord:
             seq_len=self.seq_len, tp=self.tp, pp=self.pp, cp=self.cp, vpp=self.vpp, mbs=self.mbs,
             recompute=self.recompute, sequence_parallel=self.sequence_parallel, zero=self.zero, dtype=self.dtype,
             layer_split=tuple(self.layer_split) if self.layer_split else None, nvlink_domain=self.nvlink_domain,
-            framework=self.framework, ep=self.ep, etp=self.etp))
+            framework=self.framework, ep=self.ep, etp=self.etp,
+            **{k: tuple(v) if isinstance(v, list) else v for k, v in self.plan_settings.items()}))
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -148,7 +153,8 @@ class PlanRecord:
         """Identity of the plan (for de-duplication across trials and processes)."""
         return (self.gpu, self.cluster, self.gpus, self.gpus_per_node, self.tp, self.pp, self.cp, self.vpp,
                 self.mbs, self.recompute, self.sequence_parallel, self.zero, self.dtype, self.gbs, self.seq_len,
-                self.framework, self.ep, self.etp if self.etp is not None else self.tp)
+                self.framework, self.ep, self.etp if self.etp is not None else self.tp,
+                tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in self.plan_settings.items())))
 
 
 def make_record(problem, target, plan: ParallelPlan, pred, price: float | None) -> PlanRecord:
@@ -170,7 +176,8 @@ def make_record(problem, target, plan: ParallelPlan, pred, price: float | None) 
         usd_per_mtoken=usd_per_mtoken, time_to_train_s=None, cost_to_train_usd=None, bottleneck=pred.bottleneck,
         bubble_fraction=pred.bubble_fraction, cost_model=pred.cost_model, cost_sources=dict(pred.cost_sources),
         quick=getattr(pred, "quick", False),
-        layer_split=pred.layer_split)
+        layer_split=pred.layer_split,
+        plan_settings={k: list(v) if isinstance(v, tuple) else v for k, v in feature_values(plan).items()})
     return with_training_time(rec, problem.model, problem.tokens, problem.failures)
 
 

@@ -25,7 +25,7 @@ from planner.search.engine import SearchResult, exhaustive_search
 from planner.search.nofit import no_fit_message
 from planner.search.objective import Evaluator
 from planner.search.records import PlanRecord
-from planner.search.space import SearchProblem, SearchSpace, build_problem, make_target
+from planner.search.space import SearchProblem, SearchSpace, build_problem, make_target, settings_note
 from planner.search.study import InterruptFlag, ignore_sigint
 
 _UNITS = {"h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
@@ -527,6 +527,8 @@ def size_notes(req: SizeRequest, types: list[TypeSizing], hardwares: list[Hardwa
         notes.append("goodput: a perfect run is assumed (no failures, restarts or checkpoint stalls)")
     else:
         notes.append(f"goodput: {req.failures.describe()}")
+    if settings_note(req.space):
+        notes.append(settings_note(req.space))
     notes += price_notes(types, req.prices or {})
     return notes
 

@@ -18,12 +18,13 @@ import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, NamedTuple
+from typing import Any, Iterator, NamedTuple
 
 import search_spaces
 from costmodel.core.errors import PlannerError
 from costmodel.core.specs.framework import DEFAULT_FRAMEWORK, FRAMEWORKS
 from costmodel.core.specs.hardware import Hardware
+from costmodel.core.specs.memory_features import FEATURE_DEFAULTS, value_problems
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import DTYPES, RECOMPUTE_MODES, ParallelPlan, uneven_split_problem
 from costmodel.core.specs.presets import default_seq_len
@@ -76,6 +77,11 @@ class SearchSpace:
     """Allow TP groups larger than a node (slow inter-node TP all-reduces)."""
     memory_headroom: float = DEFAULT_HEADROOM
     """Fraction of HBM kept free when checking that a plan fits (costmodel.memory.per_gpu.fits_in_memory)."""
+    plan_settings: tuple[tuple[str, Any], ...] = ()
+    """Memory features every candidate plan takes, as (ParallelPlan field, value) pairs
+    (costmodel.core.specs.memory_features.FEATURE_DEFAULTS: e.g. main_grads_dtype bf16, offload_modules): fixed for
+    the search, as `planner predict` takes them; a candidate they do not apply to is invalid (e.g. offloading with
+    recompute=full)."""
     description: str = ""
     """What the preset is for."""
 
@@ -86,12 +92,21 @@ class SearchSpace:
     def override(self, **dims) -> "SearchSpace":
         """A copy with the given dimensions replaced (``None`` values are ignored), validated."""
         changes = {k: v for k, v in dims.items() if v is not None}
-        unknown = sorted(set(changes) - set(DIMS) - set(MOE_DIMS) - {"allow_tp_across_nodes", "memory_headroom"})
+        unknown = sorted(set(changes) - set(DIMS) - set(MOE_DIMS) - {"allow_tp_across_nodes", "memory_headroom",
+                                                                     "plan_settings"})
         if unknown:
             raise PlannerError(f"unknown search dimension(s) {', '.join(unknown)}; use {', '.join(DIMS + MOE_DIMS)}.")
         for k, v in changes.items():
             if k in DIMS or k in MOE_DIMS:
                 changes[k] = _check_dim(k, v, "the command line")
+        settings = changes.get("plan_settings")
+        if settings is not None:
+            settings = dict(settings)
+            problems = value_problems(settings)
+            if problems:
+                raise PlannerError(f"{problems[0]}.")
+            changes["plan_settings"] = tuple(sorted((k, tuple(v) if isinstance(v, list) else v)
+                                                    for k, v in settings.items() if v != FEATURE_DEFAULTS[k]))
         h = changes.get("memory_headroom")
         if h is not None and (isinstance(h, bool) or not isinstance(h, (int, float)) or not 0 <= h < 1):
             raise PlannerError(f"--headroom must be a fraction in [0, 1) (e.g. 0.05), got {h!r}.")
@@ -267,6 +282,8 @@ class SearchProblem:
         sp = dataclasses.asdict(self.space)
         sp.pop("description", None)
         sp.pop("name", None)
+        if not sp["plan_settings"]:  # no memory features: the identity of studies stored before them
+            sp.pop("plan_settings")
         if not self.model.is_moe:  # dense: no expert dimensions (the identity of studies stored before them)
             sp.pop("ep"), sp.pop("etp")
         return {"model": self.model.name, "targets": [[t.hardware.gpu.name, t.hardware.cluster.name,
@@ -300,12 +317,23 @@ def build_problem(model: ModelSpec, targets: list[Target], space: SearchSpace, *
     for dtype in LIMITED_DTYPES:
         space, more = _dtype_space(space, targets, dtype)
         notes += more
+    if space.plan_settings:
+        notes += (settings_note(space),)
     if seq_len is None:  # the default length is a choice: say which and why (planner.advice.seq_len_note)
         notes += (f"seq {seq} is the default for {model.name}: {default_seq_len(model)[1]}; pass --seq-len to "
                   "search at another length",)
     out = SearchProblem(model, tuple(targets), space, gbs, seq, tokens, dict(prices or {}), notes, calibration,
                         batch, failures)
     return out if batch is None else dataclasses.replace(out, notes=notes + (out.batch_note(),))
+
+
+def settings_note(space: SearchSpace) -> str:
+    """The note that says which memory features every plan of a search takes ("" when none)."""
+    if not space.plan_settings:
+        return ""
+    text = ", ".join(f"{k}={','.join(v) if isinstance(v, tuple) else v}" for k, v in space.plan_settings)
+    return (f"every plan takes {text} (as `planner predict` flags of the same names); a plan they do not apply to "
+            "is invalid (costmodel.core.specs.memory_features)")
 
 
 def _refuse_fp8(names: str, first: str) -> None:
@@ -603,4 +631,4 @@ def candidate_plan(problem: SearchProblem, c: Candidate) -> ParallelPlan:
         gpus=t.gpus, gpus_per_node=t.gpus_per_node, gbs=problem.gbs_for(unit) or unit,
         seq_len=problem.seq_len, tp=c.tp, pp=c.pp, cp=c.cp, vpp=c.vpp, mbs=c.mbs, recompute=c.recompute,
         sequence_parallel=c.sequence_parallel, zero=c.zero, dtype=c.dtype, nvlink_domain=t.nvlink_domain,
-        framework=c.framework, ep=c.ep, etp=c.etp or None))
+        framework=c.framework, ep=c.ep, etp=c.etp or None, **dict(problem.space.plan_settings)))

@@ -102,12 +102,43 @@ def uses_precision_aware_optimizer(plan) -> bool:
             or plan.optimizer_offload_fraction > 0)
 
 
+FEATURE_DEFAULTS: dict = {"main_grads_dtype": "", "main_params_dtype": "fp32", "exp_avg_dtype": "fp32",
+                          "exp_avg_sq_dtype": "fp32", "fp8_param_gather": False, "optimizer_offload_fraction": 0.0,
+                          "reshard_after_forward": None, "offload_modules": ()}
+"""Every memory feature (a ParallelPlan field) and the value that leaves it off (ParallelPlan's default)."""
+
+
+def feature_values(plan) -> dict:
+    """The plan's memory features that differ from :data:`FEATURE_DEFAULTS`, by field name."""
+    return {name: getattr(plan, name) for name, default in FEATURE_DEFAULTS.items() if getattr(plan, name) != default}
+
+
+def value_problems(settings: dict) -> list[str]:
+    """What is wrong with memory-feature values on their own (unknown name, a value no plan takes), before any plan
+    is built: e.g. the settings a search applies to every plan. The rules that depend on the plan (framework,
+    recompute, ZeRO stage, dtype) are :func:`memory_feature_problems`'."""
+    allowed = {"main_grads_dtype": ("",) + GRAD_DTYPES, "main_params_dtype": MAIN_PARAM_DTYPES,
+               "exp_avg_dtype": MOMENT_DTYPES, "exp_avg_sq_dtype": MOMENT_DTYPES}
+    out = []
+    for name, value in settings.items():
+        if name not in FEATURE_DEFAULTS:
+            out.append(f"{name} is not a memory feature; use {', '.join(FEATURE_DEFAULTS)}")
+        elif name in allowed and value not in allowed[name]:
+            out.append(f"{name}={value!r} must be one of {', '.join(a for a in allowed[name] if a)}")
+        elif name == "offload_modules" and [m for m in value if m not in OFFLOAD_MODULES]:
+            out.append(f"offload_modules={','.join(value)}: unknown "
+                       f"{', '.join(m for m in value if m not in OFFLOAD_MODULES)}; choose from "
+                       f"{', '.join(OFFLOAD_MODULES)}")
+        elif name == "optimizer_offload_fraction" and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                                       or not 0.0 <= value <= 1.0):
+            out.append(f"optimizer_offload_fraction={value!r} must be a fraction in [0, 1]")
+        elif name in ("fp8_param_gather", "reshard_after_forward") and not isinstance(value, bool) \
+                and value is not None:
+            out.append(f"{name}={value!r} must be true or false")
+    return out
+
+
 def memory_features_text(plan) -> str:
     """The plan's memory features that differ from the defaults, for ``ParallelPlan.factors`` ("" when none)."""
-    parts = [f"{name}={getattr(plan, name)}" for name, default in
-             (("main_grads_dtype", ""), ("main_params_dtype", "fp32"), ("exp_avg_dtype", "fp32"),
-              ("exp_avg_sq_dtype", "fp32"), ("fp8_param_gather", False), ("optimizer_offload_fraction", 0.0),
-              ("reshard_after_forward", None)) if getattr(plan, name) != default]
-    if plan.offload_modules:
-        parts.append(f"offload_modules={','.join(plan.offload_modules)}")
-    return "".join(" " + part for part in parts)
+    return "".join(f" {name}={','.join(v) if name == 'offload_modules' else v}"
+                   for name, v in feature_values(plan).items())

@@ -1,0 +1,108 @@
+"""Memory features in search, compare and size: every plan takes the settings `planner predict` takes by the same
+flags (SearchSpace.plan_settings), the records carry them, and bad values are one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+import planner
+from costmodel.core.errors import PlannerError
+from costmodel.core.specs.catalogue import load_catalogue
+from costmodel.core.specs.presets import resolve_model
+from planner.cli import app
+from planner.search.api import plan_settings
+from planner.search.records import make_record
+from planner.search.space import (
+    Candidate,
+    build_problem,
+    candidate_plan,
+    enumerate_candidates,
+    load_space,
+    make_target,
+)
+
+runner = CliRunner()
+# Llama 3 405B's layout (arXiv 2407.21783 Table 4), one plan: at ZeRO-1 with fp32 main gradients it needs 86 GiB
+LLAMA3 = ["--model", "llama3-405b", "--gpu", "h100-sxm", "--gpus", "16384", "--tp", "8", "--pp", "16", "--vpp", "2",
+          "--cp", "1", "--mbs", "1", "--gbs", "2048", "--seq-len", "8192", "--zero", "1", "--recompute", "selective",
+          "--sp", "true", "--no-progress"]
+
+
+def test_settings_are_checked_and_the_defaults_drop_out():
+    space = load_space("default").override(plan_settings=plan_settings(main_grads_dtype="bf16",
+                                                                      offload_modules="attn_norm,mlp_norm"))
+    assert space.plan_settings == (("main_grads_dtype", "bf16"), ("offload_modules", ("attn_norm", "mlp_norm")))
+    assert load_space("default").override(plan_settings=plan_settings()).plan_settings == ()
+    for bad, text in ((dict(main_grads_dtype="fp64"), "main_grads_dtype='fp64' must be one of"),
+                      (dict(offload_modules="attn_norm,bogus"), "unknown bogus"),
+                      (dict(optimizer_offload_fraction=1.5), "must be a fraction in [0, 1]")):
+        with pytest.raises(PlannerError, match=text.replace("[", r"\[").replace("]", r"\]")):
+            load_space("default").override(plan_settings=plan_settings(**bad))
+
+
+def test_every_candidate_plan_and_its_record_take_the_settings():
+    model = resolve_model("llama-7b")
+    hw = load_catalogue().resolve("a100-80gb")
+    space = load_space("default").override(tp=[2], pp=[1], cp=[1], vpp=[1], mbs=[1], recompute=["selective"],
+                                           zero=[1], plan_settings=plan_settings(main_grads_dtype="bf16"))
+    problem = build_problem(model, [make_target(hw, 8)], space, gbs=64)
+    assert any(n.startswith("every plan takes main_grads_dtype=bf16") for n in problem.notes)
+    assert problem.describe()["space"]["plan_settings"] == [("main_grads_dtype", "bf16")]
+    cand = next(enumerate_candidates(problem))
+    assert isinstance(cand, Candidate)
+    plan = candidate_plan(problem, cand)
+    assert plan.main_grads_dtype == "bf16"
+    pred = planner.predict(model="llama-7b", gpu="a100-80gb", gpus=8, tp=2, gbs=64, main_grads_dtype="bf16")
+    rec = make_record(problem, problem.targets[0], plan, pred, None)
+    assert rec.plan_settings == {"main_grads_dtype": "bf16"}
+    assert rec.to_plan().main_grads_dtype == "bf16"
+    plain = build_problem(model, [make_target(hw, 8)], load_space("default"), gbs=64)
+    assert "plan_settings" not in plain.describe()["space"]  # studies stored before the feature keep their identity
+    other = make_record(plain, plain.targets[0], candidate_plan(plain, cand), pred, None)
+    assert other.plan_settings == {} and other.key() != rec.key()
+
+
+def test_search_keeps_llama3_layout_at_zero1_only_with_a_memory_feature():
+    """The 405B layout at Megatron's ZeRO-1 is out of memory with fp32 main gradients; with bf16 main gradients or
+    the norms' inputs offloaded it is the plan the search returns, and its JSON names the setting."""
+    refused = runner.invoke(app, ["search", *LLAMA3])
+    assert refused.exit_code == 2 and "no plan fits" in refused.output
+    norms = ["attn_norm", "mlp_norm"]
+    for flags, setting in ((["--main-grads-dtype", "bf16"], {"main_grads_dtype": "bf16"}),
+                           (["--offload-modules", ",".join(norms)], {"offload_modules": norms})):
+        res = runner.invoke(app, ["search", *LLAMA3, *flags, "--format", "json"])
+        assert res.exit_code == 0, res.output
+        plans = json.loads(res.stdout)["plans"]
+        assert [(p["tp"], p["pp"], p["dp"], p["zero"]) for p in plans] == [(8, 16, 128, 1)]
+        assert plans[0]["plan_settings"] == setting
+        assert plans[0]["memory_gib_per_gpu"] < plans[0]["memory_limit_gib"]
+
+
+def test_a_setting_a_plan_cannot_take_makes_it_invalid_and_bad_values_exit_2():
+    res = runner.invoke(app, ["search", *LLAMA3[:-5], "--recompute", "full", "--sp", "true", "--no-progress",
+                              "--offload-modules", "attn_norm"])
+    assert res.exit_code == 2 and "no valid plan" in res.output and "offload_modules with recompute" in res.output
+    for command in (["search", "--model", "llama-7b", "--gpus", "8", "--no-progress"],
+                    ["compare", "--model", "llama-7b", "--gpus", "8", "--gpu", "a100-80gb"],
+                    ["size", "--model", "llama-7b", "--tokens", "1B", "--deadline", "7d", "--gpu", "a100-80gb",
+                     "--no-progress"]):
+        bad = runner.invoke(app, [*command, "--exp-avg-dtype", "int4"])
+        assert bad.exit_code == 2, (command, bad.output)
+        assert bad.output.strip().splitlines()[-1].startswith("error: exp_avg_dtype='int4' must be one of")
+
+
+def test_compare_and_size_apply_the_settings_and_say_so():
+    cmp = planner.compare(model="llama-7b", gpu=["a100-80gb"], gpus=16, main_grads_dtype="bf16")
+    assert cmp.rows[0].best.plan_settings == {"main_grads_dtype": "bf16"}
+    res = runner.invoke(app, ["compare", "--model", "llama-7b", "--gpus", "16", "--gpu", "a100-80gb",
+                              "--main-grads-dtype", "bf16"], env={"COLUMNS": "300"})
+    assert res.exit_code == 0 and "note: every plan takes main_grads_dtype=bf16" in res.output
+    res = runner.invoke(app, ["size", "--model", "llama-7b", "--tokens", "20B", "--deadline", "7d", "--gpu",
+                              "h100-sxm", "--max-gpus", "64", "--no-progress", "--main-grads-dtype", "bf16",
+                              "--format", "json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert any(n.startswith("every plan takes main_grads_dtype=bf16") for n in data["notes"])
