@@ -70,6 +70,8 @@ def test_search_keeps_llama3_layout_at_zero1_only_with_a_memory_feature():
     the norms' inputs offloaded it is the plan the search returns, and its JSON names the setting."""
     refused = runner.invoke(app, ["search", *LLAMA3])
     assert refused.exit_code == 2 and "no plan fits" in refused.output
+    assert "or memory features every plan takes (--main-grads-dtype bf16, --offload-modules attn_norm,mlp_norm)" \
+        in " ".join(refused.output.split())
     norms = ["attn_norm", "mlp_norm"]
     for flags, setting in ((["--main-grads-dtype", "bf16"], {"main_grads_dtype": "bf16"}),
                            (["--offload-modules", ",".join(norms)], {"offload_modules": norms})):

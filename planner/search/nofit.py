@@ -76,8 +76,13 @@ def no_fit_message(result: SearchResult, gbs_given: bool = False) -> str:
     gpu = p.targets[0].hardware.gpu
     found = min_gpus_to_fit(p, gbs_given)
     if found is None:
+        set_ = dict(p.space.plan_settings)
+        features = [flag for key, flag in (("main_grads_dtype", "--main-grads-dtype bf16"),
+                                           ("offload_modules", "--offload-modules attn_norm,mlp_norm"))
+                    if key not in set_]
+        more = f", or memory features every plan takes ({', '.join(features)})" if features else ""
         return (f"no plan fits: {p.model.name} does not fit in {gpu.hbm_gb:g} GB GPUs at seq {p.seq_len} with any "
-                f"plan of the space on up to {1 << 20} GPUs; add full recompute / ZeRO-3 to the space.")
+                f"plan of the space on up to {1 << 20} GPUs; add full recompute / ZeRO-3 to the space{more}.")
     n, c = found
     return (f"no plan fits: {p.model.name} needs >= {n} GPUs of {gpu.hbm_gb:g} GB at seq {p.seq_len} with "
             f"{c.recompute} recompute (e.g. TP={c.tp} PP={c.pp} CP={c.cp} MBS={c.mbs} ZeRO={c.zero}"
