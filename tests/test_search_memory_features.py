@@ -87,6 +87,11 @@ def test_a_setting_a_plan_cannot_take_makes_it_invalid_and_bad_values_exit_2():
     res = runner.invoke(app, ["search", *LLAMA3[:-5], "--recompute", "full", "--sp", "true", "--no-progress",
                               "--offload-modules", "attn_norm"])
     assert res.exit_code == 2 and "no valid plan" in res.output and "offload_modules with recompute" in res.output
+    assert "or drop that memory flag" in res.output
+    fp8 = runner.invoke(app, ["search", "--model", "llama-7b", "--gpus", "16", "--gpu", "h100-sxm", "--no-progress",
+                              "--fp8-param-gather"])  # the reason keeps its digits: fp8, not fp
+    assert fp8.exit_code == 2 and "fp8_param_gather keeps fp8 primary weights: needs dtype fp8 or fp8-block" in \
+        " ".join(fp8.output.split())
     for command in (["search", "--model", "llama-7b", "--gpus", "8", "--no-progress"],
                     ["compare", "--model", "llama-7b", "--gpus", "8", "--gpu", "a100-80gb"],
                     ["size", "--model", "llama-7b", "--tokens", "1B", "--deadline", "7d", "--gpu", "a100-80gb",

@@ -71,8 +71,11 @@ def no_fit_message(result: SearchResult, gbs_given: bool = False) -> str:
     if mem == 0:
         reason = result.reasons[0][0] if result.reasons else \
             factorization_problem(p.model, p.targets[0], p.space)
+        fix = ("Change the space (--dtype, --framework, --recompute, --zero) or drop that memory flag."
+               if any(key in reason for key, _ in p.space.plan_settings)
+               else "Widen --tp/--pp/--mbs or change --gbs/--gpus.")
         return (f"no valid plan in the space for {p.model.name} on {p.targets[0].label()}; most common reason: "
-                f"{reason}. Widen --tp/--pp/--mbs or change --gbs/--gpus.")
+                f"{reason}. {fix}")
     gpu = p.targets[0].hardware.gpu
     found = min_gpus_to_fit(p, gbs_given)
     if found is None:

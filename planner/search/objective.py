@@ -57,8 +57,9 @@ def batch_cap_problem(problem: SearchProblem, c: Candidate) -> str | None:
 
 
 def _reason_kind(problem: str) -> str:
-    """A short, count-friendly form of a ParallelPlan.problems() message (numbers removed)."""
-    return " ".join(re.sub(r"\s*=\s*[\w.*]+(\s*\*\s*\w+)*|\(\d+\)|\d+", "", problem).split())
+    """A short, count-friendly form of a ParallelPlan.problems() message: values after '=' and standalone numbers
+    removed (digits inside a word stay: fp8, bf16)."""
+    return " ".join(re.sub(r"\s*=\s*[\w.*]+(\s*\*\s*\w+)*|\(\d+\)|\b\d+(?:\.\d+)?\b", "", problem).split())
 
 
 class Evaluator:
