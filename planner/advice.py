@@ -15,6 +15,7 @@ import dataclasses
 from typing import Callable
 
 from costmodel.core.errors import PlannerError
+from costmodel.core.specs.memory_features import OFFLOAD_STEPS
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.presets import default_seq_len
 
@@ -63,19 +64,12 @@ def memory_advice(rec: dict, moe: bool = False) -> str | None:
             f"({ranked} GiB); shrink them with " + ", ".join(_levers(term, rec["plan"], moe)))
 
 
-OFFLOAD_STEPS = (("attn_norm", "mlp_norm"), ("attn_norm", "mlp_norm", "core_attn", "attn_proj"),
-                 ("attn_norm", "mlp_norm", "core_attn", "attn_proj", "qkv_linear"))
-"""Megatron-Core fine-grained activation offloading sets tried in turn (costmodel.core.specs.memory_features
-OFFLOAD_MODULES), smallest first: the norms' inputs, then attention's output and its projection input (attn_proj
-needs core_attn), then the QKV input; the first that fits is offered."""
-
-
 def _single_changes(plan: dict, req=None) -> list[list[tuple[str, dict]]]:
     """Families of (flag, request fields) of the one-flag changes that shrink memory without changing the layout:
     the next ZeRO stages (gradients, then weights sharded over DP), full recomputation, bf16 main gradients
     (Megatron --main-grads-dtype / --grad-reduce-in-bf16) where they are fp32, and Megatron-Core's fine-grained
-    activation offloading where nothing is offloaded yet (:data:`OFFLOAD_STEPS`, one family: its first fitting
-    set is offered)."""
+    activation offloading where nothing is offloaded yet (costmodel.core.specs.memory_features.OFFLOAD_STEPS, one
+    family: its first fitting set is offered)."""
     zero = plan.get("zero", 0)
     out = [[(f"--zero {z}", {"zero": z})] for z in range(zero + 1, 4)]
     if plan.get("recompute") != "full":

@@ -3,6 +3,7 @@ flags (SearchSpace.plan_settings), the records carry them, and bad values are on
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -12,6 +13,7 @@ import planner
 from costmodel.core.errors import PlannerError
 from costmodel.core.specs.catalogue import load_catalogue
 from costmodel.core.specs.presets import resolve_model
+from costmodel.memory.per_gpu import fits_in_memory, memory_per_gpu
 from planner.cli import app
 from planner.search.api import plan_settings
 from planner.search.records import make_record
@@ -70,7 +72,7 @@ def test_search_keeps_llama3_layout_at_zero1_only_with_a_memory_feature():
     the norms' inputs offloaded it is the plan the search returns, and its JSON names the setting."""
     refused = runner.invoke(app, ["search", *LLAMA3])
     assert refused.exit_code == 2 and "no plan fits" in refused.output
-    assert "or memory features every plan takes (--main-grads-dtype bf16, --offload-modules attn_norm,mlp_norm)" \
+    assert "or memory features every plan takes (--main-grads-dtype bf16, --offload-modules auto)" \
         in " ".join(refused.output.split())
     norms = ["attn_norm", "mlp_norm"]
     for flags, setting in ((["--main-grads-dtype", "bf16"], {"main_grads_dtype": "bf16"}),
@@ -113,3 +115,30 @@ def test_compare_and_size_apply_the_settings_and_say_so():
     assert res.exit_code == 0, res.output
     data = json.loads(res.stdout)
     assert any(n.startswith("every plan takes main_grads_dtype=bf16") for n in data["notes"])
+
+
+def test_offload_auto_lets_a_plan_that_does_not_fit_take_the_first_offload_set_that_fits():
+    """--offload-modules auto: Llama 3's ZeRO-1 layout (out of memory as it is) becomes feasible with the norms'
+    inputs offloaded and is faster than the full-recompute plans; plans that fit take no offloading."""
+    res = runner.invoke(app, ["search", *LLAMA3[:-5], "--recompute", "selective,full", "--sp", "true",
+                              "--no-progress", "--offload-modules", "auto", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    plans = json.loads(res.stdout)["plans"]
+    by_recompute = {p["recompute"]: p for p in plans}
+    assert by_recompute["selective"]["plan_settings"] == {"offload_modules": ["attn_norm", "mlp_norm"]}
+    assert by_recompute["full"]["plan_settings"] == {}
+    assert plans[0]["recompute"] == "selective"  # the offloaded plan is the fastest
+    table = runner.invoke(app, ["search", *LLAMA3, "--offload-modules", "auto"], env={"COLUMNS": "300"})
+    assert "note: --offload-modules auto: a Megatron plan that does not fit takes the first of" in table.output
+    small = planner.search(model="llama-7b", gpus=16, tp="1,2", pp="1,2", progress=False, offload_modules="auto")
+    # a plan offloads only where it does not fit without: costed again without the offloading, it does not fit
+    hw = load_catalogue().resolve("a100-80gb")
+    for r in small.result.records:
+        if r.plan_settings:
+            bare = dataclasses.replace(r.to_plan(), offload_modules=())
+            assert not fits_in_memory(memory_per_gpu(resolve_model("llama-7b"), bare, hw.gpu), hw.gpu,
+                                      small.result.problem.space.memory_headroom), r
+    assert any(not r.plan_settings for r in small.result.records)
+    assert any(r.plan_settings for r in small.result.records)  # the large micro-batches need it
+    space = load_space("default").override(plan_settings=plan_settings(offload_modules="auto"), offload_auto=True)
+    assert space.plan_settings == () and space.offload_auto

@@ -106,7 +106,8 @@ def test_fitting_changes_offers_the_first_offload_set_that_fits_and_each_other_c
     """fitting_changes costs every one-flag change with the command's own predict; of the activation-offloading
     family it offers only the first set that fits, and it leaves out changes that do not fit or are refused."""
     from costmodel.core.errors import PlannerError
-    from planner.advice import OFFLOAD_STEPS, fitting_changes
+    from costmodel.core.specs.memory_features import OFFLOAD_STEPS
+    from planner.advice import fitting_changes
     from planner.requests import PlanRequest
 
     req = PlanRequest(model="llama-13b", gpu="a100-80gb", gpus=8)

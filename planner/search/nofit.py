@@ -16,6 +16,7 @@ from planner.search.space import (
     enumerate_candidates,
     factorization_problem,
     make_target,
+    offloaded_fit,
 )
 
 
@@ -27,7 +28,11 @@ def _first_fit(problem: SearchProblem) -> Candidate | None:
         if batch_cap_problem(problem, c) or plan.problems(problem.model):
             continue
         gpu = target.hardware.gpu
-        if fits_in_memory(memory_per_gpu(problem.model, plan, gpu), gpu, problem.space.memory_headroom):
+
+        def fits(p, gpu=gpu) -> bool:
+            return fits_in_memory(memory_per_gpu(problem.model, p, gpu), gpu, problem.space.memory_headroom)
+
+        if fits(plan) or offloaded_fit(problem, plan, fits) is not None:
             return c
     return None
 
@@ -81,8 +86,8 @@ def no_fit_message(result: SearchResult, gbs_given: bool = False) -> str:
     if found is None:
         set_ = dict(p.space.plan_settings)
         features = [flag for key, flag in (("main_grads_dtype", "--main-grads-dtype bf16"),
-                                           ("offload_modules", "--offload-modules attn_norm,mlp_norm"))
-                    if key not in set_]
+                                           ("offload_modules", "--offload-modules auto"))
+                    if key not in set_ and not (key == "offload_modules" and p.space.offload_auto)]
         more = f", or memory features every plan takes ({', '.join(features)})" if features else ""
         return (f"no plan fits: {p.model.name} does not fit in {gpu.hbm_gb:g} GB GPUs at seq {p.seq_len} with any "
                 f"plan of the space on up to {1 << 20} GPUs; add full recompute / ZeRO-3 to the space{more}.")

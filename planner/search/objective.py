@@ -19,7 +19,7 @@ from costmodel.memory.per_gpu import fits_in_memory, memory_per_gpu
 from planner.batch import tokens_text
 from planner.prediction import predict
 from planner.search.records import PlanRecord, expected_usd_per_mtoken, make_record, seconds_per_token
-from planner.search.space import LIMITED_DTYPES, Candidate, SearchProblem, candidate_plan
+from planner.search.space import LIMITED_DTYPES, Candidate, SearchProblem, candidate_plan, offloaded_fit
 
 GIB = 1024**3
 OBJECTIVES = ("time", "cost", "pareto")
@@ -115,6 +115,10 @@ class Evaluator:
         gpu = target.hardware.gpu
         mem = memory_per_gpu(p.model, plan, gpu)
         if not fits_in_memory(mem, gpu, p.space.memory_headroom):
+            offloaded = offloaded_fit(p, plan, lambda alt: fits_in_memory(memory_per_gpu(p.model, alt, gpu), gpu,
+                                                                          p.space.memory_headroom))
+            if offloaded is not None:
+                return None, offloaded
             usable = gpu.hbm_bytes * (1.0 - p.space.memory_headroom)
             return Evaluation("memory", f"needs more than {usable / GIB:.1f} GiB usable per GPU",
                               mem.total / usable - 1.0), None

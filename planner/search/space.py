@@ -24,7 +24,7 @@ import search_spaces
 from costmodel.core.errors import PlannerError
 from costmodel.core.specs.framework import DEFAULT_FRAMEWORK, FRAMEWORKS
 from costmodel.core.specs.hardware import Hardware
-from costmodel.core.specs.memory_features import FEATURE_DEFAULTS, value_problems
+from costmodel.core.specs.memory_features import FEATURE_DEFAULTS, OFFLOAD_STEPS, value_problems
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import DTYPES, RECOMPUTE_MODES, ParallelPlan, uneven_split_problem
 from costmodel.core.specs.presets import default_seq_len
@@ -82,6 +82,11 @@ class SearchSpace:
     (costmodel.core.specs.memory_features.FEATURE_DEFAULTS: e.g. main_grads_dtype bf16, offload_modules): fixed for
     the search, as `planner predict` takes them; a candidate they do not apply to is invalid (e.g. offloading with
     recompute=full)."""
+    offload_auto: bool = False
+    """A candidate that does not fit in memory takes the first set of Megatron-Core fine-grained activation
+    offloading (costmodel.core.specs.memory_features.OFFLOAD_STEPS) under which it fits, where it can take one
+    (framework megatron, no full recomputation, nothing offloaded yet): ``--offload-modules auto``. Offloading leaves
+    the numerics alone, so the search may choose it; its records name the set in ``plan_settings``."""
     description: str = ""
     """What the preset is for."""
 
@@ -93,7 +98,7 @@ class SearchSpace:
         """A copy with the given dimensions replaced (``None`` values are ignored), validated."""
         changes = {k: v for k, v in dims.items() if v is not None}
         unknown = sorted(set(changes) - set(DIMS) - set(MOE_DIMS) - {"allow_tp_across_nodes", "memory_headroom",
-                                                                     "plan_settings"})
+                                                                     "plan_settings", "offload_auto"})
         if unknown:
             raise PlannerError(f"unknown search dimension(s) {', '.join(unknown)}; use {', '.join(DIMS + MOE_DIMS)}.")
         for k, v in changes.items():
@@ -282,8 +287,9 @@ class SearchProblem:
         sp = dataclasses.asdict(self.space)
         sp.pop("description", None)
         sp.pop("name", None)
-        if not sp["plan_settings"]:  # no memory features: the identity of studies stored before them
-            sp.pop("plan_settings")
+        for key in ("plan_settings", "offload_auto"):  # no memory features: the identity of studies stored before
+            if not sp[key]:
+                sp.pop(key)
         if not self.model.is_moe:  # dense: no expert dimensions (the identity of studies stored before them)
             sp.pop("ep"), sp.pop("etp")
         return {"model": self.model.name, "targets": [[t.hardware.gpu.name, t.hardware.cluster.name,
@@ -317,7 +323,7 @@ def build_problem(model: ModelSpec, targets: list[Target], space: SearchSpace, *
     for dtype in LIMITED_DTYPES:
         space, more = _dtype_space(space, targets, dtype)
         notes += more
-    if space.plan_settings:
+    if settings_note(space):
         notes += (settings_note(space),)
     if seq_len is None:  # the default length is a choice: say which and why (planner.advice.seq_len_note)
         notes += (f"seq {seq} is the default for {model.name}: {default_seq_len(model)[1]}; pass --seq-len to "
@@ -328,12 +334,18 @@ def build_problem(model: ModelSpec, targets: list[Target], space: SearchSpace, *
 
 
 def settings_note(space: SearchSpace) -> str:
-    """The note that says which memory features every plan of a search takes ("" when none)."""
-    if not space.plan_settings:
-        return ""
-    text = ", ".join(f"{k}={','.join(v) if isinstance(v, tuple) else v}" for k, v in space.plan_settings)
-    return (f"every plan takes {text} (as `planner predict` flags of the same names); a plan they do not apply to "
-            "is invalid (costmodel.core.specs.memory_features)")
+    """The note that says which memory features every plan of a search takes, and whether a plan that does not fit
+    may offload activations ("" when neither)."""
+    parts = []
+    if space.plan_settings:
+        text = ", ".join(f"{k}={','.join(v) if isinstance(v, tuple) else v}" for k, v in space.plan_settings)
+        parts.append(f"every plan takes {text} (as `planner predict` flags of the same names); a plan they do not "
+                     "apply to is invalid (costmodel.core.specs.memory_features)")
+    if space.offload_auto:
+        parts.append("--offload-modules auto: a Megatron plan that does not fit takes the first of "
+                     + "; ".join(",".join(m) for m in OFFLOAD_STEPS)
+                     + " under which it fits (its plan_settings name it)")
+    return "; ".join(parts)
 
 
 def _refuse_fp8(names: str, first: str) -> None:
@@ -619,6 +631,20 @@ def neighbours(c: Candidate, choices: dict[str, list]) -> list[Candidate]:
                 seen.add(n.canonical())
                 out.append(n.canonical())
     return out
+
+
+def offloaded_fit(problem: SearchProblem, plan: ParallelPlan, fits) -> ParallelPlan | None:
+    """With ``--offload-modules auto`` (SearchSpace.offload_auto), ``plan`` with the first activation-offloading set
+    of OFFLOAD_STEPS under which ``fits(plan)``, where the plan can take one (framework megatron, no full
+    recomputation, nothing offloaded); None otherwise."""
+    if not problem.space.offload_auto or plan.offload_modules or plan.framework != "megatron" \
+            or plan.recompute == "full":
+        return None
+    for mods in OFFLOAD_STEPS:
+        alt = dataclasses.replace(plan, offload_modules=mods)
+        if not alt.problems(problem.model) and fits(alt):
+            return alt
+    return None
 
 
 def candidate_plan(problem: SearchProblem, c: Candidate) -> ParallelPlan:

@@ -27,6 +27,11 @@ OFFLOAD_MODULES = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_nor
 """Megatron-Core fine-grained activation offloading (--fine-grained-activation-offloading --offload-modules): each
 module's input moves to host memory after its forward and back before its backward (transformer_config.py
 ``offload_modules``; ``fused_group_mlp`` and ``gdp_qkv`` belong to kernels and layers not modelled)."""
+OFFLOAD_STEPS = (("attn_norm", "mlp_norm"), ("attn_norm", "mlp_norm", "core_attn", "attn_proj"),
+                 ("attn_norm", "mlp_norm", "core_attn", "attn_proj", "qkv_linear"))
+"""Sets of :data:`OFFLOAD_MODULES` a dense layer's activations are offloaded by, smallest first, tried in turn where
+a plan does not fit (planner's does-not-fit advice, ``planner search --offload-modules auto``): the norms' inputs,
+then attention's output and its projection input (attn_proj needs core_attn), then the QKV input."""
 BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "none": 0.0}
 """Bytes per element of each precision ("none": no copy kept)."""
 
