@@ -15,7 +15,7 @@ import dataclasses
 from typing import Callable
 
 from costmodel.core.errors import PlannerError
-from costmodel.core.specs.memory_features import OFFLOAD_STEPS
+from costmodel.core.specs.memory_features import offload_steps
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.presets import default_seq_len
 
@@ -68,7 +68,7 @@ def _single_changes(plan: dict, req=None) -> list[list[tuple[str, dict]]]:
     """Families of (flag, request fields) of the one-flag changes that shrink memory without changing the layout:
     the next ZeRO stages (gradients, then weights sharded over DP), full recomputation, bf16 main gradients
     (Megatron --main-grads-dtype / --grad-reduce-in-bf16) where they are fp32, and Megatron-Core's fine-grained
-    activation offloading where nothing is offloaded yet (costmodel.core.specs.memory_features.OFFLOAD_STEPS, one
+    activation offloading where nothing is offloaded yet (costmodel.core.specs.memory_features.offload_steps, one
     family: its first fitting set is offered)."""
     zero = plan.get("zero", 0)
     out = [[(f"--zero {z}", {"zero": z})] for z in range(zero + 1, 4)]
@@ -78,7 +78,8 @@ def _single_changes(plan: dict, req=None) -> list[list[tuple[str, dict]]]:
         out.append([("--main-grads-dtype bf16", {"main_grads_dtype": "bf16"})])
     if req is not None and not getattr(req, "offload_modules", ()) and plan.get("framework") == "megatron" \
             and plan.get("recompute") != "full":
-        out.append([(f"--offload-modules {','.join(mods)}", {"offload_modules": mods}) for mods in OFFLOAD_STEPS])
+        moe = "moe_dispatcher" in plan  # a prediction record's plan names its dispatcher only for MoE models
+        out.append([(f"--offload-modules {','.join(mods)}", {"offload_modules": mods}) for mods in offload_steps(moe)])
     return out
 
 

@@ -142,3 +142,24 @@ def test_offload_auto_lets_a_plan_that_does_not_fit_take_the_first_offload_set_t
     assert any(r.plan_settings for r in small.result.records)  # the large micro-batches need it
     space = load_space("default").override(plan_settings=plan_settings(offload_modules="auto"), offload_auto=True)
     assert space.plan_settings == () and space.offload_auto
+
+
+def test_moe_models_offload_the_experts_first():
+    """For a mixture-of-experts model the sets tried start with the routed experts' fc1 input and activation (the
+    Megatron-MoE-ModelZoo Qwen3-235B GB200 recipe's --offload-modules expert_fc1 moe_act): Qwen3-235B on 256 H100
+    at TP2 PP8 EP8 ZeRO-1 does not fit as it is, and fits with those two."""
+    from costmodel.core.specs.memory_features import MOE_OFFLOAD_STEPS, OFFLOAD_STEPS, offload_steps
+
+    assert offload_steps(True)[0] == ("expert_fc1", "moe_act") and offload_steps(False) == OFFLOAD_STEPS
+    assert all(set(m) >= {"expert_fc1", "moe_act"} for m in MOE_OFFLOAD_STEPS)
+    flags = ["--model", "qwen3-235b-a22b", "--gpu", "h100-sxm", "--gpus", "256", "--tp", "2", "--pp", "8", "--vpp",
+             "4", "--ep", "8", "--etp", "1", "--mbs", "1", "--gbs", "2048"]
+    space = ["--cp", "1", "--zero", "1", "--recompute", "selective", "--no-progress", "--format", "json"]
+    assert runner.invoke(app, ["search", *flags, *space]).exit_code == 2
+    res = runner.invoke(app, ["search", *flags, *space, "--offload-modules", "auto"])
+    assert res.exit_code == 0, res.output
+    assert [p["plan_settings"] for p in json.loads(res.stdout)["plans"]] == [
+        {"offload_modules": ["expert_fc1", "moe_act"]}]
+    advice = runner.invoke(app, ["predict", *flags], env={"COLUMNS": "400"})
+    line = next(x for x in advice.output.splitlines() if x.startswith("note: the same layout fits with"))
+    assert "--offload-modules expert_fc1,moe_act (" in line

@@ -136,7 +136,7 @@ def compare_notes(rows) -> list[str]:
     for r in rows:
         p = r.result.problem
         for note in (*((p.batch_note(),) if p.batch_note() else ()), *search_notes(r.result),
-                     *((settings_note(p.space),) if settings_note(p.space) else ())):
+                     *((settings_note(p.space, p.model.is_moe),) if settings_note(p.space) else ())):
             if note.startswith("the batch"):
                 note = f"{r.gpu}: {note}"
             if note not in notes:

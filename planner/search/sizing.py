@@ -528,7 +528,7 @@ def size_notes(req: SizeRequest, types: list[TypeSizing], hardwares: list[Hardwa
     else:
         notes.append(f"goodput: {req.failures.describe()}")
     if settings_note(req.space):
-        notes.append(settings_note(req.space))
+        notes.append(settings_note(req.space, req.model.is_moe))
     notes += price_notes(types, req.prices or {})
     return notes
 

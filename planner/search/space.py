@@ -24,7 +24,7 @@ import search_spaces
 from costmodel.core.errors import PlannerError
 from costmodel.core.specs.framework import DEFAULT_FRAMEWORK, FRAMEWORKS
 from costmodel.core.specs.hardware import Hardware
-from costmodel.core.specs.memory_features import FEATURE_DEFAULTS, OFFLOAD_STEPS, value_problems
+from costmodel.core.specs.memory_features import FEATURE_DEFAULTS, offload_steps, value_problems
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import DTYPES, RECOMPUTE_MODES, ParallelPlan, uneven_split_problem
 from costmodel.core.specs.presets import default_seq_len
@@ -323,8 +323,8 @@ def build_problem(model: ModelSpec, targets: list[Target], space: SearchSpace, *
     for dtype in LIMITED_DTYPES:
         space, more = _dtype_space(space, targets, dtype)
         notes += more
-    if settings_note(space):
-        notes += (settings_note(space),)
+    if settings_note(space, model.is_moe):
+        notes += (settings_note(space, model.is_moe),)
     if seq_len is None:  # the default length is a choice: say which and why (planner.advice.seq_len_note)
         notes += (f"seq {seq} is the default for {model.name}: {default_seq_len(model)[1]}; pass --seq-len to "
                   "search at another length",)
@@ -333,9 +333,9 @@ def build_problem(model: ModelSpec, targets: list[Target], space: SearchSpace, *
     return out if batch is None else dataclasses.replace(out, notes=notes + (out.batch_note(),))
 
 
-def settings_note(space: SearchSpace) -> str:
+def settings_note(space: SearchSpace, moe: bool = False) -> str:
     """The note that says which memory features every plan of a search takes, and whether a plan that does not fit
-    may offload activations ("" when neither)."""
+    may offload activations, with the sets tried for a mixture-of-experts model when ``moe`` ("" when neither)."""
     parts = []
     if space.plan_settings:
         text = ", ".join(f"{k}={','.join(v) if isinstance(v, tuple) else v}" for k, v in space.plan_settings)
@@ -343,7 +343,7 @@ def settings_note(space: SearchSpace) -> str:
                      "apply to is invalid (costmodel.core.specs.memory_features)")
     if space.offload_auto:
         parts.append("--offload-modules auto: a Megatron plan that does not fit takes the first of "
-                     + "; ".join(",".join(m) for m in OFFLOAD_STEPS)
+                     + "; ".join(",".join(m) for m in offload_steps(moe))
                      + " under which it fits (its plan_settings name it)")
     return "; ".join(parts)
 
@@ -635,12 +635,13 @@ def neighbours(c: Candidate, choices: dict[str, list]) -> list[Candidate]:
 
 def offloaded_fit(problem: SearchProblem, plan: ParallelPlan, fits) -> ParallelPlan | None:
     """With ``--offload-modules auto`` (SearchSpace.offload_auto), ``plan`` with the first activation-offloading set
-    of OFFLOAD_STEPS under which ``fits(plan)``, where the plan can take one (framework megatron, no full
-    recomputation, nothing offloaded); None otherwise."""
+    (costmodel.core.specs.memory_features.offload_steps of the model) that the plan can take and under which
+    ``fits(plan)``, where it can take one at all (framework megatron, no full recomputation, nothing offloaded);
+    None otherwise."""
     if not problem.space.offload_auto or plan.offload_modules or plan.framework != "megatron" \
             or plan.recompute == "full":
         return None
-    for mods in OFFLOAD_STEPS:
+    for mods in offload_steps(problem.model.is_moe):
         alt = dataclasses.replace(plan, offload_modules=mods)
         if not alt.problems(problem.model) and fits(alt):
             return alt

@@ -29,9 +29,21 @@ module's input moves to host memory after its forward and back before its backwa
 ``offload_modules``; ``fused_group_mlp`` and ``gdp_qkv`` belong to kernels and layers not modelled)."""
 OFFLOAD_STEPS = (("attn_norm", "mlp_norm"), ("attn_norm", "mlp_norm", "core_attn", "attn_proj"),
                  ("attn_norm", "mlp_norm", "core_attn", "attn_proj", "qkv_linear"))
-"""Sets of :data:`OFFLOAD_MODULES` a dense layer's activations are offloaded by, smallest first, tried in turn where
+"""Sets of :data:`OFFLOAD_MODULES` a dense model's activations are offloaded by, smallest first, tried in turn where
 a plan does not fit (planner's does-not-fit advice, ``planner search --offload-modules auto``): the norms' inputs,
 then attention's output and its projection input (attn_proj needs core_attn), then the QKV input."""
+MOE_OFFLOAD_STEPS = (("expert_fc1", "moe_act"),) + tuple(("expert_fc1", "moe_act") + mods for mods in OFFLOAD_STEPS)
+"""The same for a mixture-of-experts model: the routed experts' fc1 input and activation first, the set the
+Megatron-MoE-ModelZoo Qwen3-235B GB200 MXFP8 recipe offloads (yanring/Megatron-MoE-ModelZoo
+best_practice/qwen3/readme.md @e8650517: ``--offload-modules expert_fc1 moe_act``), then the dense sets added to it."""
+
+
+def offload_steps(moe: bool) -> tuple[tuple[str, ...], ...]:
+    """The activation-offloading sets tried in turn for a plan of a mixture-of-experts model (``moe``) or a dense
+    one."""
+    return MOE_OFFLOAD_STEPS if moe else OFFLOAD_STEPS
+
+
 BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "none": 0.0}
 """Bytes per element of each precision ("none": no copy kept)."""
 
