@@ -16,7 +16,7 @@ from costmodel.core.specs.presets import resolve_model
 from costmodel.memory.per_gpu import fits_in_memory, memory_per_gpu
 from planner.cli import app
 from planner.search.api import plan_settings
-from planner.search.records import make_record
+from planner.search.records import PlanRecord, make_record, plan_text
 from planner.search.space import (
     Candidate,
     build_problem,
@@ -128,8 +128,15 @@ def test_offload_auto_lets_a_plan_that_does_not_fit_take_the_first_offload_set_t
     assert by_recompute["selective"]["plan_settings"] == {"offload_modules": ["attn_norm", "mlp_norm"]}
     assert by_recompute["full"]["plan_settings"] == {}
     assert plans[0]["recompute"] == "selective"  # the offloaded plan is the fastest
-    table = runner.invoke(app, ["search", *LLAMA3, "--offload-modules", "auto"], env={"COLUMNS": "300"})
+    table = runner.invoke(app, ["search", *LLAMA3[:-5], "--recompute", "selective,full", "--sp", "true",
+                                "--no-progress", "--offload-modules", "auto", "--wide"], env={"COLUMNS": "400"})
     assert "note: --offload-modules auto: a Megatron plan that does not fit takes the first of" in table.output
+    head = next(x for x in table.output.splitlines() if "ZeRO" in x and "offload" in x)
+    cells = [c.strip() for c in head.split("┃")]
+    col = cells.index("offload")
+    rows = [[c.strip() for c in x.split("│")] for x in table.output.splitlines() if x.startswith("│")]
+    assert sorted(r[col] for r in rows) == ["-", "attn_norm,mlp_norm"]  # selective offloads, full needs none
+    assert plan_text(PlanRecord.from_dict(by_recompute["selective"])).endswith("offload attn_norm,mlp_norm")
     small = planner.search(model="llama-7b", gpus=16, tp="1,2", pp="1,2", progress=False, offload_modules="auto")
     # a plan offloads only where it does not fit without: costed again without the offloading, it does not fit
     hw = load_catalogue().resolve("a100-80gb")

@@ -276,14 +276,21 @@ def batch_text(gbs: int, seq_len: int) -> str:
 
 
 def plan_text(r: PlanRecord) -> str:
-    """'TP2 PP4 DP16 CP1 VPP1 MBS1 GBS 1024 (4.19M) selective ZeRO1' (+ ' fp8' for non-bf16 GEMMs); an uneven
-    layer split follows PP, e.g. 'PP16 (8x15,6)'."""
+    """'TP2 PP4 DP16 CP1 VPP1 MBS1 GBS 1024 (4.19M) selective ZeRO1' (+ ' fp8' for non-bf16 GEMMs, + ' offload
+    attn_norm,mlp_norm' for offloaded activations); an uneven layer split follows PP, e.g. 'PP16 (8x15,6)'."""
     s = (f"TP{r.tp} PP{_pp_cell(r)} DP{r.dp} CP{r.cp} VPP{r.vpp} MBS{r.mbs} GBS {batch_text(r.gbs, r.seq_len)} "
          f"{r.recompute} ZeRO{r.zero}")
     s = s if r.dtype == "bf16" else f"{s} {r.dtype}"
     if _moe_shown(r):
         s = f"{s} EP{r.ep} ETP{r.etp}"
+    if _offload(r):
+        s = f"{s} offload {_offload(r)}"
     return s if r.framework == DEFAULT_FRAMEWORK else f"{s} {r.framework}"
+
+
+def _offload(r: PlanRecord) -> str:
+    """The record's activation-offloading modules, 'a,b' ('' when none)."""
+    return ",".join(r.plan_settings.get("offload_modules") or ())
 
 
 def _moe_shown(r: PlanRecord) -> bool:
@@ -331,6 +338,11 @@ def display_rows(records: list[PlanRecord], with_train: bool = False) -> tuple[l
         head.insert(at, "goodput")
         for row, r in zip(rows, records):
             row.insert(at, "-" if r.goodput is None else f"{r.goodput:.3f}")
+    if len({_offload(r) for r in records}) > 1:  # --offload-modules auto: say which plans offload what
+        at = head.index("ZeRO") + 1
+        head.insert(at, "offload")
+        for row, r in zip(rows, records):
+            row.insert(at, _offload(r) or "-")
     if any(r.framework != DEFAULT_FRAMEWORK for r in records):  # frameworks compared: say which row is which
         at = head.index("ZeRO") + 1
         head.insert(at, "framework")
