@@ -135,8 +135,9 @@ def compare_notes(rows) -> list[str]:
     notes: list[str] = []
     for r in rows:
         p = r.result.problem
+        settings = settings_note(p.space, p.model.is_moe)
         for note in (*((p.batch_note(),) if p.batch_note() else ()), *search_notes(r.result),
-                     *((settings_note(p.space, p.model.is_moe),) if settings_note(p.space) else ())):
+                     *((settings,) if settings else ())):
             if note.startswith("the batch"):
                 note = f"{r.gpu}: {note}"
             if note not in notes:

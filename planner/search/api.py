@@ -19,6 +19,7 @@ from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.presets import resolve_model
 from planner.batch import parse_batch_range
 from planner.calibrate import calibration_option
+from planner.requests import MEMORY_KEYS
 from planner.search.engine import SearchResult
 from planner.search.engine import search as run_engine
 from planner.search.nofit import no_fit_message, search_notes
@@ -120,7 +121,8 @@ class SearchRequest:
     hardware_file: tuple[str, ...] = ()
     """TOML/YAML files adding GPUs/clusters."""
     main_grads_dtype: str = ""
-    """Memory features every plan takes (as PlanRequest's fields of the same names; :func:`plan_settings`)."""
+    """Memory features every plan takes (planner.requests.MEMORY_KEYS, as PlanRequest's fields of the same names;
+    :func:`plan_settings`)."""
     main_params_dtype: str = "fp32"
     exp_avg_dtype: str = "fp32"
     exp_avg_sq_dtype: str = "fp32"
@@ -180,36 +182,26 @@ def bool_list(text: str | None) -> list[bool] | None:
     return out
 
 
-def plan_settings(main_grads_dtype: str = "", main_params_dtype: str = "fp32", exp_avg_dtype: str = "fp32",
-                  exp_avg_sq_dtype: str = "fp32", fp8_param_gather: bool = False,
-                  optimizer_offload_fraction: float = 0.0, offload_modules: str | tuple | list | None = None,
-                  reshard_after_forward: bool | None = None) -> dict:
-    """The memory features a search, comparison or sizing applies to every plan (the keywords and flags of
-    `planner predict` of the same names), as SearchSpace.plan_settings takes them; the space checks the values.
-    ``offload_modules='auto'`` is not a setting but SearchSpace.offload_auto (:func:`space_with_settings`)."""
+def plan_settings(offload_modules: str | tuple | list | None = None, **features) -> dict:
+    """The memory features a search, comparison or sizing applies to every plan: the keywords and flags of
+    `planner predict` of the same names (planner.requests.MEMORY_KEYS), as SearchSpace.plan_settings takes them; the
+    space checks the names and values. ``offload_modules`` may be 'a,b' or a list; 'auto' is not a setting but
+    SearchSpace.offload_auto (:func:`space_with_settings`)."""
     if offload_modules == "auto":
         offload_modules = None
     mods = tuple(str_list(offload_modules)) if isinstance(offload_modules, str) else tuple(offload_modules or ())
-    return {"main_grads_dtype": main_grads_dtype, "main_params_dtype": main_params_dtype,
-            "exp_avg_dtype": exp_avg_dtype, "exp_avg_sq_dtype": exp_avg_sq_dtype,
-            "fp8_param_gather": fp8_param_gather, "optimizer_offload_fraction": optimizer_offload_fraction,
-            "offload_modules": mods, "reshard_after_forward": reshard_after_forward}
+    return {**features, "offload_modules": mods}
 
 
-def space_with_settings(space, main_grads_dtype: str, main_params_dtype: str, exp_avg_dtype: str,
-                        exp_avg_sq_dtype: str, fp8_param_gather: bool, optimizer_offload_fraction: float,
-                        offload_modules, reshard_after_forward: bool | None):
+def space_with_settings(space, **features):
     """``space`` (a SearchSpace) with the memory features of :func:`plan_settings`, and with
     SearchSpace.offload_auto where ``offload_modules`` is 'auto'."""
-    settings = plan_settings(main_grads_dtype, main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype, fp8_param_gather,
-                             optimizer_offload_fraction, offload_modules, reshard_after_forward)
-    return space.override(plan_settings=settings, offload_auto=offload_modules == "auto")
+    return space.override(plan_settings=plan_settings(**features),
+                          offload_auto=features.get("offload_modules") == "auto")
 
 
 def _space(r: SearchRequest):
-    return space_with_settings(load_space(r.space), r.main_grads_dtype, r.main_params_dtype, r.exp_avg_dtype,
-                               r.exp_avg_sq_dtype, r.fp8_param_gather, r.optimizer_offload_fraction,
-                               r.offload_modules, r.reshard_after_forward).override(
+    return space_with_settings(load_space(r.space), **{k: getattr(r, k) for k in MEMORY_KEYS}).override(
         tp=int_list("--tp", r.tp), pp=int_list("--pp", r.pp), cp=int_list("--cp", r.cp),
         vpp=int_list("--vpp", r.vpp), mbs=int_list("--mbs", r.mbs), recompute=str_list(r.recompute),
         zero=int_list("--zero", r.zero), sequence_parallel=bool_list(r.sp), dtype=str_list(r.dtype),
@@ -483,8 +475,8 @@ def compare(*, model: str, gpu: list[str] | tuple[str, ...] = (), gpus: int | No
     prices = parse_prices(list(price), list(cat.gpus))
     tok = _tokens(tokens) if tokens is not None else None
     m = resolve_model(model)
-    sp = space_with_settings(load_space(space), main_grads_dtype, main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype,
-                             fp8_param_gather, optimizer_offload_fraction, offload_modules, reshard_after_forward)
+    # the memory-feature keywords, by name (the comprehension's iterable, locals(), is this function's)
+    sp = space_with_settings(load_space(space), **{k: v for k, v in locals().items() if k in MEMORY_KEYS})
     bar, update = _delayed_bar(f"comparing {m.name} on {', '.join(h.gpu.name for h in hws)}")
     try:
         rows = compare_gpus(m, hws, sp, gpus=gpus, nodes=nodes, gbs=gbs, seq_len=seq_len, tokens=tok,
@@ -556,8 +548,8 @@ def size(*, model: str, tokens: str | float, deadline: str, gpu: list[str] | tup
     prices = parse_prices(list(price), list(cat.gpus))
     m = resolve_model(model)
     cal = calibration_option(None)  # as `planner predict` applies it
-    sp = space_with_settings(load_space(space), main_grads_dtype, main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype,
-                             fp8_param_gather, optimizer_offload_fraction, offload_modules, reshard_after_forward)
+    # the memory-feature keywords, by name (the comprehension's iterable, locals(), is this function's)
+    sp = space_with_settings(load_space(space), **{k: v for k, v in locals().items() if k in MEMORY_KEYS})
     bar, update = _delayed_bar(f"sizing {m.name} on {', '.join(h.gpu.name for h in hws)}") if progress \
         else (None, None)
     try:

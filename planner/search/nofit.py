@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from costmodel.memory.per_gpu import fits_in_memory, memory_per_gpu
 from planner.batch import tokens_text
 from planner.search.engine import SearchResult
 from planner.search.objective import batch_cap_problem
@@ -28,11 +27,7 @@ def _first_fit(problem: SearchProblem) -> Candidate | None:
         if batch_cap_problem(problem, c) or plan.problems(problem.model):
             continue
         gpu = target.hardware.gpu
-
-        def fits(p, gpu=gpu) -> bool:
-            return fits_in_memory(memory_per_gpu(problem.model, p, gpu), gpu, problem.space.memory_headroom)
-
-        if fits(plan) or offloaded_fit(problem, plan, fits) is not None:
+        if problem.fits(plan, gpu) or offloaded_fit(problem, plan, gpu) is not None:
             return c
     return None
 

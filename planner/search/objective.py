@@ -115,8 +115,7 @@ class Evaluator:
         gpu = target.hardware.gpu
         mem = memory_per_gpu(p.model, plan, gpu)
         if not fits_in_memory(mem, gpu, p.space.memory_headroom):
-            offloaded = offloaded_fit(p, plan, lambda alt: fits_in_memory(memory_per_gpu(p.model, alt, gpu), gpu,
-                                                                          p.space.memory_headroom))
+            offloaded = offloaded_fit(p, plan, gpu)
             if offloaded is not None:
                 return None, offloaded
             usable = gpu.hbm_bytes * (1.0 - p.space.memory_headroom)

@@ -138,8 +138,11 @@ class PlanRecord:
             seq_len=self.seq_len, tp=self.tp, pp=self.pp, cp=self.cp, vpp=self.vpp, mbs=self.mbs,
             recompute=self.recompute, sequence_parallel=self.sequence_parallel, zero=self.zero, dtype=self.dtype,
             layer_split=tuple(self.layer_split) if self.layer_split else None, nvlink_domain=self.nvlink_domain,
-            framework=self.framework, ep=self.ep, etp=self.etp,
-            **{k: tuple(v) if isinstance(v, list) else v for k, v in self.plan_settings.items()}))
+            framework=self.framework, ep=self.ep, etp=self.etp, **self._settings()))
+
+    def _settings(self) -> dict:
+        """``plan_settings`` as ParallelPlan takes them (a JSON list back to a tuple)."""
+        return {k: tuple(v) if isinstance(v, list) else v for k, v in self.plan_settings.items()}
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -154,7 +157,7 @@ class PlanRecord:
         return (self.gpu, self.cluster, self.gpus, self.gpus_per_node, self.tp, self.pp, self.cp, self.vpp,
                 self.mbs, self.recompute, self.sequence_parallel, self.zero, self.dtype, self.gbs, self.seq_len,
                 self.framework, self.ep, self.etp if self.etp is not None else self.tp,
-                tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in self.plan_settings.items())))
+                tuple(sorted(self._settings().items())))
 
 
 def make_record(problem, target, plan: ParallelPlan, pred, price: float | None) -> PlanRecord:

@@ -527,8 +527,8 @@ def size_notes(req: SizeRequest, types: list[TypeSizing], hardwares: list[Hardwa
         notes.append("goodput: a perfect run is assumed (no failures, restarts or checkpoint stalls)")
     else:
         notes.append(f"goodput: {req.failures.describe()}")
-    if settings_note(req.space):
-        notes.append(settings_note(req.space, req.model.is_moe))
+    if note := settings_note(req.space, req.model.is_moe):
+        notes.append(note)
     notes += price_notes(types, req.prices or {})
     return notes
 

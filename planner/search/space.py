@@ -23,14 +23,14 @@ from typing import Any, Iterator, NamedTuple
 import search_spaces
 from costmodel.core.errors import PlannerError
 from costmodel.core.specs.framework import DEFAULT_FRAMEWORK, FRAMEWORKS
-from costmodel.core.specs.hardware import Hardware
+from costmodel.core.specs.hardware import GPUSpec, Hardware
 from costmodel.core.specs.memory_features import FEATURE_DEFAULTS, offload_steps, value_problems
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import DTYPES, RECOMPUTE_MODES, ParallelPlan, uneven_split_problem
 from costmodel.core.specs.presets import default_seq_len
 from costmodel.cost import fp8_block
 from costmodel.graph.moe import with_default_dispatcher
-from costmodel.memory.per_gpu import DEFAULT_HEADROOM
+from costmodel.memory.per_gpu import DEFAULT_HEADROOM, fits_in_memory, memory_per_gpu
 from planner.batch import ROUNDING, BatchRange, batch_range, batch_steps, tokens_text
 
 INT_DIMS = ("tp", "pp", "cp", "vpp", "mbs")
@@ -278,6 +278,10 @@ class SearchProblem:
         """Where the batch range came from and how a plan's GBS is rounded (None for a fixed GBS)."""
         return None if self.batch is None else f"batch {self.batch.text()} tokens: {self.batch.source}; {ROUNDING}"
 
+    def fits(self, plan: ParallelPlan, gpu: GPUSpec) -> bool:
+        """``plan`` fits in ``gpu``'s memory with the space's headroom (costmodel.memory.per_gpu.fits_in_memory)."""
+        return fits_in_memory(memory_per_gpu(self.model, plan, gpu), gpu, self.space.memory_headroom)
+
     def price(self, hardware: Hardware) -> float | None:
         """USD per GPU-hour of a GPU: --price override, else the catalogue's (None = unknown)."""
         return self.prices.get(hardware.gpu.name, hardware.price_usd_per_gpu_hour)
@@ -323,8 +327,8 @@ def build_problem(model: ModelSpec, targets: list[Target], space: SearchSpace, *
     for dtype in LIMITED_DTYPES:
         space, more = _dtype_space(space, targets, dtype)
         notes += more
-    if settings_note(space, model.is_moe):
-        notes += (settings_note(space, model.is_moe),)
+    if note := settings_note(space, model.is_moe):
+        notes += (note,)
     if seq_len is None:  # the default length is a choice: say which and why (planner.advice.seq_len_note)
         notes += (f"seq {seq} is the default for {model.name}: {default_seq_len(model)[1]}; pass --seq-len to "
                   "search at another length",)
@@ -633,17 +637,17 @@ def neighbours(c: Candidate, choices: dict[str, list]) -> list[Candidate]:
     return out
 
 
-def offloaded_fit(problem: SearchProblem, plan: ParallelPlan, fits) -> ParallelPlan | None:
+def offloaded_fit(problem: SearchProblem, plan: ParallelPlan, gpu: GPUSpec) -> ParallelPlan | None:
     """With ``--offload-modules auto`` (SearchSpace.offload_auto), ``plan`` with the first activation-offloading set
-    (costmodel.core.specs.memory_features.offload_steps of the model) that the plan can take and under which
-    ``fits(plan)``, where it can take one at all (framework megatron, no full recomputation, nothing offloaded);
-    None otherwise."""
+    (costmodel.core.specs.memory_features.offload_steps of the model) that the plan can take and under which it fits
+    in ``gpu`` (SearchProblem.fits), where it can take one at all (framework megatron, no full recomputation,
+    nothing offloaded); None otherwise."""
     if not problem.space.offload_auto or plan.offload_modules or plan.framework != "megatron" \
             or plan.recompute == "full":
         return None
     for mods in offload_steps(problem.model.is_moe):
         alt = dataclasses.replace(plan, offload_modules=mods)
-        if not alt.problems(problem.model) and fits(alt):
+        if not alt.problems(problem.model) and problem.fits(alt, gpu):
             return alt
     return None
 
