@@ -18,6 +18,7 @@ from costmodel.core.errors import PlannerError
 from costmodel.core.specs.memory_features import offload_steps
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.presets import default_seq_len
+from costmodel.memory.zero_choice import AUTO_ZERO
 
 MEMORY_TERMS = ("weights", "gradients", "optimizer", "activations", "workspace")
 
@@ -89,6 +90,8 @@ def fitting_changes(req, rec: dict, predict: Callable[[object], dict]) -> str | 
     command's own), with its memory and time; None when the plan fits or no such change makes it fit."""
     if rec.get("fits_in_memory", True):
         return None
+    if getattr(req, "zero", None) == AUTO_ZERO:  # each change is costed at the stage the record was costed at
+        req = dataclasses.replace(req, zero=rec["plan"]["zero"])
     found = []
     for family in _single_changes(rec["plan"], req):
         for flag, change in family:

@@ -79,7 +79,8 @@ PLAN_OPTIONS: tuple[PlanOption, ...] = (
                "(default core_attn)."),
     PlanOption("sequence_parallel", bool, "Megatron sequence parallelism (with TP > 1).",
                ("--sequence-parallel/--no-sequence-parallel",)),
-    PlanOption("zero", int, "ZeRO stage 0-3 (1 = distributed optimizer, 3 = FSDP)."),
+    PlanOption("zero", str, "ZeRO stage 0-3 (1 = distributed optimizer, 3 = FSDP) or auto: 1, or the lowest "
+               "stage under which the plan fits (the output says which)."),
     PlanOption("dtype", str, "bf16 | fp16 | fp8 | fp8-block (alias mxfp8) | fp32."),
     PlanOption("framework", str, "Training stack: megatron | deepspeed | fsdp | torchtitan | torchtitan-eager "
                "| llmc (attention kernel, overlap)."),

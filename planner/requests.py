@@ -30,6 +30,7 @@ from costmodel.core.specs.plan import (
 from costmodel.core.specs.presets import default_seq_len, resolve_model
 from costmodel.cost import fp8_block
 from costmodel.graph.moe import AUTO_DISPATCHER, with_default_dispatcher
+from costmodel.memory.zero_choice import AUTO_ZERO, DEFAULT_ZERO, with_default_zero
 from planner.batch import DEFAULT_BATCH_TOKENS, batch_sequences, suffixed_number  # noqa: F401 (re-exported)
 
 MAX_INT = 2**53
@@ -85,8 +86,10 @@ class PlanRequest:
     RECOMPUTE_MODULES); empty = the framework's selective default (Megatron: core_attn)."""
     sequence_parallel: bool = True
     """Megatron sequence parallelism (only meaningful when tp > 1)."""
-    zero: int = 1
-    """ZeRO stage 0-3 (1 = distributed optimizer, 3 = FSDP)."""
+    zero: int | str = AUTO_ZERO
+    """ZeRO stage 0-3 (1 = distributed optimizer, 2 = gradients sharded too, 3 = FSDP), or auto: ZeRO-1 when the
+    plan fits in memory there, else the lowest higher stage under which it fits (costmodel.memory.zero_choice; the
+    prediction's notes say which and why)."""
     dtype: str = "bf16"
     """GEMM precision: bf16 | fp16 | fp8 | fp8-block (alias mxfp8) | fp32."""
     layer_split: tuple[int, ...] | None = None
@@ -222,7 +225,8 @@ class PlanRequest:
         plan = ParallelPlan(gpus=self.gpus, gpus_per_node=gpus_per_node, gbs=gbs, seq_len=seq,
                             tp=self.tp, pp=self.pp, cp=self.cp, vpp=vpp, mbs=self.mbs,
                             recompute=self.recompute, recompute_modules=self.recompute_modules,
-                            sequence_parallel=self.sequence_parallel, zero=self.zero,
+                            sequence_parallel=self.sequence_parallel,
+                            zero=DEFAULT_ZERO if self.zero == AUTO_ZERO else self.zero,
                             dtype=self.dtype, layer_split=self.layer_split, nvlink_domain=nvlink_domain,
                             framework=self.framework, attention=self.attention, cuda_graphs=self.cuda_graphs,
                             tp_comm_overlap=self.tp_comm_overlap,
@@ -258,6 +262,8 @@ class PlanRequest:
         if self.dtype == fp8_block.DTYPE:
             fp8_block.check_gpu(hardware.gpu.measured_as)
         plan = self.to_plan(model, min(hardware.gpus_per_node, self.gpus), nvlink_domain=hardware.domain_for(self.gpus))
+        if self.zero == AUTO_ZERO:
+            plan = with_default_zero(model, plan, hardware.gpu)
         return ResolvedPlan(model, plan, hardware)
 
 
@@ -265,8 +271,9 @@ REQUEST_KEYS: tuple[str, ...] = tuple(f.name for f in fields(PlanRequest))
 """The batch-line keys, in the order error messages list them."""
 REQUIRED = ("model", "gpu", "gpus")
 _DEFAULTS = {f.name: f.default for f in fields(PlanRequest)}
-_INT_KEYS = {"gpus", "gpus_per_node", "tp", "pp", "cp", "vpp", "mbs", "gbs", "tokens_per_batch", "seq_len", "zero",
-             "ep", "etp"}
+_INT_KEYS = {"gpus", "gpus_per_node", "tp", "pp", "cp", "vpp", "mbs", "gbs", "tokens_per_batch", "seq_len", "ep",
+             "etp"}
+_ZERO_STAGES = (0, 1, 2, 3)
 _BOOL_KEYS = {"sequence_parallel", "moe_overlap_comm", "moe_grouped_gemm", "fp8_param_gather",
               "reshard_after_forward", "cuda_graphs", "cross_entropy_fusion", "tp_comm_overlap"}
 _TYPES: dict[str, type | tuple] = {"id": (str, int), "model": (str, dict), "gpu": str, "cluster": str,
@@ -312,12 +319,14 @@ def check_value(key: str, value: object) -> object:
 def _check_type(key: str, value: object) -> object:
     if key == "tokens_per_batch" and isinstance(value, str):
         value = parse_batch_tokens(value)
+    if key == "zero":
+        return _zero_value(value)
     if key in _INT_KEYS:
         if isinstance(value, float) and math.isfinite(value) and value.is_integer():
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
             raise PlannerError(f"{key}={value!r} must be an integer")
-        if value <= 0 and key != "zero":
+        if value <= 0:
             raise PlannerError(f"{key}={value} must be a positive integer")
         if value >= MAX_INT:
             raise PlannerError(f"{key}={value} is too large; it must be below 2**53")
@@ -358,6 +367,21 @@ def _check_type(key: str, value: object) -> object:
         names = " or ".join(t.__name__ for t in (typ if isinstance(typ, tuple) else (typ,)))
         raise PlannerError(f"{key}={value!r} must be a {names}")
     return value
+
+
+def _zero_value(value: object) -> int | str:
+    """A zero key: a stage 0-3 (an integer, or its digit as the CLI passes it) or 'auto'."""
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text == AUTO_ZERO:
+            return AUTO_ZERO
+        value = int(text) if text.isdigit() else value
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or value not in _ZERO_STAGES:
+        raise PlannerError(f"zero={value!r} must be a ZeRO stage 0, 1, 2 or 3, or {AUTO_ZERO} (ZeRO-1 unless the "
+                           "plan only fits with more sharding)")
+    return int(value)
 
 
 def _layout_value(value: object) -> tuple[int, ...]:

@@ -89,6 +89,17 @@ def test_cli_text_forms_are_accepted():
     assert a.to_dict() == b.to_dict() and a.layer_split == [12, 10, 10]
 
 
+def test_zero_auto_is_the_default_and_takes_the_stage_text_forms():
+    """The API leaves zero to auto as the CLI does (the Llama 3 405B layout of issue 26 is costed at ZeRO-2, as
+    --zero 2 costs it) and takes a stage as an integer or its digit."""
+    plan = dict(model="llama3-405b", gpu="h100-sxm", gpus=16384, tp=8, pp=16, vpp=2, mbs=1, gbs=2048, seq_len=8192)
+    auto = planner.predict(**plan)
+    assert auto.plan["zero"] == 2 and auto.fits_in_memory
+    assert auto.iteration_time_s == planner.predict(**plan, zero="2").iteration_time_s
+    assert planner.predict(**plan, zero=1).fits_in_memory is False
+    assert PlanRequest(model="llama3-8b", gpu="h100-sxm", gpus=8, zero="AUTO").zero == "auto"
+
+
 def test_search_compare_and_size_are_the_cli_json():
     ranked = planner.search(**SMALL_SEARCH, progress=False)
     cli = cli_json(["search", "--model", "llama-7b", "--gpus", "16", "--tp", "1,2", "--pp", "1,2", "--no-progress"])

@@ -2,8 +2,10 @@
 length, never a config's inference limit) and the output says so; a plan that does not fit names the memory term
 that dominates and the flags that change it."""
 
+import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from costmodel.core.specs.hf_config import from_hf_config
@@ -76,12 +78,56 @@ def test_search_header_notes_the_default_sequence_length():
         " ".join(r.output.split())
 
 
+LLAMA3_405B = ["--model", "llama3-405b", "--gpu", "h100-sxm", "--gpus", "16384", "--tp", "8", "--pp", "16", "--vpp",
+               "2", "--mbs", "1", "--gbs", "2048", "--seq-len", "8192"]
+"""Llama 3 405B's layout (arXiv 2407.21783 Table 4: TP8 PP16 DP128 on 16,384 H100, 8K sequences), as issue 26 runs
+it (no --zero)."""
+
+
+def test_llama3_405b_layout_fits_at_the_zero_stage_auto_chooses_and_says_so():
+    """With --zero left to auto the layout fits: ZeRO-1 does not, so the plan is costed at ZeRO-2 (the gradient
+    sharding of Meta's FSDP, the paper's sec. 3.3.2), the same prediction as --zero 2, with a note naming the
+    choice; JSON records the stage costed and the note."""
+    res = runner.invoke(app, ["predict", *LLAMA3_405B, "--format", "json"])
+    assert res.exit_code == 0, res.output
+    auto = json.loads(res.stdout)
+    assert auto["fits_in_memory"] is True and auto["plan"]["zero"] == 2
+    note = next(w for w in auto["warnings"] if "chosen because --zero was left to auto" in w)
+    assert note.startswith("ZeRO-2 chosen") and "at ZeRO-1 this layout does not fit in the 79.6 GiB usable" in note
+    two = json.loads(runner.invoke(app, ["predict", *LLAMA3_405B, "--zero", "2", "--format", "json"]).stdout)
+    assert auto["iteration_time_s"] == two["iteration_time_s"]
+    assert auto["memory_gib_per_gpu"] == two["memory_gib_per_gpu"]
+    assert not any("chosen because --zero" in w for w in two["warnings"])
+    one = json.loads(runner.invoke(app, ["predict", *LLAMA3_405B, "--zero", "1", "--format", "json"]).stdout)
+    assert one["fits_in_memory"] is False and one["plan"]["zero"] == 1
+
+
+def test_zero_auto_keeps_zero_1_for_a_plan_that_fits_and_for_one_nothing_fits():
+    """auto leaves a plan that fits at ZeRO-1 exactly as --zero 1 costs it (no note), and a plan that fits under no
+    stage at ZeRO-1, with the advice --zero 1 gives."""
+    small = ["--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8", "--tp", "2"]
+    auto = json.loads(runner.invoke(app, ["predict", *small, "--format", "json"]).stdout)
+    one = json.loads(runner.invoke(app, ["predict", *small, "--zero", "1", "--format", "json"]).stdout)
+    assert auto["plan"]["zero"] == 1 and auto == one
+    huge = ["--model", "llama3-405b", "--gpu", "h100-sxm", "--gpus", "64", "--tp", "8", "--pp", "8", "--mbs", "1",
+            "--gbs", "64", "--seq-len", "8192"]
+    rec = json.loads(runner.invoke(app, ["predict", *huge, "--format", "json"]).stdout)
+    assert rec["fits_in_memory"] is False and rec["plan"]["zero"] == 1
+    assert not any("chosen because --zero" in w for w in rec["warnings"])
+
+
+@pytest.mark.parametrize("value", ["two", "4", "-1", "1.5"])
+def test_zero_refuses_what_is_not_a_stage_or_auto(value):
+    res = runner.invoke(app, ["predict", *LLAMA3_405B, "--zero", value])
+    assert res.exit_code == 2
+    assert "must be a ZeRO stage 0, 1, 2 or 3, or auto" in res.output and "Traceback" not in res.output
+
+
 def test_a_plan_that_does_not_fit_names_the_one_flag_changes_that_make_it_fit():
-    """Llama 3 405B's layout (arXiv 2407.21783 Table 4: TP8 PP16 DP128 on 16,384 H100, 8K sequences) does not fit
-    at ZeRO-1; the output names --zero 2 (Meta's FSDP shards the gradients, the paper's sec. 3.3.2) among the changes
-    under which it fits, each with its memory and time, and each of those really fits when run."""
-    flags = ["--model", "llama3-405b", "--gpu", "h100-sxm", "--gpus", "16384", "--tp", "8", "--pp", "16", "--vpp",
-             "2", "--mbs", "1", "--gbs", "2048", "--seq-len", "8192"]
+    """Llama 3 405B's layout does not fit at ZeRO-1 (stated: auto would move it to ZeRO-2); the output names --zero 2
+    (Meta's FSDP shards the gradients, the paper's sec. 3.3.2) among the changes under which it fits, each with its
+    memory and time, and each of those really fits when run."""
+    flags = [*LLAMA3_405B, "--zero", "1"]
     res = runner.invoke(app, ["predict", *flags], env={"COLUMNS": "400"})
     assert res.exit_code == 0, res.output
     line = next(x for x in res.output.splitlines() if x.startswith("note: the same layout fits with"))

@@ -51,6 +51,7 @@ from costmodel.graph.zero3 import root_unit_ops, unit_collectives
 from costmodel.memory.mtp import mtp_layer, mtp_params
 from costmodel.memory.offload import grad_reduce_bytes, param_gather_bytes
 from costmodel.memory.per_gpu import stage_host_offload
+from costmodel.memory.zero_choice import zero_choice_notes
 
 GRAD_REDUCE_BYTES = 4
 """Bytes per gradient element in the DP reduction: fp32 main gradients, as Megatron-LM's
@@ -69,7 +70,8 @@ CE_ALLREDUCES = 3
 def domain_warnings(plan: ParallelPlan) -> list[str]:
     """Warnings for TP or CP groups that span NVLink domains (their collectives cross the scale-out network on
     every layer, e.g. TP=8 on 4-GPU Perlmutter nodes), and the MoE token dispatcher a plan was given by default
-    (:func:`costmodel.graph.moe.dispatcher_notes`)."""
+    (:func:`costmodel.graph.moe.dispatcher_notes`), and the ZeRO stage it was given by default
+    (:func:`costmodel.memory.zero_choice.zero_choice_notes`)."""
     out = []
     d = plan.domain
     for name, size, stride in (("TP", plan.tp, 1), ("CP", plan.cp, plan.tp)):
@@ -78,7 +80,7 @@ def domain_warnings(plan: ParallelPlan) -> list[str]:
             out.append(f"{name}={size} groups span {domains} NVLink domains of {d} GPU{'s' * (d > 1)}: their per-layer "
                        f"communication crosses the scale-out network; keep {name}"
                        + (" x TP" if name == "CP" else "") + f" within {d} GPUs if you can")
-    return out + dispatcher_notes(plan)
+    return out + dispatcher_notes(plan) + zero_choice_notes(plan)
 
 
 @dataclass
