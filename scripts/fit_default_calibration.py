@@ -38,17 +38,16 @@ from planner.validation.report import RUN_FILE_NAME
 from planner.validation.runs import load_runs
 
 DEFAULT_CONSTANTS = "compute_scale,compute_scale_torch,compute_scale_gh200,compute_scale_moe,compute_scale_blackwell"
-"""The constants the shipped calibration fits, chosen by leave-one-source-out MAPE on the open runs: kernel
-efficiency under training load vs microbenchmarks (every stack), the extra time of PyTorch-native stacks (FSDP,
-torchtitan, llm.c) that the operator model does not explain, the rate GH200 systems sustain, what MoE steps take
-beyond their operators, and the rate dense steps sustain on Blackwell. All three open files pooled (214 runs):
-at the commit that added compute_scale_moe, the first four 9.9 %, without compute_scale_moe 10.8 % (its MoE sources
-15-22 %), without both GPU and MoE factors 15.8 % on the two dense files alone. compute_scale_blackwell acting on
-every Blackwell plan: pooled 9.9 %, but moe_runs.csv's own LOSO 12.1 -> 16.1 % (its Blackwell MoE sources disagree);
-acting on dense plans only (planner.calibrate.DENSE_ONLY), at the commit that scoped it: pooled 9.89 -> 9.62 %,
-BW-NEMO2502 18.0 -> 9.9 %, BW-NEMO2504 13.6 -> 11.0 %, every MoE source within 0.3 points. At 432e4bd, on the
-published runs alone: the first two 13.2 %, compute_scale_torch alone 13.6 %, + comm_scale 13.0 %, all five
-15.8 %."""
+"""The constants the shipped calibration fits, chosen by leave-one-source-out MAPE on the open runs: kernel efficiency
+under training load vs microbenchmarks (every stack), the extra time of PyTorch-native stacks (FSDP, torchtitan; not
+llm.c: planner.calibrate.TORCH_NATIVE) that the operator model does not explain, the rate GH200 systems sustain, what
+MoE steps take beyond their operators, and the rate dense steps sustain on Blackwell. All three open files pooled
+(214 runs): at the commit that added compute_scale_moe, the first four 9.9 %, without compute_scale_moe 10.8 % (its
+MoE sources 15-22 %), without both GPU and MoE factors 15.8 % on the two dense files alone. compute_scale_blackwell
+acting on every Blackwell plan: pooled 9.9 %, but moe_runs.csv's own LOSO 12.1 -> 16.1 % (its Blackwell MoE sources
+disagree); acting on dense plans only (planner.calibrate.DENSE_ONLY), at the commit that scoped it: pooled 9.89 ->
+9.62 %, BW-NEMO2502 18.0 -> 9.9 %, BW-NEMO2504 13.6 -> 11.0 %, every MoE source within 0.3 points. At 432e4bd, on the
+published runs alone: the first two 13.2 %, compute_scale_torch alone 13.6 %, + comm_scale 13.0 %, all five 15.8 %."""
 RUN_FILES = (RUN_FILE_NAME, "gh200_small_blackwell_runs.csv", "moe_runs.csv")
 """The run files the default calibration is fitted on."""
 NOTE = ("Fitted by scripts/fit_default_calibration.py on the open run files (published_runs.csv, "

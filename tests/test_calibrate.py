@@ -130,6 +130,38 @@ def test_unidentifiable_constant_is_kept_at_default(synthetic_runs, roofline):
     assert any("kept at 0.7" in w for w in fit.warnings)
 
 
+class _ProductRun:
+    """A stand-in run whose prediction is ``base`` times the product of the named constants (the way compute_scale
+    and a scoped scale act together on one plan's compute)."""
+
+    def __init__(self, base: float, measured: float, names: tuple):
+        self.base, self.names = base, names
+        self.row = type("Row", (), {"measured_value": measured, "id": "X"})()
+
+    def predicted_value(self, cal) -> float:
+        return self.base * float(np.prod([cal.value(n) for n in self.names]))
+
+
+def test_constants_moved_only_together_are_held_at_the_prior():
+    """When every run a fold is fitted on has compute_scale and the stack's scale together, the two are one product:
+    compute_scale keeps the prior (a fit on other runs) and the stack's scale takes the rest, instead of an arbitrary
+    point of the ridge; a run that carries compute_scale alone separates them again."""
+    names = ["compute_scale", "compute_scale_torch"]
+    both = ("compute_scale", "compute_scale_torch")
+    tied = [_ProductRun(1.0, 1.32, both), _ProductRun(2.0, 2.64, both)]
+    fit = C.fit_constants(tied, names, prior={"compute_scale": 1.1})
+    assert fit.constants["compute_scale"] == 1.1
+    assert fit.constants["compute_scale_torch"] == pytest.approx(1.2, rel=1e-6)
+    assert "compute_scale" in fit.unidentified and fit.uncertainty["compute_scale"] is None
+    assert any("only together with other constants: kept at 1.1" in w for w in fit.warnings)
+    assert C.fit_constants(tied, names).constants["compute_scale"] == 1.0  # no prior: the default
+    apart = tied + [_ProductRun(1.0, 1.05, ("compute_scale",))] * 2
+    fit = C.fit_constants(apart, names, prior={"compute_scale": 1.1})
+    assert fit.unidentified == ()
+    assert fit.constants["compute_scale"] == pytest.approx(1.05, rel=1e-4)
+    assert fit.constants["compute_scale_torch"] == pytest.approx(1.32 / 1.05, rel=1e-4)
+
+
 # ------------------------------------------------------------------------------------------ predict
 
 

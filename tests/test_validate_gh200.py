@@ -83,7 +83,7 @@ def test_small_stacks_map_to_their_frameworks(rows):
     assert V.row_to_inputs(rows["SMALL-MODDED-001"])[1].attention == ""
 
 
-def test_llmc_runs_its_own_kernels_and_calibrates_outside_megatron(rows):
+def test_llmc_runs_its_own_kernels_and_takes_compute_scale_alone(rows):
     from costmodel.core.specs.framework import get_framework
     from planner.calibrate import Calibration
 
@@ -92,8 +92,10 @@ def test_llmc_runs_its_own_kernels_and_calibrates_outside_megatron(rows):
     assert (fw.attention_kernel, fw.compiled_loss, fw.grad_reduce_bytes, fw.python_layers) == ("fused", True, 2, False)
     cal = Calibration(name="t", constants={"compute_scale": 2.0, "compute_scale_torch": 0.5})
     times = {("gemm", 1): 1.0}
-    assert cal.scale_times(times, "llmc")[("gemm", 1)] == pytest.approx(1.0)
+    # llm.c is C/CUDA: the PyTorch-native stacks' factor (planner.calibrate.TORCH_NATIVE) is not its
+    assert cal.scale_times(times, "llmc")[("gemm", 1)] == pytest.approx(2.0)
     assert cal.scale_times(times, "megatron")[("gemm", 1)] == pytest.approx(2.0)
+    assert cal.scale_times(times, "torchtitan")[("gemm", 1)] == pytest.approx(1.0)
 
 
 def test_gh200_scale_acts_on_the_96gb_gh200_only():
