@@ -110,11 +110,12 @@ def _from_estimate(est: Estimate, warnings: Sequence[str]) -> Prediction:
     )
 
 
-def gpu_scale_note(calibration: Calibration | None, gpu: str, moe: bool = False) -> str | None:
-    """What a GPU-scoped constant of ``calibration`` does to plans on ``gpu`` of a mixture-of-experts model when
-    ``moe`` (planner.calibrate.Calibration.gpu_scale_note); None for no calibration or one without such constants."""
+def gpu_scale_note(calibration: Calibration | None, gpu: str, moe: bool = False, cluster: str = "") -> str | None:
+    """What a GPU-scoped constant of ``calibration`` does to plans on ``gpu`` in node type ``cluster`` of a
+    mixture-of-experts model when ``moe`` (planner.calibrate.Calibration.gpu_scale_note); None for no calibration or
+    one without such constants."""
     note = getattr(calibration, "gpu_scale_note", None)
-    return note(gpu, moe) if note is not None else None
+    return note(gpu, moe, cluster) if note is not None else None
 
 
 def prediction(est: Estimate, warnings: Sequence[str] | None = None) -> Prediction:
@@ -135,7 +136,7 @@ def prediction(est: Estimate, warnings: Sequence[str] | None = None) -> Predicti
             pred.warnings.append(f"no 80 % interval for mixture-of-experts plans: calibration {cal.name!r} "
                                  "has bands of dense runs only (scripts/fit_default_calibration.py adds one from "
                                  "shared/validation/moe_runs.csv)")
-    note = gpu_scale_note(cal, est.hardware.gpu.name, model.is_moe)
+    note = gpu_scale_note(cal, est.hardware.gpu.name, model.is_moe, est.hardware.cluster.name)
     if note:
         pred.warnings.append(note)
     spread = est.spread() if found is None else None

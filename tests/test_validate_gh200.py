@@ -9,6 +9,7 @@ import pytest
 import planner.validation.runs as V
 from planner.validation.compare import compare
 from planner.validation.moe_rows import megatron_flops
+from tests.helpers import cli_json
 
 
 @pytest.fixture
@@ -109,6 +110,45 @@ def test_gh200_scale_acts_on_the_96gb_gh200_only():
         assert cal.scale_times(times, "megatron", gpu)[("gemm", 1)] == pytest.approx(2.0)
     assert "compute_scale_gh200" in cal.gpu_scale_note("gh200") and cal.gpu_scale_note("h100-sxm") is None
     assert Calibration(name="u", constants={"compute_scale": 2.0}).gpu_scale_note("gh200") is None
+    # TACC Vista's GH200 nodes sustain the kernel rate (planner.calibrate.NODE_EXEMPT); the quad systems do not
+    assert cal.scale_times(times, "megatron", "gh200", cluster="vista")[("gemm", 1)] == pytest.approx(2.0)
+    assert cal.scale_times(times, "megatron", "gh200", cluster="jupiter-booster")[("gemm", 1)] == pytest.approx(3.0)
+    assert cal.gpu_scale_note("gh200", cluster="vista") is None
+    assert "compute_scale_gh200" in cal.gpu_scale_note("gh200", cluster="alps-gh200")
+
+
+def test_vista_operator_gemms_run_at_the_kernel_rate(shared_data):
+    """The evidence behind NODE_EXEMPT: the paper's eager fp16 QKV / MLP GEMMs on Vista (>= 4,096 tokens, hidden
+    >= 4,096) run at a median within 10 % of mamf.csv's GH200 figure, as Perlmutter's do of A100's."""
+    import csv
+    import statistics
+
+    ett, mamf = shared_data / "estimate-train-time", {}
+    for r in csv.DictReader((shared_data / "hardware" / "mamf.csv").open()):
+        if r["dtype"] == "bfloat16":
+            mamf[r["accelerator"]] = float(r["mamf_tflops"])
+    for system, part in (("Vista", "NVIDIA GH200 SXM"), ("Perlmutter", "NVIDIA A100 SXM")):
+        for op, width in (("linear1", 3), ("linear3", 4)):
+            (path,) = (ett / system / "operator").glob(f"*_{op}_fp16.csv")
+            rates = [2 * b * seq * d * width * d / int(float(r["mp"])) / (float(r["F_dur(us)"]) * 1e-6) / 1e12
+                     for r in csv.DictReader(path.open())
+                     for b, seq, d in [(int(float(r["b"])), int(float(r["l"])), int(float(r["dim"])))]
+                     if b * seq >= 4096 and d >= 4096 and float(r["F_dur(us)"]) > 0]
+            assert statistics.median(rates) == pytest.approx(mamf[part], rel=0.10), (system, op)
+
+
+def test_gh200_on_vista_is_no_slower_than_h100_sxm():
+    """Issue 24's one-GPU command: the GH200 of a Vista node (no deployment factor) is no slower than H100 SXM; on
+    JUPITER's quad node the measured factor makes it slower, and the output says so."""
+    flags = ["predict", "--model", "llama3-8b", "--gpus", "1", "--mbs", "1", "--gbs", "16", "--seq-len", "4096",
+             "--recompute", "full", "--zero", "0"]
+    h100 = cli_json([*flags, "--gpu", "h100-sxm"])
+    vista = cli_json([*flags, "--gpu", "gh200", "--cluster", "vista"])
+    jupiter = cli_json([*flags, "--gpu", "gh200", "--cluster", "jupiter-booster"])
+    assert vista["iteration_time_s"] <= h100["iteration_time_s"]
+    assert not any("compute_scale_gh200" in w for w in vista["warnings"])
+    assert jupiter["iteration_time_s"] > h100["iteration_time_s"]
+    assert any("compute_scale_gh200" in w for w in jupiter["warnings"])
 
 
 def test_blackwell_scale_acts_on_dense_blackwell_plans_only():

@@ -176,8 +176,8 @@ def hardware_lines(hardwares, calibration=None, moe: bool = False) -> list[str]:
                            f"{b.gpu.hbm_gb:g} GB) and node type ({a.cluster.name} vs {b.cluster.name}: network "
                            f"{a.cluster.inter_node_bw_gbs:g} vs {b.cluster.inter_node_bw_gbs:g} GB/s per GPU, "
                            f"NVLink domains of {a.nvlink_domain} vs {b.nvlink_domain})")
-    for gpu in dict.fromkeys(hw.gpu.name for hw in hardwares):
-        note = gpu_scale_note(calibration, gpu, moe)
+    for gpu, cluster in dict.fromkeys((hw.gpu.name, hw.cluster.name) for hw in hardwares):
+        note = gpu_scale_note(calibration, gpu, moe, cluster)
         if note:
             out.append(note)
     return out

@@ -516,7 +516,7 @@ def size_notes(req: SizeRequest, types: list[TypeSizing], hardwares: list[Hardwa
         notes.append(f"batch {req.batch.text()} tokens ({req.batch.source}); {ROUNDING}")
     for t in types:
         notes.append(_proof_note(t, req, interrupted))
-        if scoped := gpu_scale_note(req.calibration, t.gpu, req.model.is_moe):  # a GPU-scoped constant
+        if scoped := gpu_scale_note(req.calibration, t.gpu, req.model.is_moe, t.hardware.cluster.name):
             notes.append(f"{t.gpu}: {scoped}")
         if t.batch_note and t.smallest is not None:
             notes.append(f"{t.gpu}: {t.batch_note}")
