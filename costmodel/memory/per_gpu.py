@@ -59,6 +59,7 @@ Conventions
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from costmodel.core.specs.framework import attention_kernel
@@ -424,6 +425,14 @@ def fits_in_memory(breakdown: MemoryBreakdown, gpu: GPUSpec, headroom: float = D
     """True when the breakdown's total (allocator fragmentation included) fits in the GPU's capacity as the driver
     reports it (``GPUSpec.hbm_bytes``) less an optional ``headroom`` fraction (default none, DEFAULT_HEADROOM)."""
     return breakdown.total <= usable_bytes(gpu, headroom)
+
+
+def first_fitting(model: ModelSpec, plans: Iterable[ParallelPlan], gpu: GPUSpec,
+                  headroom: float = DEFAULT_HEADROOM) -> ParallelPlan | None:
+    """The first of ``plans`` (variants of one plan, tried in order) that is valid for ``model`` and fits in
+    ``gpu``'s memory less ``headroom`` (:func:`fits_in_memory`); None when none does."""
+    return next((p for p in plans if not p.problems(model)
+                 and fits_in_memory(memory_per_gpu(model, p, gpu), gpu, headroom)), None)
 
 
 def memory_message(breakdown: MemoryBreakdown, gpu: GPUSpec, headroom: float = DEFAULT_HEADROOM) -> str:

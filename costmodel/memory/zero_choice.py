@@ -12,20 +12,19 @@ with sharded gradients is not reported as out of memory only because the request
 
 A plan that fits under none of them keeps ZeRO-1, so its does-not-fit report and advice are the ones the user would
 get for the default stage. The memory test is the one the prediction reports (:func:`fits_in_memory` of
-:func:`memory_per_gpu`) on the request's layer split (for an uneven pipeline without one, the count-based
-:func:`costmodel.core.specs.plan.default_layer_split`). The choice and its reason travel in ``plan.extra`` and come
-out as a note (:func:`zero_choice_notes`).
+:func:`memory_per_gpu`, through :func:`first_fitting`) on the request's layer split (for an uneven pipeline without
+one, the count-based :func:`costmodel.core.specs.plan.default_layer_split`). The choice and its reason travel in
+``plan.extra`` and come out as a note (:func:`zero_choice_notes`).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from costmodel.core.errors import PlanError
 from costmodel.core.specs.hardware import GPUSpec
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
-from costmodel.memory.per_gpu import fits_in_memory, memory_per_gpu, usable_bytes
+from costmodel.memory.per_gpu import first_fitting, usable_bytes
 
 AUTO_ZERO = "auto"
 """The request value that leaves the ZeRO stage to :func:`with_default_zero`."""
@@ -39,24 +38,17 @@ _GIB = float(2**30)
 
 
 def with_default_zero(model: ModelSpec, plan: ParallelPlan, gpu: GPUSpec) -> ParallelPlan:
-    """``plan`` at the lowest ZeRO stage of :data:`AUTO_STAGES` under which it fits on ``gpu``, with the stages that
-    did not fit in ``extra`` when that is not ZeRO-1; at ZeRO-1 when it fits under none (or a stage is not valid for
-    the plan)."""
-    too_big: list[int] = []
-    for stage in AUTO_STAGES:
-        candidate = replace(plan, zero=stage)
-        try:
-            candidate.validate(model)
-        except PlanError:
-            continue
-        if fits_in_memory(memory_per_gpu(model, candidate, gpu), gpu):
-            if not too_big:
-                return candidate
-            gone = " or ".join(f"ZeRO-{s}" for s in too_big)
-            why = f"at {gone} this layout does not fit in the {usable_bytes(gpu) / _GIB:.1f} GiB usable on {gpu.name}"
-            return replace(candidate, extra={**plan.extra, ZERO_NOTE_KEY: why})
-        too_big.append(stage)
-    return replace(plan, zero=DEFAULT_ZERO)
+    """``plan`` at the lowest ZeRO stage of :data:`AUTO_STAGES` under which it fits on ``gpu``, with the valid stages
+    below it, which do not fit, in ``extra`` when that is not ZeRO-1; at ZeRO-1 when it fits under none."""
+    chosen = first_fitting(model, (replace(plan, zero=stage) for stage in AUTO_STAGES), gpu)
+    if chosen is None:
+        return replace(plan, zero=DEFAULT_ZERO)
+    too_big = [s for s in AUTO_STAGES if s < chosen.zero and not replace(plan, zero=s).problems(model)]
+    if not too_big:
+        return chosen
+    gone = " or ".join(f"ZeRO-{s}" for s in too_big)
+    why = f"at {gone} this layout does not fit in the {usable_bytes(gpu) / _GIB:.1f} GiB usable on {gpu.name}"
+    return replace(chosen, extra={**plan.extra, ZERO_NOTE_KEY: why})
 
 
 def zero_choice_notes(plan: ParallelPlan) -> list[str]:

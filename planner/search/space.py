@@ -30,7 +30,7 @@ from costmodel.core.specs.plan import DTYPES, RECOMPUTE_MODES, ParallelPlan, une
 from costmodel.core.specs.presets import default_seq_len
 from costmodel.cost import fp8_block
 from costmodel.graph.moe import with_default_dispatcher
-from costmodel.memory.per_gpu import DEFAULT_HEADROOM, fits_in_memory, memory_per_gpu
+from costmodel.memory.per_gpu import DEFAULT_HEADROOM, first_fitting, fits_in_memory, memory_per_gpu
 from planner.batch import ROUNDING, BatchRange, batch_range, batch_steps, tokens_text
 
 INT_DIMS = ("tp", "pp", "cp", "vpp", "mbs")
@@ -640,16 +640,14 @@ def neighbours(c: Candidate, choices: dict[str, list]) -> list[Candidate]:
 def offloaded_fit(problem: SearchProblem, plan: ParallelPlan, gpu: GPUSpec) -> ParallelPlan | None:
     """With ``--offload-modules auto`` (SearchSpace.offload_auto), ``plan`` with the first activation-offloading set
     (costmodel.core.specs.memory_features.offload_steps of the model) that the plan can take and under which it fits
-    in ``gpu`` (SearchProblem.fits), where it can take one at all (framework megatron, no full recomputation,
-    nothing offloaded); None otherwise."""
+    in ``gpu`` with the space's headroom (costmodel.memory.per_gpu.first_fitting), where it can take one at all
+    (framework megatron, no full recomputation, nothing offloaded); None otherwise."""
     if not problem.space.offload_auto or plan.offload_modules or plan.framework != "megatron" \
             or plan.recompute == "full":
         return None
-    for mods in offload_steps(problem.model.is_moe):
-        alt = dataclasses.replace(plan, offload_modules=mods)
-        if not alt.problems(problem.model) and problem.fits(alt, gpu):
-            return alt
-    return None
+    return first_fitting(problem.model, (dataclasses.replace(plan, offload_modules=mods)
+                                         for mods in offload_steps(problem.model.is_moe)),
+                         gpu, problem.space.memory_headroom)
 
 
 def candidate_plan(problem: SearchProblem, c: Candidate) -> ParallelPlan:
