@@ -26,7 +26,7 @@ import math
 import os
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -227,6 +227,17 @@ class Calibration:
                 return (f"calibration {self.name!r} runs compute on {gpu} {value:.3g}x the time of the kernel data "
                         f"({name}{rests}; {CONSTANTS[name].doc})")
         return None
+
+    def exempted_constant(self, gpu: str, moe: bool = False, cluster: str = "") -> tuple[str, tuple[str, ...]] | None:
+        """(name, exempt node types) of the GPU-scoped constant of this calibration that acts on plans on ``gpu`` in
+        node type ``cluster`` (of a mixture-of-experts model when ``moe``) with a value other than 1 and that other
+        node types of that GPU are measured not to need (NODE_EXEMPT); None when there is none."""
+        return next(((name, NODE_EXEMPT[name]) for name in gpu_scopes(gpu, moe, cluster)
+                     if self.value(name) != 1.0 and NODE_EXEMPT.get(name)), None)
+
+    def without(self, name: str) -> "Calibration":
+        """A copy of this calibration with constant ``name`` at its default (no effect); the same name."""
+        return replace(self, constants={k: v for k, v in self.constants.items() if k != name})
 
     def fitted_run_ids(self) -> set[str]:
         """Ids of the runs the constants were fitted on (empty when the file records none)."""

@@ -20,7 +20,7 @@ from costmodel.estimate import Estimate, estimate
 from costmodel.schedule.compose import GIB
 from planner.intervals import plan_framework, time_band
 
-__all__ = ["Prediction", "predict", "prediction"]
+__all__ = ["KernelRate", "Prediction", "kernel_rate", "predict", "prediction"]
 
 
 @dataclass
@@ -116,6 +116,48 @@ def gpu_scale_note(calibration: Calibration | None, gpu: str, moe: bool = False,
     one without such constants."""
     note = getattr(calibration, "gpu_scale_note", None)
     return note(gpu, moe, cluster) if note is not None else None
+
+
+@dataclass(frozen=True)
+class KernelRate:
+    """A plan costed without a GPU-scoped constant of its calibration that some measured node types of the same GPU
+    do not need (planner.calibrate.NODE_EXEMPT): what the plan takes where the GPU sustains its kernel data's rate."""
+
+    constant: str
+    """The constant left out (e.g. compute_scale_gh200)."""
+    value: float
+    """Its value in the calibration (the factor the as-deployed prediction carries)."""
+    node_types: tuple[str, ...]
+    """Node types (catalogue keys) whose measurements sustain the kernel rate (the constant does not act there)."""
+    iteration_time_s: float
+    """Seconds per iteration without the constant."""
+    mfu: float
+    """Model FLOPs utilisation without the constant (fraction of dense bf16 peak)."""
+
+    def to_dict(self) -> dict:
+        return {"constant": self.constant, "value": self.value, "node_types": list(self.node_types),
+                "iteration_time_s": self.iteration_time_s, "mfu": self.mfu}
+
+    def note(self, gpu: str, cluster: str, time_s: float, mfu: float) -> str:
+        """One line for a plan on ``gpu`` in node type ``cluster`` predicted at ``time_s`` and ``mfu`` as deployed."""
+        where = ", ".join(f"--cluster {gpu}={c}" for c in self.node_types)
+        return (f"{gpu} on {cluster} at the kernel rate (without {self.constant} = {self.value:.3g}: the rate that "
+                f"node type {' and '.join(self.node_types)} sustains in its own measurements; {where} costs that node "
+                f"type): the same plan {self.iteration_time_s:.3f} s, MFU {100 * self.mfu:.1f} % (predicted as "
+                f"deployed: {time_s:.3f} s, {100 * mfu:.1f} %)")
+
+
+def kernel_rate(model: ModelSpec, plan: ParallelPlan, hardware: Hardware, calibration: Calibration | None,
+                cost_model: OperatorCostModel | None = None) -> KernelRate | None:
+    """``plan`` costed without the calibration's node-exempted GPU-scoped constant
+    (planner.calibrate.Calibration.exempted_constant); None when none acts on it."""
+    exempted = getattr(calibration, "exempted_constant", None)
+    found = exempted(hardware.gpu.name, model.is_moe, hardware.cluster.name) if exempted is not None else None
+    if found is None:
+        return None
+    name, node_types = found
+    est = estimate(model, plan, hardware, cost_model=cost_model, calibration=calibration.without(name), mode="time")
+    return KernelRate(name, calibration.value(name), node_types, est.iteration_time_s, est.metrics.mfu)
 
 
 def prediction(est: Estimate, warnings: Sequence[str] | None = None) -> Prediction:

@@ -206,6 +206,9 @@ def test_cli_compare_report(tmp_path, monkeypatch, tiny_space):
     text = md.read_text()
     assert shlex.join(["planner", *args]) in text
     assert "| a100-80gb |" in text and "| gh200 |" in text and "time to train" in text
+    # the GPU basis `planner compare` prints: node types, the GH200 factor, the GH200 plan at the kernel rate
+    assert "### GPUs and node types" in text and "- gh200 on jupiter-booster: 4 GPUs per node" in text
+    assert "- gh200 on jupiter-booster at the kernel rate (without compute_scale_gh200" in text
 
 
 def test_cli_size_report(tmp_path, monkeypatch, tiny_space):

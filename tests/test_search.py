@@ -410,6 +410,9 @@ def test_cli_compare():
     # gh200's default node type is the quad-GH200 NVLink node (jupiter-booster): 4 nodes of 4
     assert "gh200" in out and "4 x 4" in out and "jupiter-booster" in out and "(--price)" in out
     assert "cost to train" in out
+    # the measured GH200 factor is named, and the same plan at the kernel rate Vista's GH200 sustains is printed
+    words = " ".join(out.split())
+    assert "runs compute on gh200" in words and "gh200 on jupiter-booster at the kernel rate (without" in words
 
 
 def test_cli_size():

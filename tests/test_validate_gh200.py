@@ -298,3 +298,73 @@ def test_compare_hardware_lines_name_the_gh200_factor():
     assert any(line.startswith("gh200 and h100-sxm: the same GH100 die;") for line in lines)
     assert [line for line in lines if "compute_scale_gh200" in line] == [cal.gpu_scale_note("gh200")]
     assert not any("compute_scale_gh200" in line for line in hardware_lines(hws, None))
+
+
+def test_exempted_constant_names_the_factor_a_measured_node_type_does_without():
+    """Calibration.exempted_constant: the GPU-scoped constant acting on a plan that some node type of the same GPU is
+    measured not to need (planner.calibrate.NODE_EXEMPT); Calibration.without leaves it out of a copy."""
+    from planner.calibrate import Calibration
+
+    cal = Calibration(name="t", constants={"compute_scale": 2.0, "compute_scale_gh200": 1.5,
+                                           "compute_scale_blackwell": 1.2})
+    for cluster in ("jupiter-booster", "alps-gh200", "isambard-ai", ""):
+        assert cal.exempted_constant("gh200", cluster=cluster) == ("compute_scale_gh200", ("vista",)), cluster
+    assert cal.exempted_constant("gh200", cluster="vista") is None     # the constant does not act there
+    assert cal.exempted_constant("b200") is None                        # no Blackwell node type is exempt
+    assert cal.exempted_constant("h100-sxm") is None
+    assert Calibration(name="u", constants={"compute_scale_gh200": 1.0}).exempted_constant("gh200") is None
+    bare = cal.without("compute_scale_gh200")
+    assert (bare.name, bare.value("compute_scale_gh200"), bare.value("compute_scale"),
+            bare.value("compute_scale_blackwell")) == ("t", 1.0, 2.0, 1.2)
+    assert cal.value("compute_scale_gh200") == 1.5                      # the original is left as it was
+
+
+def test_kernel_rate_of_a_one_gpu_plan_is_the_vista_nodes_prediction():
+    """A one-GPU plan has no traffic between GPUs, so a quad node's GH200 at the kernel rate
+    (planner.prediction.kernel_rate) takes exactly what a Vista node's GH200 is predicted to take; as deployed it
+    takes longer by the measured factor."""
+    from planner.calibrate import calibration_option
+    from planner.prediction import kernel_rate, predict
+    from planner.requests import PlanRequest
+
+    cal = calibration_option(None)
+    flags = {"model": "llama3-8b", "gpu": "gh200", "gpus": 1, "mbs": 1, "gbs": 16, "seq_len": 4096,
+             "recompute": "full", "zero": 0}
+
+    def resolved(cluster):
+        return PlanRequest.from_dict({**flags, "cluster": cluster}).resolve(())
+
+    vista = resolved("vista")
+    assert kernel_rate(vista.model, vista.plan, vista.hardware, cal) is None
+    on_vista = predict(vista.model, vista.plan, vista.hardware, calibration=cal).iteration_time_s
+    for cluster in ("jupiter-booster", "alps-gh200", "isambard-ai"):
+        r = resolved(cluster)
+        rate = kernel_rate(r.model, r.plan, r.hardware, cal)
+        deployed = predict(r.model, r.plan, r.hardware, calibration=cal)
+        assert (rate.constant, rate.node_types, rate.value) == ("compute_scale_gh200", ("vista",),
+                                                                cal.value("compute_scale_gh200"))
+        assert rate.iteration_time_s == pytest.approx(on_vista, rel=1e-9), cluster
+        assert rate.iteration_time_s < deployed.iteration_time_s and rate.mfu > deployed.mfu
+        assert kernel_rate(r.model, r.plan, r.hardware, None) is None    # uncalibrated: nothing to leave out
+
+
+def test_compare_shows_the_quad_gh200_at_the_kernel_rate_beside_h100():
+    """Issue 24's comparison: `planner compare` costs GH200 on its quad NVLink node as deployed (the measured factor)
+    and prints the same plan at the kernel rate that Vista's GH200 sustains, which on the same die is within 3 MFU
+    points of H100 SXM's best plan (they differ in HBM and in the node's network)."""
+    import planner
+
+    res = planner.compare(model="llama-13b", gpus=128, gpu=["gh200", "h100-sxm"])
+    rows = {r.gpu: r for r in res.rows}
+    gh, h100 = rows["gh200"], rows["h100-sxm"]
+    assert gh.hardware.cluster.name == "jupiter-booster" and gh.hardware.gpus_per_node == 4
+    assert h100.kernel_rate is None and h100.kernel_rate_note() is None
+    rate = gh.kernel_rate
+    assert rate.constant == "compute_scale_gh200"
+    assert rate.iteration_time_s < gh.best.iteration_time_s and rate.mfu > gh.best.mfu
+    assert abs(rate.mfu - h100.best.mfu) <= 0.03, (rate.mfu, h100.best.mfu)
+    assert gh.to_dict()["kernel_rate"] == rate.to_dict() and h100.to_dict()["kernel_rate"] is None
+    note = gh.kernel_rate_note()
+    assert note.startswith("gh200 on jupiter-booster at the kernel rate (without compute_scale_gh200")
+    assert f"MFU {100 * rate.mfu:.1f} %" in note and f"{gh.best.iteration_time_s:.3f} s" in note
+    assert "--cluster gh200=vista" in note

@@ -120,7 +120,9 @@ def compare_table(m, rows, tokens) -> None:
             t.add_row(*[escape(c) for c in _compare_cells(r, tokens, wide)])
     con = console()
     print_table(con, t, COMPARE_DROP)
-    for line in hardware_lines([r.hardware for r in rows], _calibration(rows), m.is_moe):
+    for line in hardware_lines([r.hardware for r in rows], rows_calibration(rows), m.is_moe):
+        con.print(escape(line))
+    for line in filter(None, (r.kernel_rate_note() for r in rows)):
         con.print(escape(line))
     for note in compare_notes(rows):
         con.print(("" if note.startswith("warning") else "note: ") + escape(note))
@@ -147,7 +149,7 @@ def compare_notes(rows) -> list[str]:
 
 
 
-def _calibration(rows):
+def rows_calibration(rows):
     """The calibration the compared rows were predicted with (None: uncalibrated or not known)."""
     return next((c for r in rows if (c := getattr(r.result.problem, "calibration", None)) is not None), None)
 

@@ -299,6 +299,7 @@ def write_compare_report(path: str | os.PathLike, rows: list, model: ModelSpec, 
                   f"{cheapest.gpu} (${cheapest.usd_per_mtoken:.3f} per million tokens).", ""]
     parts += [_prices([r.hardware for r in rows], {r.gpu: (r.best.price_usd_per_gpu_hour if r.best else None)
                                                   for r in rows})]
+    parts += _compare_basis(rows, model)
     parts += ["### Ranked best plans", "", to_markdown(rank(best, "time", None)) if best else "None fits.\n"]
     every = [rec for r in rows for rec in r.result.records]
     details = plan_details([(f"#{i} {b.gpu} {plan_text(b)}", b) for i, b in enumerate(rank(best, "time", None), 1)],
@@ -307,6 +308,16 @@ def write_compare_report(path: str | os.PathLike, rows: list, model: ModelSpec, 
     pareto = _pareto(every, f"{model.name}: every feasible plan per GPU type", lambda r: r.gpu)
     text, images = _assemble(md, parts, pareto, details, "Time breakdown of each GPU type's best plan")
     return _write(md, text, images)
+
+
+def _compare_basis(rows: list, model: ModelSpec) -> list[str]:
+    """The GPU and node figures the comparison turns on, the calibration's GPU-scoped constants and each best plan at
+    its GPU's kernel rate where measured node types sustain it (`planner compare` prints the same lines)."""
+    from planner.reports.results import hardware_lines, rows_calibration  # deferred: rich loads with it
+
+    lines = hardware_lines([r.hardware for r in rows], rows_calibration(rows), model.is_moe)
+    lines += [n for r in rows if (n := r.kernel_rate_note())]
+    return ["### GPUs and node types", "", *(f"- {line}" for line in lines), ""] if lines else []
 
 
 # -------------------------------------------------------------------------------------------- size

@@ -18,7 +18,7 @@ from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.presets import default_seq_len
 from costmodel.cost.base import OperatorCostModel
 from planner.batch import ROUNDING, BatchRange, tokens_text
-from planner.prediction import gpu_scale_note
+from planner.prediction import KernelRate, gpu_scale_note, kernel_rate
 from planner.requests import suffixed_number
 from planner.search.allocation import Point, TypeSizer, TypeSizing, best_plan_search, start_nodes, time_key
 from planner.search.engine import SearchResult, exhaustive_search
@@ -86,13 +86,24 @@ class CompareRow:
     """Fastest feasible plan (None = nothing fits)."""
     message: str = ""
     """Why nothing fits, when best is None."""
+    kernel_rate: KernelRate | None = None
+    """The best plan costed without a calibration constant that measured node types of this GPU do not need
+    (planner.prediction.kernel_rate; e.g. the GH200 on TACC Vista's nodes); None when none acts on it."""
 
     def to_dict(self) -> dict:
         g = self.hardware.gpu
         return {"gpu": self.gpu, "cluster": self.hardware.cluster.name,
                 "price_date": g.price_date, "price_source": g.price_source,
                 "best": self.best.to_dict() if self.best else None, "message": self.message,
+                "kernel_rate": self.kernel_rate.to_dict() if self.kernel_rate else None,
                 "search": self.result.summary()}
+
+    def kernel_rate_note(self) -> str | None:
+        """The line `planner compare` prints for :attr:`kernel_rate` (None without one)."""
+        if self.kernel_rate is None or self.best is None:
+            return None
+        return self.kernel_rate.note(self.gpu, self.hardware.cluster.name, self.best.iteration_time_s,
+                                     self.best.mfu)
 
 
 def compare(model: ModelSpec, hardwares: list[Hardware], space: SearchSpace, *, gpus: int | None = None,
@@ -155,7 +166,9 @@ def _compare_one(model, hw, space, gpus, nodes, gbs, seq_len, tokens, prices, co
                             failures=failures)
     res = exhaustive_search(problem, "time", cost_model, jobs=jobs)
     msg = "" if res.best else no_fit_message(res, gbs is not None)
-    return CompareRow(hw.gpu.name, hw, res, res.best, msg)
+    rate = (kernel_rate(model, res.best.to_plan(), problem.targets[0].hardware, calibration, cost_model)
+            if res.best is not None else None)
+    return CompareRow(hw.gpu.name, hw, res, res.best, msg, rate)
 
 
 # --------------------------------------------------------------------------------------- size
