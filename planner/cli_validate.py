@@ -53,7 +53,8 @@ PER_RUN_TABLES = ("Predicted vs measured", "Assumptions and warnings per run")
 
 
 TABLE_DROP = {"Predicted vs measured": ("tier", "MBS [seq]", "GBS [seq]", "GPUs [#]", "model", "GPU"),
-              "Error summary": ("p90 |err| [%]", "median |err| [%]")}
+              "Error summary": ("p90 |err| [%]", "median |err| [%]"),
+              "Measured MFU": ("measured min [%]", "measured max [%]")}
 """Columns of the validation tables left out, in this order, when the terminal is too narrow (--wide: none)."""
 
 

@@ -27,6 +27,7 @@ from planner.calibrate import (
     prepare_runs,
 )
 from planner.intervals import covers, held_out_coverage
+from planner.validation.compare import measured_mfu
 from planner.validation.report import RowResult, ValidationReport, expert_layout
 from planner.validation.runs import RunRow, parallelism_kind
 from planner.validation.stats import GroupSummary, group_summaries
@@ -96,7 +97,8 @@ def _row_result(run: PreparedRun, rec: dict, cal) -> CVRowResult:
                       kind=parallelism_kind(plan), metric=row.measured_metric, measured=row.measured_value,
                       predicted=rec["predicted"], error=rec["after"], tier=row.tier,
                       assumptions=list(row.assumptions), warnings=list(pred.warnings),
-                      uncalibrated_error=rec["before"])
+                      uncalibrated_error=rec["before"], dtype=plan.dtype, predicted_mfu=pred.mfu,
+                      measured_mfu=measured_mfu(row.measured_metric, rec["after"], pred.mfu))
     if pred.fits_in_memory is False:
         res.warnings.append(f"predicted not to fit in memory ({pred.memory_gib_per_gpu:.1f} GiB/GPU) "
                             "although the run was measured")

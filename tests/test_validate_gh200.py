@@ -368,3 +368,56 @@ def test_compare_shows_the_quad_gh200_at_the_kernel_rate_beside_h100():
     assert note.startswith("gh200 on jupiter-booster at the kernel rate (without compute_scale_gh200")
     assert f"MFU {100 * rate.mfu:.1f} %" in note and f"{gh.best.iteration_time_s:.3f} s" in note
     assert "--cluster gh200=vista" in note
+
+
+def test_measured_mfu_inverts_each_metric():
+    """planner.validation.compare.measured_mfu: a rate error e means the measured run took (1 + e) x the predicted
+    time, a time error e means 1 / (1 + e) x."""
+    from planner.validation.compare import measured_mfu
+
+    assert measured_mfu("tflops_per_gpu", 0.25, 0.5) == pytest.approx(0.4)
+    assert measured_mfu("tokens_per_s_per_gpu", -0.2, 0.4) == pytest.approx(0.5)
+    assert measured_mfu("mfu", 0.0, 0.3) == pytest.approx(0.3)
+    assert measured_mfu("iteration_time_s", 0.25, 0.4) == pytest.approx(0.5)   # predicted 1.25x as long
+    assert measured_mfu("iteration_time_s", -0.2, 0.5) == pytest.approx(0.4)
+
+
+def test_measured_mfu_does_not_depend_on_the_prediction_and_matches_the_stated_mfu(rows):
+    """A row's measured MFU (planner validate's RowResult.measured_mfu) is the same whether the runs are predicted
+    with or without the shipped calibration, and where a JUPITER speed test states its own MFU beside the value the
+    file measures (tokens/s or TFLOP/s, Megatron-Core's causal counter over the 989 TFLOP/s bf16 peak), the two
+    agree within 0.2 points."""
+    from planner.calibrate import calibration_option
+    from planner.prediction import predict
+    from planner.validation.report import validate
+
+    cal = calibration_option(None)
+    jupiter = [r for k, r in rows.items() if k.startswith("GH200-OELLMJS") or k.startswith("SMALL-LLMC")]
+    raw = {r.id: r for r in validate(jupiter).predicted}
+    calibrated = {r.id: r for r in validate(jupiter, predict_fn=lambda m, p, h: predict(m, p, h, calibration=cal))
+                  .predicted}
+    assert raw.keys() == calibrated.keys() and len(raw) == len(jupiter)
+    for rid, r in raw.items():
+        assert r.predicted_mfu != pytest.approx(calibrated[rid].predicted_mfu, rel=1e-3), rid
+        assert r.measured_mfu == pytest.approx(calibrated[rid].measured_mfu, rel=1e-9), rid
+    stated = {"GH200-OELLMJS-001": 37.1, "GH200-OELLMJS-005": 35.9, "GH200-OELLMJS-007": 39.4,
+              "GH200-OELLMJS-013": 25.2, "GH200-OELLMJS-016": 29.4, "GH200-OELLMJS-018": 32.0,
+              "GH200-OELLMJS-019": 35.8, "GH200-OELLMJS-021": 38.3}
+    for rid, pct in stated.items():
+        assert f"{pct}% MFU" in rows[rid].text["notes"], rid
+        assert 100 * raw[rid].measured_mfu == pytest.approx(pct, abs=0.2), rid
+
+
+def test_validate_tables_measured_mfu_per_source_gpu_and_dtype(rows):
+    """`planner validate` prints measured and predicted MFU per source, GPU and dtype (one basis for every GPU)."""
+    from planner.reports.validate_report import mfu_table
+    from planner.validation.report import validate
+
+    picked = [rows[k] for k in ("GH200-OELLMJS-001", "GH200-OELLMJS-007", "GH200-OELLM-SF-001", "SMALL-LLMC-001")]
+    title, head, table = mfu_table(validate(picked).predicted)
+    assert "dense bf16 peak" in title and head[:4] == ["source", "GPU", "dtype", "n [runs]"]
+    by = {(r[0], r[1], r[2]): r for r in table}
+    assert set(by) == {("GH200-OELLMJS", "gh200", "bf16"), ("GH200-OELLM-SF", "gh200", "fp8"),
+                       ("SMALL-LLMC", "h100-sxm", "bf16")}
+    js = by[("GH200-OELLMJS", "gh200", "bf16")]
+    assert js[3] == "2" and (js[4], js[6]) == ("37.1", "39.4")          # min and max of the two JUPITER runs

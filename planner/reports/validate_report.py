@@ -1,7 +1,7 @@
 """Markdown report of `planner validate --report PATH.md`: predicted vs measured.
 
 :func:`report_tables` gives every table of a validation (per-row table, error summaries by source / GPU /
-parallelism kind / tier / metric, skipped runs, assumptions); ``planner validate`` prints them (rich or
+parallelism kind / tier / metric, measured and predicted MFU per source and GPU, skipped runs, assumptions); ``planner validate`` prints them (rich or
 Markdown) and the report writes them as Markdown. Above them, the report has a log-log scatter of
 predicted vs measured (``NAME_scatter.png`` beside the .md) with the y = x line and the +-10 % and +-20 %
 bands. No date is written, so the same run files give the same report.
@@ -10,6 +10,7 @@ bands. No date is written, so the same run files give the same report.
 from __future__ import annotations
 
 import os
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,6 +65,7 @@ def report_tables(report: ValidationReport) -> list[tuple[str, list[str], list[l
     tables.append(("Error summary (error = (predicted - measured) / measured)",
                    ["group", "value", "n [runs]", "MAPE [%]", "median |err| [%]", "p90 |err| [%]", "bias [%]"],
                    rows))
+    tables.append(mfu_table(pred))
     skipped = report.skipped
     tables.append((f"Skipped runs ({len(skipped)})", ["id", "model", "reason"],
                    [[r.id, r.model, r.skip_reason] for r in skipped]))
@@ -73,8 +75,27 @@ def report_tables(report: ValidationReport) -> list[tuple[str, list[str], list[l
     return tables
 
 
+def mfu_table(pred: list) -> tuple[str, list[str], list[list[str]]]:
+    """Measured and predicted MFU per source, GPU and dtype (RowResult.measured_mfu: planner's convention, so runs of
+    different GPUs and counters compare on one basis)."""
+    groups: dict[tuple[str, str, str], list] = {}
+    for r in pred:
+        if r.measured_mfu is not None:
+            groups.setdefault((r.source, r.gpu, r.dtype), []).append(r)
+    rows = []
+    for (source, gpu, dtype), members in groups.items():
+        meas = sorted(100 * r.measured_mfu for r in members)
+        rows.append([source, gpu, dtype, str(len(members)), f"{meas[0]:.1f}", f"{statistics.median(meas):.1f}",
+                     f"{meas[-1]:.1f}", f"{statistics.median(100 * r.predicted_mfu for r in members):.1f}"])
+    return ("Measured MFU per source, GPU and dtype (model FLOPs of costmodel.schedule.flops over the dense bf16 "
+            "peak; the measured value converted to time by the row's metric)",
+            ["source", "GPU", "dtype", "n [runs]", "measured min [%]", "measured median [%]", "measured max [%]",
+             "predicted median [%]"], rows)
+
+
 RUN_COLUMNS = ("id", "source", "model", "GPU", "GPUs", "TP", "PP", "DP", "CP", "VP", "MBS [seq]", "GBS [seq]",
-               "kind", "metric", "unit", "measured [unit]", "predicted [unit]", "error [%]", "tier", "skip reason")
+               "kind", "metric", "unit", "measured [unit]", "predicted [unit]", "error [%]", "dtype",
+               "measured MFU [%]", "predicted MFU [%]", "tier", "skip reason")
 """CSV columns of `planner validate --format csv`: one row per run, numbers unformatted."""
 
 
@@ -84,10 +105,12 @@ def run_rows(report: ValidationReport) -> list[dict]:
     for r in report.rows:
         lay = r.layout or {}
         err = None if r.error is None else round(100 * r.error, 3)
+        mfu = [None if v is None else round(100 * v, 3) for v in (r.measured_mfu, r.predicted_mfu)]
         out.append(dict(zip(RUN_COLUMNS, (
             r.id, r.source, r.model, r.gpu, r.n_gpus,
             *(lay.get(k) for k in ("tp", "pp", "dp", "cp", "vp", "mbs", "gbs")),
-            r.kind, r.metric, METRIC_UNITS.get(r.metric, ""), r.measured, r.predicted, err, r.tier, r.skip_reason))))
+            r.kind, r.metric, METRIC_UNITS.get(r.metric, ""), r.measured, r.predicted, err, r.dtype, *mfu, r.tier,
+            r.skip_reason))))
     return out
 
 

@@ -69,3 +69,12 @@ def compare(row: RunRow, prediction, model: ModelSpec, plan: ParallelPlan, hardw
         raise PlannerError(f"row {row.id}: unknown measured_metric {metric!r}")
     pred = float(pred)
     return pred, (pred - measured) / measured
+
+
+def measured_mfu(metric: str, error: float, predicted_mfu: float) -> float:
+    """MFU of a measured run in planner's convention (the prediction's model FLOPs over the dense bf16 peak), from a
+    prediction's MFU and its signed error in the row's metric: every metric but ``iteration_time_s`` is a rate, so
+    predicted / measured time is 1 / (1 + error) for a rate and 1 + error for a time; the measured MFU is the
+    predicted one times predicted / measured time. Model-free up to the metric's own conversion (:func:`compare`)."""
+    pred_over_meas_time = 1.0 + error if metric == "iteration_time_s" else 1.0 / (1.0 + error)
+    return predicted_mfu * pred_over_meas_time

@@ -15,7 +15,7 @@ from pathlib import Path
 from costmodel.core.errors import PlannerError
 from costmodel.core.paths import validation_dir
 from planner.prediction import predict
-from planner.validation.compare import compare
+from planner.validation.compare import compare, measured_mfu
 from planner.validation.runs import RunRow, default_hardware, load_runs, parallelism_kind, row_to_inputs
 from planner.validation.stats import GroupSummary, group_summaries
 
@@ -63,6 +63,12 @@ class RowResult:
     """Prediction warnings."""
     skip_reason: str = ""
     """Why the row was not predicted ('' when predicted)."""
+    dtype: str = ""
+    """Compute dtype of the plan predicted (bf16, fp8, ...; '' when skipped)."""
+    predicted_mfu: float | None = None
+    """Predicted model FLOPs utilisation (fraction of the dense bf16 peak; None when skipped)."""
+    measured_mfu: float | None = None
+    """The measured run's MFU in the same convention (planner.validation.compare.measured_mfu; None when skipped)."""
 
 
 @dataclass
@@ -136,6 +142,9 @@ def validate(rows: list[RunRow], predict_fn: Callable | None = None, tiers: Iter
         except (PlannerError, NotImplementedError) as exc:
             res.skip_reason = f"prediction failed: {exc}"
             continue
+        res.dtype = plan.dtype
+        if (mfu := getattr(prediction, "mfu", None)) is not None:
+            res.predicted_mfu, res.measured_mfu = mfu, measured_mfu(res.metric, res.error, mfu)
         res.warnings = list(getattr(prediction, "warnings", []) or [])
         if getattr(prediction, "fits_in_memory", True) is False:
             res.warnings.append(f"predicted not to fit in memory "
