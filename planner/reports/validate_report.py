@@ -2,9 +2,9 @@
 
 :func:`report_tables` gives every table of a validation (per-row table, error summaries by source / GPU /
 parallelism kind / tier / metric, measured and predicted MFU per source and GPU, skipped runs, assumptions);
-``planner validate`` prints them (rich or Markdown) and the report writes them as Markdown. Above them, the report has a log-log scatter of
-predicted vs measured (``NAME_scatter.png`` beside the .md) with the y = x line and the +-10 % and +-20 %
-bands. No date is written, so the same run files give the same report.
+``planner validate`` prints them (rich or Markdown) and the report writes them as Markdown. Above them, the report
+has a log-log scatter of predicted vs measured (``NAME_scatter.png`` beside the .md) with the y = x line and the
++-10 % and +-20 % bands. No date is written, so the same run files give the same report.
 """
 
 from __future__ import annotations
