@@ -98,7 +98,8 @@ def _row_result(run: PreparedRun, rec: dict, cal) -> CVRowResult:
                       predicted=rec["predicted"], error=rec["after"], tier=row.tier,
                       assumptions=list(row.assumptions), warnings=list(pred.warnings),
                       uncalibrated_error=rec["before"], dtype=plan.dtype, predicted_mfu=pred.mfu,
-                      measured_mfu=measured_mfu(row.measured_metric, rec["after"], pred.mfu))
+                      measured_mfu=measured_mfu(row.measured_metric, rec["predicted"], row.measured_value,
+                                                pred.mfu))
     if pred.fits_in_memory is False:
         res.warnings.append(f"predicted not to fit in memory ({pred.memory_gib_per_gpu:.1f} GiB/GPU) "
                             "although the run was measured")

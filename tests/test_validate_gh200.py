@@ -371,15 +371,15 @@ def test_compare_shows_the_quad_gh200_at_the_kernel_rate_beside_h100():
 
 
 def test_measured_mfu_inverts_each_metric():
-    """planner.validation.compare.measured_mfu: a rate error e means the measured run took (1 + e) x the predicted
-    time, a time error e means 1 / (1 + e) x."""
+    """planner.validation.compare.measured_mfu: a rate predicted (1 + e) x the measured one means the measured run
+    took (1 + e) x the predicted time, a time predicted (1 + e) x the measured one means 1 / (1 + e) x."""
     from planner.validation.compare import measured_mfu
 
-    assert measured_mfu("tflops_per_gpu", 0.25, 0.5) == pytest.approx(0.4)
-    assert measured_mfu("tokens_per_s_per_gpu", -0.2, 0.4) == pytest.approx(0.5)
-    assert measured_mfu("mfu", 0.0, 0.3) == pytest.approx(0.3)
-    assert measured_mfu("iteration_time_s", 0.25, 0.4) == pytest.approx(0.5)   # predicted 1.25x as long
-    assert measured_mfu("iteration_time_s", -0.2, 0.5) == pytest.approx(0.4)
+    assert measured_mfu("tflops_per_gpu", 1.25, 1.0, 0.5) == pytest.approx(0.4)
+    assert measured_mfu("tokens_per_s_per_gpu", 0.8, 1.0, 0.4) == pytest.approx(0.5)
+    assert measured_mfu("mfu", 30.0, 30.0, 0.3) == pytest.approx(0.3)
+    assert measured_mfu("iteration_time_s", 1.25, 1.0, 0.4) == pytest.approx(0.5)   # predicted 1.25x as long
+    assert measured_mfu("iteration_time_s", 0.8, 1.0, 0.5) == pytest.approx(0.4)
 
 
 def test_measured_mfu_does_not_depend_on_the_prediction_and_matches_the_stated_mfu(rows):

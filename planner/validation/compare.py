@@ -8,10 +8,13 @@ rows whose notes say the FP8 peak was the denominator are converted from planner
 
 from __future__ import annotations
 
+import math
+
 from costmodel.core.errors import PlannerError
 from costmodel.core.specs.model import ModelSpec
 from costmodel.core.specs.plan import ParallelPlan
 from costmodel.schedule.flops import model_flops_per_iteration, published_flops_per_iteration
+from planner.intervals import time_residual
 from planner.validation.moe_rows import TFLOPS_RULES, megatron_flops
 from planner.validation.runs import RunRow
 
@@ -71,10 +74,9 @@ def compare(row: RunRow, prediction, model: ModelSpec, plan: ParallelPlan, hardw
     return pred, (pred - measured) / measured
 
 
-def measured_mfu(metric: str, error: float, predicted_mfu: float) -> float:
-    """MFU of a measured run in planner's convention (the prediction's model FLOPs over the dense bf16 peak), from a
-    prediction's MFU and its signed error in the row's metric: every metric but ``iteration_time_s`` is a rate, so
-    predicted / measured time is 1 / (1 + error) for a rate and 1 + error for a time; the measured MFU is the
-    predicted one times predicted / measured time. Model-free up to the metric's own conversion (:func:`compare`)."""
-    pred_over_meas_time = 1.0 + error if metric == "iteration_time_s" else 1.0 / (1.0 + error)
-    return predicted_mfu * pred_over_meas_time
+def measured_mfu(metric: str, predicted: float, measured: float, predicted_mfu: float) -> float:
+    """MFU of a measured run in planner's convention (the prediction's model FLOPs over the dense bf16 peak): the
+    predicted MFU times predicted / measured time, that ratio from the row's ``predicted`` and ``measured`` values in
+    its ``metric`` (:func:`planner.intervals.time_residual`). Model-free up to the metric's own conversion
+    (:func:`compare`)."""
+    return predicted_mfu * math.exp(time_residual(metric, predicted, measured))

@@ -144,7 +144,7 @@ def validate(rows: list[RunRow], predict_fn: Callable | None = None, tiers: Iter
             continue
         res.dtype = plan.dtype
         if (mfu := getattr(prediction, "mfu", None)) is not None:
-            res.predicted_mfu, res.measured_mfu = mfu, measured_mfu(res.metric, res.error, mfu)
+            res.predicted_mfu, res.measured_mfu = mfu, measured_mfu(res.metric, res.predicted, res.measured, mfu)
         res.warnings = list(getattr(prediction, "warnings", []) or [])
         if getattr(prediction, "fits_in_memory", True) is False:
             res.warnings.append(f"predicted not to fit in memory "
