@@ -120,9 +120,7 @@ def compare_table(m, rows, tokens) -> None:
             t.add_row(*[escape(c) for c in _compare_cells(r, tokens, wide)])
     con = console()
     print_table(con, t, COMPARE_DROP)
-    for line in hardware_lines([r.hardware for r in rows], rows_calibration(rows), m.is_moe):
-        con.print(escape(line))
-    for line in filter(None, (r.kernel_rate_note() for r in rows)):
+    for line in compare_basis_lines(rows, m.is_moe):
         con.print(escape(line))
     for note in compare_notes(rows):
         con.print(("" if note.startswith("warning") else "note: ") + escape(note))
@@ -149,9 +147,17 @@ def compare_notes(rows) -> list[str]:
 
 
 
-def rows_calibration(rows):
+def _calibration(rows):
     """The calibration the compared rows were predicted with (None: uncalibrated or not known)."""
     return next((c for r in rows if (c := getattr(r.result.problem, "calibration", None)) is not None), None)
+
+
+def compare_basis_lines(rows, moe: bool = False) -> list[str]:
+    """What a comparison of ``rows`` (planner.search.sizing.CompareRow) turns on, as `planner compare` prints it and
+    its report lists it: :func:`hardware_lines` for their GPUs, node types and calibration, then each best plan at its
+    GPU's kernel rate where measured node types sustain it (CompareRow.kernel_rate_note)."""
+    lines = hardware_lines([r.hardware for r in rows], _calibration(rows), moe)
+    return lines + [n for r in rows if (n := r.kernel_rate_note())]
 
 
 def hardware_lines(hardwares, calibration=None, moe: bool = False) -> list[str]:

@@ -313,10 +313,9 @@ def write_compare_report(path: str | os.PathLike, rows: list, model: ModelSpec, 
 def _compare_basis(rows: list, model: ModelSpec) -> list[str]:
     """The GPU and node figures the comparison turns on, the calibration's GPU-scoped constants and each best plan at
     its GPU's kernel rate where measured node types sustain it (`planner compare` prints the same lines)."""
-    from planner.reports.results import hardware_lines, rows_calibration  # deferred: rich loads with it
+    from planner.reports.results import compare_basis_lines  # deferred: rich loads with it
 
-    lines = hardware_lines([r.hardware for r in rows], rows_calibration(rows), model.is_moe)
-    lines += [n for r in rows if (n := r.kernel_rate_note())]
+    lines = compare_basis_lines(rows, model.is_moe)
     return ["### GPUs and node types", "", *(f"- {line}" for line in lines), ""] if lines else []
 
 
